@@ -1,0 +1,23 @@
+// Package fence is the protected resource's side of fencing: it decides
+// whether a writer's token may still write.
+//
+// A fencing token ([Token]) is a number that grows with every lock grant.
+// A resource that admits writes through a [Store] remembers, per resource,
+// the highest token it has admitted and rejects every later write that
+// carries a lower one. Tokens are admitted with >=: one holder may write many
+// times with its token. A rejected write returns an error that matches
+// [ErrStale] and is a [*StaleError] carrying the resource, the token and the
+// highest token seen; [IsStale] tests for it.
+//
+// The check must be part of the write it guards. [MemoryStore] is the
+// in-process store; [Middleware] guards an HTTP handler and serialises the
+// admit and the handler per resource so that a stale request cannot slip in
+// between them. The Postgres adapter (adapters/postgres) does the same inside
+// a database transaction.
+//
+// On the client side, a token travels in a [context.Context] ([WithToken],
+// [FromContext]) and in the Fencing-Token HTTP header ([SetHeader],
+// [Transport]).
+//
+// This package depends on the standard library only.
+package fence

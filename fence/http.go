@@ -1,0 +1,142 @@
+package fence
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+)
+
+// Header is the HTTP header that carries a fencing token, in decimal.
+const Header = "Fencing-Token"
+
+// SetHeader sets the Fencing-Token header to t.
+func SetHeader(h http.Header, t Token) { h.Set(Header, t.String()) }
+
+// TokenFromHeader parses the Fencing-Token header. A missing, repeated,
+// zero or malformed header is an error that matches ErrInvalidToken.
+func TokenFromHeader(h http.Header) (Token, error) {
+	vs := h.Values(Header)
+	switch len(vs) {
+	case 0:
+		return 0, fmt.Errorf("%w: missing %s header", ErrInvalidToken, Header)
+	case 1:
+		return ParseToken(vs[0])
+	default:
+		return 0, fmt.Errorf("%w: %d %s headers; want exactly one", ErrInvalidToken, len(vs), Header)
+	}
+}
+
+// Transport is an http.RoundTripper that sets the Fencing-Token header from
+// the token carried by the request's context (see WithToken), unless the
+// request already has one.
+type Transport struct {
+	Base http.RoundTripper // nil means http.DefaultTransport
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if tok, ok := FromContext(r.Context()); ok && r.Header.Get(Header) == "" {
+		r = r.Clone(r.Context()) // a RoundTripper must not change the caller's request
+		SetHeader(r.Header, tok)
+	}
+	return base.RoundTrip(r)
+}
+
+// Middleware guards an HTTP handler with a fence. For each request it reads
+// the Fencing-Token header, admits the token to store for the resource named
+// by resource(r), and only then calls next, with the token in the request's
+// context (FromContext). A missing or malformed header is a 400, a stale
+// token a 409; both carry a JSON body
+// {"error":{"code":"invalid_argument"|"stale","message":"…"}} and next is not
+// called. Any other error from the store is a 503.
+//
+// Requests for the same resource are serialised from the admit to the end of
+// next, so that a request with a lower token cannot be admitted before a
+// higher one and then write after it. Requests for different resources run
+// in parallel.
+func Middleware(store Store, resource func(*http.Request) string) func(http.Handler) http.Handler {
+	var locks keyedMutex
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tok, err := TokenFromHeader(r.Header)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "invalid_argument", err.Error(), nil)
+				return
+			}
+			res := resource(r)
+			unlock := locks.lock(res)
+			defer unlock()
+			if err := store.Admit(r.Context(), res, tok); err != nil {
+				var se *StaleError
+				if errors.As(err, &se) {
+					writeError(w, http.StatusConflict, "stale", se.Error(), se)
+					return
+				}
+				writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(WithToken(r.Context(), tok)))
+		})
+	}
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Token   Token  `json:"token,omitempty"`
+		Highest Token  `json:"highest,omitempty"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string, se *StaleError) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = code, msg
+	if se != nil {
+		b.Error.Token, b.Error.Highest = se.Token, se.Highest
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(b) // the client has gone if this fails; nothing to do
+}
+
+// keyedMutex is a mutex per key; entries live only while someone holds or
+// waits for them.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = make(map[string]*keyedEntry)
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}

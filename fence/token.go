@@ -1,0 +1,55 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Token is a fencing token. Zero means "no token" and is never admitted.
+type Token uint64
+
+// String returns the token in decimal, the form used in headers and logs.
+func (t Token) String() string { return strconv.FormatUint(uint64(t), 10) }
+
+// ErrInvalidToken is returned when a token is missing, zero or not a decimal
+// number.
+var ErrInvalidToken = errors.New("fence: invalid token")
+
+// ParseToken parses a token in decimal: 1 to 20 digits, no sign, no spaces,
+// greater than zero and at most 2^64-1.
+func ParseToken(s string) (Token, error) {
+	if s == "" {
+		return 0, fmt.Errorf("%w: empty; want a decimal number from 1 to %d", ErrInvalidToken, uint64(1<<64-1))
+	}
+	if len(s) > 20 {
+		return 0, fmt.Errorf("%w: %d characters; want a decimal number from 1 to %d", ErrInvalidToken, len(s), uint64(1<<64-1))
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("%w: %q is not a decimal number", ErrInvalidToken, s)
+		}
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is out of range (1 to %d)", ErrInvalidToken, s, uint64(1<<64-1))
+	}
+	if v == 0 {
+		return 0, fmt.Errorf("%w: 0 means no token", ErrInvalidToken)
+	}
+	return Token(v), nil
+}
+
+type ctxKey struct{}
+
+// WithToken returns a copy of ctx that carries t.
+func WithToken(ctx context.Context, t Token) context.Context {
+	return context.WithValue(ctx, ctxKey{}, t)
+}
+
+// FromContext returns the token carried by ctx, if any.
+func FromContext(ctx context.Context) (Token, bool) {
+	t, ok := ctx.Value(ctxKey{}).(Token)
+	return t, ok && t != 0
+}
