@@ -1,0 +1,96 @@
+// Package testenv gives tests the real services they run against: an
+// embedded etcd, the machine's Redis and Postgres. A service that cannot be
+// reached fails the test with what to do; it never skips.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/sequencer"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Etcd starts a single-member embedded etcd for the test and returns a
+// client of it. Both are closed by t.Cleanup.
+func Etcd(t testing.TB) (*sequencer.Embedded, *clientv3.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var e *sequencer.Embedded
+	var err error
+	for i := 0; i < 3; i++ { // a free port can be taken between finding and binding it
+		e, err = sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{Dir: t.TempDir(), UnsafeNoFsync: true})
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("embedded etcd: %v", err)
+	}
+	t.Cleanup(func() { e.Close() })
+	cli, err := e.Client()
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return e, cli
+}
+
+// RedisAddr is the test Redis: $FENCED_TEST_REDIS, default 127.0.0.1:6379.
+func RedisAddr() string {
+	if a := os.Getenv("FENCED_TEST_REDIS"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// Redis returns a client of the test Redis, checked with PING.
+func Redis(t testing.TB) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: RedisAddr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("Redis at %s does not answer (%v): start it (redis-server --port 6379) or set FENCED_TEST_REDIS", RedisAddr(), err)
+	}
+	return rdb
+}
+
+// PostgresDSN is the test database: $FENCED_TEST_POSTGRES, else
+// $DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test.
+func PostgresDSN() string {
+	for _, k := range []string{"FENCED_TEST_POSTGRES", "DATABASE_URL"} {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// Name returns a name unique to this test run, safe as a lock name.
+func Name(t testing.TB) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "t-" + hex.EncodeToString(b[:])
+}
+
+// FreeURL returns http://127.0.0.1:port for a loopback port free a moment ago.
+func FreeURL(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String()
+}

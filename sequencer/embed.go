@@ -1,0 +1,239 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// EmbedConfig configures an embedded etcd member. The zero value is a
+// single-member cluster in a temporary directory on free loopback ports.
+type EmbedConfig struct {
+	// Dir is the data directory. Empty means a new temporary directory that
+	// Close removes.
+	Dir string
+	// Name is the member name. Default "fenced".
+	Name string
+	// ClientURL and PeerURL are where the member listens and what it
+	// advertises. Empty means http://127.0.0.1:<free port>.
+	ClientURL, PeerURL string
+	// InitialCluster lists every member as name=peerURL,name=peerURL. Empty
+	// means a single-member cluster of this member.
+	InitialCluster string
+	// ClusterToken is the initial cluster token. Default "fenced".
+	ClusterToken string
+	// JoinExisting starts the member with initial-cluster-state=existing
+	// (a member added to a running cluster). Default false (new).
+	JoinExisting bool
+	// TickMs and ElectionMs are the Raft heartbeat interval and election
+	// timeout. Defaults 100 and 1000, etcd's own.
+	TickMs, ElectionMs uint
+	// LogLevel is etcd's log level. Default "error": etcd is verbose.
+	LogLevel string
+	// UnsafeNoFsync turns fsync off. Only for tests and benchmarks: a
+	// machine crash can then lose revisions and so reissue tokens.
+	UnsafeNoFsync bool
+	// StartTimeout bounds how long Start waits for the member to join a
+	// cluster with a leader. Default 30s.
+	StartTimeout time.Duration
+}
+
+// Embedded is a running embedded etcd member.
+type Embedded struct {
+	etcd      *embed.Etcd
+	dir       string
+	tempDir   bool
+	clientURL string
+	peerURL   string
+	name      string
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// StartEmbedded starts an etcd member and waits until it is ready to serve,
+// which for a multi-member cluster means a quorum of members has started.
+// Members of one cluster must therefore be started concurrently.
+func StartEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
+	if c.Name == "" {
+		c.Name = "fenced"
+	}
+	if c.ClusterToken == "" {
+		c.ClusterToken = "fenced"
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "error"
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 30 * time.Second
+	}
+	var err error
+	if c.ClientURL == "" {
+		if c.ClientURL, err = freeLoopbackURL(); err != nil {
+			return nil, err
+		}
+	}
+	if c.PeerURL == "" {
+		if c.PeerURL, err = freeLoopbackURL(); err != nil {
+			return nil, err
+		}
+	}
+	if c.InitialCluster == "" {
+		c.InitialCluster = c.Name + "=" + c.PeerURL
+	}
+	e := &Embedded{dir: c.Dir, clientURL: c.ClientURL, peerURL: c.PeerURL, name: c.Name}
+	if e.dir == "" {
+		if e.dir, err = os.MkdirTemp("", "fenced-etcd-"); err != nil {
+			return nil, fmt.Errorf("sequencer: temporary data dir: %w", err)
+		}
+		e.tempDir = true
+	}
+
+	cfg := embed.NewConfig()
+	cfg.Name = c.Name
+	cfg.Dir = e.dir
+	cfg.LogLevel = c.LogLevel
+	cfg.Logger = "zap"
+	cfg.LogOutputs = []string{"stderr"}
+	cfg.InitialCluster = c.InitialCluster
+	cfg.InitialClusterToken = c.ClusterToken
+	cfg.UnsafeNoFsync = c.UnsafeNoFsync
+	if c.JoinExisting {
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	if c.TickMs > 0 {
+		cfg.TickMs = c.TickMs
+	}
+	if c.ElectionMs > 0 {
+		cfg.ElectionMs = c.ElectionMs
+	}
+	cu, err := url.Parse(c.ClientURL)
+	if err != nil {
+		return nil, e.failStart(fmt.Errorf("sequencer: client URL %q: %w", c.ClientURL, err))
+	}
+	pu, err := url.Parse(c.PeerURL)
+	if err != nil {
+		return nil, e.failStart(fmt.Errorf("sequencer: peer URL %q: %w", c.PeerURL, err))
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+
+	e.etcd, err = embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, e.failStart(fmt.Errorf("sequencer: start embedded etcd in %s: %w", e.dir, err))
+	}
+	timer := time.NewTimer(c.StartTimeout)
+	defer timer.Stop()
+	select {
+	case <-e.etcd.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.etcd.Err():
+		return nil, e.failStart(fmt.Errorf("sequencer: embedded etcd failed: %w", err))
+	case <-timer.C:
+		return nil, e.failStart(fmt.Errorf("sequencer: embedded etcd %q not ready after %s: are the other members of %s running?", c.Name, c.StartTimeout, c.InitialCluster))
+	case <-ctx.Done():
+		return nil, e.failStart(fmt.Errorf("sequencer: start embedded etcd: %w", ctx.Err()))
+	}
+}
+
+func (e *Embedded) failStart(err error) error {
+	if cerr := e.Close(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	return err
+}
+
+// ClientURL is the URL clients connect to.
+func (e *Embedded) ClientURL() string { return e.clientURL }
+
+// PeerURL is the URL other members connect to.
+func (e *Embedded) PeerURL() string { return e.peerURL }
+
+// Name is the member name.
+func (e *Embedded) Name() string { return e.name }
+
+// Dir is the data directory.
+func (e *Embedded) Dir() string { return e.dir }
+
+// Err reports a fatal error of the running member.
+func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
+
+// IsLeader reports whether this member is the Raft leader now.
+func (e *Embedded) IsLeader() bool {
+	return e.etcd.Server.Leader() == e.etcd.Server.MemberID()
+}
+
+// Client returns a new etcd client of this member. The caller closes it.
+func (e *Embedded) Client() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   []string{e.clientURL},
+		DialTimeout: 5 * time.Second,
+		Logger:      quietLogger(),
+	})
+}
+
+// Close stops the member and, if its data dir was temporary, removes it.
+// It is safe to call more than once.
+func (e *Embedded) Close() error {
+	e.closeOnce.Do(func() {
+		if e.etcd != nil {
+			e.etcd.Close()
+		}
+		if e.tempDir {
+			e.closeErr = os.RemoveAll(e.dir)
+		}
+	})
+	return e.closeErr
+}
+
+// freeLoopbackURL returns http://127.0.0.1:port for a port that was free a
+// moment ago. Another process may take it before etcd binds it; StartEmbedded
+// then fails with an address-in-use error and the caller may retry.
+func freeLoopbackURL() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("sequencer: find a free port: %w", err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		return "", err
+	}
+	return "http://" + addr, nil
+}
+
+// ParseEndpoints splits a comma-separated list of etcd endpoints and checks
+// that each is a URL or host:port.
+func ParseEndpoints(s string) ([]string, error) {
+	var out []string
+	for _, ep := range strings.Split(s, ",") {
+		ep = strings.TrimSpace(ep)
+		if ep == "" {
+			continue
+		}
+		host := ep
+		if i := strings.Index(ep, "://"); i >= 0 {
+			u, err := url.Parse(ep)
+			if err != nil || u.Host == "" {
+				return nil, fmt.Errorf("sequencer: etcd endpoint %q is not a URL like http://host:2379", ep)
+			}
+			host = u.Host
+		}
+		if _, _, err := net.SplitHostPort(host); err != nil {
+			return nil, fmt.Errorf("sequencer: etcd endpoint %q: want host:port or http(s)://host:port", ep)
+		}
+		out = append(out, ep)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("sequencer: no etcd endpoints given")
+	}
+	return out, nil
+}

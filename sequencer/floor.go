@@ -1,0 +1,117 @@
+package sequencer
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/fenced/fenced/fence"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// parseFloor reads the offset from the floor key's range response; no key
+// means 0.
+func parseFloor(rr *pb.RangeResponse) (uint64, error) {
+	if rr == nil || len(rr.Kvs) == 0 {
+		return 0, nil
+	}
+	v, err := strconv.ParseUint(string(rr.Kvs[0].Value), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("sequencer: floor key %q holds %q, not a number: was it written by hand?", rr.Kvs[0].Key, rr.Kvs[0].Value)
+	}
+	return v, nil
+}
+
+// Floor is the state of the token floor.
+type Floor struct {
+	Offset   uint64      // added to every revision
+	Revision int64       // etcd's revision when read
+	Next     fence.Token // a lower bound on the next token
+}
+
+// ReadFloor returns the floor offset and the current revision.
+func ReadFloor(ctx context.Context, cli *clientv3.Client, prefix string) (Floor, error) {
+	f, err := readFloor(ctx, cli, prefix)
+	return f.Floor, err
+}
+
+// RaiseFloor makes every token issued from now on greater than min, greater
+// than every token this etcd cluster has issued, and greater than the
+// current time in microseconds since the Unix epoch. It is the step to run
+// after etcd was restored from an older snapshot or replaced by a new
+// cluster (see the package doc). It returns the new floor: every later
+// token exceeds Floor.Next-1.
+//
+// Tokens stay below 2^63, so they fit a signed 64-bit column, for about
+// 290,000 years of clock.
+func RaiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fence.Token) (Floor, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	for {
+		cur, err := readFloor(ctx, cli, prefix)
+		if err != nil {
+			return Floor{}, err
+		}
+		target := uint64(min)
+		if now := uint64(time.Now().UnixMicro()); now > target {
+			target = now
+		}
+		if live := uint64(cur.Next); live > target {
+			target = live
+		}
+		if target >= math.MaxInt64 {
+			return Floor{}, fmt.Errorf("sequencer: floor %d does not fit a signed 64-bit token", target)
+		}
+		// The put takes revision cur.Revision+1 (or later if someone writes
+		// first, which only makes tokens larger); offset so that
+		// revision+offset > target.
+		offset := target - uint64(cur.Revision)
+		key := FloorKey(prefix)
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", cur.modRev)).
+			Then(clientv3.OpPut(key, strconv.FormatUint(offset, 10))).
+			Commit()
+		if err != nil {
+			return Floor{}, fmt.Errorf("sequencer: raise floor: %w", err)
+		}
+		if resp.Succeeded {
+			return Floor{Offset: offset, Revision: resp.Header.Revision, Next: Token(resp.Header.Revision+1, offset)}, nil
+		}
+		// Someone else raised the floor at the same moment: read it again.
+	}
+}
+
+type floorRev struct {
+	Floor
+	modRev int64
+}
+
+// readFloor is ReadFloor plus the floor key's mod revision.
+func readFloor(ctx context.Context, cli *clientv3.Client, prefix string) (floorRev, error) {
+	resp, err := cli.Get(ctx, FloorKey(prefix))
+	if err != nil {
+		return floorRev{}, fmt.Errorf("sequencer: read floor: %w", err)
+	}
+	off, err := parseFloor((*pb.RangeResponse)(resp))
+	if err != nil {
+		return floorRev{}, err
+	}
+	var mod int64
+	if len(resp.Kvs) == 1 {
+		mod = resp.Kvs[0].ModRevision
+	}
+	return floorRev{Floor{Offset: off, Revision: resp.Header.Revision, Next: Token(resp.Header.Revision+1, off)}, mod}, nil
+}
+
+func quietLogger() *zap.Logger {
+	l, err := zap.NewProduction(zap.IncreaseLevel(zap.ErrorLevel))
+	if err != nil {
+		return zap.NewNop()
+	}
+	return l
+}

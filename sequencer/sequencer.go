@@ -1,0 +1,289 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fenced/fenced/fence"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Sequencer issues fencing tokens. Next returns a token for the lock name
+// that is greater than every token returned for that name by a call that
+// completed before this one began. Calling it again with the same lease id,
+// while no other lease id took a token for the name in between, returns the
+// same token.
+type Sequencer interface {
+	Next(ctx context.Context, name, leaseID string) (fence.Token, error)
+}
+
+// ErrClosed is returned by calls on a closed sequencer.
+var ErrClosed = errors.New("sequencer: closed")
+
+// DefaultPrefix is where tokens live in etcd unless WithPrefix says otherwise.
+const DefaultPrefix = "/fenced/"
+
+// Etcd is a Sequencer on etcd revisions with group commit.
+type Etcd struct {
+	cli           *clientv3.Client
+	prefix        string
+	maxBatch      int
+	inflight      chan struct{}
+	commitTimeout time.Duration
+
+	reqs    chan *request
+	stop    chan struct{}
+	stopped chan struct{}
+	wg      sync.WaitGroup // batcher and commits
+	once    sync.Once
+
+	txns, grants atomic.Uint64
+}
+
+var _ Sequencer = (*Etcd)(nil)
+
+type request struct {
+	name, leaseID string
+	done          chan result // buffered, 1
+}
+
+type result struct {
+	tok fence.Token
+	err error
+}
+
+// Option configures an Etcd sequencer.
+type Option func(*Etcd) error
+
+// WithPrefix sets the etcd key prefix. Default DefaultPrefix ("/fenced/").
+func WithPrefix(p string) Option {
+	return func(s *Etcd) error {
+		if p == "" {
+			return errors.New("sequencer: empty key prefix")
+		}
+		s.prefix = p
+		return nil
+	}
+}
+
+// WithMaxBatch sets how many names one transaction may carry. Default 64;
+// allowed 1 to 1000 (keep it within the server's --max-txn-ops, 128 by
+// default).
+func WithMaxBatch(n int) Option {
+	return func(s *Etcd) error {
+		if n < 1 || n > 1000 {
+			return fmt.Errorf("sequencer: max batch %d: want 1 to 1000", n)
+		}
+		s.maxBatch = n
+		return nil
+	}
+}
+
+// WithInflight sets how many transactions may be in flight at once. Default
+// 4; allowed 1 to 64. More in flight means smaller batches.
+func WithInflight(n int) Option {
+	return func(s *Etcd) error {
+		if n < 1 || n > 64 {
+			return fmt.Errorf("sequencer: inflight %d: want 1 to 64", n)
+		}
+		s.inflight = make(chan struct{}, n)
+		return nil
+	}
+}
+
+// WithCommitTimeout bounds one transaction. Default 5s. A batch is shared by
+// many callers, so it is not bound to any one caller's context.
+func WithCommitTimeout(d time.Duration) Option {
+	return func(s *Etcd) error {
+		if d <= 0 {
+			return fmt.Errorf("sequencer: commit timeout %s: want > 0", d)
+		}
+		s.commitTimeout = d
+		return nil
+	}
+}
+
+// NewEtcd returns a sequencer on cli. Close stops it; it does not close cli.
+func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
+	if cli == nil {
+		return nil, errors.New("sequencer: nil etcd client")
+	}
+	s := &Etcd{
+		cli:           cli,
+		prefix:        DefaultPrefix,
+		maxBatch:      64,
+		inflight:      make(chan struct{}, 4),
+		commitTimeout: 5 * time.Second,
+		reqs:          make(chan *request),
+		stop:          make(chan struct{}),
+		stopped:       make(chan struct{}),
+	}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	s.wg.Add(1)
+	go s.batcher()
+	return s, nil
+}
+
+// Stats counts what the sequencer did.
+type Stats struct {
+	Txns   uint64 // transactions committed
+	Grants uint64 // tokens returned by those transactions
+}
+
+// Stats returns counters since NewEtcd.
+func (s *Etcd) Stats() Stats { return Stats{Txns: s.txns.Load(), Grants: s.grants.Load()} }
+
+// Next implements Sequencer.
+func (s *Etcd) Next(ctx context.Context, name, leaseID string) (fence.Token, error) {
+	if name == "" || leaseID == "" {
+		return 0, errors.New("sequencer: empty lock name or lease id")
+	}
+	r := &request{name: name, leaseID: leaseID, done: make(chan result, 1)}
+	select {
+	case s.reqs <- r:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-s.stopped:
+		return 0, ErrClosed
+	}
+	select {
+	case res := <-r.done:
+		return res.tok, res.err
+	case <-ctx.Done():
+		// The batch may still commit; the token is then simply never used.
+		return 0, ctx.Err()
+	}
+}
+
+// Close stops the sequencer, fails requests not yet sent, and waits for
+// transactions in flight. It is safe to call more than once.
+func (s *Etcd) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	s.wg.Wait()
+	return nil
+}
+
+// batcher collects requests. When a transaction slot is free it sends
+// everything pending as one batch, taking each name once; requests that
+// arrive while all slots are busy wait and form the next batch. No timer
+// holds a lone request back.
+func (s *Etcd) batcher() {
+	defer s.wg.Done()
+	defer close(s.stopped)
+	var pending []*request
+	for {
+		var slot chan struct{}
+		if len(pending) > 0 {
+			slot = s.inflight
+		}
+		select {
+		case r := <-s.reqs:
+			pending = append(pending, r)
+		case slot <- struct{}{}:
+			pending = s.drain(pending)
+			var batch []*request
+			batch, pending = splitBatch(pending, s.maxBatch)
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer func() { <-s.inflight }()
+				s.commit(batch)
+			}()
+		case <-s.stop:
+			for _, r := range pending {
+				r.done <- result{err: ErrClosed}
+			}
+			return
+		}
+	}
+}
+
+// drain takes requests already waiting without blocking.
+func (s *Etcd) drain(pending []*request) []*request {
+	for {
+		select {
+		case r := <-s.reqs:
+			pending = append(pending, r)
+		default:
+			return pending
+		}
+	}
+}
+
+// splitBatch takes up to max requests with distinct names, in arrival order;
+// the rest stay pending in order.
+func splitBatch(pending []*request, max int) (batch, rest []*request) {
+	seen := make(map[string]bool, len(pending))
+	for _, r := range pending {
+		if len(batch) < max && !seen[r.name] {
+			seen[r.name] = true
+			batch = append(batch, r)
+			continue
+		}
+		rest = append(rest, r)
+	}
+	return batch, rest
+}
+
+// commit writes every name of the batch in one transaction. Each name is a
+// nested transaction: if its key already holds this lease id (a retry), read
+// it and return its revision; otherwise put the lease id. The floor key is
+// read in the same transaction so the offset matches the revision.
+func (s *Etcd) commit(batch []*request) {
+	ops := make([]clientv3.Op, 0, len(batch)+1)
+	ops = append(ops, clientv3.OpGet(FloorKey(s.prefix)))
+	for _, r := range batch {
+		key := s.tokenKey(r.name)
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", r.leaseID)},
+			[]clientv3.Op{clientv3.OpGet(key)},
+			[]clientv3.Op{clientv3.OpPut(key, r.leaseID)},
+		))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		err = fmt.Errorf("sequencer: etcd txn: %w", err)
+		for _, r := range batch {
+			r.done <- result{err: err}
+		}
+		return
+	}
+	s.txns.Add(1)
+	s.grants.Add(uint64(len(batch)))
+	offset, err := parseFloor(resp.Responses[0].GetResponseRange())
+	rev := resp.Header.Revision
+	for i, r := range batch {
+		if err != nil {
+			r.done <- result{err: err}
+			continue
+		}
+		sub := resp.Responses[i+1].GetResponseTxn()
+		tokRev := rev
+		if sub.Succeeded { // retry of the same lease id: same token
+			kvs := sub.Responses[0].GetResponseRange().Kvs
+			if len(kvs) == 1 {
+				tokRev = kvs[0].ModRevision
+			}
+		}
+		r.done <- result{tok: Token(tokRev, offset)}
+	}
+}
+
+func (s *Etcd) tokenKey(name string) string { return s.prefix + "tokens/" + name }
+
+// FloorKey is the key that holds the floor offset under prefix.
+func FloorKey(prefix string) string { return prefix + "floor" }
+
+// Token turns an etcd revision and the floor offset read in the same
+// transaction into a fencing token.
+func Token(rev int64, offset uint64) fence.Token { return fence.Token(uint64(rev) + offset) }

@@ -1,0 +1,250 @@
+package sequencer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/sequencer"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func newSeq(t *testing.T, cli *clientv3.Client, opts ...sequencer.Option) *sequencer.Etcd {
+	t.Helper()
+	s, err := sequencer.NewEtcd(cli, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestNextIdempotentPerLeaseID(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newSeq(t, cli)
+	ctx := t.Context()
+	a1, err := s.Next(ctx, "n", "lease-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := s.Next(ctx, "n", "lease-a")
+	if err != nil || a2 != a1 {
+		t.Fatalf("retry with the same lease id: %d, %v; want %d", a2, err, a1)
+	}
+	b, err := s.Next(ctx, "n", "lease-b")
+	if err != nil || b <= a1 {
+		t.Fatalf("next lease id: %d, %v; want > %d", b, err, a1)
+	}
+	other, err := s.Next(ctx, "other", "lease-a")
+	if err != nil || other <= b {
+		t.Fatalf("another name: %d, %v; want > %d (revisions are cluster-wide)", other, err, b)
+	}
+	if _, err := s.Next(ctx, "", "x"); err == nil {
+		t.Fatal("empty name accepted")
+	}
+}
+
+type grant struct {
+	name       string
+	tok        fence.Token
+	begin, end uint64
+}
+
+// checkOrder verifies guarantee 1 on a history: for one name, a grant that
+// began after another completed has a larger token, and no token repeats.
+func checkOrder(t *testing.T, hist []grant) {
+	t.Helper()
+	byName := map[string][]grant{}
+	for _, g := range hist {
+		byName[g.name] = append(byName[g.name], g)
+	}
+	for name, gs := range byName {
+		seen := map[fence.Token]bool{}
+		for _, g := range gs {
+			if seen[g.tok] {
+				t.Fatalf("name %s: token %d issued twice", name, g.tok)
+			}
+			seen[g.tok] = true
+		}
+		for _, a := range gs {
+			for _, b := range gs {
+				if a.end < b.begin && b.tok <= a.tok {
+					t.Fatalf("name %s: token %d granted after %d had completed", name, b.tok, a.tok)
+				}
+			}
+		}
+	}
+}
+
+func TestTokensIncreasePerNameUnderConcurrency(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newSeq(t, cli)
+	const workers, per, names = 48, 40, 6
+	var clock atomic.Uint64
+	var mu sync.Mutex
+	var hist []grant
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				name := fmt.Sprint("name-", (w+i)%names)
+				b := clock.Add(1)
+				tok, err := s.Next(context.Background(), name, fmt.Sprintf("lease-%d-%d", w, i))
+				e := clock.Add(1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				hist = append(hist, grant{name, tok, b, e})
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(hist) != workers*per {
+		t.Fatalf("%d grants, want %d", len(hist), workers*per)
+	}
+	checkOrder(t, hist)
+	st := s.Stats()
+	if st.Grants != uint64(workers*per) {
+		t.Fatalf("stats count %d grants, want %d", st.Grants, workers*per)
+	}
+	t.Logf("%d grants in %d txns", st.Grants, st.Txns)
+}
+
+// TestGroupCommitBatches counts transactions against grants: with many
+// concurrent callers on distinct names, one transaction carries many grants.
+func TestGroupCommitBatches(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newSeq(t, cli, sequencer.WithInflight(2))
+	const workers, per = 64, 30
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				if _, err := s.Next(context.Background(), fmt.Sprint("gc-", w), fmt.Sprint(w, "-", i)); err != nil {
+					failed.Add(1)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d callers failed", failed.Load())
+	}
+	st := s.Stats()
+	if st.Grants != workers*per {
+		t.Fatalf("grants = %d, want %d", st.Grants, workers*per)
+	}
+	// With at most 2 transactions in flight and 64 callers, batches must
+	// average far more than one grant; 4 leaves room for scheduling noise.
+	if st.Txns*4 > st.Grants {
+		t.Fatalf("%d grants in %d txns: group commit is not batching", st.Grants, st.Txns)
+	}
+	t.Logf("%d grants in %d txns (%.1f per txn)", st.Grants, st.Txns, float64(st.Grants)/float64(st.Txns))
+}
+
+// TestSameNameNeverSharesATxn sends many concurrent requests for one name:
+// each must get its own token, so no two can have shared a transaction.
+func TestSameNameNeverSharesATxn(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newSeq(t, cli, sequencer.WithInflight(1))
+	const n = 200
+	toks := make([]fence.Token, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			tok, err := s.Next(context.Background(), "hot", fmt.Sprint("l", i))
+			if err == nil {
+				toks[i] = tok
+			}
+		}(i)
+	}
+	wg.Wait()
+	seen := map[fence.Token]bool{}
+	for i, tok := range toks {
+		if tok == 0 {
+			t.Fatalf("request %d failed", i)
+		}
+		if seen[tok] {
+			t.Fatalf("token %d given to two requests for the same name", tok)
+		}
+		seen[tok] = true
+	}
+	if st := s.Stats(); st.Txns != n {
+		t.Fatalf("%d txns for %d same-name grants, want one each", st.Txns, n)
+	}
+}
+
+func TestClosedSequencer(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s, err := sequencer.NewEtcd(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.Close()
+	if _, err := s.Next(t.Context(), "n", "l"); !errors.Is(err, sequencer.ErrClosed) {
+		t.Fatalf("Next after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestOptionsRejected(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	for _, o := range []sequencer.Option{sequencer.WithMaxBatch(0), sequencer.WithInflight(0), sequencer.WithPrefix(""), sequencer.WithCommitTimeout(0)} {
+		if _, err := sequencer.NewEtcd(cli, o); err == nil {
+			t.Fatal("invalid option accepted")
+		}
+	}
+	if _, err := sequencer.NewEtcd(nil); err == nil {
+		t.Fatal("nil client accepted")
+	}
+}
+
+func TestNextHonoursContext(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newSeq(t, cli)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.Next(ctx, "n", "l"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next with a cancelled context = %v", err)
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	if _, err := s.Next(ctx, "n", "l"); !errors.Is(err, ctx.Err()) {
+		t.Fatalf("Next with an expired context = %v", err)
+	}
+}
+
+func TestParseEndpoints(t *testing.T) {
+	got, err := sequencer.ParseEndpoints("http://a:1, b:2")
+	if err != nil || len(got) != 2 {
+		t.Fatalf("%v %v", got, err)
+	}
+	for _, bad := range []string{"", " , ", "nohost", "http://", "a:b:c"} {
+		if _, err := sequencer.ParseEndpoints(bad); err == nil {
+			t.Errorf("ParseEndpoints(%q) accepted", bad)
+		}
+	}
+}
