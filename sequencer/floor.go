@@ -13,9 +13,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// parseFloor reads the offset from the floor key's range response; no key
+// ParseFloor reads the offset from the floor key's range response; no key
 // means 0.
-func parseFloor(rr *pb.RangeResponse) (uint64, error) {
+func ParseFloor(rr *pb.RangeResponse) (uint64, error) {
 	if rr == nil || len(rr.Kvs) == 0 {
 		return 0, nil
 	}
@@ -97,7 +97,7 @@ func readFloor(ctx context.Context, cli *clientv3.Client, prefix string) (floorR
 	if err != nil {
 		return floorRev{}, fmt.Errorf("sequencer: read floor: %w", err)
 	}
-	off, err := parseFloor((*pb.RangeResponse)(resp))
+	off, err := ParseFloor((*pb.RangeResponse)(resp))
 	if err != nil {
 		return floorRev{}, err
 	}

@@ -260,7 +260,7 @@ func (s *Etcd) commit(batch []*request) {
 	}
 	s.txns.Add(1)
 	s.grants.Add(uint64(len(batch)))
-	offset, err := parseFloor(resp.Responses[0].GetResponseRange())
+	offset, err := ParseFloor(resp.Responses[0].GetResponseRange())
 	rev := resp.Header.Revision
 	for i, r := range batch {
 		if err != nil {

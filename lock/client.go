@@ -1,0 +1,241 @@
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Client acquires leases from a LeaseStore.
+type Client struct {
+	store LeaseStore
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+	closed bool
+}
+
+// New returns a client of store. Close releases the leases it still holds;
+// it does not close the store.
+func New(store LeaseStore) (*Client, error) {
+	if store == nil {
+		return nil, errors.New("lock: nil lease store")
+	}
+	return &Client{store: store, leases: make(map[*Lease]struct{})}, nil
+}
+
+// Store returns the client's lease store.
+func (c *Client) Store() LeaseStore { return c.store }
+
+// Option configures one Acquire or TryAcquire.
+type Option func(*acquireOpts)
+
+type acquireOpts struct {
+	retry     RetryStrategy
+	wait      time.Duration
+	keepAlive bool
+}
+
+// WithRetry sets the fallback strategy for waiters that miss a release
+// notification. Default for Acquire: ExponentialBackoff(4ms, 256ms) with no
+// limit but the wait budget and the context.
+func WithRetry(s RetryStrategy) Option { return func(o *acquireOpts) { o.retry = s } }
+
+// WithWait bounds how long Acquire waits for a held lock before it returns
+// ErrNotAcquired. Default 0: wait until the context ends.
+func WithWait(d time.Duration) Option { return func(o *acquireOpts) { o.wait = d } }
+
+// WithKeepAlive makes the lease refresh itself every TTL/3 until Release.
+// Default off: the lease is lost at its validity deadline unless refreshed.
+func WithKeepAlive() Option { return func(o *acquireOpts) { o.keepAlive = true } }
+
+// TryAcquire makes one attempt: it returns ErrNotAcquired at once when the
+// lock is held.
+func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
+	o := acquireOpts{retry: NoRetry()}
+	for _, f := range opts {
+		f(&o)
+	}
+	o.retry, o.wait = NoRetry(), 0
+	return c.acquire(ctx, name, ttl, o)
+}
+
+// Acquire blocks until it holds the lease of name, the context ends (an
+// error matching ctx.Err()), or the wait budget runs out (ErrNotAcquired).
+// Waiters wake on the holder's release or when its lease expires.
+func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
+	o := acquireOpts{retry: ExponentialBackoff(4*time.Millisecond, 256*time.Millisecond)}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.wait < 0 {
+		return nil, fmt.Errorf("lock: wait %s: want >= 0", o.wait)
+	}
+	return c.acquire(ctx, name, ttl, o)
+}
+
+func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o acquireOpts) (*Lease, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := ValidateTTL(ttl); err != nil {
+		return nil, err
+	}
+	if o.retry == nil {
+		o.retry = NoRetry()
+	}
+	if o.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, o.wait, errWaitBudget)
+		defer cancel()
+	}
+	var (
+		notify   <-chan struct{}
+		stopWait func()
+	)
+	defer func() {
+		if stopWait != nil {
+			stopWait()
+		}
+	}()
+	for {
+		if err := c.checkOpen(); err != nil {
+			return nil, err
+		}
+		l, err := c.attempt(ctx, name, ttl, o.keepAlive)
+		if err == nil {
+			return l, nil
+		}
+		var held *HeldError
+		if !errors.As(err, &held) && !errors.Is(err, ErrLost) && !errors.Is(err, errNoValidity) {
+			return nil, c.ctxErr(ctx, name, err)
+		}
+		d := o.retry.NextBackoff()
+		if d <= 0 {
+			return nil, fmt.Errorf("%w: %q is held", ErrNotAcquired, name)
+		}
+		if notify == nil {
+			// Subscribe, then try once more at once: a release between the
+			// attempt and the subscription would otherwise be missed.
+			if notify, stopWait, err = c.store.Watch(ctx, name); err != nil {
+				return nil, c.ctxErr(ctx, name, err)
+			}
+			continue
+		}
+		if held != nil && held.Remaining > 0 && held.Remaining < d {
+			d = held.Remaining
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-notify:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, c.ctxErr(ctx, name, ctx.Err())
+		}
+		t.Stop()
+	}
+}
+
+var (
+	errWaitBudget = errors.New("lock: wait budget ran out")
+	errNoValidity = errors.New("lock: lease granted with no validity left")
+)
+
+// ctxErr turns the end of the wait budget into ErrNotAcquired and keeps
+// every other context error matching ctx.Err().
+func (c *Client) ctxErr(ctx context.Context, name string, err error) error {
+	if ctx.Err() != nil {
+		if context.Cause(ctx) == errWaitBudget {
+			return fmt.Errorf("%w: %q still held when the wait budget ran out", ErrNotAcquired, name)
+		}
+		return fmt.Errorf("lock: acquire %q: %w", name, ctx.Err())
+	}
+	return fmt.Errorf("lock: acquire %q: %w", name, err)
+}
+
+// attempt is one pass of the acquisition protocol (DESIGN.md).
+func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, keepAlive bool) (*Lease, error) {
+	id, err := newLeaseID()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	g, err := c.store.Acquire(ctx, name, id, ttl)
+	if err != nil {
+		return nil, err
+	}
+	validity := g.TTL - time.Since(start) - drift(g.TTL)
+	if validity <= 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = c.store.Release(rctx, name, id) // the lease expires anyway; releasing only frees it sooner
+		return nil, errNoValidity
+	}
+	l := newLease(ctx, c, name, id, g, start.Add(g.TTL-drift(g.TTL)), keepAlive)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		l.Release(context.WithoutCancel(ctx))
+		return nil, ErrClosed
+	}
+	c.leases[l] = struct{}{}
+	c.mu.Unlock()
+	l.start()
+	return l, nil
+}
+
+func (c *Client) checkOpen() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	delete(c.leases, l)
+	c.mu.Unlock()
+}
+
+// Close releases every lease the client still holds and waits for their
+// keep-alive goroutines. Later calls return ErrClosed. Close is idempotent.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	leases := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, l := range leases {
+		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLost) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Inspect reports who holds name.
+func (c *Client) Inspect(ctx context.Context, name string) (State, error) {
+	if err := ValidateName(name); err != nil {
+		return State{}, err
+	}
+	return c.store.Inspect(ctx, name)
+}
+
+// newLeaseID returns 128 random bits in hex.
+func newLeaseID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("lock: lease id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}

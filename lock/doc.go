@@ -1,0 +1,52 @@
+// Package lock takes leases and fencing tokens.
+//
+// A [Lease] pairs a lease, which makes contention cheap and orderly, with a
+// fencing token, which makes it safe: pass [Lease.Token] to the protected
+// resource with every write and let the resource reject stale tokens (see
+// package fence and adapters/postgres). A lease alone cannot stop a holder
+// that pauses past its TTL, or a Redis failover that forgets the lease, from
+// writing late; the token checked by the resource can.
+//
+//	store, _ := lock.NewRedisStore(rdb, seq) // or lock.NewEtcdStore(etcdClient, "")
+//	client, _ := lock.New(store)
+//	lease, err := client.Acquire(ctx, "invoice-42", 10*time.Second, lock.WithKeepAlive())
+//	if err != nil { … }
+//	defer lease.Release(ctx)
+//	err = db.Write(lease.Context(), lease.Token(), …) // the resource admits the token
+//
+// # Acquisition
+//
+// [Client.Acquire] follows the protocol in DESIGN.md: a random 128-bit lease
+// id; the lease (Redis SET NX PX); a token from the sequencer (an etcd Txn
+// revision); a confirm script that checks the lease is still this lease id
+// and records the token beside it; then validity = TTL - elapsed - drift
+// (1% of the TTL + 2ms). A lease lost while its token was taken is
+// abandoned and the acquisition tries again. With [EtcdStore] the lease and
+// the token are one etcd Txn.
+//
+// A waiter does not poll: it subscribes to release notifications (Redis
+// pub/sub published by the release script, or an etcd watch) and also wakes
+// when the holder's lease would expire. The [RetryStrategy] only bounds the
+// sleep when both are missed. [Client.TryAcquire] makes one attempt.
+//
+// # Losing a lease
+//
+// A lease is valid until [Lease.Deadline]. With [WithKeepAlive] one goroutine
+// refreshes it every TTL/3. When a refresh finds the lease taken or gone, or
+// the deadline passes without a successful refresh, [Lease.Done] closes and
+// [Lease.Context] is cancelled, once; [Lease.Err] says why ([ErrLost],
+// [ErrExpired]). [Lease.Release] closes them with [ErrReleased].
+//
+// # Errors
+//
+// Invalid names and TTLs are rejected with [ErrInvalidName] and
+// [ErrInvalidTTL] before any key is touched. A held lock is
+// [ErrNotAcquired]; a refresh or release by a lease id that no longer holds
+// the lease is [ErrLost]. When the context ends, the error matches ctx.Err().
+//
+// # Stores
+//
+// [RedisStore] works with any redis.UniversalClient: a single node, Sentinel
+// or Cluster (a lock's keys share the hash tag {name}). [EtcdStore] needs
+// nothing but etcd; its TTLs are whole seconds, rounded up.
+package lock

@@ -1,0 +1,46 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrNotAcquired: another holder has the lease and the wait budget (or
+	// the retry strategy) ran out, or TryAcquire found it held.
+	ErrNotAcquired = errors.New("lock: not acquired")
+	// ErrLost: this lease id does not hold the lease (it expired, was
+	// released, or was taken over). Refresh and Release return it; a lost
+	// lease's Err returns it.
+	ErrLost = errors.New("lock: lease lost")
+	// ErrExpired: the validity deadline passed without a successful refresh.
+	// It matches ErrLost too.
+	ErrExpired = fmt.Errorf("%w: validity deadline passed without a refresh", ErrLost)
+	// ErrReleased is a released lease's Err.
+	ErrReleased = errors.New("lock: lease released")
+	// ErrInvalidName: the lock name breaks the rules (see ValidateName).
+	ErrInvalidName = errors.New("lock: invalid lock name")
+	// ErrInvalidTTL: the TTL is outside MinTTL to MaxTTL.
+	ErrInvalidTTL = errors.New("lock: invalid ttl")
+	// ErrClosed: the client was closed.
+	ErrClosed = errors.New("lock: client closed")
+)
+
+// HeldError is returned by a LeaseStore's Acquire when another holder has
+// the lease. It matches ErrNotAcquired. Remaining is how long the holder's
+// lease has left when the store knows it, else 0; waiters use it to try
+// again when the lease expires rather than later.
+type HeldError struct {
+	Remaining time.Duration
+}
+
+func (e *HeldError) Error() string {
+	if e.Remaining > 0 {
+		return fmt.Sprintf("lock: not acquired: held for another %s", e.Remaining)
+	}
+	return "lock: not acquired: held"
+}
+
+// Is makes errors.Is(err, ErrNotAcquired) true.
+func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }

@@ -1,0 +1,515 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
+	"github.com/redis/go-redis/v9"
+)
+
+// backend is one lease store under test, with a way to tamper with it
+// behind the holder's back.
+type backend struct {
+	name  string
+	store lock.LeaseStore
+	ttl   time.Duration // a short TTL the store honours
+	// deleteLease removes the lease of name directly in the backend.
+	deleteLease func(t *testing.T, name string)
+	// waitSubscribed waits until the backend will deliver a release
+	// notification for name to a waiter that has called Watch.
+	waitSubscribed func(t *testing.T, name string)
+}
+
+func backends(t *testing.T) []backend {
+	return []backend{redisBackend(t), etcdBackend(t)}
+}
+
+func redisBackend(t *testing.T) backend {
+	rdb := testenv.Redis(t)
+	_, cli := testenv.Etcd(t)
+	seq, err := sequencer.NewEtcd(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seq.Close() })
+	prefix := testenv.Name(t) + ":"
+	s, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return backend{
+		name: "redis", store: s, ttl: 300 * time.Millisecond,
+		deleteLease: func(t *testing.T, name string) {
+			if n, err := rdb.Del(context.Background(), prefix+"{"+name+"}:lease").Result(); err != nil || n != 1 {
+				t.Fatalf("delete lease key: %d, %v", n, err)
+			}
+		},
+		waitSubscribed: func(t *testing.T, name string) {
+			ch := prefix + "{" + name + "}:released"
+			waitUntil(t, func() bool {
+				m, err := rdb.PubSubNumSub(context.Background(), ch).Result()
+				return err == nil && m[ch] > 0
+			})
+		},
+	}
+}
+
+func etcdBackend(t *testing.T) backend {
+	_, cli := testenv.Etcd(t)
+	prefix := "/" + testenv.Name(t) + "/"
+	s, err := lock.NewEtcdStore(cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return backend{
+		name: "etcd", store: s, ttl: 2 * time.Second,
+		deleteLease: func(t *testing.T, name string) {
+			if r, err := cli.Delete(context.Background(), prefix+"locks/"+name); err != nil || r.Deleted != 1 {
+				t.Fatalf("delete lock key: %v", err)
+			}
+		},
+		waitSubscribed: func(t *testing.T, name string) {}, // Watch returns once etcd confirmed it
+	}
+}
+
+func newClient(t *testing.T, s lock.LeaseStore) *lock.Client {
+	c, err := lock.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// waitUntil polls cond until it holds or 30s pass.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 30s")
+		}
+		<-tick.C
+	}
+}
+
+// watchSignal wraps a store and reports when a waiter's Watch has returned.
+type watchSignal struct {
+	lock.LeaseStore
+	watching chan struct{}
+	once     sync.Once
+}
+
+func (w *watchSignal) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	ch, stop, err := w.LeaseStore.Watch(ctx, name)
+	w.once.Do(func() { close(w.watching) })
+	return ch, stop, err
+}
+
+// counting wraps a store and counts every call that reaches it.
+type counting struct {
+	lock.LeaseStore
+	calls atomic.Int64
+}
+
+func (c *counting) Acquire(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+	c.calls.Add(1)
+	return c.LeaseStore.Acquire(ctx, name, id, ttl)
+}
+
+func (c *counting) Inspect(ctx context.Context, name string) (lock.State, error) {
+	c.calls.Add(1)
+	return c.LeaseStore.Inspect(ctx, name)
+}
+
+func (c *counting) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	c.calls.Add(1)
+	return c.LeaseStore.Watch(ctx, name)
+}
+
+func TestMutualExclusionUnderContention(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			const workers, rounds = 8, 15
+			var (
+				holders  atomic.Int32
+				counter  int           // unsynchronised on purpose: -race sees overlap
+				tokens   []fence.Token // in the order holders held the lock
+				wg       sync.WaitGroup
+				failures = make(chan error, workers)
+			)
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < rounds; i++ {
+						l, err := c.Acquire(context.Background(), name, 10*b.ttl, lock.WithWait(30*time.Second))
+						if err != nil {
+							failures <- err
+							return
+						}
+						if n := holders.Add(1); n != 1 {
+							failures <- fmt.Errorf("%d holders at once", n)
+						}
+						counter++
+						tokens = append(tokens, l.Token())
+						holders.Add(-1)
+						if err := l.Release(context.Background()); err != nil {
+							failures <- fmt.Errorf("release: %w", err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(failures)
+			for err := range failures {
+				t.Fatal(err)
+			}
+			if counter != workers*rounds {
+				t.Fatalf("counter = %d, want %d", counter, workers*rounds)
+			}
+			for i := 1; i < len(tokens); i++ {
+				if tokens[i] <= tokens[i-1] {
+					t.Fatalf("holder %d got token %d after %d", i, tokens[i], tokens[i-1])
+				}
+			}
+		})
+	}
+}
+
+func TestWaiterWakesOnRelease(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ws := &watchSignal{LeaseStore: b.store, watching: make(chan struct{})}
+			c := newClient(t, ws)
+			name := testenv.Name(t)
+			const hold = 40 * time.Second
+			a, err := c.Acquire(t.Context(), name, hold)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type res struct {
+				l   *lock.Lease
+				err error
+			}
+			got := make(chan res, 1)
+			go func() {
+				// The fallback retry is an hour and the budget far below the
+				// holder's TTL: only the release notification can wake it.
+				l, err := c.Acquire(context.Background(), name, b.ttl, lock.WithRetry(lock.LinearBackoff(time.Hour)), lock.WithWait(hold/2))
+				got <- res{l, err}
+			}()
+			<-ws.watching
+			b.waitSubscribed(t, name)
+			if err := a.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			r := <-got
+			if r.err != nil {
+				t.Fatalf("waiter: %v", r.err)
+			}
+			if r.l.Token() <= a.Token() {
+				t.Fatalf("waiter's token %d, want > %d", r.l.Token(), a.Token())
+			}
+			r.l.Release(t.Context())
+		})
+	}
+}
+
+func TestWrongLeaseIDCannotRefreshOrRelease(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			l, err := c.Acquire(t.Context(), name, 5*b.ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wrong := strings.Repeat("0", 32)
+			if _, err := b.store.Refresh(t.Context(), name, wrong, b.ttl); !errors.Is(err, lock.ErrLost) {
+				t.Fatalf("refresh with a wrong lease id: %v, want ErrLost", err)
+			}
+			if err := b.store.Release(t.Context(), name, wrong); !errors.Is(err, lock.ErrLost) {
+				t.Fatalf("release with a wrong lease id: %v, want ErrLost", err)
+			}
+			st, err := c.Inspect(t.Context(), name)
+			if err != nil || !st.Held || st.LeaseID != l.ID() || st.Token != l.Token() {
+				t.Fatalf("after the wrong calls: %+v, %v; want held by %s with token %d", st, err, l.ID(), l.Token())
+			}
+			if err := l.Refresh(t.Context(), 0); err != nil {
+				t.Fatalf("holder's refresh: %v", err)
+			}
+			if err := l.Release(t.Context()); err != nil {
+				t.Fatalf("holder's release: %v", err)
+			}
+			if st, err := c.Inspect(t.Context(), name); err != nil || st.Held {
+				t.Fatalf("after release: %+v, %v", st, err)
+			}
+		})
+	}
+}
+
+func TestDeletedLeaseReportedThroughDone(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			l, err := c.Acquire(t.Context(), name, b.ttl, lock.WithKeepAlive())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.deleteLease(t, name)
+			<-l.Done()
+			if err := l.Err(); !errors.Is(err, lock.ErrLost) || errors.Is(err, lock.ErrExpired) {
+				t.Fatalf("Err = %v, want ErrLost from a refresh", err)
+			}
+			if err := l.Context().Err(); !errors.Is(err, context.Canceled) {
+				t.Fatalf("lease context: %v", err)
+			}
+			if err := l.Release(t.Context()); !errors.Is(err, lock.ErrLost) {
+				t.Fatalf("Release of a lost lease = %v, want ErrLost", err)
+			}
+		})
+	}
+}
+
+func TestKeepAliveHoldsPastTTL(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			l, err := c.Acquire(t.Context(), name, b.ttl, lock.WithKeepAlive())
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := l.Deadline()
+			// Wait until the keep-alive has moved the deadline past the
+			// original one twice over; the lease must still be held.
+			waitUntil(t, func() bool { return l.Deadline().After(first.Add(b.ttl)) })
+			select {
+			case <-l.Done():
+				t.Fatalf("lost: %v", l.Err())
+			default:
+			}
+			if st, err := c.Inspect(t.Context(), name); err != nil || st.LeaseID != l.ID() {
+				t.Fatalf("inspect: %+v %v", st, err)
+			}
+			if err := l.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			<-l.Done()
+			if !errors.Is(l.Err(), lock.ErrReleased) {
+				t.Fatalf("Err after release = %v", l.Err())
+			}
+		})
+	}
+}
+
+func TestExpiryWithoutRefresh(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			a, err := c.Acquire(t.Context(), name, b.ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !a.Deadline().Before(time.Now().Add(a.TTL())) {
+				t.Fatalf("deadline %v is not within the TTL", a.Deadline())
+			}
+			// The next holder waits for the expiry, not for a release.
+			n, err := c.Acquire(t.Context(), name, b.ttl, lock.WithWait(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Token() <= a.Token() {
+				t.Fatalf("next holder's token %d, want > %d", n.Token(), a.Token())
+			}
+			<-a.Done()
+			if !errors.Is(a.Err(), lock.ErrExpired) {
+				t.Fatalf("first holder's Err = %v, want ErrExpired", a.Err())
+			}
+			if err := a.Refresh(t.Context(), 0); !errors.Is(err, lock.ErrLost) {
+				t.Fatalf("refresh of an expired lease: %v", err)
+			}
+			if err := a.Release(t.Context()); !errors.Is(err, lock.ErrLost) {
+				t.Fatalf("release of an expired lease: %v", err)
+			}
+			if st, _ := c.Inspect(t.Context(), name); st.LeaseID != n.ID() {
+				t.Fatalf("the expired holder's release touched the new lease: %+v", st)
+			}
+			n.Release(t.Context())
+		})
+	}
+}
+
+func TestTryAcquireAndContextErrors(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			l, err := c.TryAcquire(t.Context(), name, 10*b.ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(context.Background())
+			if _, err := c.TryAcquire(t.Context(), name, b.ttl); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("TryAcquire of a held lock: %v", err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			if _, err := c.Acquire(ctx, name, b.ttl); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Acquire with a cancelled context: %v", err)
+			}
+			ctx, cancel = context.WithTimeout(t.Context(), 50*time.Millisecond)
+			defer cancel()
+			if _, err := c.Acquire(ctx, name, b.ttl); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Acquire past its deadline: %v", err)
+			}
+			if _, err := c.Acquire(t.Context(), name, b.ttl, lock.WithWait(50*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Acquire past its wait budget: %v, want ErrNotAcquired", err)
+			}
+			if _, err := c.Acquire(t.Context(), name, b.ttl, lock.WithRetry(lock.LimitRetry(lock.LinearBackoff(time.Millisecond), 3))); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("Acquire with a limited retry: %v", err)
+			}
+		})
+	}
+}
+
+func TestInvalidInputTouchesNoKey(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			cs := &counting{LeaseStore: b.store}
+			c := newClient(t, cs)
+			for _, name := range []string{"", "a b", "a/b", "{x}", "a\nb", "ä", strings.Repeat("x", 201), "*"} {
+				if _, err := c.Acquire(t.Context(), name, time.Second); !errors.Is(err, lock.ErrInvalidName) {
+					t.Errorf("name %q: %v, want ErrInvalidName", name, err)
+				}
+				if _, err := c.Inspect(t.Context(), name); !errors.Is(err, lock.ErrInvalidName) {
+					t.Errorf("inspect %q: %v", name, err)
+				}
+			}
+			for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond, 25 * time.Hour} {
+				if _, err := c.TryAcquire(t.Context(), "ok-name", ttl); !errors.Is(err, lock.ErrInvalidTTL) {
+					t.Errorf("ttl %s: %v, want ErrInvalidTTL", ttl, err)
+				}
+			}
+			if n := cs.calls.Load(); n != 0 {
+				t.Fatalf("%d calls reached the store", n)
+			}
+			if err := lock.ValidateName("A-z_0.9:" + strings.Repeat("x", 192)); err != nil {
+				t.Fatalf("a valid 200-character name: %v", err)
+			}
+		})
+	}
+}
+
+func TestClientCloseReleasesLeases(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c, err := lock.New(b.store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := testenv.Name(t)
+			l, err := c.Acquire(t.Context(), name, b.ttl, lock.WithKeepAlive())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Close(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			<-l.Done()
+			if st, err := b.store.Inspect(t.Context(), name); err != nil || st.Held {
+				t.Fatalf("after Close: %+v %v", st, err)
+			}
+			if _, err := c.Acquire(t.Context(), name, b.ttl); !errors.Is(err, lock.ErrClosed) {
+				t.Fatalf("Acquire after Close: %v", err)
+			}
+		})
+	}
+}
+
+func TestEtcdTTLRoundedUp(t *testing.T) {
+	b := etcdBackend(t)
+	c := newClient(t, b.store)
+	l, err := c.Acquire(t.Context(), testenv.Name(t), 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	if l.TTL() < time.Second || l.TTL()%time.Second != 0 {
+		t.Fatalf("TTL %s: want whole seconds, at least 1s", l.TTL())
+	}
+	if !l.Deadline().After(time.Now().Add(500 * time.Millisecond)) {
+		t.Fatalf("deadline %s away: not computed from the granted TTL", time.Until(l.Deadline()))
+	}
+}
+
+// lossySeq deletes the lease while the first token is being taken, as an
+// expiry during a slow sequencer would.
+type lossySeq struct {
+	sequencer.Sequencer
+	rdb    *redis.Client
+	key    string
+	calls  atomic.Int32
+	tokens []fence.Token
+	mu     sync.Mutex
+}
+
+func (s *lossySeq) Next(ctx context.Context, name, id string) (fence.Token, error) {
+	tok, err := s.Sequencer.Next(ctx, name, id)
+	if s.calls.Add(1) == 1 {
+		s.rdb.Del(ctx, s.key)
+	}
+	s.mu.Lock()
+	s.tokens = append(s.tokens, tok)
+	s.mu.Unlock()
+	return tok, err
+}
+
+func TestRedisLeaseLostWhileTakingToken(t *testing.T) {
+	rdb := testenv.Redis(t)
+	_, cli := testenv.Etcd(t)
+	seq, err := sequencer.NewEtcd(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seq.Close()
+	prefix, name := testenv.Name(t)+":", "n"
+	ls := &lossySeq{Sequencer: seq, rdb: rdb, key: prefix + "{n}:lease"}
+	s, err := lock.NewRedisStore(rdb, ls, lock.WithRedisPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := newClient(t, s)
+	l, err := c.Acquire(t.Context(), name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.calls.Load() != 2 {
+		t.Fatalf("sequencer called %d times, want 2 (the first token abandoned)", ls.calls.Load())
+	}
+	if l.Token() != ls.tokens[1] || l.Token() <= ls.tokens[0] {
+		t.Fatalf("lease token %d, tokens taken %v", l.Token(), ls.tokens)
+	}
+	if st, _ := s.Inspect(t.Context(), name); st.Token != l.Token() {
+		t.Fatalf("token recorded beside the lease: %d, want %d", st.Token, l.Token())
+	}
+}

@@ -1,0 +1,273 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/sequencer"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/acquire.lua
+	acquireLua string
+	//go:embed scripts/confirm.lua
+	confirmLua string
+	//go:embed scripts/refresh.lua
+	refreshLua string
+	//go:embed scripts/release.lua
+	releaseLua string
+	//go:embed scripts/inspect.lua
+	inspectLua string
+
+	acquireScript = redis.NewScript(acquireLua)
+	confirmScript = redis.NewScript(confirmLua)
+	refreshScript = redis.NewScript(refreshLua)
+	releaseScript = redis.NewScript(releaseLua)
+	inspectScript = redis.NewScript(inspectLua)
+)
+
+// RedisStore keeps leases in Redis and takes tokens from a Sequencer. Any
+// redis.UniversalClient works: a single node, Sentinel (a failover client)
+// or Cluster. A lock's keys share the hash tag {name}, so they live in one
+// Cluster slot and its scripts run on one node.
+//
+// Keys: <prefix>{name}:lease holds the lease id with the lease's expiry,
+// <prefix>{name}:token the token beside it. The release script publishes on
+// <prefix>{name}:released, which waiters subscribe to.
+type RedisStore struct {
+	rdb    redis.UniversalClient
+	seq    sequencer.Sequencer
+	prefix string
+	n      notifier
+}
+
+var _ LeaseStore = (*RedisStore)(nil)
+
+// RedisOption configures a RedisStore.
+type RedisOption func(*RedisStore) error
+
+// WithRedisPrefix sets the key prefix. Default "fenced:".
+func WithRedisPrefix(p string) RedisOption {
+	return func(s *RedisStore) error {
+		if p == "" {
+			return errors.New("lock: empty Redis key prefix")
+		}
+		s.prefix = p
+		return nil
+	}
+}
+
+// NewRedisStore returns a store on rdb that takes tokens from seq. Close
+// stops its notification subscriber; it does not close rdb or seq.
+func NewRedisStore(rdb redis.UniversalClient, seq sequencer.Sequencer, opts ...RedisOption) (*RedisStore, error) {
+	if rdb == nil || seq == nil {
+		return nil, errors.New("lock: NewRedisStore needs a Redis client and a sequencer")
+	}
+	s := &RedisStore{rdb: rdb, seq: seq, prefix: "fenced:"}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	s.n.rdb = rdb
+	return s, nil
+}
+
+func (s *RedisStore) keys(name string) []string {
+	base := s.prefix + "{" + name + "}:"
+	return []string{base + "lease", base + "token"}
+}
+
+func (s *RedisStore) channel(name string) string { return s.prefix + "{" + name + "}:released" }
+
+// Acquire implements LeaseStore: SET NX PX, a token from the sequencer, and
+// the confirm script.
+func (s *RedisStore) Acquire(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
+	keys := s.keys(name)
+	ms := ttl.Milliseconds()
+	held, err := acquireScript.Run(ctx, s.rdb, keys[:1], leaseID, ms).Int64()
+	if err != nil {
+		return Grant{}, fmt.Errorf("lock: redis: %w", err)
+	}
+	if held >= 0 {
+		return Grant{}, &HeldError{Remaining: time.Duration(held) * time.Millisecond}
+	}
+	tok, err := s.seq.Next(ctx, name, leaseID)
+	if err != nil {
+		s.abandon(ctx, name, leaseID)
+		return Grant{}, fmt.Errorf("lock: token: %w", err)
+	}
+	pttl, err := confirmScript.Run(ctx, s.rdb, keys, leaseID, uint64(tok)).Int64()
+	if err != nil {
+		s.abandon(ctx, name, leaseID)
+		return Grant{}, fmt.Errorf("lock: redis: %w", err)
+	}
+	if pttl < 0 {
+		return Grant{}, ErrLost
+	}
+	return Grant{Token: tok, TTL: ttl}, nil
+}
+
+// abandon frees a lease whose token could not be taken or confirmed, so
+// that others need not wait for it to expire.
+func (s *RedisStore) abandon(ctx context.Context, name, leaseID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = s.Release(ctx, name, leaseID) // it expires anyway
+}
+
+// Refresh implements LeaseStore.
+func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (time.Duration, error) {
+	ok, err := refreshScript.Run(ctx, s.rdb, s.keys(name), leaseID, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("lock: redis: %w", err)
+	}
+	if ok != 1 {
+		return 0, ErrLost
+	}
+	return ttl, nil
+}
+
+// Release implements LeaseStore.
+func (s *RedisStore) Release(ctx context.Context, name, leaseID string) error {
+	ok, err := releaseScript.Run(ctx, s.rdb, s.keys(name), leaseID, s.channel(name)).Int64()
+	if err != nil {
+		return fmt.Errorf("lock: redis: %w", err)
+	}
+	if ok != 1 {
+		return ErrLost
+	}
+	return nil
+}
+
+// Inspect implements LeaseStore.
+func (s *RedisStore) Inspect(ctx context.Context, name string) (State, error) {
+	v, err := inspectScript.Run(ctx, s.rdb, s.keys(name)).Slice()
+	if err != nil {
+		return State{}, fmt.Errorf("lock: redis: %w", err)
+	}
+	id, _ := v[0].(string)
+	if id == "" {
+		return State{}, nil
+	}
+	st := State{Held: true, LeaseID: id}
+	if ms, ok := v[1].(int64); ok && ms > 0 {
+		st.Remaining = time.Duration(ms) * time.Millisecond
+	}
+	if t, ok := v[2].(string); ok {
+		n, err := strconv.ParseUint(t, 10, 64)
+		if err == nil {
+			st.Token = fence.Token(n)
+		}
+	}
+	return st, nil
+}
+
+// Ping implements LeaseStore.
+func (s *RedisStore) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("lock: redis: %w", err)
+	}
+	return nil
+}
+
+// Watch implements LeaseStore with Redis pub/sub. All waiters of a store
+// share one subscriber connection; a channel stays subscribed while anyone
+// waits on it.
+func (s *RedisStore) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return s.n.watch(ctx, s.channel(name))
+}
+
+// Close stops the notification subscriber. It is idempotent.
+func (s *RedisStore) Close() error { return s.n.close() }
+
+// notifier multiplexes release notifications over one PubSub connection.
+type notifier struct {
+	rdb redis.UniversalClient
+
+	mu     sync.Mutex
+	ps     *redis.PubSub
+	subs   map[string]map[chan struct{}]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, nil, ErrClosed
+	}
+	if n.ps == nil {
+		n.ps = n.rdb.Subscribe(context.WithoutCancel(ctx))
+		n.subs = make(map[string]map[chan struct{}]struct{})
+		msgs := n.ps.Channel()
+		n.wg.Add(1)
+		go n.dispatch(msgs)
+	}
+	ch := make(chan struct{}, 1)
+	waiters := n.subs[channel]
+	if waiters == nil {
+		if err := n.ps.Subscribe(ctx, channel); err != nil {
+			return nil, nil, fmt.Errorf("lock: redis subscribe: %w", err)
+		}
+		waiters = make(map[chan struct{}]struct{})
+		n.subs[channel] = waiters
+	}
+	waiters[ch] = struct{}{}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			ws := n.subs[channel]
+			delete(ws, ch)
+			if len(ws) == 0 && !n.closed {
+				delete(n.subs, channel)
+				// A failed unsubscribe only leaves a channel we ignore.
+				_ = n.ps.Unsubscribe(context.Background(), channel)
+			}
+		})
+	}
+	return ch, stop, nil
+}
+
+// dispatch is the notifier's goroutine; close stops it by closing the
+// PubSub, which closes msgs.
+func (n *notifier) dispatch(msgs <-chan *redis.Message) {
+	defer n.wg.Done()
+	for m := range msgs {
+		n.mu.Lock()
+		for ch := range n.subs[m.Channel] {
+			select {
+			case ch <- struct{}{}:
+			default: // already signalled
+			}
+		}
+		n.mu.Unlock()
+	}
+}
+
+func (n *notifier) close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	ps := n.ps
+	n.mu.Unlock()
+	var err error
+	if ps != nil {
+		err = ps.Close()
+	}
+	n.wg.Wait()
+	return err
+}

@@ -1,0 +1,75 @@
+package lock
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// RetryStrategy says how long a waiter may sleep before it tries again when
+// no release notification arrives. NextBackoff returns 0 to give up.
+// Waiters wake earlier on a release notification or when the holder's lease
+// expires; the strategy only bounds the wait when both are missed.
+type RetryStrategy interface {
+	NextBackoff() time.Duration
+}
+
+type noRetry struct{}
+
+func (noRetry) NextBackoff() time.Duration { return 0 }
+
+// NoRetry gives up after the first attempt.
+func NoRetry() RetryStrategy { return noRetry{} }
+
+type linear time.Duration
+
+func (l linear) NextBackoff() time.Duration { return time.Duration(l) }
+
+// LinearBackoff waits the same interval every time.
+func LinearBackoff(d time.Duration) RetryStrategy { return linear(d) }
+
+type exponential struct {
+	mu       sync.Mutex
+	cur, max time.Duration
+}
+
+// ExponentialBackoff waits min, then twice as long each time up to max, with
+// up to 25% random jitter so that waiters do not retry in step.
+func ExponentialBackoff(min, max time.Duration) RetryStrategy {
+	if min <= 0 {
+		min = time.Millisecond
+	}
+	if max < min {
+		max = min
+	}
+	return &exponential{cur: min, max: max}
+}
+
+func (e *exponential) NextBackoff() time.Duration {
+	e.mu.Lock()
+	d := e.cur
+	if e.cur = 2 * e.cur; e.cur > e.max {
+		e.cur = e.max
+	}
+	e.mu.Unlock()
+	return d - time.Duration(rand.Int64N(int64(d)/4+1))
+}
+
+type limited struct {
+	mu    sync.Mutex
+	s     RetryStrategy
+	left  int
+}
+
+// LimitRetry gives up after max retries of s.
+func LimitRetry(s RetryStrategy, max int) RetryStrategy { return &limited{s: s, left: max} }
+
+func (l *limited) NextBackoff() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.left <= 0 {
+		return 0
+	}
+	l.left--
+	return l.s.NextBackoff()
+}
