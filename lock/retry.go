@@ -56,9 +56,9 @@ func (e *exponential) NextBackoff() time.Duration {
 }
 
 type limited struct {
-	mu    sync.Mutex
-	s     RetryStrategy
-	left  int
+	mu   sync.Mutex
+	s    RetryStrategy
+	left int
 }
 
 // LimitRetry gives up after max retries of s.
