@@ -38,6 +38,7 @@ type acquireOpts struct {
 	retry     RetryStrategy
 	wait      time.Duration
 	keepAlive bool
+	detached  bool
 }
 
 // WithRetry sets the fallback strategy for waiters that miss a release
@@ -52,6 +53,13 @@ func WithWait(d time.Duration) Option { return func(o *acquireOpts) { o.wait = d
 // WithKeepAlive makes the lease refresh itself every TTL/3 until Release.
 // Default off: the lease is lost at its validity deadline unless refreshed.
 func WithKeepAlive() Option { return func(o *acquireOpts) { o.keepAlive = true } }
+
+// WithDetached returns a lease with no goroutine and no keep-alive, not
+// tracked by the client: Done closes only when Release or Refresh finds it
+// lost, not at the deadline. For servers that hand the lease id to a remote
+// holder, who refreshes and releases it by id (RefreshID, ReleaseID).
+// Default off.
+func WithDetached() Option { return func(o *acquireOpts) { o.detached = true } }
 
 // TryAcquire makes one attempt: it returns ErrNotAcquired at once when the
 // lock is held.
@@ -106,7 +114,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if err := c.checkOpen(); err != nil {
 			return nil, err
 		}
-		l, err := c.attempt(ctx, name, ttl, o.keepAlive)
+		l, err := c.attempt(ctx, name, ttl, o)
 		if err == nil {
 			return l, nil
 		}
@@ -159,7 +167,7 @@ func (c *Client) ctxErr(ctx context.Context, name string, err error) error {
 }
 
 // attempt is one pass of the acquisition protocol (DESIGN.md).
-func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, keepAlive bool) (*Lease, error) {
+func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, o acquireOpts) (*Lease, error) {
 	id, err := newLeaseID()
 	if err != nil {
 		return nil, err
@@ -176,7 +184,10 @@ func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, ke
 		_ = c.store.Release(rctx, name, id) // the lease expires anyway; releasing only frees it sooner
 		return nil, errNoValidity
 	}
-	l := newLease(ctx, c, name, id, g, start.Add(g.TTL-drift(g.TTL)), keepAlive)
+	l := newLease(ctx, c, name, id, g, start.Add(g.TTL-drift(g.TTL)), o.keepAlive && !o.detached)
+	if o.detached {
+		return l, nil
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -229,6 +240,44 @@ func (c *Client) Inspect(ctx context.Context, name string) (State, error) {
 		return State{}, err
 	}
 	return c.store.Inspect(ctx, name)
+}
+
+// RefreshID refreshes the lease of name held by leaseID, for a holder that
+// has only the lease id (see WithDetached). ttl must be valid. ErrLost if
+// leaseID does not hold the lease.
+func (c *Client) RefreshID(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
+	if err := validateID(name, leaseID); err != nil {
+		return Grant{}, err
+	}
+	if err := ValidateTTL(ttl); err != nil {
+		return Grant{}, err
+	}
+	return c.store.Refresh(ctx, name, leaseID, ttl)
+}
+
+// ReleaseID releases the lease of name held by leaseID. ErrLost if leaseID
+// does not hold it.
+func (c *Client) ReleaseID(ctx context.Context, name, leaseID string) error {
+	if err := validateID(name, leaseID); err != nil {
+		return err
+	}
+	return c.store.Release(ctx, name, leaseID)
+}
+
+// ErrInvalidLeaseID: a lease id that this package cannot have issued.
+var ErrInvalidLeaseID = errors.New("lock: invalid lease id")
+
+func validateID(name, leaseID string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if len(leaseID) != 32 {
+		return fmt.Errorf("%w: %d characters; want 32 hex digits", ErrInvalidLeaseID, len(leaseID))
+	}
+	if _, err := hex.DecodeString(leaseID); err != nil {
+		return fmt.Errorf("%w: want 32 hex digits", ErrInvalidLeaseID)
+	}
+	return nil
 }
 
 // newLeaseID returns 128 random bits in hex.

@@ -85,52 +85,50 @@ func (s *EtcdStore) revoke(ctx context.Context, id clientv3.LeaseID) {
 	_, _ = s.cli.Revoke(ctx, id) // it expires anyway
 }
 
-// holder returns the etcd lease attached to the lock key if leaseID holds it.
-func (s *EtcdStore) holder(ctx context.Context, name, leaseID string, del bool) (clientv3.LeaseID, error) {
-	key := s.key(name)
-	op := clientv3.OpGet(key)
-	if del {
-		op = clientv3.OpDelete(key, clientv3.WithPrevKV())
-	}
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", leaseID)).Then(op).Commit()
-	if err != nil {
-		return 0, fmt.Errorf("lock: etcd txn: %w", err)
-	}
-	if !resp.Succeeded {
-		return 0, ErrLost
-	}
-	r := resp.Responses[0]
-	if del {
-		return clientv3.LeaseID(r.GetResponseDeleteRange().PrevKvs[0].Lease), nil
-	}
-	return clientv3.LeaseID(r.GetResponseRange().Kvs[0].Lease), nil
-}
-
 // Refresh implements LeaseStore. The TTL cannot change: it returns the
 // lease's own.
-func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, _ time.Duration) (time.Duration, error) {
-	id, err := s.holder(ctx, name, leaseID, false)
+func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, _ time.Duration) (Grant, error) {
+	key := s.key(name)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", leaseID)).
+		Then(clientv3.OpGet(key), clientv3.OpGet(sequencer.FloorKey(s.prefix))).
+		Commit()
 	if err != nil {
-		return 0, err
+		return Grant{}, fmt.Errorf("lock: etcd txn: %w", err)
 	}
-	ka, err := s.cli.KeepAliveOnce(ctx, id)
+	if !resp.Succeeded {
+		return Grant{}, ErrLost
+	}
+	kv := resp.Responses[0].GetResponseRange().Kvs[0]
+	offset, err := sequencer.ParseFloor(resp.Responses[1].GetResponseRange())
+	if err != nil {
+		return Grant{}, err
+	}
+	ka, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(kv.Lease))
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return 0, ErrLost
+		return Grant{}, ErrLost
 	}
 	if err != nil {
-		return 0, fmt.Errorf("lock: etcd keep-alive: %w", err)
+		return Grant{}, fmt.Errorf("lock: etcd keep-alive: %w", err)
 	}
-	return time.Duration(ka.TTL) * time.Second, nil
+	return Grant{Token: sequencer.Token(kv.CreateRevision, offset), TTL: time.Duration(ka.TTL) * time.Second}, nil
 }
 
 // Release implements LeaseStore. Deleting the key wakes the waiters' watches.
 func (s *EtcdStore) Release(ctx context.Context, name, leaseID string) error {
-	id, err := s.holder(ctx, name, leaseID, true)
+	key := s.key(name)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", leaseID)).
+		Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).
+		Commit()
 	if err != nil {
-		return err
+		return fmt.Errorf("lock: etcd txn: %w", err)
 	}
-	if id != 0 {
-		s.revoke(ctx, id)
+	if !resp.Succeeded {
+		return ErrLost
+	}
+	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) == 1 && prev[0].Lease != 0 {
+		s.revoke(ctx, clientv3.LeaseID(prev[0].Lease))
 	}
 	return nil
 }

@@ -101,13 +101,14 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	got, err := l.c.store.Refresh(ctx, l.name, l.id, ttl)
+	g, err := l.c.store.Refresh(ctx, l.name, l.id, ttl)
 	if err != nil {
 		if errors.Is(err, ErrLost) {
 			l.lose(ErrLost)
 		}
 		return err
 	}
+	got := g.TTL
 	l.mu.Lock()
 	l.ttl = got
 	if d := start.Add(got - drift(got)); d.After(l.deadline) {

@@ -513,3 +513,36 @@ func TestRedisLeaseLostWhileTakingToken(t *testing.T) {
 		t.Fatalf("token recorded beside the lease: %d, want %d", st.Token, l.Token())
 	}
 }
+
+func TestDetachedLeaseByID(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			l, err := c.Acquire(t.Context(), name, b.ttl, lock.WithDetached())
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 3 * b.ttl
+			if b.name == "etcd" {
+				want = l.TTL() // an etcd lease keeps its TTL
+			}
+			g, err := c.RefreshID(t.Context(), name, l.ID(), 3*b.ttl)
+			if err != nil || g.Token != l.Token() || g.TTL != want {
+				t.Fatalf("RefreshID: %+v, %v; want token %d, ttl %s", g, err, l.Token(), want)
+			}
+			if _, err := c.RefreshID(t.Context(), name, "xyz", b.ttl); !errors.Is(err, lock.ErrInvalidLeaseID) {
+				t.Fatalf("malformed lease id: %v", err)
+			}
+			if err := c.ReleaseID(t.Context(), name, strings.Repeat("a", 32)); !errors.Is(err, lock.ErrLost) {
+				t.Fatalf("ReleaseID with another lease id: %v", err)
+			}
+			if err := c.ReleaseID(t.Context(), name, l.ID()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.RefreshID(t.Context(), name, l.ID(), b.ttl); !errors.Is(err, lock.ErrLost) {
+				t.Fatalf("RefreshID after release: %v", err)
+			}
+		})
+	}
+}

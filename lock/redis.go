@@ -124,15 +124,15 @@ func (s *RedisStore) abandon(ctx context.Context, name, leaseID string) {
 }
 
 // Refresh implements LeaseStore.
-func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (time.Duration, error) {
-	ok, err := refreshScript.Run(ctx, s.rdb, s.keys(name), leaseID, ttl.Milliseconds()).Int64()
+func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
+	tok, err := refreshScript.Run(ctx, s.rdb, s.keys(name), leaseID, ttl.Milliseconds()).Uint64()
+	if errors.Is(err, redis.Nil) {
+		return Grant{}, ErrLost
+	}
 	if err != nil {
-		return 0, fmt.Errorf("lock: redis: %w", err)
+		return Grant{}, fmt.Errorf("lock: redis: %w", err)
 	}
-	if ok != 1 {
-		return 0, ErrLost
-	}
-	return ttl, nil
+	return Grant{Token: fence.Token(tok), TTL: ttl}, nil
 }
 
 // Release implements LeaseStore.

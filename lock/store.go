@@ -15,9 +15,9 @@ type LeaseStore interface {
 	// a *HeldError (ErrNotAcquired) when another holder has the lease, and
 	// ErrLost when the lease was lost while the token was being taken.
 	Acquire(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error)
-	// Refresh extends the lease if leaseID still holds it, and returns the
-	// TTL it now has. ErrLost if not held.
-	Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (time.Duration, error)
+	// Refresh extends the lease if leaseID still holds it, and returns its
+	// token and the TTL it now has. ErrLost if not held.
+	Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error)
 	// Release deletes the lease if leaseID holds it and notifies waiters.
 	// ErrLost if not held.
 	Release(ctx context.Context, name, leaseID string) error
@@ -31,7 +31,7 @@ type LeaseStore interface {
 	Ping(ctx context.Context) error
 }
 
-// Grant is a successful attempt.
+// Grant is a lease held: its token and the TTL it has.
 type Grant struct {
 	Token fence.Token
 	TTL   time.Duration // the TTL the store really granted (etcd rounds up)
