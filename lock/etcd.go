@@ -54,7 +54,6 @@ func (s *EtcdStore) Acquire(ctx context.Context, name, leaseID string, ttl time.
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, leaseID, clientv3.WithLease(lg.ID)), clientv3.OpGet(sequencer.FloorKey(s.prefix))).
-		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil || !resp.Succeeded {
 		s.revoke(ctx, lg.ID)
@@ -63,13 +62,8 @@ func (s *EtcdStore) Acquire(ctx context.Context, name, leaseID string, ttl time.
 		return Grant{}, fmt.Errorf("lock: etcd txn: %w", err)
 	}
 	if !resp.Succeeded {
-		held := &HeldError{}
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && kvs[0].Lease != 0 {
-			if ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil && ttl.TTL > 0 {
-				held.Remaining = time.Duration(ttl.TTL) * time.Second
-			}
-		}
-		return Grant{}, held
+		// No remaining-time hint: the watch sees the key deleted on expiry.
+		return Grant{}, &HeldError{}
 	}
 	offset, err := sequencer.ParseFloor(resp.Responses[1].GetResponseRange())
 	if err != nil {

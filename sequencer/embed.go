@@ -107,6 +107,10 @@ func StartEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	cfg.InitialCluster = c.InitialCluster
 	cfg.InitialClusterToken = c.ClusterToken
 	cfg.UnsafeNoFsync = c.UnsafeNoFsync
+	// Every grant is a revision; without compaction the history grows
+	// forever. Compaction keeps the revision counter, so tokens are unaffected.
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "1h"
 	if c.JoinExisting {
 		cfg.ClusterState = embed.ClusterStateFlagExisting
 	}
