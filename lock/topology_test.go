@@ -1,0 +1,216 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
+	"github.com/redis/go-redis/v9"
+)
+
+func newSequencer(t *testing.T) *sequencer.Etcd {
+	_, cli := testenv.Etcd(t)
+	seq, err := sequencer.NewEtcd(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seq.Close() })
+	return seq
+}
+
+func newRedisStore(t *testing.T, rdb redis.UniversalClient, seq sequencer.Sequencer) *lock.RedisStore {
+	s, err := lock.NewRedisStore(rdb, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestRedisCluster runs locks on a three-master Redis Cluster. Each lock's
+// two keys and its scripts must land in one slot (the {name} hash tag), or
+// the scripts fail with CROSSSLOT.
+func TestRedisCluster(t *testing.T) {
+	nodes := testenv.StartRedisCluster(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr, nodes[1].Addr, nodes[2].Addr}})
+	t.Cleanup(func() { rdb.Close() })
+	s := newRedisStore(t, rdb, newSequencer(t))
+	c := newClient(t, s)
+
+	slots := map[int64]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := 0; i < 16; i++ {
+		name := fmt.Sprint("cluster-lock-", i)
+		slot, err := rdb.ClusterKeySlot(t.Context(), "fenced:{"+name+"}:lease").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot*3/16384] = true // which third of the slot space: one per master
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var prev fence.Token
+			for j := 0; j < 5; j++ {
+				l, err := c.Acquire(context.Background(), name, time.Second, lock.WithWait(10*time.Second))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if l.Token() <= prev {
+					errs <- fmt.Errorf("%s: token %d after %d", name, l.Token(), prev)
+				}
+				prev = l.Token()
+				if err := l.Release(context.Background()); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(slots) < 2 {
+		t.Fatalf("all names hashed to one master; the test does not span the cluster")
+	}
+
+	// A waiter wakes on release through the cluster's pub/sub.
+	ws := &watchSignal{LeaseStore: s, watching: make(chan struct{})}
+	c2 := newClient(t, ws)
+	a, err := c2.Acquire(t.Context(), "cluster-wake", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := c2.Acquire(context.Background(), "cluster-wake", time.Second, lock.WithRetry(lock.LinearBackoff(time.Hour)), lock.WithWait(15*time.Second))
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	<-ws.watching
+	waitUntil(t, func() bool {
+		n, err := rdb.PubSubNumSub(t.Context(), "fenced:{cluster-wake}:released").Result()
+		return err == nil && n["fenced:{cluster-wake}:released"] > 0
+	})
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter on the cluster: %v", err)
+	}
+}
+
+// TestRedisSentinel takes locks through a Sentinel-discovered master.
+func TestRedisSentinel(t *testing.T) {
+	master := testenv.StartRedis(t)
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("sentinel monitor fencedmaster 127.0.0.1 %d 1\n", master.Port())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sentinel := testenv.StartRedisConf(t, conf, "--sentinel")
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "fencedmaster", SentinelAddrs: []string{sentinel.Addr}})
+	t.Cleanup(func() { rdb.Close() })
+	c := newClient(t, newRedisStore(t, rdb, newSequencer(t)))
+	a, err := c.Acquire(t.Context(), "sentinel-lock", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(t.Context(), "sentinel-lock", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("second TryAcquire: %v", err)
+	}
+	if v, err := master.Client().Get(t.Context(), "fenced:{sentinel-lock}:lease").Result(); err != nil || v != a.ID() {
+		t.Fatalf("lease on the master: %q, %v; want %s", v, err, a.ID())
+	}
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkFencedAfterSplit is guarantee 3 after guarantee 2 broke: both holders
+// think they hold the lock, and the resource's fence admits only the later.
+func checkFencedAfterSplit(t *testing.T, a, b *lock.Lease) {
+	t.Helper()
+	if a.Err() != nil || time.Now().After(a.Deadline()) {
+		t.Fatalf("the first holder no longer thinks it holds the lock (%v): the test shows nothing", a.Err())
+	}
+	if b.Token() <= a.Token() {
+		t.Fatalf("second holder's token %d, want > %d", b.Token(), a.Token())
+	}
+	resource := fence.NewMemoryStore()
+	if err := resource.Admit(t.Context(), "account", b.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := resource.Admit(t.Context(), "account", a.Token()); !fence.IsStale(err) {
+		t.Fatalf("the first holder's late write: %v, want stale", err)
+	}
+}
+
+// TestRedisRestartForgetsLease: a Redis without persistence restarts and
+// forgets the lease, so two holders hold at once (guarantee 2 is
+// best-effort); the tokens still order them.
+func TestRedisRestartForgetsLease(t *testing.T) {
+	r := testenv.StartRedis(t)
+	seq := newSequencer(t)
+	c := newClient(t, newRedisStore(t, r.Client(), seq))
+	a, err := c.Acquire(t.Context(), "restart", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Restart()
+	b, err := c.TryAcquire(t.Context(), "restart", 30*time.Second)
+	if err != nil {
+		t.Fatalf("after the restart the lease should be free: %v", err)
+	}
+	checkFencedAfterSplit(t, a, b)
+}
+
+// TestRedisFailoverLosesLease: the replica is paused (SIGSTOP) and cut off
+// so it misses the lease write, the master dies, the replica is promoted: a second
+// holder gets the lease while the first still holds it.
+func TestRedisFailoverLosesLease(t *testing.T) {
+	master := testenv.StartRedis(t)
+	replica := testenv.StartRedis(t, "--replicaof", "127.0.0.1", fmt.Sprint(master.Port()))
+	rc := replica.Client()
+	waitUntil(t, func() bool {
+		info, err := rc.Info(t.Context(), "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	seq := newSequencer(t)
+	before := newClient(t, newRedisStore(t, master.Client(), seq))
+	// Freeze the replica and cut its link, so that nothing of the lease can
+	// reach it (not even through its socket buffer) before the master dies.
+	replica.Stop()
+	if err := master.Client().ClientKillByFilter(t.Context(), "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := before.Acquire(t.Context(), "failover", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master.Kill()
+	replica.Cont()
+	if err := rc.SlaveOf(t.Context(), "NO", "ONE").Err(); err != nil {
+		t.Fatalf("promote the replica: %v", err)
+	}
+	after := newClient(t, newRedisStore(t, rc, seq))
+	b, err := after.TryAcquire(t.Context(), "failover", 30*time.Second)
+	if err != nil {
+		t.Fatalf("the promoted replica never saw the lease, so it should be free: %v", err)
+	}
+	checkFencedAfterSplit(t, a, b)
+}
+
