@@ -213,4 +213,3 @@ func TestRedisFailoverLosesLease(t *testing.T) {
 	}
 	checkFencedAfterSplit(t, a, b)
 }
-
