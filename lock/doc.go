@@ -47,6 +47,10 @@
 // # Stores
 //
 // [RedisStore] works with any redis.UniversalClient: a single node, Sentinel
-// or Cluster (a lock's keys share the hash tag {name}). [EtcdStore] needs
-// nothing but etcd; its TTLs are whole seconds, rounded up.
+// or Cluster (a lock's keys share the hash tag {name}). [RedlockStore] holds
+// the lease on a majority of independent Redis nodes, so a minority of them
+// can fail or restart empty without freeing it. [EtcdStore] needs nothing but
+// etcd; its TTLs are whole seconds, rounded up. Whatever the store, leases
+// are best-effort (a failover, a restart without persistence or a pause past
+// the TTL can let two holders overlap); the tokens still order them.
 package lock

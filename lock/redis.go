@@ -200,10 +200,21 @@ type notifier struct {
 }
 
 func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+	ch := make(chan struct{}, 1)
+	stop, err := n.watchInto(ctx, channel, ch)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ch, stop, nil
+}
+
+// watchInto signals ch (buffered) on every release published on channel,
+// until stop is called. Several notifiers may signal one ch.
+func (n *notifier) watchInto(ctx context.Context, channel string, ch chan struct{}) (func(), error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
-		return nil, nil, ErrClosed
+		return nil, ErrClosed
 	}
 	if n.ps == nil {
 		n.ps = n.rdb.Subscribe(context.WithoutCancel(ctx))
@@ -212,11 +223,10 @@ func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, 
 		n.wg.Add(1)
 		go n.dispatch(msgs)
 	}
-	ch := make(chan struct{}, 1)
 	waiters := n.subs[channel]
 	if waiters == nil {
 		if err := n.ps.Subscribe(ctx, channel); err != nil {
-			return nil, nil, fmt.Errorf("lock: redis subscribe: %w", err)
+			return nil, fmt.Errorf("lock: redis subscribe: %w", err)
 		}
 		waiters = make(map[chan struct{}]struct{})
 		n.subs[channel] = waiters
@@ -236,7 +246,7 @@ func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, 
 			}
 		})
 	}
-	return ch, stop, nil
+	return stop, nil
 }
 
 // dispatch is the notifier's goroutine; close stops it by closing the

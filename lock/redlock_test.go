@@ -1,0 +1,124 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+func startRedlock(t *testing.T) ([]*testenv.RedisProc, *lock.RedlockStore) {
+	procs := make([]*testenv.RedisProc, 3)
+	clients := make([]redis.UniversalClient, 3)
+	for i := range procs {
+		procs[i] = testenv.StartRedis(t)
+		clients[i] = procs[i].Client()
+	}
+	s, err := lock.NewRedlockStore(clients, newSequencer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return procs, s
+}
+
+func TestRedlockExclusion(t *testing.T) {
+	_, s := startRedlock(t)
+	c := newClient(t, s)
+	var holders atomic.Int32
+	var tokens []fence.Token
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				l, err := c.Acquire(context.Background(), "redlock", time.Second, lock.WithWait(20*time.Second))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if holders.Add(1) != 1 {
+					errs <- errors.New("two holders at once")
+				}
+				tokens = append(tokens, l.Token())
+				holders.Add(-1)
+				if err := l.Release(context.Background()); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d after %d", tokens[i], tokens[i-1])
+		}
+	}
+}
+
+// TestRedlockSurvivesMinority: a restarted (emptied) node does not free a
+// lease held on the other two; with one node dead locks still work; with
+// two dead they fail with an error, not "held".
+func TestRedlockSurvivesMinority(t *testing.T) {
+	procs, s := startRedlock(t)
+	c := newClient(t, s)
+	a, err := c.Acquire(t.Context(), "minority", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs[0].Restart()
+	if _, err := c.TryAcquire(t.Context(), "minority", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("after a minority restart: %v, want ErrNotAcquired", err)
+	}
+	if err := a.Refresh(t.Context(), 0); err != nil {
+		t.Fatalf("refresh on a majority: %v", err)
+	}
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatalf("release from a majority: %v", err)
+	}
+	procs[1].Kill()
+	b, err := c.TryAcquire(t.Context(), "minority", time.Second)
+	if err != nil {
+		t.Fatalf("acquire with one node dead: %v", err)
+	}
+	if b.Token() <= a.Token() {
+		t.Fatalf("token %d after %d", b.Token(), a.Token())
+	}
+	if st, err := c.Inspect(t.Context(), "minority"); err != nil || st.LeaseID != b.ID() {
+		t.Fatalf("inspect: %+v %v", st, err)
+	}
+	if err := b.Release(t.Context()); err != nil {
+		t.Fatalf("release with one node dead: %v", err)
+	}
+	procs[2].Kill()
+	_, err = c.TryAcquire(t.Context(), "minority", time.Second)
+	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("with two of three nodes dead: %v, want a backend error", err)
+	}
+	if err := s.Ping(t.Context()); err == nil {
+		t.Fatal("Ping with two of three nodes dead succeeded")
+	}
+}
+
+func TestRedlockNeedsThreeNodes(t *testing.T) {
+	rdb := testenv.Redis(t)
+	if _, err := lock.NewRedlockStore([]redis.UniversalClient{rdb, rdb}, newSequencer(t)); err == nil {
+		t.Fatal("two nodes accepted")
+	}
+	if _, err := lock.NewRedlockStore([]redis.UniversalClient{rdb, rdb, rdb}, newSequencer(t), lock.WithNodeTimeout(0)); err == nil {
+		t.Fatal("zero node timeout accepted")
+	}
+}
