@@ -1,0 +1,169 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenced/fenced/fence"
+)
+
+// Column guards writes to the rows of one table with a highest-seen-token
+// column on the rows themselves: fence_token bigint NOT NULL DEFAULT 0 (see
+// [Column.AddColumn]). The table's key is a single column. Create it with
+// [NewColumn]. A Column is safe for concurrent use.
+//
+// A stale error names the row as the resource "<table>/<key>", the key
+// formatted with fmt's %v.
+type Column struct {
+	db        Beginner
+	table     string
+	keyColumn string
+	txOptions pgx.TxOptions
+
+	admitSQL, highestSQL, addSQL string
+}
+
+// NewColumn returns a Column that guards the rows of table, found by
+// keyColumn, and begins its transactions on db. Options: [WithSchema]
+// (default "public"), [WithFenceColumn] (default "fence_token") and
+// [WithTxOptions]. Names are quoted as identifiers, never pasted into SQL;
+// invalid names and options are an error.
+func NewColumn(db Beginner, table, keyColumn string, opts ...Option) (*Column, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil Beginner", ErrInvalidOption)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.tableSet {
+		return nil, fmt.Errorf("%w: WithTable applies to a Fence, not a Column; the guarded table is an argument of NewColumn", ErrInvalidOption)
+	}
+	for _, n := range []struct{ what, name string }{
+		{"schema", c.schema}, {"table", table}, {"key column", keyColumn}, {"fence column", c.fenceColumn},
+	} {
+		if err := checkName(n.what, n.name, false); err != nil {
+			return nil, err
+		}
+	}
+	if keyColumn == c.fenceColumn {
+		return nil, fmt.Errorf("%w: key column and fence column are both %q", ErrInvalidName, keyColumn)
+	}
+	col := &Column{db: db, table: table, keyColumn: keyColumn, txOptions: c.txOptions}
+	idents := map[string]string{
+		"table":        pgx.Identifier{c.schema, table}.Sanitize(),
+		"key_column":   pgx.Identifier{keyColumn}.Sanitize(),
+		"fence_column": pgx.Identifier{c.fenceColumn}.Sanitize(),
+	}
+	if err := renderAll(idents, map[string]*string{
+		"sql/column_admit.sql":   &col.admitSQL,
+		"sql/column_highest.sql": &col.highestSQL,
+		"sql/column_add.sql":     &col.addSQL,
+	}); err != nil {
+		return nil, err
+	}
+	return col, nil
+}
+
+// AddColumn adds the fence column, bigint NOT NULL DEFAULT 0, to the table
+// if it is not there yet. It takes an ACCESS EXCLUSIVE lock on the table for
+// a moment; run it with your schema migrations.
+func (c *Column) AddColumn(ctx context.Context) error {
+	err := inTx(ctx, c.db, pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, c.addSQL)
+		return err
+	}, nil)
+	if err != nil {
+		return withCtx(ctx, fmt.Errorf("postgres: add fence column to %q: %w", c.table, err))
+	}
+	return nil
+}
+
+// AdmitTx admits t for the row whose key is key, inside tx. Make it the
+// first statement of the transaction: it sets the row's fence column to t
+// only if t is not lower, and keeps the row locked until tx ends, so that a
+// read-modify-write of the row after it is serialised with every other
+// admitted transaction for the row.
+//
+// A token lower than the row's fence column returns a [*fence.StaleError]
+// (matching [fence.ErrStale]) with the row's token as Highest. A missing row
+// returns an error matching [ErrNoRow], which is not stale. tx stays usable
+// after both (roll it back). Token errors and isolation levels are as for
+// [Fence.AdmitTx].
+func (c *Column) AdmitTx(ctx context.Context, tx pgx.Tx, key any, t fence.Token) error {
+	tok, err := pgToken(t)
+	if err != nil {
+		return err
+	}
+	for range admitAttempts {
+		var got int64
+		err := tx.QueryRow(ctx, c.admitSQL, key, tok).Scan(&got)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return withCtx(ctx, fmt.Errorf("postgres: admit token %d for %s: %w", t, c.resource(key), err))
+		}
+		err = c.rejected(ctx, tx, key, t, tok)
+		if !errors.Is(err, errAdmissible) {
+			return err
+		}
+		// The row was inserted, or its token lowered, in between: admit again.
+	}
+	return fmt.Errorf("postgres: admit token %d for %s: the row changed under %d attempts", t, c.resource(key), admitAttempts)
+}
+
+// Rejected explains why a guarded statement of your own affected no row.
+// Such a statement is the single-statement form of the column guard, for a
+// write that SQL can express without reading first:
+//
+//	UPDATE accounts SET balance = balance + $3, fence_token = $2
+//	WHERE id = $1 AND fence_token <= $2
+//
+// When it affects no row, Rejected reads the row in tx and returns a
+// [*fence.StaleError] if the row carries a higher token, or an error matching
+// [ErrNoRow] if there is no such row. If the row is there and t is not
+// stale, the statement failed for another reason (another condition of
+// yours, or a row inserted since), and Rejected returns an error saying so.
+func (c *Column) Rejected(ctx context.Context, tx pgx.Tx, key any, t fence.Token) error {
+	tok, err := pgToken(t)
+	if err != nil {
+		return err
+	}
+	return c.rejected(ctx, tx, key, t, tok)
+}
+
+// errAdmissible says that the row exists and t is not stale for it.
+var errAdmissible = errors.New("postgres: token is not stale for the row")
+
+func (c *Column) rejected(ctx context.Context, tx pgx.Tx, key any, t fence.Token, tok int64) error {
+	var highest int64
+	err := tx.QueryRow(ctx, c.highestSQL, key).Scan(&highest)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %s", ErrNoRow, c.resource(key))
+	case err != nil:
+		return withCtx(ctx, fmt.Errorf("postgres: read fence token of %s: %w", c.resource(key), err))
+	case highest > tok:
+		return &fence.StaleError{Resource: c.resource(key), Token: t, Highest: fence.Token(highest)}
+	}
+	return fmt.Errorf("%w: %s has token %d, and %d may write", errAdmissible, c.resource(key), highest, tok)
+}
+
+// InTx runs fn in a transaction that first admits t for the row whose key is
+// key (see [Column.AdmitTx]), and commits if fn returns nil. Errors,
+// rollback and retries are as for [Fence.InTx]; a missing row is an error
+// matching [ErrNoRow], and fn is not called.
+func (c *Column) InTx(ctx context.Context, key any, t fence.Token, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if _, err := pgToken(t); err != nil {
+		return err
+	}
+	return inTx(ctx, c.db, c.txOptions, func(ctx context.Context, tx pgx.Tx) error {
+		return c.AdmitTx(ctx, tx, key, t)
+	}, fn)
+}
+
+func (c *Column) resource(key any) string { return fmt.Sprintf("%s/%v", c.table, key) }

@@ -1,0 +1,121 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenced/fenced/fence"
+)
+
+// SQLStateStale is the SQLSTATE that fence_admit raises for a stale token.
+// Class SF ("stale fence") is in the range the SQL standard leaves to
+// implementations and is not used by PostgreSQL, so it cannot be confused
+// with a PostgreSQL error. [MapError] turns it into a [*fence.StaleError].
+const SQLStateStale = "SF001"
+
+// SQLSTATEs after which a whole transaction may be retried.
+const (
+	sqlStateSerializationFailure = "40001"
+	sqlStateDeadlockDetected     = "40P01"
+)
+
+var (
+	// ErrNoRow is returned by the column guard when the guarded row does not
+	// exist. It is not a stale token: no holder has written the row.
+	ErrNoRow = errors.New("postgres: no such row")
+
+	// ErrTokenRange is returned for a token above math.MaxInt64, which a
+	// bigint cannot hold. Such an error also matches fence.ErrInvalidToken.
+	ErrTokenRange = errors.New("postgres: token out of range")
+
+	// ErrInvalidName is returned by the constructors for an empty, too long
+	// or otherwise unusable schema, table or column name.
+	ErrInvalidName = errors.New("postgres: invalid name")
+
+	// ErrInvalidOption is returned by the constructors for an option that is
+	// invalid or does not apply, and by Migrate when a schema already holds a
+	// different fence table.
+	ErrInvalidOption = errors.New("postgres: invalid option")
+)
+
+// pgToken checks t and converts it to a bigint.
+func pgToken(t fence.Token) (int64, error) {
+	if t == 0 {
+		return 0, fmt.Errorf("%w: 0 means no token", fence.ErrInvalidToken)
+	}
+	if t > math.MaxInt64 {
+		return 0, fmt.Errorf("%w: %w: %d does not fit in a bigint (at most %d)", ErrTokenRange, fence.ErrInvalidToken, uint64(t), int64(math.MaxInt64))
+	}
+	return int64(t), nil
+}
+
+// MapError turns an error raised by the SQL function fence_admit (SQLSTATE
+// [SQLStateStale]) into a [*fence.StaleError] with the resource, token and
+// highest token it reports, so that [fence.IsStale] and errors.As work the
+// same way for SQL written by hand as for this package. Any other error,
+// and nil, is returned unchanged. The InTx methods apply it to the error of
+// their function.
+func MapError(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != SQLStateStale {
+		return err
+	}
+	if se, ok := parseStale(pe.Detail); ok {
+		return se
+	}
+	// The detail is not in the form this package writes (a hand-made or
+	// changed function): still stale, with the server's error kept.
+	return fmt.Errorf("%w: %w", fence.ErrStale, err)
+}
+
+// parseStale parses "token=<t> highest=<h> resource=<r>".
+func parseStale(detail string) (*fence.StaleError, bool) {
+	rest, ok := strings.CutPrefix(detail, "token=")
+	if !ok {
+		return nil, false
+	}
+	tok, rest, ok := strings.Cut(rest, " highest=")
+	if !ok {
+		return nil, false
+	}
+	hi, res, ok := strings.Cut(rest, " resource=")
+	if !ok {
+		return nil, false
+	}
+	t, err1 := strconv.ParseUint(tok, 10, 64)
+	h, err2 := strconv.ParseUint(hi, 10, 64)
+	if err1 != nil || err2 != nil {
+		return nil, false
+	}
+	return &fence.StaleError{Resource: res, Token: fence.Token(t), Highest: fence.Token(h)}, true
+}
+
+// IsRetryable reports whether err ends a transaction that may succeed when
+// run again from the start: a serialization failure (SQLSTATE 40001, common
+// under SERIALIZABLE and REPEATABLE READ) or a detected deadlock (40P01).
+// A stale token is never retryable: the holder has lost its lock.
+func IsRetryable(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == sqlStateSerializationFailure || pe.Code == sqlStateDeadlockDetected
+}
+
+// withCtx makes sure that an error caused by the end of ctx matches
+// ctx.Err(), whatever form the driver gave it.
+func withCtx(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%w)", err, cerr)
+	}
+	return err
+}

@@ -1,0 +1,148 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MigrationLockKey is the key of the PostgreSQL advisory lock that
+// [Fence.Migrate] holds for the length of its transaction, so that
+// processes migrating at the same time take turns. Its value is "fenced" in
+// ASCII.
+const MigrationLockKey int64 = 0x66656e636564
+
+// versionTable records the migrations applied in a schema.
+const versionTable = "fence_schema_version"
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+type migrateSQL struct {
+	schemaExists, createSchema, versionTable, applied, record, lock string
+	migrations                                                      []migration
+}
+
+// renderMigrate renders the migration runner's statements and the
+// versioned migrations, migrations/NNNN_name.sql, in version order.
+func renderMigrate(idents map[string]string) (migrateSQL, error) {
+	var m migrateSQL
+	err := renderAll(idents, map[string]*string{
+		"sql/migrate_lock.sql":     &m.lock,
+		"sql/schema_exists.sql":    &m.schemaExists,
+		"sql/create_schema.sql":    &m.createSchema,
+		"sql/version_table.sql":    &m.versionTable,
+		"sql/versions_applied.sql": &m.applied,
+		"sql/version_record.sql":   &m.record,
+	})
+	if err != nil {
+		return m, err
+	}
+	files, err := fs.Glob(sqlFiles, "migrations/*.sql")
+	if err != nil {
+		return m, fmt.Errorf("postgres: embedded migrations: %w", err)
+	}
+	for _, f := range files {
+		base := strings.TrimSuffix(path.Base(f), ".sql")
+		num, name, ok := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return m, fmt.Errorf("postgres: embedded migration %s: want NNNN_name.sql", f)
+		}
+		s, err := render(f, idents)
+		if err != nil {
+			return m, err
+		}
+		m.migrations = append(m.migrations, migration{version: v, name: name, sql: s})
+	}
+	slices.SortFunc(m.migrations, func(a, b migration) int { return a.version - b.version })
+	for i := 1; i < len(m.migrations); i++ {
+		if m.migrations[i].version == m.migrations[i-1].version {
+			return m, fmt.Errorf("postgres: embedded migrations: version %d twice", m.migrations[i].version)
+		}
+	}
+	return m, nil
+}
+
+// Migrate creates or upgrades, in the Fence's schema, the fence table, the
+// function fence_admit(resource text, token bigint) and the table
+// fence_schema_version that records the migrations applied. It creates the
+// schema if it is missing.
+//
+// Migrate is idempotent and safe to run from several processes at once: it
+// runs in one READ COMMITTED transaction that first takes the advisory lock
+// [MigrationLockKey], applies only the migrations not recorded yet, and
+// commits them together with their records. A schema that already holds a
+// fence table of another name is an error matching [ErrInvalidOption].
+func (f *Fence) Migrate(ctx context.Context) error {
+	// READ COMMITTED so that each statement after the lock sees what an
+	// earlier migrator committed while this one waited.
+	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+	err := inTx(ctx, f.db, opts, func(ctx context.Context, tx pgx.Tx) error {
+		return f.migrateTx(ctx, tx)
+	}, nil)
+	if err != nil {
+		return withCtx(ctx, fmt.Errorf("postgres: migrate schema %q: %w", f.schema, err))
+	}
+	return nil
+}
+
+func (f *Fence) migrateTx(ctx context.Context, tx pgx.Tx) error {
+	m := &f.migrate
+	if _, err := tx.Exec(ctx, m.lock, MigrationLockKey); err != nil {
+		return err
+	}
+	// Only create a missing schema: CREATE SCHEMA IF NOT EXISTS needs the
+	// CREATE privilege on the database even when the schema exists.
+	var exists bool
+	if err := tx.QueryRow(ctx, m.schemaExists, f.schema).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, m.createSchema); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, m.versionTable); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, m.applied)
+	if err != nil {
+		return err
+	}
+	applied := map[int]bool{}
+	var v int
+	var table string
+	_, err = pgx.ForEachRow(rows, []any{&v, &table}, func() error {
+		if table != f.table {
+			return fmt.Errorf("%w: schema %q already has the fence table %q, not %q; one fence table per schema",
+				ErrInvalidOption, f.schema, table, f.table)
+		}
+		applied[v] = true
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, mig := range m.migrations {
+		if applied[mig.version] {
+			continue
+		}
+		if _, err := tx.Exec(ctx, mig.sql); err != nil {
+			return fmt.Errorf("migration %04d_%s: %w", mig.version, mig.name, err)
+		}
+		if _, err := tx.Exec(ctx, m.record, mig.version, mig.name, f.table); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,1 @@
+SELECT {{fence_column}} FROM {{table}} WHERE {{key_column}} = $1

@@ -1,0 +1,1 @@
+SELECT token FROM {{fence_table}} WHERE resource = $1

@@ -1,0 +1,1 @@
+SELECT version, fence_table FROM {{version_table}} ORDER BY version
