@@ -104,6 +104,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	var (
 		notify   <-chan struct{}
 		stopWait func()
+		busy     error // the last attempt's reason it did not get the lease
 	)
 	defer func() {
 		if stopWait != nil {
@@ -120,17 +121,18 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 		var held *HeldError
 		if !errors.As(err, &held) && !errors.Is(err, ErrLost) && !errors.Is(err, errNoValidity) {
-			return nil, c.ctxErr(ctx, name, err)
+			return nil, c.fail(ctx, name, err, busy)
 		}
+		busy = err
 		d := o.retry.NextBackoff()
 		if d <= 0 {
-			return nil, fmt.Errorf("%w: %q is held", ErrNotAcquired, name)
+			return nil, notAcquired(name, busy)
 		}
 		if notify == nil {
 			// Subscribe, then try once more at once: a release between the
 			// attempt and the subscription would otherwise be missed.
 			if notify, stopWait, err = c.store.Watch(ctx, name); err != nil {
-				return nil, c.ctxErr(ctx, name, err)
+				return nil, c.fail(ctx, name, err, busy)
 			}
 			continue
 		}
@@ -143,7 +145,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, c.ctxErr(ctx, name, ctx.Err())
+			return nil, c.fail(ctx, name, ctx.Err(), busy)
 		}
 		t.Stop()
 	}
@@ -154,16 +156,30 @@ var (
 	errNoValidity = errors.New("lock: lease granted with no validity left")
 )
 
-// ctxErr turns the end of the wait budget into ErrNotAcquired and keeps
-// every other context error matching ctx.Err().
-func (c *Client) ctxErr(ctx context.Context, name string, err error) error {
-	if ctx.Err() != nil {
-		if context.Cause(ctx) == errWaitBudget {
+// fail explains why an acquisition stopped. The end of the wait budget is
+// ErrNotAcquired only if an attempt found the lease taken; if the store never
+// answered in time, that is the error. Every other context error matches
+// ctx.Err().
+func (c *Client) fail(ctx context.Context, name string, err, busy error) error {
+	if ctx.Err() != nil && context.Cause(ctx) == errWaitBudget {
+		if busy != nil {
 			return fmt.Errorf("%w: %q still held when the wait budget ran out", ErrNotAcquired, name)
 		}
+		return fmt.Errorf("lock: acquire %q: the lease store did not answer within the wait budget: %w", name, err)
+	}
+	if ctx.Err() != nil {
 		return fmt.Errorf("lock: acquire %q: %w", name, ctx.Err())
 	}
 	return fmt.Errorf("lock: acquire %q: %w", name, err)
+}
+
+// notAcquired is ErrNotAcquired with the last attempt's reason.
+func notAcquired(name string, busy error) error {
+	var held *HeldError
+	if errors.As(busy, &held) {
+		return fmt.Errorf("%w: %q is held", ErrNotAcquired, name)
+	}
+	return fmt.Errorf("%w: %q: %v", ErrNotAcquired, name, busy)
 }
 
 // attempt is one pass of the acquisition protocol (DESIGN.md).

@@ -550,3 +550,35 @@ func TestDetachedLeaseByID(t *testing.T) {
 		})
 	}
 }
+
+// TestDownStoreIsNotHeld: when the store does not answer, a wait budget
+// running out is the store's error, not ErrNotAcquired.
+func TestDownStoreIsNotHeld(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	seq := newSequencer(t)
+	s, err := lock.NewRedisStore(rdb, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c := newClient(t, s)
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop() // frozen: connections hang rather than fail
+	defer r.Cont()
+	_, err = c.Acquire(t.Context(), "down", time.Second, lock.WithWait(100*time.Millisecond))
+	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("Acquire against a frozen Redis: %v, want a store error", err)
+	}
+	if !strings.Contains(err.Error(), "did not answer within the wait budget") {
+		t.Fatalf("error %v does not say the wait ran out", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("Ping of a frozen Redis succeeded")
+	}
+}

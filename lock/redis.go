@@ -38,6 +38,10 @@ var (
 // or Cluster. A lock's keys share the hash tag {name}, so they live in one
 // Cluster slot and its scripts run on one node.
 //
+// Give the client ContextTimeoutEnabled (redis.Options and friends): without
+// it go-redis bounds each call by its own read and write timeouts, not by
+// the context, and a wait budget cannot cut a call to a Redis that hangs.
+//
 // Keys: <prefix>{name}:lease holds the lease id with the lease's expiry,
 // <prefix>{name}:token the token beside it. The release script publishes on
 // <prefix>{name}:released, which waiters subscribe to.
@@ -94,6 +98,8 @@ func (s *RedisStore) Acquire(ctx context.Context, name, leaseID string, ttl time
 	ms := ttl.Milliseconds()
 	held, err := acquireScript.Run(ctx, s.rdb, keys[:1], leaseID, ms).Int64()
 	if err != nil {
+		// The SET may have happened with its reply lost: free it if so.
+		s.abandon(ctx, name, leaseID)
 		return Grant{}, fmt.Errorf("lock: redis: %w", err)
 	}
 	if held >= 0 {
@@ -170,10 +176,13 @@ func (s *RedisStore) Inspect(ctx context.Context, name string) (State, error) {
 	return st, nil
 }
 
-// Ping implements LeaseStore.
+// Ping implements LeaseStore: Redis, and the sequencer if it can be pinged.
 func (s *RedisStore) Ping(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("lock: redis: %w", err)
+	}
+	if p, ok := s.seq.(interface{ Ping(context.Context) error }); ok {
+		return p.Ping(ctx)
 	}
 	return nil
 }

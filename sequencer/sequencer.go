@@ -135,6 +135,14 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 	return s, nil
 }
 
+// Ping checks that etcd answers a linearizable read.
+func (s *Etcd) Ping(ctx context.Context) error {
+	if _, err := s.cli.Get(ctx, FloorKey(s.prefix)); err != nil {
+		return fmt.Errorf("sequencer: etcd: %w", err)
+	}
+	return nil
+}
+
 // Stats counts what the sequencer did.
 type Stats struct {
 	Txns   uint64 // transactions committed
