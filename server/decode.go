@@ -1,0 +1,238 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Request bodies, after decoding and validation.
+
+type acquireRequest struct {
+	ttl  time.Duration
+	wait time.Duration
+}
+
+type refreshRequest struct {
+	leaseID string
+	ttl     time.Duration
+}
+
+type releaseRequest struct {
+	leaseID string
+}
+
+// The fields of each request body, as api/openapi.yaml lists them.
+var (
+	acquireFields = []string{"ttl_ms", "wait_ms"}
+	refreshFields = []string{"lease_id", "ttl_ms"}
+	releaseFields = []string{"lease_id"}
+)
+
+// limits are what a request may ask for.
+type limits struct {
+	minTTL, maxTTL, defaultTTL, maxWait time.Duration
+}
+
+func (l limits) decodeAcquire(body []byte) (acquireRequest, *apiError) {
+	fields, aerr := decodeObject(body, acquireFields...)
+	if aerr != nil {
+		return acquireRequest{}, aerr
+	}
+	req := acquireRequest{ttl: l.defaultTTL}
+	if raw, ok := fields["ttl_ms"]; ok {
+		if req.ttl, aerr = l.ttl(raw); aerr != nil {
+			return acquireRequest{}, aerr
+		}
+	}
+	if raw, ok := fields["wait_ms"]; ok {
+		ms, aerr := integer("wait_ms", raw)
+		if aerr != nil {
+			return acquireRequest{}, aerr
+		}
+		if ms < 0 || ms > l.maxWait.Milliseconds() {
+			return acquireRequest{}, invalid(fmt.Sprintf("wait_ms %d: want 0 to %d (milliseconds; 0 makes one attempt)", ms, l.maxWait.Milliseconds()))
+		}
+		req.wait = time.Duration(ms) * time.Millisecond
+	}
+	return req, nil
+}
+
+func (l limits) decodeRefresh(body []byte) (refreshRequest, *apiError) {
+	fields, aerr := decodeObject(body, refreshFields...)
+	if aerr != nil {
+		return refreshRequest{}, aerr
+	}
+	req := refreshRequest{ttl: l.defaultTTL}
+	if req.leaseID, aerr = leaseID(fields); aerr != nil {
+		return refreshRequest{}, aerr
+	}
+	if raw, ok := fields["ttl_ms"]; ok {
+		if req.ttl, aerr = l.ttl(raw); aerr != nil {
+			return refreshRequest{}, aerr
+		}
+	}
+	return req, nil
+}
+
+func (l limits) decodeRelease(body []byte) (releaseRequest, *apiError) {
+	fields, aerr := decodeObject(body, releaseFields...)
+	if aerr != nil {
+		return releaseRequest{}, aerr
+	}
+	id, aerr := leaseID(fields)
+	if aerr != nil {
+		return releaseRequest{}, aerr
+	}
+	return releaseRequest{leaseID: id}, nil
+}
+
+func (l limits) ttl(raw json.RawMessage) (time.Duration, *apiError) {
+	ms, aerr := integer("ttl_ms", raw)
+	if aerr != nil {
+		return 0, aerr
+	}
+	lo, hi := l.minTTL.Milliseconds(), l.maxTTL.Milliseconds()
+	if ms < lo || ms > hi {
+		return 0, invalid(fmt.Sprintf("ttl_ms %d: want %d to %d (milliseconds)", ms, lo, hi))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// leaseID returns the required lease_id. Its form (32 hex digits) is
+// checked by package lock before any key is touched.
+func leaseID(fields map[string]json.RawMessage) (string, *apiError) {
+	raw, ok := fields["lease_id"]
+	if !ok {
+		return "", invalid(`lease_id is missing: send {"lease_id":"…"} with the lease id that acquire returned`)
+	}
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", invalid(fmt.Sprintf("lease_id: want a string, got %s", excerpt(raw)))
+	}
+	var id string
+	if err := json.Unmarshal(raw, &id); err != nil {
+		return "", invalid(fmt.Sprintf("lease_id: want a string, got %s", excerpt(raw)))
+	}
+	if id == "" {
+		return "", invalid("lease_id is empty: want the 32 hex digits that acquire returned")
+	}
+	return id, nil
+}
+
+// integer decodes a JSON integer: no fraction, no exponent, no quotes, no
+// null, within int64.
+func integer(field string, raw json.RawMessage) (int64, *apiError) {
+	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+		return 0, invalid(fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
+	}
+	var n int64
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return 0, invalid(fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
+	}
+	return n, nil
+}
+
+// decodeObject decodes body as one JSON object whose keys are among
+// allowed, spelled exactly, each at most once, with nothing after it. An
+// empty body (or only white space) is an empty object.
+func decodeObject(body []byte, allowed ...string) (map[string]json.RawMessage, *apiError) {
+	fields := make(map[string]json.RawMessage, len(allowed))
+	if len(bytes.TrimSpace(body)) == 0 {
+		return fields, nil
+	}
+	want := "a JSON object with " + strings.Join(quoteAll(allowed), ", ")
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, invalid(fmt.Sprintf("request body is not valid JSON (%v); want %s", err, want))
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, invalid("request body: want " + want)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, invalid(fmt.Sprintf("request body is not valid JSON (%v)", err))
+		}
+		key, ok := tok.(string)
+		if !ok { // the decoder only returns strings here, but be sure
+			return nil, invalid("request body: want an object key")
+		}
+		if !slices.Contains(allowed, key) {
+			return nil, invalid(fmt.Sprintf("request body: unknown field %s; allowed are %s", excerpt([]byte(fmt.Sprintf("%q", key))), strings.Join(quoteAll(allowed), ", ")))
+		}
+		if _, dup := fields[key]; dup {
+			return nil, invalid(fmt.Sprintf("request body: field %q appears twice", key))
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, invalid(fmt.Sprintf("request body is not valid JSON (%v)", err))
+		}
+		fields[key] = raw
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, invalid("request body is not valid JSON: the object does not end")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, invalid("request body: trailing data after the JSON object; send exactly one object")
+	}
+	return fields, nil
+}
+
+// checkContentType accepts a missing Content-Type or application/json
+// (with charset utf-8 if a charset is given).
+func checkContentType(h http.Header) *apiError {
+	ct := h.Values("Content-Type")
+	if len(ct) == 0 {
+		return nil
+	}
+	unsupported := &apiError{status: http.StatusUnsupportedMediaType, code: codeUnsupportedMediaType,
+		message: fmt.Sprintf("Content-Type %s: want application/json (or no Content-Type)", excerpt([]byte(fmt.Sprintf("%q", strings.Join(ct, ", ")))))}
+	if len(ct) > 1 {
+		return unsupported
+	}
+	mt, params, err := mime.ParseMediaType(ct[0])
+	if err != nil || mt != "application/json" {
+		return unsupported
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return unsupported
+		}
+	}
+	return nil
+}
+
+// excerpt shows at most 40 bytes of b in an error message: as they are
+// when they are printable ASCII, else quoted.
+func excerpt(b []byte) string {
+	const max = 40
+	if len(b) == 0 {
+		return "nothing"
+	}
+	more := ""
+	if len(b) > max {
+		b, more = b[:max], "…"
+	}
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return fmt.Sprintf("%q%s", b, more)
+		}
+	}
+	return string(b) + more
+}
+
+func quoteAll(ss []string) []string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = `"` + s + `"`
+	}
+	return q
+}

@@ -1,0 +1,90 @@
+// Package server is the HTTP handler of the fenced daemon: the v1 JSON API
+// of DESIGN.md ("HTTP API of fenced (v1)") over a [lock.Client], plus
+// health, readiness and Prometheus metrics. api/openapi.yaml describes the
+// same API; a test keeps the two in step.
+//
+//	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N}  → {"name","lease_id","token","ttl_ms"}
+//	POST /v1/locks/{name}/refresh  {"lease_id","ttl_ms"}     → {"name","lease_id","token","ttl_ms"}
+//	POST /v1/locks/{name}/release  {"lease_id"}              → {}
+//	GET  /v1/locks/{name}                                    → {"name","held","token","ttl_ms"}
+//	GET  /healthz, /readyz, /metrics
+//
+// Build one with [New] and serve it with any [net/http.Server]:
+//
+//	srv, err := server.New(server.Config{Locks: client})
+//	if err != nil { … }
+//	http.ListenAndServe(addr, srv)
+//
+// # Leases and lease ids
+//
+// Acquire takes the lease with [lock.WithDetached]: the server keeps no
+// goroutine per lease, and the remote holder refreshes and releases it by
+// its lease id ([lock.Client.RefreshID], [lock.Client.ReleaseID]). The lease
+// id is the holder's secret: only acquire and refresh return it, to the
+// holder; GET /v1/locks/{name} never does. The token is a JSON number; pass
+// it to the protected resource with every write (package fence). ttl_ms in
+// a response is the TTL really granted: an etcd lease store rounds up to
+// whole seconds. wait_ms 0 (the default) makes one attempt; a larger value
+// waits up to that long for the holder to release or expire, and then
+// answers 409 held.
+//
+// # Requests
+//
+// Bodies are one JSON object with exactly the documented fields (spelled
+// exactly, each once, nothing after the object); integers are plain JSON
+// integers (no fraction, exponent, quotes or null). An empty body is an
+// empty object: acquire then uses Config.DefaultTTL and wait_ms 0, and a
+// refresh without ttl_ms asks for Config.DefaultTTL too. Content-Type may
+// be missing or application/json (charset utf-8 if any); anything else is
+// 415. A body over Config.MaxBodyBytes is 413. Lock names are 1 to 200
+// characters of A-Z a-z 0-9 . _ - : ([lock.ValidateName]); the path is not
+// cleaned, so a name with "/" or "%2F" is a 400, and no invalid request
+// touches a key in Redis or etcd.
+//
+// # Errors
+//
+// Every error is {"error":{"code":"…","message":"…"}} with one of these
+// codes: invalid_argument (400), unauthenticated (401, with
+// WWW-Authenticate: Bearer), not_found (404), method_not_allowed (405, with
+// Allow), held (409), lost (410: the lease id does not hold the lease),
+// payload_too_large (413), unsupported_media_type (415) and unavailable
+// (503: Redis or etcd failed or did not answer within
+// Config.BackendTimeout, or the server is shutting down).
+//
+// When a request's context ends before the lease store answers (the
+// client went away), the server logs it at debug level, counts it as
+// "cancelled" (and as status 499 in fenced_http_requests_total and the
+// request log), not as a backend error, and answers 503 unavailable,
+// which only a client still listening (a server whose base context ended)
+// can see. A lease taken for a client that went away is released at once.
+//
+// A wait_ms that runs out is checked with one more attempt, bounded by
+// Config.BackendTimeout alone: lock.Client.Acquire reports a wait budget
+// that ran out inside a failing store call as not acquired, and the extra
+// attempt tells a held lock (409) from a backend that is down (503).
+//
+// # Authentication
+//
+// With Config.AuthTokens set, every path but GET /healthz and GET /readyz
+// (probes) needs Authorization: Bearer <token>, /metrics included. Tokens
+// are compared by SHA-256 digest in constant time against every configured
+// token. [LoadTokens] reads them from a file.
+//
+// # Metrics
+//
+//	fenced_acquisitions_total{result="acquired|held|invalid|error|cancelled"}
+//	fenced_acquire_duration_seconds          histogram, waiting included
+//	fenced_tokens_issued_total
+//	fenced_active_leases                     gauge, see below
+//	fenced_refreshes_total{result="refreshed|lost|invalid|error|cancelled"}
+//	fenced_releases_total{result="released|lost|invalid|error|cancelled"}
+//	fenced_leases_lost_total                 refresh or release answered 410
+//	fenced_backend_errors_total{op="acquire|refresh|release|inspect|ready"}
+//	fenced_http_requests_total{route,code}   route is the OpenAPI path
+//
+// fenced_active_leases counts leases acquired or refreshed through this
+// server that it has not seen released or lost and whose TTL has not run
+// out since. Expired entries are dropped lazily, when the gauge is read and
+// on acquire, by no goroutine. A lease released through another fenced node
+// stays counted here until its TTL runs out.
+package server

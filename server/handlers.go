@@ -1,0 +1,257 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/fenced/fenced/lock"
+)
+
+// Operations, the op label of fenced_backend_errors_total.
+const (
+	opAcquire = "acquire"
+	opRefresh = "refresh"
+	opRelease = "release"
+	opInspect = "inspect"
+	opReady   = "ready"
+)
+
+type leaseResponse struct {
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id"`
+	Token   uint64 `json:"token"`
+	TTLMs   int64  `json:"ttl_ms"`
+}
+
+type stateResponse struct {
+	Name  string `json:"name"`
+	Held  bool   `json:"held"`
+	Token uint64 `json:"token"`
+	TTLMs int64  `json:"ttl_ms"`
+}
+
+type statusResponse struct {
+	Status string `json:"status"`
+}
+
+// body checks the Content-Type and reads at most maxBody bytes of the
+// request body.
+func (s *Server) body(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if aerr := checkContentType(r.Header); aerr != nil {
+		return nil, aerr
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: codePayloadTooLarge,
+			message: fmt.Sprintf("request body over %d bytes", s.maxBody)}
+	}
+	if err != nil {
+		return nil, invalid(fmt.Sprintf("reading the request body: %v", err))
+	}
+	return b, nil
+}
+
+func (s *Server) countInvalid(op string) {
+	switch op {
+	case opAcquire:
+		s.metrics.acquisitions.WithLabelValues(resultInvalid).Inc()
+	case opRefresh:
+		s.metrics.refreshes.WithLabelValues(resultInvalid).Inc()
+	case opRelease:
+		s.metrics.releases.WithLabelValues(resultInvalid).Inc()
+	}
+}
+
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
+	var req acquireRequest
+	b, aerr := s.body(w, r)
+	if aerr == nil {
+		req, aerr = s.limits.decodeAcquire(b)
+	}
+	if aerr != nil {
+		s.countInvalid(opAcquire)
+		writeError(w, aerr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), req.wait+s.backendTimeout)
+	defer cancel()
+	start := time.Now()
+	var (
+		l   *lock.Lease
+		err error
+	)
+	if req.wait == 0 {
+		l, err = s.locks.TryAcquire(ctx, name, req.ttl, lock.WithDetached())
+	} else {
+		l, err = s.locks.Acquire(ctx, name, req.ttl, lock.WithDetached(), lock.WithWait(req.wait))
+	}
+	s.metrics.acquireDuration.Observe(time.Since(start).Seconds())
+	if errors.Is(err, lock.ErrNotAcquired) {
+		s.metrics.acquisitions.WithLabelValues(resultHeld).Inc()
+		msg := fmt.Sprintf("lock %q is held by another holder; set wait_ms to wait for it", name)
+		if req.wait > 0 {
+			msg = fmt.Sprintf("lock %q is held by another holder; still held after wait_ms %d", name, req.wait.Milliseconds())
+		}
+		writeError(w, &apiError{status: http.StatusConflict, code: codeHeld, message: msg})
+		return
+	}
+	if err != nil {
+		aerr, result := s.failure(r, ctx, opAcquire, name, err)
+		s.metrics.acquisitions.WithLabelValues(result).Inc()
+		writeError(w, aerr)
+		return
+	}
+	s.metrics.tokensIssued.Inc()
+	if r.Context().Err() != nil {
+		// The client went away while the lease was being taken: nobody
+		// will ever learn its lease id, so free it now rather than at the
+		// end of its TTL.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.backendTimeout)
+		defer rcancel()
+		err := s.locks.ReleaseID(rctx, name, l.ID())
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease released",
+			slog.String("lock", name), slog.Any("release_err", err))
+		s.metrics.acquisitions.WithLabelValues(resultCancelled).Inc()
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			message: "request cancelled while the lease was taken; the lease was released"})
+		return
+	}
+	s.metrics.acquisitions.WithLabelValues(resultAcquired).Inc()
+	s.leases.held(name, l.ID(), l.Deadline())
+	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: uint64(l.Token()), TTLMs: l.TTL().Milliseconds()})
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
+	var req refreshRequest
+	b, aerr := s.body(w, r)
+	if aerr == nil {
+		req, aerr = s.limits.decodeRefresh(b)
+	}
+	if aerr != nil {
+		s.countInvalid(opRefresh)
+		writeError(w, aerr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
+	defer cancel()
+	start := time.Now()
+	g, err := s.locks.RefreshID(ctx, name, req.leaseID, req.ttl)
+	if err != nil {
+		aerr, result := s.failure(r, ctx, opRefresh, name, err)
+		if result == resultLost {
+			s.leases.gone(name, req.leaseID)
+		}
+		s.metrics.refreshes.WithLabelValues(result).Inc()
+		writeError(w, aerr)
+		return
+	}
+	s.metrics.refreshes.WithLabelValues(resultRefreshed).Inc()
+	s.leases.held(name, req.leaseID, start.Add(g.TTL))
+	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: req.leaseID, Token: uint64(g.Token), TTLMs: g.TTL.Milliseconds()})
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
+	var req releaseRequest
+	b, aerr := s.body(w, r)
+	if aerr == nil {
+		req, aerr = s.limits.decodeRelease(b)
+	}
+	if aerr != nil {
+		s.countInvalid(opRelease)
+		writeError(w, aerr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
+	defer cancel()
+	if err := s.locks.ReleaseID(ctx, name, req.leaseID); err != nil {
+		aerr, result := s.failure(r, ctx, opRelease, name, err)
+		if result == resultLost {
+			s.leases.gone(name, req.leaseID)
+		}
+		s.metrics.releases.WithLabelValues(result).Inc()
+		writeError(w, aerr)
+		return
+	}
+	s.metrics.releases.WithLabelValues(resultReleased).Inc()
+	s.leases.gone(name, req.leaseID)
+	writeJSON(w, http.StatusOK, struct{}{})
+}
+
+// inspect reports a lock's state, never its lease id: the lease id is the
+// holder's secret.
+func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
+	defer cancel()
+	st, err := s.locks.Inspect(ctx, name)
+	if err != nil {
+		aerr, _ := s.failure(r, ctx, opInspect, name, err)
+		writeError(w, aerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, stateResponse{Name: name, Held: st.Held, Token: uint64(st.Token), TTLMs: st.Remaining.Milliseconds()})
+}
+
+// failure maps an error of the lock client to the API error and the result
+// label. ErrNotAcquired is left to the caller (only acquire sees it). ctx
+// is the context of the failed call, to tell a timeout.
+func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, err error) (*apiError, string) {
+	switch {
+	case errors.Is(err, lock.ErrInvalidName), errors.Is(err, lock.ErrInvalidTTL), errors.Is(err, lock.ErrInvalidLeaseID):
+		return invalid(err.Error()), resultInvalid
+	case errors.Is(err, lock.ErrLost):
+		s.metrics.leasesLost.Inc()
+		return &apiError{status: http.StatusGone, code: codeLost,
+			message: fmt.Sprintf("this lease id does not hold lock %q: the lease expired, was released, or was taken over; acquire again", name)}, resultLost
+	case r.Context().Err() != nil:
+		// The client went away (or the server's base context ended): the
+		// store is not at fault. Whoever still listens learns the truth.
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "request cancelled before the lease store answered",
+			slog.String("op", op), slog.String("lock", name), slog.Any("cause", context.Cause(r.Context())))
+		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			message: "request cancelled before the lease store answered"}, resultCancelled
+	case errors.Is(err, lock.ErrClosed):
+		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			message: "fenced is shutting down; retry on another node or later"}, resultError
+	}
+	s.metrics.backendErrors.WithLabelValues(op).Inc()
+	msg := fmt.Sprintf("lease store failed (%s %q): %v; check that Redis and etcd are reachable from fenced (GET /readyz)", op, name, err)
+	if ctx.Err() != nil {
+		msg = fmt.Sprintf("lease store did not answer %s %q within %s; check that Redis and etcd are reachable and have a leader (GET /readyz)", op, name, s.backendTimeout)
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelWarn, "lease store failed",
+		slog.String("op", op), slog.String("lock", name), slog.Any("err", err),
+		slog.String("hint", "check that Redis and etcd are reachable from fenced and healthy; GET /readyz runs the same check"))
+	return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: msg}, resultError
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ string) {
+	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ string) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
+	defer cancel()
+	if err := s.ready(ctx); err != nil {
+		if r.Context().Err() != nil {
+			writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: "request cancelled before the readiness check finished"})
+			return
+		}
+		s.metrics.backendErrors.WithLabelValues(opReady).Inc()
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "not ready: a backend does not answer",
+			slog.Any("err", err), slog.String("hint", "check that Redis and etcd are up and reachable from fenced"))
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			message: fmt.Sprintf("not ready: %v", err)})
+		return
+	}
+	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, _ string) {
+	s.metricsHandler.ServeHTTP(w, r)
+}

@@ -1,0 +1,148 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Results of fenced_acquisitions_total, fenced_refreshes_total and
+// fenced_releases_total. "invalid" is a request rejected before it reached
+// the lease store (400, 413, 415); "cancelled" is a request whose client
+// went away (or whose server context ended) before the store answered.
+const (
+	resultAcquired  = "acquired"
+	resultRefreshed = "refreshed"
+	resultReleased  = "released"
+	resultHeld      = "held"
+	resultLost      = "lost"
+	resultInvalid   = "invalid"
+	resultError     = "error"
+	resultCancelled = "cancelled"
+)
+
+type metrics struct {
+	acquisitions    *prometheus.CounterVec
+	acquireDuration prometheus.Histogram
+	tokensIssued    prometheus.Counter
+	refreshes       *prometheus.CounterVec
+	releases        *prometheus.CounterVec
+	leasesLost      prometheus.Counter
+	backendErrors   *prometheus.CounterVec
+	requests        *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, leases *leaseTracker) (*metrics, error) {
+	m := &metrics{
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_acquisitions_total",
+			Help: "Acquire requests by result: acquired, held (409 after wait_ms), invalid (rejected before the lease store), error (lease store failed), cancelled (client went away).",
+		}, []string{"result"}),
+		acquireDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fenced_acquire_duration_seconds",
+			Help:    "Time acquire requests spent in the lock client, waiting included, whatever the result.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		tokensIssued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenced_tokens_issued_total",
+			Help: "Fencing tokens issued with acquired leases.",
+		}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_refreshes_total",
+			Help: "Refresh requests by result: refreshed, lost (410), invalid, error, cancelled.",
+		}, []string{"result"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_releases_total",
+			Help: "Release requests by result: released, lost (410), invalid, error, cancelled.",
+		}, []string{"result"}),
+		leasesLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenced_leases_lost_total",
+			Help: "Refresh or release requests answered lost (410): the lease id no longer holds the lease.",
+		}),
+		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_backend_errors_total",
+			Help: "Lease store (Redis, etcd) failures by operation: acquire, refresh, release, inspect, ready.",
+		}, []string{"op"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_http_requests_total",
+			Help: "HTTP requests by route (the OpenAPI path, or \"unmatched\") and status code.",
+		}, []string{"route", "code"}),
+	}
+	activeLeases := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fenced_active_leases",
+		Help: "Leases acquired through this server that, as far as it knows, are still held: not released, not answered lost, and not past their TTL since the last acquire or refresh through it.",
+	}, func() float64 { return float64(leases.count(time.Now())) })
+	for _, c := range []prometheus.Collector{m.acquisitions, m.acquireDuration, m.tokensIssued, m.refreshes,
+		m.releases, m.leasesLost, m.backendErrors, m.requests, activeLeases} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Every result and op from the start, so that rates work from zero.
+	for _, r := range []string{resultAcquired, resultHeld, resultInvalid, resultError, resultCancelled} {
+		m.acquisitions.WithLabelValues(r)
+	}
+	for _, r := range []string{resultRefreshed, resultLost, resultInvalid, resultError, resultCancelled} {
+		m.refreshes.WithLabelValues(r)
+	}
+	for _, r := range []string{resultReleased, resultLost, resultInvalid, resultError, resultCancelled} {
+		m.releases.WithLabelValues(r)
+	}
+	for _, op := range []string{opAcquire, opRefresh, opRelease, opInspect, opReady} {
+		m.backendErrors.WithLabelValues(op)
+	}
+	return m, nil
+}
+
+// leaseTracker counts the leases this server handed out and believes are
+// still held. It keeps each lease's expected expiry and drops expired
+// entries lazily: when the gauge is read, and on acquire at most once per
+// sweepEvery. No goroutine.
+type leaseTracker struct {
+	mu        sync.Mutex
+	deadlines map[leaseKey]time.Time
+	lastSweep time.Time
+}
+
+type leaseKey struct{ name, id string }
+
+const sweepEvery = time.Second
+
+func newLeaseTracker() *leaseTracker {
+	return &leaseTracker{deadlines: make(map[leaseKey]time.Time)}
+}
+
+// held records that name is held by id until deadline (an acquire or a
+// refresh through this server).
+func (t *leaseTracker) held(name, id string, deadline time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.deadlines[leaseKey{name, id}] = deadline
+	if now := time.Now(); now.Sub(t.lastSweep) >= sweepEvery {
+		t.sweep(now)
+	}
+}
+
+// gone records that id no longer holds name (released or lost).
+func (t *leaseTracker) gone(name, id string) {
+	t.mu.Lock()
+	delete(t.deadlines, leaseKey{name, id})
+	t.mu.Unlock()
+}
+
+func (t *leaseTracker) count(now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sweep(now)
+	return len(t.deadlines)
+}
+
+func (t *leaseTracker) sweep(now time.Time) {
+	for k, d := range t.deadlines {
+		if !now.Before(d) {
+			delete(t.deadlines, k)
+		}
+	}
+	t.lastSweep = now
+}

@@ -1,0 +1,340 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fenced/fenced/lock"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Config configures a Server. Only Locks is required; every other zero
+// value means the default its comment states.
+type Config struct {
+	// Locks is the lock client the API serves. Required. The server does not
+	// close it.
+	Locks *lock.Client
+	// Ready checks that the backends (Redis and etcd) answer; GET /readyz is
+	// 200 only when it returns nil. nil means Locks.Store().Ping. Note that
+	// a RedisStore's Ping checks Redis only: pass a Ready that also checks
+	// etcd when leases are in Redis.
+	Ready func(ctx context.Context) error
+	// Logger receives one debug line per request and warnings about backend
+	// failures. nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer is where the server registers its metrics. nil means a new
+	// private registry, with the Go and process collectors added.
+	Registerer prometheus.Registerer
+	// Gatherer is what GET /metrics serves. nil means the private registry,
+	// or Registerer if it is also a Gatherer (as *prometheus.Registry is).
+	Gatherer prometheus.Gatherer
+	// AuthTokens are the bearer tokens that may use the API and /metrics
+	// (GET /healthz and /readyz stay open for probes). Empty means no
+	// authentication. Each must have at least MinTokenLen bytes of printable
+	// ASCII; see LoadTokens.
+	AuthTokens [][]byte
+	// MaxBodyBytes bounds a request body; a larger one is a 413. Default
+	// 64 KiB.
+	MaxBodyBytes int64
+	// MinTTL and MaxTTL bound ttl_ms. Defaults lock.MinTTL (10ms) and
+	// lock.MaxTTL (24h); they must lie within those and be whole
+	// milliseconds.
+	MinTTL, MaxTTL time.Duration
+	// DefaultTTL is the TTL of an acquire or refresh without ttl_ms.
+	// Default 30s; it must lie within MinTTL to MaxTTL.
+	DefaultTTL time.Duration
+	// MaxWait bounds wait_ms. Default 60s.
+	MaxWait time.Duration
+	// BackendTimeout bounds the lease store calls of one request, on top of
+	// its wait_ms. A store that does not answer in time is a 503. Default
+	// 10s.
+	BackendTimeout time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes   = 64 << 10
+	DefaultTTL            = 30 * time.Second
+	DefaultMaxWait        = 60 * time.Second
+	DefaultBackendTimeout = 10 * time.Second
+)
+
+// Server is the HTTP handler of the v1 API. It keeps no goroutine: leases
+// are acquired detached, and their remote holder refreshes and releases
+// them by lease id. It is safe for concurrent use.
+type Server struct {
+	locks          *lock.Client
+	ready          func(context.Context) error
+	log            *slog.Logger
+	auth           *authenticator // nil: no authentication
+	maxBody        int64
+	limits         limits
+	backendTimeout time.Duration
+	metrics        *metrics
+	leases         *leaseTracker
+	metricsHandler http.Handler
+}
+
+// New checks cfg and returns a Server. An invalid field is an error that
+// names it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Locks == nil {
+		return nil, errors.New("server: Config.Locks: required")
+	}
+	s := &Server{
+		locks:          cfg.Locks,
+		ready:          cfg.Ready,
+		log:            cfg.Logger,
+		maxBody:        cfg.MaxBodyBytes,
+		backendTimeout: cfg.BackendTimeout,
+		limits: limits{minTTL: cfg.MinTTL, maxTTL: cfg.MaxTTL,
+			defaultTTL: cfg.DefaultTTL, maxWait: cfg.MaxWait},
+		leases: newLeaseTracker(),
+	}
+	if s.ready == nil {
+		s.ready = cfg.Locks.Store().Ping
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if err := s.setLimits(); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.auth, err = newAuthenticator(cfg.AuthTokens); err != nil {
+		return nil, err
+	}
+
+	reg, gath := cfg.Registerer, cfg.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		if err := r.Register(collectors.NewGoCollector()); err != nil {
+			return nil, fmt.Errorf("server: metrics: %w", err)
+		}
+		if err := r.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+			return nil, fmt.Errorf("server: metrics: %w", err)
+		}
+		reg = r
+		if gath == nil {
+			gath = r
+		}
+	}
+	if gath == nil {
+		g, ok := reg.(prometheus.Gatherer)
+		if !ok {
+			return nil, errors.New("server: Config.Gatherer: required when Config.Registerer is not a prometheus.Gatherer")
+		}
+		gath = g
+	}
+	if s.metrics, err = newMetrics(reg, s.leases); err != nil {
+		return nil, fmt.Errorf("server: Config.Registerer: %w", err)
+	}
+	s.metricsHandler = promhttp.HandlerFor(gath, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	return s, nil
+}
+
+func (s *Server) setLimits() error {
+	if s.maxBody == 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.maxBody < 0 {
+		return fmt.Errorf("server: Config.MaxBodyBytes %d: want > 0 (0 means %d)", s.maxBody, DefaultMaxBodyBytes)
+	}
+	l := &s.limits
+	if l.minTTL == 0 {
+		l.minTTL = lock.MinTTL
+	}
+	if l.maxTTL == 0 {
+		l.maxTTL = lock.MaxTTL
+	}
+	if l.defaultTTL == 0 {
+		l.defaultTTL = DefaultTTL
+	}
+	if l.maxWait == 0 {
+		l.maxWait = DefaultMaxWait
+	}
+	if s.backendTimeout == 0 {
+		s.backendTimeout = DefaultBackendTimeout
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"MinTTL", l.minTTL}, {"MaxTTL", l.maxTTL}, {"DefaultTTL", l.defaultTTL}, {"MaxWait", l.maxWait}} {
+		if f.d%time.Millisecond != 0 {
+			return fmt.Errorf("server: Config.%s %s: want whole milliseconds", f.name, f.d)
+		}
+	}
+	switch {
+	case l.minTTL < lock.MinTTL || l.minTTL > lock.MaxTTL:
+		return fmt.Errorf("server: Config.MinTTL %s: want %s to %s", l.minTTL, lock.MinTTL, lock.MaxTTL)
+	case l.maxTTL < l.minTTL || l.maxTTL > lock.MaxTTL:
+		return fmt.Errorf("server: Config.MaxTTL %s: want MinTTL (%s) to %s", l.maxTTL, l.minTTL, lock.MaxTTL)
+	case l.defaultTTL < l.minTTL || l.defaultTTL > l.maxTTL:
+		return fmt.Errorf("server: Config.DefaultTTL %s: want MinTTL (%s) to MaxTTL (%s)", l.defaultTTL, l.minTTL, l.maxTTL)
+	case l.maxWait < 0:
+		return fmt.Errorf("server: Config.MaxWait %s: want > 0 (0 means %s)", l.maxWait, DefaultMaxWait)
+	case s.backendTimeout < 0:
+		return fmt.Errorf("server: Config.BackendTimeout %s: want > 0 (0 means %s)", s.backendTimeout, DefaultBackendTimeout)
+	}
+	return nil
+}
+
+// A route of the API. pattern is its path as in api/openapi.yaml.
+type route struct {
+	pattern string
+	method  string // GET routes also answer HEAD
+	open    bool   // served without authentication (probes)
+	op      string // the operation, for metrics
+	handle  func(s *Server, w http.ResponseWriter, r *http.Request, name string)
+}
+
+var (
+	routeHealthz = &route{"/healthz", http.MethodGet, true, "", (*Server).healthz}
+	routeReadyz  = &route{"/readyz", http.MethodGet, true, "", (*Server).readyz}
+	routeMetrics = &route{"/metrics", http.MethodGet, false, "", (*Server).serveMetrics}
+	routeInspect = &route{"/v1/locks/{name}", http.MethodGet, false, opInspect, (*Server).inspect}
+	routeAcquire = &route{"/v1/locks/{name}/acquire", http.MethodPost, false, opAcquire, (*Server).acquire}
+	routeRefresh = &route{"/v1/locks/{name}/refresh", http.MethodPost, false, opRefresh, (*Server).refresh}
+	routeRelease = &route{"/v1/locks/{name}/release", http.MethodPost, false, opRelease, (*Server).release}
+
+	routes = []*route{routeHealthz, routeReadyz, routeMetrics, routeInspect, routeAcquire, routeRefresh, routeRelease}
+)
+
+const locksPrefix = "/v1/locks/"
+
+// match finds the route of an escaped path and the escaped lock name in
+// it. The path is not cleaned: "/v1/locks/a/b/acquire" is the lock "a/b"
+// (a 400 once the name is checked), not a 404; so is "a%2Fb". A path under
+// /v1/locks/ with more than one segment whose last is not an action is a
+// lock name with a slash for GET and HEAD, and an unknown path otherwise.
+func match(path, method string) (rt *route, rawName string) {
+	switch path {
+	case "/healthz":
+		return routeHealthz, ""
+	case "/readyz":
+		return routeReadyz, ""
+	case "/metrics":
+		return routeMetrics, ""
+	}
+	rest, ok := strings.CutPrefix(path, locksPrefix)
+	if !ok {
+		return nil, ""
+	}
+	if i := strings.LastIndexByte(rest, '/'); i >= 0 {
+		switch rest[i+1:] {
+		case "acquire":
+			return routeAcquire, rest[:i]
+		case "refresh":
+			return routeRefresh, rest[:i]
+		case "release":
+			return routeRelease, rest[:i]
+		}
+		if method != http.MethodGet && method != http.MethodHead {
+			return nil, ""
+		}
+	}
+	return routeInspect, rest
+}
+
+// lockName decodes and checks the lock name of a path.
+func lockName(rawName string) (string, *apiError) {
+	name, err := url.PathUnescape(rawName)
+	if err != nil {
+		return "", invalid(fmt.Sprintf("lock name %s: %v", excerpt([]byte(rawName)), err))
+	}
+	if err := lock.ValidateName(name); err != nil {
+		return "", invalid(err.Error())
+	}
+	return name, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w}
+	rt, rawName := match(r.URL.EscapedPath(), r.Method)
+	label := "unmatched"
+	if rt != nil {
+		label = rt.pattern
+	}
+	defer func() {
+		status := rec.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		if status >= 500 && r.Context().Err() != nil {
+			status = 499 // nginx's "client closed request": nobody got the answer
+		}
+		s.metrics.requests.WithLabelValues(label, fmt.Sprint(status)).Inc()
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "http request",
+			slog.String("method", r.Method), slog.String("path", r.URL.EscapedPath()),
+			slog.String("route", label), slog.Int("status", status),
+			slog.Duration("duration", time.Since(start)), slog.String("remote", r.RemoteAddr))
+	}()
+	if (rt == nil || !rt.open) && s.auth != nil {
+		if err := s.auth.check(r); err != nil {
+			rec.Header().Set("WWW-Authenticate", `Bearer realm="fenced"`)
+			writeError(rec, &apiError{status: http.StatusUnauthorized, code: codeUnauthenticated, message: err.Error()})
+			return
+		}
+	}
+	if rt == nil {
+		writeError(rec, &apiError{status: http.StatusNotFound, code: codeNotFound,
+			message: fmt.Sprintf("no such path %s; the API is under %s{name} (GET) and %s{name}/acquire|refresh|release (POST)", excerpt([]byte(r.URL.EscapedPath())), locksPrefix, locksPrefix)})
+		return
+	}
+	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
+		allow := rt.method
+		if rt.method == http.MethodGet {
+			allow = "GET, HEAD"
+		}
+		rec.Header().Set("Allow", allow)
+		writeError(rec, &apiError{status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed,
+			message: fmt.Sprintf("method %s: %s allows %s", excerpt([]byte(r.Method)), rt.pattern, allow)})
+		return
+	}
+	var name string
+	if strings.HasPrefix(rt.pattern, locksPrefix) {
+		var aerr *apiError
+		if name, aerr = lockName(rawName); aerr != nil {
+			s.countInvalid(rt.op)
+			writeError(rec, aerr)
+			return
+		}
+	}
+	rt.handle(s, rec, r, name)
+}
+
+// recorder remembers the status a handler wrote.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
