@@ -58,10 +58,8 @@
 // which only a client still listening (a server whose base context ended)
 // can see. A lease taken for a client that went away is released at once.
 //
-// A wait_ms that runs out is checked with one more attempt, bounded by
-// Config.BackendTimeout alone: lock.Client.Acquire reports a wait budget
-// that ran out inside a failing store call as not acquired, and the extra
-// attempt tells a held lock (409) from a backend that is down (503).
+// A wait_ms that runs out is a 409 only if the lock was seen held; if Redis
+// or etcd did not answer in that time, it is a 503.
 //
 // # Authentication
 //
