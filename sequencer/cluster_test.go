@@ -233,3 +233,22 @@ func TestRaiseFloorNewClusterWithMin(t *testing.T) {
 		t.Fatalf("token after a lower raise: %d, %v; want > %d", tok, err, prev)
 	}
 }
+
+func TestEnsureFloorOnlyOnANewCluster(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	ctx := t.Context()
+	before := fence.Token(time.Now().UnixMicro())
+	f, raised, err := sequencer.EnsureFloor(ctx, cli, "")
+	if err != nil || !raised || f.Next <= before {
+		t.Fatalf("first EnsureFloor: %+v raised=%v %v; want a floor above %d", f, raised, err, before)
+	}
+	f2, raised, err := sequencer.EnsureFloor(ctx, cli, "")
+	if err != nil || raised || f2.Offset != f.Offset {
+		t.Fatalf("second EnsureFloor: %+v raised=%v %v; want the floor left alone", f2, raised, err)
+	}
+	s := newSeq(t, cli)
+	tok, err := s.Next(ctx, "n", "l")
+	if err != nil || tok < f.Next {
+		t.Fatalf("token %d, %v; want >= %d", tok, err, f.Next)
+	}
+}

@@ -28,6 +28,9 @@
 // (etcd's ceiling is far below that); give the highest token your resources
 // have seen as the minimum to be safe even against a wrong clock. Run it once
 // after a restore and before fenced serves again (fenced admin raise-floor).
+// [EnsureFloor] does the same automatically on a cluster that never had a
+// floor, so a brand-new cluster (or a fresh fenced dev data dir) cannot
+// reissue tokens that resources still remember; fenced runs it at start.
 //
 // # Embedded etcd
 //

@@ -86,6 +86,26 @@ func RaiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fe
 	}
 }
 
+// EnsureFloor raises the floor (as RaiseFloor with no minimum) if it was
+// never set: a new, empty cluster then issues tokens above those of any
+// cluster before it, so a fresh data dir cannot reissue old tokens to
+// resources that remember them. A cluster restored from a snapshot already
+// has a floor and still needs RaiseFloor. It reports whether it raised.
+func EnsureFloor(ctx context.Context, cli *clientv3.Client, prefix string) (Floor, bool, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	cur, err := readFloor(ctx, cli, prefix)
+	if err != nil {
+		return Floor{}, false, err
+	}
+	if cur.modRev != 0 {
+		return cur.Floor, false, nil
+	}
+	f, err := RaiseFloor(ctx, cli, prefix, 0)
+	return f, err == nil, err
+}
+
 type floorRev struct {
 	Floor
 	modRev int64
