@@ -252,3 +252,26 @@ func TestEnsureFloorOnlyOnANewCluster(t *testing.T) {
 		t.Fatalf("token %d, %v; want >= %d", tok, err, f.Next)
 	}
 }
+
+// TestEnsureFloorConcurrently: nodes of a new cluster all ensure the floor
+// at start; exactly one raises it.
+func TestEnsureFloorConcurrently(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	var raised atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, r, err := sequencer.EnsureFloor(context.Background(), cli, ""); err != nil {
+				t.Error(err)
+			} else if r {
+				raised.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if raised.Load() != 1 {
+		t.Fatalf("%d callers raised the floor, want 1", raised.Load())
+	}
+}

@@ -9,10 +9,13 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // EmbedConfig configures an embedded etcd member. The zero value is a
@@ -56,6 +59,7 @@ type Embedded struct {
 	peerURL   string
 	name      string
 
+	closing   atomic.Bool // etcd logs its listeners' closing as errors; Close silences those
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -101,9 +105,18 @@ func StartEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = c.Name
 	cfg.Dir = e.dir
+	lvl, err := zapcore.ParseLevel(c.LogLevel)
+	if err != nil {
+		return nil, e.failStart(fmt.Errorf("sequencer: log level %q: want debug, info, warn or error", c.LogLevel))
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	lg, err := zc.Build(zap.WrapCore(func(core zapcore.Core) zapcore.Core { return &quietClose{Core: core, closing: &e.closing} }))
+	if err != nil {
+		return nil, e.failStart(fmt.Errorf("sequencer: etcd logger: %w", err))
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	cfg.LogLevel = c.LogLevel
-	cfg.Logger = "zap"
-	cfg.LogOutputs = []string{"stderr"}
 	cfg.InitialCluster = c.InitialCluster
 	cfg.InitialClusterToken = c.ClusterToken
 	cfg.UnsafeNoFsync = c.UnsafeNoFsync
@@ -190,6 +203,7 @@ func (e *Embedded) Client() (*clientv3.Client, error) {
 func (e *Embedded) Close() error {
 	e.closeOnce.Do(func() {
 		if e.etcd != nil {
+			e.closing.Store(true)
 			e.etcd.Close()
 		}
 		if e.tempDir {
@@ -197,6 +211,26 @@ func (e *Embedded) Close() error {
 		}
 	})
 	return e.closeErr
+}
+
+// quietClose drops the errors etcd logs when its own listeners close during
+// Close ("setting up serving from embedded etcd failed": "mux: server
+// closed", "use of closed network connection"): a clean shutdown is not an
+// error, and operators should not learn to ignore error lines.
+type quietClose struct {
+	zapcore.Core
+	closing *atomic.Bool
+}
+
+func (q *quietClose) With(f []zapcore.Field) zapcore.Core {
+	return &quietClose{Core: q.Core.With(f), closing: q.closing}
+}
+
+func (q *quietClose) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if q.closing.Load() && ent.Message == "setting up serving from embedded etcd failed." {
+		return ce
+	}
+	return q.Core.Check(ent, ce)
 }
 
 // freeLoopbackURL returns http://127.0.0.1:port for a port that was free a

@@ -49,13 +49,23 @@ func ReadFloor(ctx context.Context, cli *clientv3.Client, prefix string) (Floor,
 // Tokens stay below 2^63, so they fit a signed 64-bit column, for about
 // 290,000 years of clock.
 func RaiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fence.Token) (Floor, error) {
+	f, _, err := raiseFloor(ctx, cli, prefix, min, false)
+	return f, err
+}
+
+// raiseFloor raises the floor; with onlyIfNew, only if no floor was ever
+// set, and it reports whether it raised.
+func raiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fence.Token, onlyIfNew bool) (Floor, bool, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
 	for {
 		cur, err := readFloor(ctx, cli, prefix)
 		if err != nil {
-			return Floor{}, err
+			return Floor{}, false, err
+		}
+		if onlyIfNew && cur.modRev != 0 {
+			return cur.Floor, false, nil
 		}
 		target := uint64(min)
 		if now := uint64(time.Now().UnixMicro()); now > target {
@@ -65,7 +75,7 @@ func RaiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fe
 			target = live
 		}
 		if target >= math.MaxInt64 {
-			return Floor{}, fmt.Errorf("sequencer: floor %d does not fit a signed 64-bit token", target)
+			return Floor{}, false, fmt.Errorf("sequencer: floor %d does not fit a signed 64-bit token", target)
 		}
 		// The put takes revision cur.Revision+1 (or later if someone writes
 		// first, which only makes tokens larger); offset so that
@@ -77,10 +87,10 @@ func RaiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fe
 			Then(clientv3.OpPut(key, strconv.FormatUint(offset, 10))).
 			Commit()
 		if err != nil {
-			return Floor{}, fmt.Errorf("sequencer: raise floor: %w", err)
+			return Floor{}, false, fmt.Errorf("sequencer: raise floor: %w", err)
 		}
 		if resp.Succeeded {
-			return Floor{Offset: offset, Revision: resp.Header.Revision, Next: Token(resp.Header.Revision+1, offset)}, nil
+			return Floor{Offset: offset, Revision: resp.Header.Revision, Next: Token(resp.Header.Revision+1, offset)}, true, nil
 		}
 		// Someone else raised the floor at the same moment: read it again.
 	}
@@ -92,18 +102,7 @@ func RaiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fe
 // resources that remember them. A cluster restored from a snapshot already
 // has a floor and still needs RaiseFloor. It reports whether it raised.
 func EnsureFloor(ctx context.Context, cli *clientv3.Client, prefix string) (Floor, bool, error) {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	cur, err := readFloor(ctx, cli, prefix)
-	if err != nil {
-		return Floor{}, false, err
-	}
-	if cur.modRev != 0 {
-		return cur.Floor, false, nil
-	}
-	f, err := RaiseFloor(ctx, cli, prefix, 0)
-	return f, err == nil, err
+	return raiseFloor(ctx, cli, prefix, 0, true)
 }
 
 type floorRev struct {
