@@ -194,11 +194,16 @@ func checkContentType(h http.Header) *apiError {
 		return nil
 	}
 	unsupported := &apiError{status: http.StatusUnsupportedMediaType, code: codeUnsupportedMediaType,
-		message: fmt.Sprintf("Content-Type %s: want application/json (or no Content-Type)", excerpt([]byte(fmt.Sprintf("%q", strings.Join(ct, ", ")))))}
+		message: fmt.Sprintf("Content-Type %s: want application/json (or none; curl -d's form type is read as JSON too)", excerpt([]byte(fmt.Sprintf("%q", strings.Join(ct, ", ")))))}
 	if len(ct) > 1 {
 		return unsupported
 	}
 	mt, params, err := mime.ParseMediaType(ct[0])
+	if err == nil && mt == "application/x-www-form-urlencoded" && len(params) == 0 {
+		// What curl -d sends by default: the body is still parsed as JSON,
+		// so `curl -d '{"ttl_ms":5000}'` works as a reader would expect.
+		return nil
+	}
 	if err != nil || mt != "application/json" {
 		return unsupported
 	}

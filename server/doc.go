@@ -35,8 +35,9 @@
 // integers (no fraction, exponent, quotes or null). An empty body is an
 // empty object: acquire then uses Config.DefaultTTL and wait_ms 0, and a
 // refresh without ttl_ms asks for Config.DefaultTTL too. Content-Type may
-// be missing or application/json (charset utf-8 if any); anything else is
-// 415. A body over Config.MaxBodyBytes is 413. Lock names are 1 to 200
+// be missing or application/json (charset utf-8 if any), or curl -d's
+// application/x-www-form-urlencoded, whose body is still read as JSON;
+// anything else is 415. A body over Config.MaxBodyBytes is 413. Lock names are 1 to 200
 // characters of A-Z a-z 0-9 . _ - : ([lock.ValidateName]); the path is not
 // cleaned, so a name with "/" or "%2F" is a 400, and no invalid request
 // touches a key in Redis or etcd.

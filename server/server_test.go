@@ -225,6 +225,7 @@ func TestInvalidRequestsTouchNoKey(t *testing.T) {
 				{"POST", "/v1/locks/ok/acquire", `nope`, "", 400, codeInvalidArgument, "not valid JSON"},
 				{"POST", "/v1/locks/ok/acquire", `{}`, "text/plain", 415, codeUnsupportedMediaType, "application/json"},
 				{"POST", "/v1/locks/ok/acquire", `{}`, "application/json; charset=latin1", 415, codeUnsupportedMediaType, "application/json"},
+				{"POST", "/v1/locks/ok/acquire", `ttl_ms=1000`, "application/x-www-form-urlencoded", 400, codeInvalidArgument, "not valid JSON"},
 				// Lease ids.
 				{"POST", "/v1/locks/ok/refresh", ``, "", 400, codeInvalidArgument, "lease_id is missing"},
 				{"POST", "/v1/locks/ok/refresh", `{"ttl_ms":1000}`, "", 400, codeInvalidArgument, "lease_id is missing"},
@@ -257,7 +258,7 @@ func TestInvalidRequestsTouchNoKey(t *testing.T) {
 				t.Fatalf("fenced_acquisitions_total{result=invalid} %v, want %d", v, invalidAcquires)
 			}
 			// Accepted forms, for contrast.
-			for _, ct := range []string{"", "application/json", "application/json; charset=UTF-8"} {
+			for _, ct := range []string{"", "application/json", "application/json; charset=UTF-8", "application/x-www-form-urlencoded"} {
 				var hdr []string
 				if ct != "" {
 					hdr = []string{"Content-Type", ct}
