@@ -193,14 +193,14 @@ func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, o 
 	if err != nil {
 		return nil, err
 	}
-	validity := g.TTL - time.Since(start) - drift(g.TTL)
+	validity := g.TTL - time.Since(start) - Drift(g.TTL)
 	if validity <= 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = c.store.Release(rctx, name, id) // the lease expires anyway; releasing only frees it sooner
 		return nil, errNoValidity
 	}
-	l := newLease(ctx, c, name, id, g, start.Add(g.TTL-drift(g.TTL)), o.keepAlive && !o.detached)
+	l := newLease(ctx, c, name, id, g, start.Add(g.TTL-Drift(g.TTL)), o.keepAlive && !o.detached)
 	if o.detached {
 		return l, nil
 	}

@@ -111,7 +111,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	got := g.TTL
 	l.mu.Lock()
 	l.ttl = got
-	if d := start.Add(got - drift(got)); d.After(l.deadline) {
+	if d := start.Add(got - Drift(got)); d.After(l.deadline) {
 		l.deadline = d
 	}
 	l.mu.Unlock()

@@ -42,5 +42,6 @@ func ValidateTTL(ttl time.Duration) error {
 	return nil
 }
 
-// drift is the clock-drift allowance of DESIGN.md: 1% of the TTL plus 2ms.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+// Drift is the clock-drift allowance of DESIGN.md, 1% of the TTL plus 2ms:
+// a lease is valid for its TTL from the start of the acquisition, less this.
+func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }

@@ -1,0 +1,407 @@
+package client_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
+	"github.com/fenced/fenced/server"
+)
+
+// fixture is a fenced API server in this process over a real Redis lease
+// store and a real (embedded) etcd sequencer.
+type fixture struct {
+	locks   *lock.Client
+	url     string
+	failing atomic.Bool // when set, every request is answered 503
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	rdb := testenv.Redis(t)
+	_, cli := testenv.Etcd(t)
+	seq, err := sequencer.NewEtcd(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seq.Close() })
+	store, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(testenv.Name(t)+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	locks, err := lock.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{locks: locks}
+	f.url = f.serve(t, server.Config{MaxTTL: time.Minute})
+	return f
+}
+
+// serve starts another API server over the fixture's lock client.
+func (f *fixture) serve(t *testing.T, cfg server.Config) string {
+	t.Helper()
+	cfg.Locks = f.locks
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f.failing.Load() {
+			http.Error(w, `{"error":{"code":"unavailable","message":"injected"}}`, http.StatusServiceUnavailable)
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+func newClient(t *testing.T, url string, opts ...client.ClientOption) *client.Client {
+	t.Helper()
+	c, err := client.New(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// releaseBehindBack releases a lease by its id with a raw HTTP call, as
+// another process that learned the id could.
+func releaseBehindBack(t *testing.T, url, name, id string) {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/locks/"+name+"/release", "application/json", strings.NewReader(`{"lease_id":"`+id+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("release behind the holder's back: HTTP %d", resp.StatusCode)
+	}
+}
+
+func waitDone(t *testing.T, l *client.Lease, within time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(within):
+		t.Fatalf("lease not done within %s", within)
+	}
+}
+
+func TestClient(t *testing.T) {
+	f := newFixture(t)
+	c := newClient(t, f.url)
+
+	t.Run("RoundTrip", func(t *testing.T) {
+		ctx := t.Context()
+		name := testenv.Name(t)
+		l, err := c.Acquire(ctx, name, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Name() != name || len(l.ID()) != 32 || l.Token() == 0 || l.TTL() != 5*time.Second || l.Err() != nil {
+			t.Fatalf("lease %q %q %d %s %v", l.Name(), l.ID(), l.Token(), l.TTL(), l.Err())
+		}
+		if d := time.Until(l.Deadline()); d <= 4*time.Second || d > 5*time.Second {
+			t.Fatalf("deadline in %s, want just under 5s", d)
+		}
+		if tok, ok := fence.FromContext(l.Context()); !ok || tok != l.Token() {
+			t.Fatalf("lease context carries token %d, %v", tok, ok)
+		}
+		st, err := c.Inspect(ctx, name)
+		if err != nil || !st.Held || st.Token != l.Token() || st.Remaining <= 0 {
+			t.Fatalf("inspect held: %+v, %v", st, err)
+		}
+		before := l.Deadline()
+		if err := l.Refresh(ctx, 8*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if l.TTL() != 8*time.Second || !l.Deadline().After(before) {
+			t.Fatalf("after refresh: ttl %s deadline moved %v", l.TTL(), l.Deadline().After(before))
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("second release: %v", err)
+		}
+		if !errors.Is(l.Err(), lock.ErrReleased) {
+			t.Fatalf("Err after release = %v", l.Err())
+		}
+		if err := l.Refresh(ctx, 0); !errors.Is(err, lock.ErrReleased) {
+			t.Fatalf("refresh after release = %v", err)
+		}
+		if st, err := c.Inspect(ctx, name); err != nil || st.Held {
+			t.Fatalf("inspect after release: %+v, %v", st, err)
+		}
+		l2, err := c.TryAcquire(ctx, name, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l2.Release(ctx)
+		if l2.Token() <= l.Token() {
+			t.Fatalf("second token %d <= first %d", l2.Token(), l.Token())
+		}
+	})
+
+	t.Run("Held", func(t *testing.T) {
+		ctx := t.Context()
+		name := testenv.Name(t)
+		l, err := c.Acquire(ctx, name, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		_, err = c.TryAcquire(ctx, name, time.Second)
+		var ae *client.APIError
+		if !errors.Is(err, lock.ErrNotAcquired) || !errors.As(err, &ae) || ae.Status != 409 || ae.Code != "held" {
+			t.Fatalf("TryAcquire of a held lock = %v", err)
+		}
+		start := time.Now()
+		_, err = c.Acquire(ctx, name, time.Second, client.WithWait(300*time.Millisecond))
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("Acquire with a wait budget = %v", err)
+		}
+		if el := time.Since(start); el < 250*time.Millisecond {
+			t.Fatalf("gave up after %s, before the 300ms budget", el)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_, err = c.Acquire(cctx, name, time.Second)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire until the context ends = %v", err)
+		}
+	})
+
+	t.Run("WaitForRelease", func(t *testing.T) {
+		ctx := t.Context()
+		name := testenv.Name(t)
+		first, err := c.Acquire(ctx, name, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type res struct {
+			l   *client.Lease
+			err error
+		}
+		got := make(chan res, 1)
+		go func() {
+			l, err := c.Acquire(ctx, name, time.Second, client.WithWait(20*time.Second))
+			got <- res{l, err}
+		}()
+		// Whether the waiter's request has reached the server yet or not,
+		// it must be granted after the release.
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			defer r.l.Release(ctx)
+			if r.l.Token() <= first.Token() {
+				t.Fatalf("waiter's token %d <= first %d", r.l.Token(), first.Token())
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("waiter not granted 15s after the release")
+		}
+	})
+
+	t.Run("KeepAliveAndLoss", func(t *testing.T) {
+		ctx := t.Context()
+		name := testenv.Name(t)
+		l, err := c.Acquire(ctx, name, 300*time.Millisecond, client.WithKeepAlive())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Outlive the TTL several times: the keep-alive must hold it.
+		hold := time.NewTimer(time.Second)
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost under keep-alive: %v", l.Err())
+		case <-hold.C:
+		}
+		if st, err := c.Inspect(ctx, name); err != nil || !st.Held {
+			t.Fatalf("inspect under keep-alive: %+v, %v", st, err)
+		}
+		releaseBehindBack(t, f.url, name, l.ID())
+		waitDone(t, l, 2*time.Second)
+		if !errors.Is(l.Err(), lock.ErrLost) {
+			t.Fatalf("Err = %v, want ErrLost", l.Err())
+		}
+		if err := l.Release(ctx); !errors.Is(err, lock.ErrLost) {
+			t.Fatalf("Release of a lost lease = %v, want ErrLost", err)
+		}
+	})
+
+	t.Run("ExpiresWithoutKeepAlive", func(t *testing.T) {
+		l, err := c.Acquire(t.Context(), testenv.Name(t), 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, l, 2*time.Second)
+		if !errors.Is(l.Err(), lock.ErrExpired) || !errors.Is(l.Err(), lock.ErrLost) {
+			t.Fatalf("Err = %v, want ErrExpired", l.Err())
+		}
+		if time.Now().Before(l.Deadline()) {
+			t.Fatal("done before the deadline")
+		}
+	})
+
+	t.Run("ExpiresWhenServerFails", func(t *testing.T) {
+		l, err := c.Acquire(t.Context(), testenv.Name(t), 300*time.Millisecond, client.WithKeepAlive())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.failing.Store(true)
+		defer f.failing.Store(false)
+		waitDone(t, l, 2*time.Second)
+		if !errors.Is(l.Err(), lock.ErrExpired) {
+			t.Fatalf("Err = %v, want ErrExpired (refreshes failed until the deadline)", l.Err())
+		}
+	})
+
+	t.Run("Invalid", func(t *testing.T) {
+		ctx := t.Context()
+		if _, err := c.Acquire(ctx, "a/b", time.Second); !errors.Is(err, lock.ErrInvalidName) {
+			t.Fatalf("bad name = %v", err)
+		}
+		if _, err := c.Inspect(ctx, ""); !errors.Is(err, lock.ErrInvalidName) {
+			t.Fatalf("empty name = %v", err)
+		}
+		if _, err := c.TryAcquire(ctx, "x", time.Millisecond); !errors.Is(err, lock.ErrInvalidTTL) {
+			t.Fatalf("1ms ttl = %v", err)
+		}
+		if _, err := c.Acquire(ctx, "x", time.Second, client.WithWait(-1)); err == nil {
+			t.Fatal("negative wait accepted")
+		}
+		// Within lock's limits but over this server's MaxTTL (1m): the
+		// server's 400 still matches ErrInvalidTTL.
+		_, err := c.TryAcquire(ctx, testenv.Name(t), 2*time.Minute)
+		var ae *client.APIError
+		if !errors.Is(err, lock.ErrInvalidTTL) || !errors.As(err, &ae) || ae.Status != 400 {
+			t.Fatalf("ttl over the server's max = %v", err)
+		}
+	})
+
+	t.Run("Auth", func(t *testing.T) {
+		ctx := t.Context()
+		tok := "s3cret-token-0123456789"
+		url := f.serve(t, server.Config{AuthTokens: [][]byte{[]byte(tok)}})
+		var ae *client.APIError
+		_, err := newClient(t, url).TryAcquire(ctx, testenv.Name(t), time.Second)
+		if !errors.As(err, &ae) || ae.Status != 401 || ae.Code != "unauthenticated" {
+			t.Fatalf("no token = %v", err)
+		}
+		_, err = newClient(t, url, client.WithBearerToken("wrong-token-0123456789")).Inspect(ctx, "x")
+		if !errors.As(err, &ae) || ae.Status != 401 {
+			t.Fatalf("wrong token = %v", err)
+		}
+		l, err := newClient(t, url, client.WithBearerToken(tok)).TryAcquire(ctx, testenv.Name(t), time.Second)
+		if err != nil {
+			t.Fatalf("right token = %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("Close", func(t *testing.T) {
+		ctx := t.Context()
+		c2, err := client.New(f.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := testenv.Name(t)
+		l, err := c2.Acquire(ctx, name, time.Second, client.WithKeepAlive())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c2.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(l.Err(), lock.ErrReleased) {
+			t.Fatalf("lease after Close: %v", l.Err())
+		}
+		if st, err := c.Inspect(ctx, name); err != nil || st.Held {
+			t.Fatalf("lock after Close: %+v, %v", st, err)
+		}
+		if _, err := c2.TryAcquire(ctx, name, time.Second); !errors.Is(err, lock.ErrClosed) {
+			t.Fatalf("TryAcquire after Close = %v", err)
+		}
+		if err := c2.Close(ctx); err != nil {
+			t.Fatalf("second Close = %v", err)
+		}
+	})
+
+	t.Run("NotAPIAnswer", func(t *testing.T) {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+		}))
+		defer hs.Close()
+		_, err := newClient(t, hs.URL).Inspect(t.Context(), "x")
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.Status != 502 || ae.Code != "" || !strings.Contains(ae.Message, "bad gateway") {
+			t.Fatalf("proxy error = %v", err)
+		}
+	})
+}
+
+func TestNewRejects(t *testing.T) {
+	for _, u := range []string{"", "127.0.0.1:7070", "ftp://x", "http://", "http://a/?q=1"} {
+		if _, err := client.New(u); err == nil {
+			t.Errorf("New(%q) accepted", u)
+		}
+	}
+	bad := [][]client.ClientOption{
+		{client.WithBearerToken("")},
+		{client.WithBearerToken("has space")},
+		{client.WithHTTPClient(nil)},
+		{client.WithTLSConfig(nil)},
+		{client.WithMaxRequestWait(0)},
+		{client.WithHTTPClient(http.DefaultClient), client.WithTLSConfig(&tls.Config{})},
+	}
+	for i, opts := range bad {
+		if _, err := client.New("http://127.0.0.1:1", opts...); err == nil {
+			t.Errorf("options %d accepted", i)
+		}
+	}
+}
+
+func TestAPIErrorMatches(t *testing.T) {
+	for _, c := range []struct {
+		e    *client.APIError
+		want error
+	}{
+		{&client.APIError{Status: 409, Code: "held"}, lock.ErrNotAcquired},
+		{&client.APIError{Status: 410, Code: "lost"}, lock.ErrLost},
+		{&client.APIError{Status: 400, Code: "invalid_argument", Message: lock.ErrInvalidName.Error() + ": empty"}, lock.ErrInvalidName},
+		{&client.APIError{Status: 400, Code: "invalid_argument", Message: "ttl_ms 5: want 10 to 100"}, lock.ErrInvalidTTL},
+		{&client.APIError{Status: 400, Code: "invalid_argument", Message: "lease_id is missing"}, lock.ErrInvalidLeaseID},
+	} {
+		if !errors.Is(c.e, c.want) {
+			t.Errorf("%v does not match %v", c.e, c.want)
+		}
+	}
+	if errors.Unwrap(&client.APIError{Status: 503, Code: "unavailable"}) != nil {
+		t.Error("unavailable matches a sentinel")
+	}
+	if msg := (&client.APIError{Status: 409, Code: "held", Message: "m"}).Error(); !strings.Contains(msg, "409") || !strings.Contains(msg, "held") {
+		t.Errorf("message %q", msg)
+	}
+}

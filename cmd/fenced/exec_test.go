@@ -1,0 +1,150 @@
+package main_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+)
+
+// TestExec runs fenced exec against one fenced dev.
+func TestExec(t *testing.T) {
+	t.Parallel()
+	_, url := startDev(t, nil)
+	a := newAPI(t, url)
+
+	t.Run("Environment", func(t *testing.T) {
+		t.Parallel()
+		name, out := testenv.Name(t), filepath.Join(t.TempDir(), "env")
+		code, _, stderr := run(t, nil, "exec", "--addr", url, name, "--",
+			"sh", "-c", `echo "$FENCED_TOKEN $FENCED_LEASE_ID $FENCED_LOCK" > "$0"`, out)
+		if code != 0 {
+			t.Fatalf("exit %d, want 0; stderr:\n%s", code, stderr)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(b))
+		if len(f) != 3 || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(f[1]) || f[2] != name {
+			t.Fatalf("child saw %q, want TOKEN LEASE_ID %s", b, name)
+		}
+		tok, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil || tok == 0 {
+			t.Fatalf("FENCED_TOKEN %q", f[0])
+		}
+		if a.held(name) {
+			t.Fatal("lock still held after fenced exec exited")
+		}
+		// The next holder's token is larger.
+		if l := a.acquire(name, 1000); l.token <= tok {
+			t.Fatalf("token %d after fenced exec's %d", l.token, tok)
+		}
+	})
+
+	t.Run("ExitStatus", func(t *testing.T) {
+		t.Parallel()
+		name := testenv.Name(t)
+		if code, _, stderr := run(t, nil, "exec", "--addr", url, name, "--", "sh", "-c", "exit 7"); code != 7 {
+			t.Fatalf("exit %d, want the child's 7; stderr:\n%s", code, stderr)
+		}
+		if a.held(name) {
+			t.Fatal("lock still held after the child failed")
+		}
+		if code, _, _ := run(t, nil, "exec", "--addr", url, name, "--", "/nonexistent/cmd"); code != 127 {
+			t.Fatalf("exit %d for a command that cannot start, want 127", code)
+		}
+	})
+
+	t.Run("Held", func(t *testing.T) {
+		t.Parallel()
+		name := testenv.Name(t)
+		a.acquire(name, 10000)
+		start := time.Now()
+		code, _, stderr := run(t, []string{"FENCED_WAIT=300ms"}, "exec", "--addr", url, name, "--", "true")
+		if code != 1 || !strings.Contains(stderr, "held") {
+			t.Fatalf("exit %d, want 1 with a message that the lock is held; stderr:\n%s", code, stderr)
+		}
+		if time.Since(start) < 300*time.Millisecond {
+			t.Fatal("did not wait --wait (from FENCED_WAIT)")
+		}
+	})
+
+	t.Run("LostLeaseStopsChild", func(t *testing.T) {
+		t.Parallel()
+		name, dir := testenv.Name(t), t.TempDir()
+		// The child records its lease id, then runs until SIGTERM, which it
+		// records and exits 0 on: fenced exec must still exit non-zero.
+		script := `trap 'echo term > "$0/term"; exit 0' TERM
+echo "$FENCED_LEASE_ID" > "$0/id.tmp" && mv "$0/id.tmp" "$0/id"
+while :; do sleep 0.05; done`
+		p := start(t, nil, "exec", "--addr", url, "--ttl", "2s", "--grace", "10s", name, "--", "sh", "-c", script, dir)
+		var id string
+		eventually(t, 30*time.Second, "the child writes its lease id", func() bool {
+			b, err := os.ReadFile(filepath.Join(dir, "id"))
+			id = strings.TrimSpace(string(b))
+			return err == nil
+		})
+		// Steal the lease behind the child's back.
+		a.release(name, id)
+		code := p.wait(20 * time.Second)
+		if code == 0 {
+			t.Fatal("fenced exec exited 0 after losing its lease")
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "term")); err != nil || strings.TrimSpace(string(b)) != "term" {
+			t.Fatalf("child did not get SIGTERM: %v", err)
+		}
+		if !strings.Contains(p.stderr.String(), "lost") {
+			t.Fatalf("stderr does not say the lease was lost:\n%s", p.stderr.String())
+		}
+	})
+
+	t.Run("KillAfterGrace", func(t *testing.T) {
+		t.Parallel()
+		name, dir := testenv.Name(t), t.TempDir()
+		// The child ignores SIGTERM: SIGKILL must follow after --grace.
+		script := `trap '' TERM
+echo "$FENCED_LEASE_ID" > "$0/id.tmp" && mv "$0/id.tmp" "$0/id"
+while :; do sleep 0.05; done`
+		p := start(t, nil, "exec", "--addr", url, "--ttl", "2s", "--grace", "200ms", name, "--", "sh", "-c", script, dir)
+		var id string
+		eventually(t, 30*time.Second, "the child writes its lease id", func() bool {
+			b, err := os.ReadFile(filepath.Join(dir, "id"))
+			id = strings.TrimSpace(string(b))
+			return err == nil
+		})
+		a.release(name, id)
+		if code := p.wait(20 * time.Second); code != 1 {
+			t.Fatalf("exit %d, want 1", code)
+		}
+		if !strings.Contains(p.stderr.String(), "status 137") {
+			t.Fatalf("child not killed (status 137):\n%s", p.stderr.String())
+		}
+	})
+
+	t.Run("ForwardsSignal", func(t *testing.T) {
+		t.Parallel()
+		name, dir := testenv.Name(t), t.TempDir()
+		script := `trap 'exit 3' TERM
+touch "$0/ready"
+while :; do sleep 0.05; done`
+		p := start(t, nil, "exec", "--addr", url, name, "--", "sh", "-c", script, dir)
+		eventually(t, 30*time.Second, "the child starts", func() bool {
+			_, err := os.Stat(filepath.Join(dir, "ready"))
+			return err == nil
+		})
+		p.signal(syscall.SIGTERM)
+		if code := p.wait(20 * time.Second); code != 3 {
+			t.Fatalf("exit %d, want the child's 3 after SIGTERM was passed on", code)
+		}
+		if a.held(name) {
+			t.Fatal("lock still held after the child exited")
+		}
+	})
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// envPrefix is the prefix of the environment variable of every flag:
+// --max-ttl is FENCED_MAX_TTL.
+const envPrefix = "FENCED_"
+
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// usageError is a mistake in the command line or the environment: main
+// exits with status 2.
+type usageError struct {
+	cmd string // "fenced serve"
+	err error
+}
+
+func (e *usageError) Error() string {
+	return fmt.Sprintf("%s: %v (run '%s --help' for usage)", e.cmd, e.err, e.cmd)
+}
+
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(cmd, format string, args ...any) error {
+	return &usageError{cmd: cmd, err: fmt.Errorf(format, args...)}
+}
+
+// errHelp means the usage was asked for and printed: Run returns nil.
+var errHelp = errors.New("help requested")
+
+// command is the flag set of one subcommand, parsed with ContinueOnError,
+// with every flag also read from its environment variable.
+type command struct {
+	fs      *flag.FlagSet
+	name    string // "fenced serve"
+	args    string // what follows the flags in the usage line
+	summary string
+	set     map[string]bool // flags given on the command line or in the environment
+}
+
+func newCommand(name, args, summary string) *command {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parse reports errors itself
+	fs.Usage = func() {}
+	return &command{fs: fs, name: name, args: args, summary: summary, set: map[string]bool{}}
+}
+
+// parse reads the command line, then the environment variables of the
+// flags it did not set: a flag on the command line overrides its
+// environment variable, which overrides the default. It returns errHelp
+// after printing the usage to stdout for --help, and a *usageError for
+// anything wrong, naming the flag or the variable.
+func (c *command) parse(args []string, stdout io.Writer) error {
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			c.usage(stdout)
+			return errHelp
+		}
+		// The flag package says "-name"; the usage says "--name".
+		msg := singleDash.ReplaceAllString(err.Error(), "$1--$2")
+		if m := badValue.FindStringSubmatch(msg); m != nil {
+			msg = strings.TrimSuffix(msg, "parse error") + c.want(m[1])
+		}
+		return &usageError{cmd: c.name, err: errors.New(msg)}
+	}
+	c.fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
+	var err error
+	c.fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || c.set[f.Name] {
+			return
+		}
+		env := envName(f.Name)
+		v, ok := os.LookupEnv(env)
+		if !ok {
+			return
+		}
+		if serr := c.fs.Set(f.Name, v); serr != nil {
+			msg := serr.Error()
+			if msg == "parse error" {
+				msg = c.want(f.Name)
+			}
+			err = usagef(c.name, "environment variable %s=%q: invalid value for --%s: %s", env, v, f.Name, msg)
+			return
+		}
+		c.set[f.Name] = true
+	})
+	return err
+}
+
+// singleDash finds the flag names in the flag package's errors.
+var singleDash = regexp.MustCompile(`(: |for flag |for )-([A-Za-z])`)
+
+// badValue finds the flag of a "parse error".
+var badValue = regexp.MustCompile(`for (?:flag )?--([A-Za-z0-9-]+): parse error$`)
+
+// want says what a flag's value must look like.
+func (c *command) want(name string) string {
+	f := c.fs.Lookup(name)
+	if f == nil {
+		return "parse error"
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return "parse error"
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "want a duration with a unit, like 500ms, 30s or 5m"
+	case bool:
+		return "want true or false"
+	case int, int64, uint, uint64:
+		return "want a whole number"
+	}
+	return "parse error"
+}
+
+// usage prints the usage line, the summary and every flag with its
+// default and environment variable.
+func (c *command) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s [flags]%s\n\n%s\n\nFlags (each also from its environment variable; a flag on the command line wins):\n", c.name, c.args, c.summary)
+	c.fs.VisitAll(func(f *flag.Flag) {
+		typ, help := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if typ != "" {
+			line += " " + typ
+		}
+		fmt.Fprintf(w, "%s\n        %s", line, strings.ReplaceAll(help, "\n", "\n        "))
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, " [$%s]\n", envName(f.Name))
+	})
+}
+
+// noArgs rejects positional arguments.
+func (c *command) noArgs() error {
+	if c.fs.NArg() > 0 {
+		return usagef(c.name, "unexpected argument %q: this command takes only flags", c.fs.Arg(0))
+	}
+	return nil
+}
+
+// logFlags are --log-level and --log-format.
+type logFlags struct {
+	level, format string
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.level, "log-level", "info", "Log `level`: debug, info, warn or error. Debug logs every HTTP request.")
+	fs.StringVar(&l.format, "log-format", "text", "Log `format` on stderr: text or json.")
+}
+
+func (l *logFlags) validate(cmd string) error {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(l.level)); err != nil || !oneOf(strings.ToLower(l.level), "debug", "info", "warn", "error") {
+		return usagef(cmd, "--log-level %q: want debug, info, warn or error", l.level)
+	}
+	if !oneOf(l.format, "text", "json") {
+		return usagef(cmd, "--log-format %q: want text or json", l.format)
+	}
+	return nil
+}
+
+func (l *logFlags) logger(w io.Writer) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(l.level)) // validated
+	opts := &slog.HandlerOptions{Level: lv}
+	if l.format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func oneOf(s string, allowed ...string) bool { return slices.Contains(allowed, s) }

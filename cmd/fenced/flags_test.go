@@ -1,0 +1,87 @@
+package main_test
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestUsageErrors: invalid flags, environment values and arguments exit 2
+// with a message that names what is wrong.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cases := []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, nil, "missing the command"},
+		{nil, []string{"bogus"}, `unknown command "bogus"`},
+		{nil, []string{"dev", "--nope"}, "--nope"},
+		{nil, []string{"dev", "--max-ttl", "abc"}, "--max-ttl"},
+		{nil, []string{"dev", "--max-ttl", "48h"}, "--max-ttl"},
+		{nil, []string{"dev", "--max-body-bytes", "1k"}, "--max-body-bytes"},
+		{[]string{"FENCED_MAX_TTL=abc"}, []string{"dev"}, "FENCED_MAX_TTL"},
+		{[]string{"FENCED_LISTEN=nonsense"}, []string{"dev"}, "--listen"},
+		{nil, []string{"dev", "--tls-cert", "x.pem"}, "--tls-key"},
+		{nil, []string{"dev", "--tls-client-ca", "ca.pem"}, "--tls-client-ca"},
+		{nil, []string{"dev", "--log-level", "loud"}, "--log-level"},
+		{nil, []string{"dev", "--log-format", "xml"}, "--log-format"},
+		{nil, []string{"dev", "extra"}, `unexpected argument "extra"`},
+		{nil, []string{"dev", "--etcd-prefix", "fenced"}, "--etcd-prefix"},
+		{nil, []string{"serve", "--lease-store", "memcached"}, "--lease-store"},
+		{nil, []string{"serve", "--etcd-endpoints", "http://127.0.0.1:2379"}, "--redis-addr"},
+		{nil, []string{"serve", "--lease-store", "etcd"}, "--etcd-endpoints"},
+		{nil, []string{"serve", "--lease-store", "etcd", "--redis-addr", "a:1", "--etcd-endpoints", "http://a:1"}, "--redis-addr"},
+		{nil, []string{"serve", "--redis-addr", "a:1", "--redis-cluster-addrs", "b:1", "--etcd-endpoints", "http://a:1"}, "only one"},
+		{nil, []string{"serve", "--redis-sentinel-addrs", "a:1", "--etcd-endpoints", "http://a:1"}, "--redis-master"},
+		{nil, []string{"serve", "--redis-addr", "nohost", "--etcd-endpoints", "http://a:1"}, "--redis-addr"},
+		{nil, []string{"serve", "--redis-addr", "a:1", "--etcd-endpoints", "nohost"}, "--etcd-endpoints"},
+		{[]string{"FENCED_REDIS_TLS=maybe"}, []string{"serve"}, "FENCED_REDIS_TLS"},
+		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-endpoints", "http://a:1", "--etcd-data-dir", dir}, "give one"},
+		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-endpoints", "http://a:1", "--etcd-name", "x"}, "--etcd-name"},
+		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-data-dir", dir, "--etcd-ca", "ca.pem"}, "--etcd-ca"},
+		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-data-dir", dir, "--etcd-name", "c",
+			"--etcd-peer-url", "http://127.0.0.1:1", "--etcd-initial-cluster", "a=http://127.0.0.1:1,b=http://127.0.0.1:2"}, "does not list"},
+		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-data-dir", dir, "--etcd-initial-cluster-state", "maybe"}, "--etcd-initial-cluster-state"},
+		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-data-dir", dir, "--etcd-peer-url", "https://127.0.0.1:1"}, "--etcd-peer-url"},
+		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-data-dir", dir, "--etcd-election-timeout", "200ms"}, "--etcd-election-timeout"},
+		{nil, []string{"exec"}, "NAME"},
+		{nil, []string{"exec", "demo"}, "missing the command"},
+		{nil, []string{"exec", "bad/name", "--", "true"}, "lock NAME"},
+		{nil, []string{"exec", "--ttl", "1ms", "demo", "--", "true"}, "--ttl"},
+		{nil, []string{"exec", "--addr", "127.0.0.1:7070", "demo", "--", "true"}, "--addr"},
+		{nil, []string{"admin"}, "raise-floor"},
+		{nil, []string{"admin", "lower-floor"}, "lower-floor"},
+		{nil, []string{"admin", "raise-floor"}, "--etcd-endpoints"},
+		{nil, []string{"admin", "raise-floor", "--etcd-endpoints", "http://127.0.0.1:1", "--min-token", "-5"}, "--min-token"},
+		{nil, []string{"admin", "floor", "--etcd-endpoints", "http://127.0.0.1:1", "--min-token", "5"}, "--min-token"},
+	}
+	for _, c := range cases {
+		code, _, stderr := run(t, c.env, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("fenced %s (env %v): exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), c.env, code, stderr, c.want)
+		}
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--help"}, {"help"}, {"dev", "--help"}, {"serve", "-h"}, {"exec", "--help"},
+		{"admin", "raise-floor", "--help"}, {"admin", "floor", "--help"}, {"help", "serve"}} {
+		code, out, stderr := run(t, nil, args...)
+		if code != 0 || !strings.Contains(out, "Usage") {
+			t.Errorf("fenced %s: exit %d, stdout %q, stderr %q; want the usage and 0", strings.Join(args, " "), code, out, stderr)
+		}
+	}
+	_, out, _ := run(t, nil, "serve", "--help")
+	for _, want := range []string{"--lease-store", "$FENCED_LEASE_STORE", "--redis-sentinel-addrs", "--etcd-initial-cluster", "--max-ttl", "(default redis)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("serve --help lacks %q", want)
+		}
+	}
+	code, out, _ := run(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "fenced ") || !strings.Contains(out, "go1.") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+}

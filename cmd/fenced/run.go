@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+)
+
+// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
+// Empty means the module version from the build info.
+var version = ""
+
+const topUsage = `fenced: fencing-token locks. A lease (Redis or etcd) makes contention cheap;
+a fencing token from an etcd revision lets the protected resource reject
+stale writers.
+
+Usage:
+  fenced dev [flags]                      one process, nothing else needed: embedded etcd, leases in etcd
+  fenced serve [flags]                    real deployments: leases in Redis (or etcd), tokens from etcd
+  fenced exec [flags] NAME -- CMD [ARG...] run CMD while holding the lock NAME, with FENCED_TOKEN set
+  fenced admin raise-floor [flags]        after an etcd restore: make new tokens exceed all before
+  fenced admin floor [flags]              print the token floor
+  fenced version                          print the version
+
+Every flag can also be set by an environment variable: --max-ttl is
+FENCED_MAX_TTL. A flag on the command line overrides the environment.
+Run 'fenced COMMAND --help' for the flags of a command.
+`
+
+// Run runs fenced with args (without the program name). It returns nil on
+// success, an *ExitError carrying the status to exit with, or another
+// error: a usage error (main exits 2) or a failure (main exits 1). It
+// never exits the process.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return usagef("fenced", "missing the command")
+	}
+	var err error
+	switch args[0] {
+	case "dev":
+		err = runDev(ctx, args[1:], stdout, stderr)
+	case "serve":
+		err = runServe(ctx, args[1:], stdout, stderr)
+	case "exec":
+		err = runExec(ctx, args[1:], stdout, stderr)
+	case "admin":
+		err = runAdmin(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, versionString())
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[1] != "help" {
+			return Run(ctx, []string{args[1], "--help"}, stdout, stderr)
+		}
+		fmt.Fprint(stdout, topUsage)
+	default:
+		return usagef("fenced", "unknown command %q: want dev, serve, exec, admin or version", args[0])
+	}
+	if err == errHelp {
+		return nil
+	}
+	return err
+}
+
+func versionString() string {
+	v, rev := version, ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+		}
+		var modified bool
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" && modified {
+			rev += "-dirty"
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	s := "fenced " + v
+	if rev != "" {
+		s += " " + rev
+	}
+	return fmt.Sprintf("%s %s %s/%s", s, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// signalError is the cause of a context ended by a signal.
+type signalError struct{ sig os.Signal }
+
+func (e *signalError) Error() string { return e.sig.String() + " signal received" }
+
+// signalContext returns a context cancelled, with a *signalError cause, by
+// the first SIGINT or SIGTERM. Later ones are not fatal either: fenced
+// exec passes them on to its child. stop stops listening.
+func signalContext() (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { // owned by stop
+		select {
+		case s := <-sigs:
+			cancel(&signalError{s})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(context.Canceled)
+	}
+}
