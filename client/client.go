@@ -458,4 +458,3 @@ func apiError(status int, body []byte) *APIError {
 	}
 	return &APIError{Status: status, Message: msg}
 }
-
