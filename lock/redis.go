@@ -198,14 +198,22 @@ func (s *RedisStore) Watch(ctx context.Context, name string) (<-chan struct{}, f
 func (s *RedisStore) Close() error { return s.n.close() }
 
 // notifier multiplexes release notifications over one PubSub connection.
+// Watch returns only once Redis has confirmed the channel's subscription,
+// so a release published after it cannot be missed.
 type notifier struct {
 	rdb redis.UniversalClient
 
-	mu     sync.Mutex
-	ps     *redis.PubSub
-	subs   map[string]map[chan struct{}]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	ps      *redis.PubSub
+	subs    map[string]*subscription
+	pending map[string]int // SUBSCRIBEs sent and not yet confirmed, per channel
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+type subscription struct {
+	waiters map[chan struct{}]struct{}
+	active  chan struct{} // closed when every SUBSCRIBE sent for the channel is confirmed
 }
 
 func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
@@ -221,53 +229,78 @@ func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, 
 // until stop is called. Several notifiers may signal one ch.
 func (n *notifier) watchInto(ctx context.Context, channel string, ch chan struct{}) (func(), error) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.closed {
+		n.mu.Unlock()
 		return nil, ErrClosed
 	}
 	if n.ps == nil {
 		n.ps = n.rdb.Subscribe(context.WithoutCancel(ctx))
-		n.subs = make(map[string]map[chan struct{}]struct{})
-		msgs := n.ps.Channel()
+		n.subs = make(map[string]*subscription)
+		n.pending = make(map[string]int)
+		msgs := n.ps.ChannelWithSubscriptions()
 		n.wg.Add(1)
 		go n.dispatch(msgs)
 	}
-	waiters := n.subs[channel]
-	if waiters == nil {
+	sub := n.subs[channel]
+	if sub == nil {
+		// SUBSCRIBE and UNSUBSCRIBE are sent under mu, so they reach Redis
+		// in the order the subscription table changes.
 		if err := n.ps.Subscribe(ctx, channel); err != nil {
+			n.mu.Unlock()
 			return nil, fmt.Errorf("lock: redis subscribe: %w", err)
 		}
-		waiters = make(map[chan struct{}]struct{})
-		n.subs[channel] = waiters
+		n.pending[channel]++
+		sub = &subscription{waiters: make(map[chan struct{}]struct{}), active: make(chan struct{})}
+		n.subs[channel] = sub
 	}
-	waiters[ch] = struct{}{}
+	sub.waiters[ch] = struct{}{}
+	n.mu.Unlock()
+
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			ws := n.subs[channel]
-			delete(ws, ch)
-			if len(ws) == 0 && !n.closed {
+			delete(sub.waiters, ch)
+			if len(sub.waiters) == 0 && !n.closed && n.subs[channel] == sub {
 				delete(n.subs, channel)
 				// A failed unsubscribe only leaves a channel we ignore.
 				_ = n.ps.Unsubscribe(context.Background(), channel)
 			}
 		})
 	}
-	return stop, nil
+	select {
+	case <-sub.active:
+		return stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, ctx.Err()
+	}
 }
 
 // dispatch is the notifier's goroutine; close stops it by closing the
 // PubSub, which closes msgs.
-func (n *notifier) dispatch(msgs <-chan *redis.Message) {
+func (n *notifier) dispatch(msgs <-chan interface{}) {
 	defer n.wg.Done()
 	for m := range msgs {
 		n.mu.Lock()
-		for ch := range n.subs[m.Channel] {
-			select {
-			case ch <- struct{}{}:
-			default: // already signalled
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && n.pending[m.Channel] > 0 {
+				if n.pending[m.Channel]--; n.pending[m.Channel] == 0 {
+					if sub := n.subs[m.Channel]; sub != nil {
+						close(sub.active)
+					}
+				}
+			}
+		case *redis.Message:
+			if sub := n.subs[m.Channel]; sub != nil {
+				for ch := range sub.waiters {
+					select {
+					case ch <- struct{}{}:
+					default: // already signalled
+					}
+				}
 			}
 		}
 		n.mu.Unlock()
