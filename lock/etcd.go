@@ -45,12 +45,20 @@ func (s *EtcdStore) key(name string) string { return s.prefix + "locks/" + name 
 
 // Acquire implements LeaseStore.
 func (s *EtcdStore) Acquire(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
+	key := s.key(name)
+	// A held lock should cost a local read, not a lease grant and revoke
+	// (two Raft writes). The read is serializable, so it may be stale; the
+	// Txn below decides.
+	if r, err := s.cli.Get(ctx, key, clientv3.WithCountOnly(), clientv3.WithSerializable()); err != nil {
+		return Grant{}, fmt.Errorf("lock: etcd: %w", err)
+	} else if r.Count > 0 {
+		return Grant{}, &HeldError{}
+	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
 	lg, err := s.cli.Grant(ctx, secs)
 	if err != nil {
 		return Grant{}, fmt.Errorf("lock: etcd grant: %w", err)
 	}
-	key := s.key(name)
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, leaseID, clientv3.WithLease(lg.ID)), clientv3.OpGet(sequencer.FloorKey(s.prefix))).
