@@ -1,0 +1,6 @@
+//go:build race
+
+package main
+
+// raceEnabled: the test builds the program with -race too.
+const raceEnabled = true
