@@ -37,6 +37,12 @@
 // [Column.AdmitTx] admit inside a transaction of yours. Tokens are admitted
 // with >=: one holder may write many times with its token.
 //
+// Keep the read and the write in that one transaction. If a holder reads in
+// one transaction and writes in another, admit its token in both: otherwise
+// a newer holder can read and write in between, the old holder's write is
+// still admitted (its token is not yet stale at the read), and the newer
+// holder's update is lost. examples/ledger shows the case.
+//
 // # Cost
 //
 // An admit made as the first statement costs one statement more per
