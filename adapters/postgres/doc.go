@@ -38,10 +38,11 @@
 // with >=: one holder may write many times with its token.
 //
 // Keep the read and the write in that one transaction. If a holder reads in
-// one transaction and writes in another, admit its token in both: otherwise
-// a newer holder can read and write in between, the old holder's write is
-// still admitted (its token is not yet stale at the read), and the newer
-// holder's update is lost. examples/ledger shows the case.
+// one transaction and writes in another, admit its token in both. Otherwise
+// a newer holder may read before an older holder's late write lands; the
+// late write is still admitted (no higher token has been admitted yet), and
+// the newer holder's write, computed from what it read, undoes it.
+// examples/ledger shows the case.
 //
 // # Cost
 //
