@@ -1,0 +1,230 @@
+package lockbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Locker is one client of one implementation. A goroutine of a scenario
+// uses its own Locker; Lock blocks in the implementation's natural way until
+// it holds name, and the returned unlock releases it.
+type Locker interface {
+	Lock(ctx context.Context, name string) (unlock func(context.Context) error, err error)
+	Close() error
+}
+
+// Impl is one lock implementation under test.
+type Impl struct {
+	Name string
+	// Wait says how a blocked Lock waits, for the table's legend.
+	Wait string
+	// NewLocker returns a client for one goroutine.
+	NewLocker func(ctx context.Context) (Locker, error)
+	// Close frees what the implementation shares between its lockers.
+	Close func() error
+	// Batches, if set, counts etcd transactions and the tokens they
+	// carried so far (fenced/redis: the sequencer's group commit).
+	Batches func() (txns, tokens uint64)
+}
+
+// Names of the implementations, the columns' references among them.
+const (
+	EtcdMutex   = "etcd Mutex"
+	RedisLock   = "redislock"
+	Redsync     = "redsync"
+	FencedRedis = "fenced/redis"
+	FencedEtcd  = "fenced/etcd"
+)
+
+// RedislockBackoff is redislock's retry strategy here: redislock has no
+// release notification, so a waiter polls SET NX every millisecond.
+const RedislockBackoff = time.Millisecond
+
+// lockerFunc adapts a function to Locker for implementations whose lockers
+// share everything.
+type lockerFunc func(ctx context.Context, name string) (func(context.Context) error, error)
+
+func (f lockerFunc) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	return f(ctx, name)
+}
+func (lockerFunc) Close() error { return nil }
+
+// newEtcdMutex: etcd client/v3/concurrency, one Session (and so one etcd
+// lease) per locker, a Mutex per lock name; Lock waits on a watch for the
+// deletion of the key ahead of it (FIFO).
+func newEtcdMutex(cli *clientv3.Client, prefix string, ttl time.Duration) Impl {
+	secs := int((ttl + time.Second - 1) / time.Second)
+	return Impl{
+		Name: EtcdMutex,
+		Wait: fmt.Sprintf("Mutex.Lock: watch on the key ahead (FIFO); one Session per client, TTL %ds", secs),
+		NewLocker: func(ctx context.Context) (Locker, error) {
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(secs), concurrency.WithContext(context.WithoutCancel(ctx)))
+			if err != nil {
+				return nil, fmt.Errorf("etcd session: %w", err)
+			}
+			return &etcdMutexLocker{s: s, prefix: prefix, mus: make(map[string]*concurrency.Mutex)}, nil
+		},
+		Close: func() error { return nil },
+	}
+}
+
+type etcdMutexLocker struct {
+	s      *concurrency.Session
+	prefix string
+	mus    map[string]*concurrency.Mutex // one goroutine uses a locker
+}
+
+func (l *etcdMutexLocker) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	m := l.mus[name]
+	if m == nil {
+		m = concurrency.NewMutex(l.s, l.prefix+name)
+		l.mus[name] = m
+	}
+	if err := m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return m.Unlock, nil
+}
+
+func (l *etcdMutexLocker) Close() error { return l.s.Close() }
+
+// newRedislock: bsm/redislock, SET NX PX polled with LinearBackoff.
+func newRedislock(rdb *redis.Client, prefix string, ttl time.Duration) Impl {
+	c := redislock.New(rdb)
+	opts := &redislock.Options{RetryStrategy: redislock.LinearBackoff(RedislockBackoff)}
+	return Impl{
+		Name: RedisLock,
+		Wait: fmt.Sprintf("Obtain polls SET NX: LinearBackoff(%s), no notification; TTL %s", RedislockBackoff, ttl),
+		NewLocker: func(context.Context) (Locker, error) {
+			return lockerFunc(func(ctx context.Context, name string) (func(context.Context) error, error) {
+				l, err := c.Obtain(ctx, prefix+name, ttl, opts)
+				if err != nil {
+					return nil, err
+				}
+				return l.Release, nil
+			}), nil
+		},
+		Close: func() error { return nil },
+	}
+}
+
+// newRedsync: go-redsync/redsync with one node (a goredis/v9 pool) and its
+// default retry settings: 32 tries, a random delay of 50 to 250ms between
+// them. A LockContext that runs out of tries (ErrFailed) is called again
+// until the context ends, so that a waiter waits as long as the others do.
+func newRedsync(rdb *redis.Client, prefix string, ttl time.Duration) Impl {
+	rs := redsync.New(goredis.NewPool(rdb))
+	return Impl{
+		Name: Redsync,
+		Wait: fmt.Sprintf("Mutex.LockContext polls: defaults, 32 tries, random 50-250ms delay; expiry %s", ttl),
+		NewLocker: func(context.Context) (Locker, error) {
+			return lockerFunc(func(ctx context.Context, name string) (func(context.Context) error, error) {
+				m := rs.NewMutex(prefix+name, redsync.WithExpiry(ttl))
+				for {
+					err := m.LockContext(ctx)
+					if err == nil {
+						break
+					}
+					if ctx.Err() != nil {
+						return nil, fmt.Errorf("redsync: %w (%w)", err, ctx.Err())
+					}
+					if !errors.Is(err, redsync.ErrFailed) {
+						return nil, err
+					}
+				}
+				return func(ctx context.Context) error {
+					ok, err := m.UnlockContext(ctx)
+					if err == nil && !ok {
+						err = errors.New("redsync: unlock: not held")
+					}
+					return err
+				}, nil
+			}), nil
+		},
+		Close: func() error { return nil },
+	}
+}
+
+// fencedLocker adapts a fenced lock.Client: one client for every goroutine,
+// as an application would share it.
+func fencedLocker(c *lock.Client, ttl time.Duration) Locker {
+	return lockerFunc(func(ctx context.Context, name string) (func(context.Context) error, error) {
+		l, err := c.Acquire(ctx, name, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return l.Release, nil
+	})
+}
+
+// newFencedRedis: fenced with leases in Redis and tokens from the etcd
+// sequencer (group commit). seqOpts are passed to sequencer.NewEtcd.
+func newFencedRedis(rdb *redis.Client, cli *clientv3.Client, prefix, etcdPrefix string, ttl time.Duration, label string, seqOpts ...sequencer.Option) (Impl, error) {
+	seq, err := sequencer.NewEtcd(cli, append([]sequencer.Option{sequencer.WithPrefix(etcdPrefix)}, seqOpts...)...)
+	if err != nil {
+		return Impl{}, err
+	}
+	store, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
+	if err != nil {
+		seq.Close()
+		return Impl{}, err
+	}
+	c, err := lock.New(store)
+	if err != nil {
+		store.Close()
+		seq.Close()
+		return Impl{}, err
+	}
+	name := FencedRedis
+	if label != "" {
+		name += " " + label
+	}
+	return Impl{
+		Name:      name,
+		Wait:      fmt.Sprintf("Client.Acquire: Redis pub/sub release notification, default retry ExponentialBackoff(4ms, 256ms); TTL %s", ttl),
+		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl), nil },
+		Close: func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return errors.Join(c.Close(ctx), store.Close(), seq.Close())
+		},
+		Batches: func() (uint64, uint64) {
+			st := seq.Stats()
+			return st.Txns, st.Grants
+		},
+	}, nil
+}
+
+// newFencedEtcd: fenced with leases in etcd (lock.NewEtcdStore): one Txn
+// takes the lease and the token; a waiter watches the lock key.
+func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration) (Impl, error) {
+	store, err := lock.NewEtcdStore(cli, etcdPrefix)
+	if err != nil {
+		return Impl{}, err
+	}
+	c, err := lock.New(store)
+	if err != nil {
+		return Impl{}, err
+	}
+	return Impl{
+		Name:      FencedEtcd,
+		Wait:      fmt.Sprintf("Client.Acquire: etcd watch on the lock key, default retry ExponentialBackoff(4ms, 256ms); TTL %s (rounded up to whole seconds)", ttl),
+		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl), nil },
+		Close: func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return c.Close(ctx)
+		},
+	}, nil
+}

@@ -1,0 +1,133 @@
+package lockbench
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"text/tabwriter"
+	"time"
+)
+
+// Write prints the report: the figures with throughput and handoff ratios
+// and CPU per operation, a table of every figure's ratios, and notes on how
+// each implementation waits.
+func Write(w io.Writer, rep *Report) error {
+	cfg := rep.Config
+	fsync := "fsync ON"
+	if cfg.NoFsync {
+		fsync = "fsync OFF (UnsafeNoFsync: not durable, not honest for production)"
+	}
+	fmt.Fprintf(w, "lockbench: embedded etcd (1 member, %s), %s at %s; %s, GOMAXPROCS %d, %d CPUs\n",
+		fsync, rep.Redis, cfg.RedisAddr, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
+	fmt.Fprintf(w, "load average %s\n", rep.Load)
+	fmt.Fprintf(w, "TTL %s; %d round(s), each implementation in turn, the order rotating; per implementation: uncontended %d sequential acquire+release on one name in all;\n"+
+		"throughput %d clients on %d names for %s a round; hot name %d contenders for %s a round\n",
+		cfg.TTL, cfg.Rounds, cfg.Iterations, cfg.Clients, cfg.Clients, cfg.Duration, cfg.Contenders, cfg.Duration)
+	fmt.Fprintf(w, "baselines, one client: etcd Put p50 %s p99 %s; Redis PING p50 %s p99 %s\n\n",
+		ms(rep.EtcdPutP50), ms(rep.EtcdPutP99), ms(rep.RedisP50), ms(rep.RedisP99))
+
+	etcd, rl := rep.find(EtcdMutex), rep.find(RedisLock)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "impl\tuncontended p50\tp99\tthroughput ops/s\t×etcdMutex\t×redislock\tcpu/op proc\tredis\thandoffs/s\t×etcdMutex\t×redislock\t→other\tgap p50\tgap p99\tmax holders\terrors\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n",
+			r.Impl, ms(r.UncP50), ms(r.UncP99),
+			r.OpsPerSec(), ratio(r.OpsPerSec(), etcd, Result.OpsPerSec), ratio(r.OpsPerSec(), rl, Result.OpsPerSec),
+			us(r.ProcCPUPerOp()), us(r.RedisCPUPerOp()),
+			r.HandoffsPerSec(), ratio(r.HandoffsPerSec(), etcd, Result.HandoffsPerSec), ratio(r.HandoffsPerSec(), rl, Result.HandoffsPerSec),
+			pct(r.ToOther, r.Gaps), ms(r.GapP50), ms(r.GapP99), r.MaxHolders, r.Errors)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "\nevery figure as a ratio, value ÷ etcd Mutex / value ÷ redislock (latency and gap: lower is better; ops/s and handoffs/s: higher is better)")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "impl\tuncontended p50\tp99\tthroughput ops/s\thandoffs/s\tgap p50\tgap p99\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Impl,
+			ratios(r, etcd, rl, func(x Result) float64 { return float64(x.UncP50) }),
+			ratios(r, etcd, rl, func(x Result) float64 { return float64(x.UncP99) }),
+			ratios(r, etcd, rl, Result.OpsPerSec),
+			ratios(r, etcd, rl, Result.HandoffsPerSec),
+			ratios(r, etcd, rl, func(x Result) float64 { return float64(x.GapP50) }),
+			ratios(r, etcd, rl, func(x Result) float64 { return float64(x.GapP99) }))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "\nhow each waits for a held lock:")
+	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "  %s\t%s\n", r.Impl, r.Wait)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "handoffs/s: acquisitions of the hot name per second; →other: the share of them by another contender than the last holder;")
+	fmt.Fprintln(w, "gap: from the holder starting its release to the next holder's Lock returning.")
+	fmt.Fprintln(w, "cpu/op: CPU time per acquire+release in the throughput scenario, of this process (clients and embedded etcd) and of the Redis server (all its clients).")
+	for _, r := range rep.Results {
+		if len(r.RoundOpsRate) > 1 {
+			fmt.Fprintf(w, "%s throughput ops/s by round:", r.Impl)
+			for _, v := range r.RoundOpsRate {
+				fmt.Fprintf(w, " %.0f", v)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	for _, r := range rep.Results {
+		if r.Txns > 0 {
+			fmt.Fprintf(w, "%s throughput scenario: %d tokens in %d etcd txns, %.2f per txn (group commit)\n",
+				r.Impl, r.Tokens, r.Txns, float64(r.Tokens)/float64(r.Txns))
+		}
+		if r.FirstErr != nil {
+			fmt.Fprintf(w, "%s: %d errors, the first: %v\n", r.Impl, r.Errors, r.FirstErr)
+		}
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+func (rep *Report) find(name string) *Result {
+	for i := range rep.Results {
+		if rep.Results[i].Impl == name {
+			return &rep.Results[i]
+		}
+	}
+	return nil
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+func us(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+}
+
+func pct(n, of int) string {
+	if of <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(n)/float64(of))
+}
+
+// ratio is v ÷ ref's figure, "-" when there is no reference.
+func ratio(v float64, ref *Result, f func(Result) float64) string {
+	if ref == nil || f(*ref) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", v/f(*ref))
+}
+
+func ratios(r Result, etcd, rl *Result, f func(Result) float64) string {
+	return ratio(f(r), etcd, f) + " / " + ratio(f(r), rl, f)
+}
