@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fenced/fenced/fence"
@@ -26,9 +25,9 @@ type Client struct {
 	auth           string // the Authorization header, or ""
 	maxRequestWait time.Duration
 
-	mu     sync.Mutex
-	leases map[*Lease]struct{}
-	closed bool
+	// locks gives every lease lock.Lease's machinery (validity, keep-alive,
+	// Done) over httpStore, which refreshes and releases through the API.
+	locks *lock.Client
 }
 
 // ClientOption configures a Client.
@@ -126,8 +125,8 @@ func New(baseURL string, opts ...ClientOption) (*Client, error) {
 		base:           strings.TrimRight(u.String(), "/"),
 		hc:             cfg.hc,
 		maxRequestWait: cfg.maxRequestWait,
-		leases:         make(map[*Lease]struct{}),
 	}
+	c.locks, _ = lock.New(httpStore{c}) // cannot fail: the store is not nil
 	if cfg.token != "" {
 		c.auth = "Bearer " + cfg.token
 	}
@@ -234,9 +233,6 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 	backoff := minBackoff
 	for {
-		if err := c.checkOpen(); err != nil {
-			return nil, err
-		}
 		var wait time.Duration
 		if !try {
 			wait = c.maxRequestWait
@@ -252,17 +248,11 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		var a leaseAnswer
 		err := c.do(ctx, http.MethodPost, lockPath(name, "acquire"), acquireBody{TTLMs: ttl.Milliseconds(), WaitMs: wait.Milliseconds()}, &a)
 		if err == nil {
-			l, err := c.newLease(ctx, name, ttl, start, a, o.keepAlive)
-			if err == nil {
-				return l, nil
+			l, err := c.adopt(ctx, name, start, a, o.keepAlive)
+			if err == nil || try || !errors.Is(err, lock.ErrNotAcquired) {
+				return l, err
 			}
-			if !errors.Is(err, errNoValidity) {
-				return nil, err
-			}
-			if try {
-				return nil, fmt.Errorf("%w: %q: the lease was granted with no validity left", lock.ErrNotAcquired, name)
-			}
-			continue
+			continue // granted with no validity left: released, try again
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("client: acquire %q: %w", name, ctx.Err())
@@ -291,38 +281,18 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	}
 }
 
-var errNoValidity = errors.New("client: lease granted with no validity left")
-
-// newLease turns an acquire answer into a Lease, or releases a lease that
-// has no validity left and returns errNoValidity.
-func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, start time.Time, a leaseAnswer, keepAlive bool) (*Lease, error) {
+// adopt turns an acquire answer into a lock.Lease. A lease granted with no
+// validity left is released and is an error matching lock.ErrNotAcquired.
+func (c *Client) adopt(ctx context.Context, name string, start time.Time, a leaseAnswer, keepAlive bool) (*Lease, error) {
 	if a.LeaseID == "" || a.Token == 0 || a.TTLMs <= 0 {
 		return nil, fmt.Errorf("client: acquire %q: the server's answer lacks lease_id, token or ttl_ms", name)
 	}
-	got := time.Duration(a.TTLMs) * time.Millisecond
-	if got-time.Since(start)-lock.Drift(got) <= 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = c.do(rctx, http.MethodPost, lockPath(name, "release"), releaseBody{LeaseID: a.LeaseID}, nil) // it expires anyway
-		return nil, errNoValidity
+	var opts []lock.Option
+	if keepAlive {
+		opts = append(opts, lock.WithKeepAlive())
 	}
-	l := &Lease{c: c, name: name, id: a.LeaseID, token: a.Token, ttl: got, askTTL: ttl,
-		deadline: start.Add(got - lock.Drift(got)), keepAlive: keepAlive,
-		poke: make(chan struct{}, 1), stop: make(chan struct{})}
-	// The lease outlives the acquiring call's cancellation but keeps its
-	// values, and carries its token for fence.Transport.
-	l.ctx, l.cancel = context.WithCancelCause(fence.WithToken(context.WithoutCancel(ctx), a.Token))
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		l.Release(context.WithoutCancel(ctx))
-		return nil, lock.ErrClosed
-	}
-	c.leases[l] = struct{}{}
-	c.mu.Unlock()
-	l.wg.Add(1)
-	go l.monitor()
-	return l, nil
+	g := lock.Grant{Token: a.Token, TTL: time.Duration(a.TTLMs) * time.Millisecond}
+	return c.locks.Adopt(ctx, name, a.LeaseID, g, start, opts...)
 }
 
 // Inspect reports who holds name. The server never tells the lease id, so
@@ -345,38 +315,11 @@ func (c *Client) Inspect(ctx context.Context, name string) (lock.State, error) {
 // keep-alive goroutines. Later calls return lock.ErrClosed. Close is
 // idempotent.
 func (c *Client) Close(ctx context.Context) error {
-	c.mu.Lock()
-	c.closed = true
-	leases := make([]*Lease, 0, len(c.leases))
-	for l := range c.leases {
-		leases = append(leases, l)
-	}
-	c.mu.Unlock()
-	var errs []error
-	for _, l := range leases {
-		if err := l.Release(ctx); err != nil && !errors.Is(err, lock.ErrLost) {
-			errs = append(errs, err)
-		}
-	}
+	err := c.locks.Close(ctx)
 	if c.ownHC {
 		c.hc.CloseIdleConnections()
 	}
-	return errors.Join(errs...)
-}
-
-func (c *Client) checkOpen() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return lock.ErrClosed
-	}
-	return nil
-}
-
-func (c *Client) forget(l *Lease) {
-	c.mu.Lock()
-	delete(c.leases, l)
-	c.mu.Unlock()
+	return err
 }
 
 func lockPath(name, action string) string {

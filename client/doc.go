@@ -1,9 +1,10 @@
 // Package client is a Go client of the fenced HTTP API (DESIGN.md, "HTTP
 // API of fenced (v1)").
 //
-// Its [Lease] has the same shape as [lock.Lease], so code can move between
-// the embedded lock package and the fenced service by changing how it
-// builds its client:
+// Its [Lease] is [lock.Lease] itself (adopted with [lock.Client.Adopt] and
+// refreshed and released through the API), so code can move between the
+// embedded lock package and the fenced service by changing how it builds
+// its client:
 //
 //	c, err := client.New("http://127.0.0.1:7070", client.WithBearerToken(tok))
 //	if err != nil { … }

@@ -193,6 +193,34 @@ func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, o 
 	if err != nil {
 		return nil, err
 	}
+	return c.adopt(ctx, name, id, g, start, o)
+}
+
+// Adopt makes a Lease of a lease taken elsewhere, for example through a
+// fenced server's API: g is what was granted and start when the request
+// was sent, so that validity = g.TTL - elapsed - Drift. The client's store
+// refreshes and releases it by its lease id. Options as for Acquire
+// (WithKeepAlive, WithDetached). A lease with no validity left is released
+// and Adopt returns ErrNotAcquired.
+func (c *Client) Adopt(ctx context.Context, name, leaseID string, g Grant, start time.Time, opts ...Option) (*Lease, error) {
+	var o acquireOpts
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := validateID(name, leaseID); err != nil {
+		return nil, err
+	}
+	if g.Token == 0 || g.TTL <= 0 {
+		return nil, fmt.Errorf("lock: adopt %q: a grant needs a token and a TTL, got %d and %s", name, g.Token, g.TTL)
+	}
+	l, err := c.adopt(ctx, name, leaseID, g, start, o)
+	if errors.Is(err, errNoValidity) {
+		return nil, fmt.Errorf("%w: %q: %v", ErrNotAcquired, name, err)
+	}
+	return l, err
+}
+
+func (c *Client) adopt(ctx context.Context, name, id string, g Grant, start time.Time, o acquireOpts) (*Lease, error) {
 	validity := g.TTL - time.Since(start) - Drift(g.TTL)
 	if validity <= 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
