@@ -570,3 +570,40 @@ func TestDownStoreIsNotHeld(t *testing.T) {
 		t.Fatal("Ping of a frozen Redis succeeded")
 	}
 }
+
+// TestAdopt wraps a lease taken by another client (as a server hands one to
+// a remote holder) and checks that it refreshes, is lost and is validated
+// like one of this client's own.
+func TestAdopt(t *testing.T) {
+	b := redisBackend(t)
+	taker, holder := newClient(t, b.store), newClient(t, b.store)
+	name := testenv.Name(t)
+	start := time.Now()
+	d, err := taker.Acquire(t.Context(), name, b.ttl, lock.WithDetached())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := holder.Adopt(t.Context(), name, d.ID(), lock.Grant{Token: d.Token(), TTL: d.TTL()}, start, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() != d.Token() || l.ID() != d.ID() {
+		t.Fatalf("adopted lease %s/%d, want %s/%d", l.ID(), l.Token(), d.ID(), d.Token())
+	}
+	first := l.Deadline()
+	waitUntil(t, func() bool { return l.Deadline().After(first.Add(b.ttl)) }) // kept alive
+	b.deleteLease(t, name)
+	<-l.Done()
+	if !errors.Is(l.Err(), lock.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	}
+	if _, err := holder.Adopt(t.Context(), name, "nothex", lock.Grant{Token: 1, TTL: time.Second}, time.Now()); !errors.Is(err, lock.ErrInvalidLeaseID) {
+		t.Fatalf("bad lease id: %v", err)
+	}
+	if _, err := holder.Adopt(t.Context(), name, d.ID(), lock.Grant{TTL: time.Second}, time.Now()); err == nil {
+		t.Fatal("a grant with no token adopted")
+	}
+	if _, err := holder.Adopt(t.Context(), name, d.ID(), lock.Grant{Token: 1, TTL: time.Second}, time.Now().Add(-time.Hour)); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("a lease with no validity left: %v, want ErrNotAcquired", err)
+	}
+}
