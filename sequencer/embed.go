@@ -66,8 +66,22 @@ type Embedded struct {
 
 // StartEmbedded starts an etcd member and waits until it is ready to serve,
 // which for a multi-member cluster means a quorum of members has started.
-// Members of one cluster must therefore be started concurrently.
+// Members of one cluster must therefore be started concurrently. When it
+// picks the ports itself (no ClientURL or PeerURL) and another process takes
+// one before etcd binds it, it tries again with new ports, up to 3 times.
 func StartEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
+	auto := c.ClientURL == "" || c.PeerURL == ""
+	for attempt := 1; ; attempt++ {
+		e, err := startEmbedded(ctx, c)
+		// A bind fails before etcd writes anything to the data dir, so the
+		// same dir can be used again.
+		if err == nil || !auto || attempt == 3 || ctx.Err() != nil || !strings.Contains(err.Error(), "address already in use") {
+			return e, err
+		}
+	}
+}
+
+func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	if c.Name == "" {
 		c.Name = "fenced"
 	}

@@ -284,17 +284,11 @@ func runID() (string, error) {
 }
 
 func startEtcd(ctx context.Context, noFsync bool) (*sequencer.Embedded, error) {
-	var err error
-	for range 3 { // a free port can be taken between finding and binding it
-		var e *sequencer.Embedded
-		if e, err = sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{UnsafeNoFsync: noFsync}); err == nil {
-			return e, nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	e, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{UnsafeNoFsync: noFsync})
+	if err != nil {
+		return nil, fmt.Errorf("lockbench: embedded etcd: %w", err)
 	}
-	return nil, fmt.Errorf("lockbench: embedded etcd: %w", err)
+	return e, nil
 }
 
 // loadavg is the 1-, 5- and 15-minute load averages, "?" where unknown:

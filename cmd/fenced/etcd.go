@@ -206,20 +206,10 @@ func (m *embedFlags) start(ctx context.Context, log *slog.Logger) (*sequencer.Em
 			return nil, fmt.Errorf("etcd data dir: %w", err)
 		}
 	}
-	tries := 1
-	if m.peerURL == "" || m.clientURL == "" {
-		tries = 3
+	e, err := sequencer.StartEmbedded(ctx, cfg) // it retries ports it picked itself
+	if err != nil {
+		return nil, err
 	}
-	var err error
-	for i := 0; i < tries; i++ {
-		var e *sequencer.Embedded
-		if e, err = sequencer.StartEmbedded(ctx, cfg); err == nil {
-			log.Info("embedded etcd member ready", "name", e.Name(), "client_url", e.ClientURL(), "peer_url", e.PeerURL(), "data_dir", e.Dir())
-			return e, nil
-		}
-		if ctx.Err() != nil || !strings.Contains(err.Error(), "address already in use") {
-			break
-		}
-	}
-	return nil, err
+	log.Info("embedded etcd member ready", "name", e.Name(), "client_url", e.ClientURL(), "peer_url", e.PeerURL(), "data_dir", e.Dir())
+	return e, nil
 }

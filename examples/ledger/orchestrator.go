@@ -159,17 +159,11 @@ func orchestrate(ctx context.Context, cfg config, stdout, stderr io.Writer) (err
 // startEtcd starts a single-member embedded etcd in a temporary directory,
 // for the tokens. fsync is off: the data dir is thrown away with the run.
 func startEtcd(ctx context.Context) (*sequencer.Embedded, error) {
-	var err error
-	for range 3 { // a free port can be taken between finding and binding it
-		var e *sequencer.Embedded
-		if e, err = sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{UnsafeNoFsync: true}); err == nil {
-			return e, nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	e, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{UnsafeNoFsync: true})
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
-	return nil, fmt.Errorf("start embedded etcd: %w", err)
+	return e, nil
 }
 
 // runMode creates the ledger, runs the plan with workers of mode, checks the

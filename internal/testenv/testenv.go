@@ -23,14 +23,7 @@ func Etcd(t testing.TB) (*sequencer.Embedded, *clientv3.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var e *sequencer.Embedded
-	var err error
-	for i := 0; i < 3; i++ { // a free port can be taken between finding and binding it
-		e, err = sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{Dir: t.TempDir(), UnsafeNoFsync: true})
-		if err == nil {
-			break
-		}
-	}
+	e, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{Dir: t.TempDir(), UnsafeNoFsync: true})
 	if err != nil {
 		t.Fatalf("embedded etcd: %v", err)
 	}
