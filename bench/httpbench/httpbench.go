@@ -1,0 +1,511 @@
+// Package httpbench measures what the HTTP API costs on top of the
+// in-process SDK, in one process and one run, against one lease store:
+//
+//   - SDK: lock.Client.TryAcquire and Lease.Release, in process;
+//   - HTTP: client.Client.TryAcquire and Lease.Release against server.New
+//     over that same lock.Client, served by net/http on a loopback TCP
+//     listener.
+//
+// Both paths therefore share the lease store, the sequencer and the Redis
+// and etcd connections; the difference between them is the API: JSON,
+// HTTP/1.1 over loopback TCP, the server's handler and the client.
+//
+// Two scenarios, the paths taking turns in rounds with the order rotating:
+// uncontended acquire+release latency (one goroutine, one name, sequential)
+// and throughput of many goroutines on distinct names. Before them, a few
+// sequential acquisitions of one name, alternating the paths, record their
+// tokens: a check that both paths reach the same store. [Run] measures,
+// [Write] prints the table.
+//
+// TryAcquire is used on both paths: every name is free when taken, so it is
+// what Acquire does too, without the HTTP client's wait_ms; a held name
+// would show up as an error rather than a wait.
+package httpbench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
+	"github.com/fenced/fenced/server"
+	"github.com/redis/go-redis/v9"
+)
+
+// Lease stores.
+const (
+	StoreRedis = "redis" // leases in Redis, tokens from the etcd sequencer
+	StoreEtcd  = "etcd"  // leases and tokens in etcd
+)
+
+// Paths, the rows of the table.
+const (
+	SDK  = "SDK"
+	HTTP = "HTTP"
+)
+
+// Config says what to run. DefaultConfig and ShortConfig give the usual
+// values.
+type Config struct {
+	Store     string // StoreRedis or StoreEtcd
+	RedisAddr string // with StoreRedis
+	TTL       time.Duration
+	// Iterations: uncontended acquire+release pairs per path in all, split
+	// between the rounds, each round after a warm-up of a tenth as many.
+	Iterations int
+	Duration   time.Duration // of the throughput scenario, per path per round
+	Clients    int           // throughput: goroutines, each on its own name
+	Rounds     int           // each runs both paths once, the order rotating
+	Checks     int           // sequential acquisitions of one name whose tokens are recorded
+	// Log, if set, receives a line as each path starts a round, and the
+	// server's warnings.
+	Log io.Writer
+}
+
+// DefaultConfig is the full benchmark.
+func DefaultConfig() Config {
+	return Config{
+		Store:      StoreRedis,
+		RedisAddr:  "127.0.0.1:6379",
+		TTL:        5 * time.Second,
+		Iterations: 1000,
+		Duration:   3 * time.Second,
+		Clients:    64,
+		Rounds:     3,
+		Checks:     6,
+	}
+}
+
+// ShortConfig is a quick run: the same scenarios, much shorter.
+func ShortConfig() Config {
+	c := DefaultConfig()
+	c.Iterations = 50
+	c.Duration = 300 * time.Millisecond
+	c.Rounds = 2
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store != StoreRedis && c.Store != StoreEtcd:
+		return fmt.Errorf("httpbench: store %q: want %s or %s", c.Store, StoreRedis, StoreEtcd)
+	case c.TTL < 2*time.Second:
+		return fmt.Errorf("httpbench: ttl %s: want >= 2s (etcd leases)", c.TTL)
+	case c.Iterations < 1 || c.Duration <= 0 || c.Clients < 1 || c.Rounds < 1 || c.Checks < 2:
+		return errors.New("httpbench: want iterations >= 1, duration > 0, clients >= 1, rounds >= 1, checks >= 2")
+	}
+	return nil
+}
+
+// Result is what one path did.
+type Result struct {
+	Path string
+
+	Uncontended    int // pairs measured
+	UncP50, UncP99 time.Duration
+
+	Ops          int // throughput: acquire+release pairs
+	OpsElapsed   time.Duration
+	RoundOpsRate []float64 // ops/s of each round
+	// ProcCPU is the CPU time of this whole process (clients, server, lock
+	// client, embedded etcd) in the throughput scenario.
+	ProcCPU time.Duration
+
+	Errors   int
+	FirstErr error
+
+	unc []time.Duration // samples of every round
+}
+
+// OpsPerSec is the throughput scenario's acquire+release pairs per second.
+func (r Result) OpsPerSec() float64 {
+	if r.OpsElapsed <= 0 {
+		return 0
+	}
+	return float64(r.Ops) / r.OpsElapsed.Seconds()
+}
+
+// CPUPerOp is this process's CPU time per acquire+release in the
+// throughput scenario.
+func (r Result) CPUPerOp() time.Duration {
+	if r.Ops == 0 {
+		return 0
+	}
+	return r.ProcCPU / time.Duration(r.Ops)
+}
+
+// Check is one acquisition of the check name.
+type Check struct {
+	Path  string
+	Token fence.Token
+}
+
+// Report is a whole run.
+type Report struct {
+	Config  Config
+	Store   string // what the leases and tokens are kept in
+	Load    string // load averages before and after, from /proc/loadavg
+	Checks  []Check
+	Results []Result // SDK, then HTTP
+}
+
+// Find returns the result of path, nil if there is none.
+func (rep *Report) Find(path string) *Result {
+	for i := range rep.Results {
+		if rep.Results[i].Path == path {
+			return &rep.Results[i]
+		}
+	}
+	return nil
+}
+
+// acquirer is how a path takes a lease; both return a *lock.Lease whose
+// Release goes the same way.
+type acquirer func(ctx context.Context, name string) (*lock.Lease, error)
+
+// Run sets up the lease store, the lock client, the HTTP server and the HTTP
+// client, and measures both paths.
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	run, err := runID()
+	if err != nil {
+		return nil, err
+	}
+	env, err := start(ctx, cfg, run)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := env.close(); cerr != nil {
+			rep, err = nil, errors.Join(err, cerr)
+		}
+	}()
+
+	paths := []struct {
+		name string
+		acq  acquirer
+	}{
+		{SDK, func(ctx context.Context, name string) (*lock.Lease, error) {
+			return env.locks.TryAcquire(ctx, name, cfg.TTL)
+		}},
+		{HTTP, func(ctx context.Context, name string) (*lock.Lease, error) {
+			return env.http.TryAcquire(ctx, name, cfg.TTL)
+		}},
+	}
+	rep = &Report{Config: cfg, Store: env.desc}
+	loadBefore := loadavg()
+
+	// The check: one name, sequential, the paths alternating.
+	checkName := "httpbench-" + run + "-check"
+	for i := range cfg.Checks {
+		p := paths[i%len(paths)]
+		var tok fence.Token
+		if err := pair(ctx, p.acq, checkName, &tok); err != nil {
+			return nil, fmt.Errorf("httpbench: check, %s: %w", p.name, err)
+		}
+		rep.Checks = append(rep.Checks, Check{Path: p.name, Token: tok})
+	}
+
+	res := make([]Result, len(paths))
+	counts := make([]errs, len(paths))
+	for i, p := range paths {
+		res[i].Path = p.name
+	}
+	n := max(cfg.Iterations/cfg.Rounds, 1)
+	for round := range cfg.Rounds {
+		for k := range paths {
+			i := (round + k) % len(paths)
+			p := paths[i]
+			if cfg.Log != nil {
+				fmt.Fprintf(cfg.Log, "httpbench: round %d/%d: %s\n", round+1, cfg.Rounds, p.name)
+			}
+			prefix := fmt.Sprintf("httpbench-%s-%s", run, strings.ToLower(p.name))
+			if err := uncontended(ctx, n, p.acq, prefix+"-unc", &res[i], &counts[i]); err != nil {
+				return nil, fmt.Errorf("httpbench: %s: %w", p.name, err)
+			}
+			if err := throughput(ctx, cfg, p.acq, prefix+"-tp-", &res[i], &counts[i]); err != nil {
+				return nil, fmt.Errorf("httpbench: %s: %w", p.name, err)
+			}
+		}
+	}
+	for i := range res {
+		r := &res[i]
+		r.Errors, r.FirstErr = counts[i].n, counts[i].first
+		r.Uncontended = len(r.unc)
+		r.UncP50, r.UncP99 = percentile(r.unc, 50), percentile(r.unc, 99)
+	}
+	rep.Results = res
+	rep.Load = loadBefore + " before, " + loadavg() + " after"
+	return rep, nil
+}
+
+// env is what one run sets up; close takes it down in reverse order.
+type env struct {
+	desc    string
+	closers []func() error // in the order of setup
+	locks   *lock.Client
+	http    *client.Client
+}
+
+func (e *env) close() error {
+	var err error
+	for _, c := range slices.Backward(e.closers) {
+		err = errors.Join(err, c())
+	}
+	e.closers = nil
+	return err
+}
+
+// closeCtx bounds the Close calls that release leases still held.
+func closeCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 10*time.Second)
+}
+
+func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
+	e := &env{}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.close())
+		}
+	}()
+
+	etcd, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{}) // fsync on
+	if err != nil {
+		return nil, fmt.Errorf("httpbench: embedded etcd: %w", err)
+	}
+	e.closers = append(e.closers, etcd.Close)
+	cli, err := etcd.Client()
+	if err != nil {
+		return nil, fmt.Errorf("httpbench: etcd client: %w", err)
+	}
+	e.closers = append(e.closers, cli.Close)
+
+	var store lock.LeaseStore
+	switch cfg.Store {
+	case StoreRedis:
+		rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: cfg.Clients + 16})
+		e.closers = append(e.closers, rdb.Close)
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := rdb.Ping(pctx).Err()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("httpbench: Redis at %s does not answer (%w): start it (redis-server --port 6379) or set FENCED_TEST_REDIS", cfg.RedisAddr, err)
+		}
+		seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix("/httpbench/"+run+"/seq/"))
+		if err != nil {
+			return nil, err
+		}
+		e.closers = append(e.closers, seq.Close)
+		rs, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix("httpbench:"+run+":"))
+		if err != nil {
+			return nil, err
+		}
+		e.closers = append(e.closers, rs.Close)
+		store = rs
+		e.desc = fmt.Sprintf("leases in Redis at %s, tokens from the etcd sequencer", cfg.RedisAddr)
+	case StoreEtcd:
+		es, err := lock.NewEtcdStore(cli, "/httpbench/"+run+"/locks/")
+		if err != nil {
+			return nil, err
+		}
+		store = es
+		e.desc = "leases and tokens in etcd"
+	}
+	e.desc += "; embedded etcd, 1 member, fsync on"
+
+	e.locks, err = lock.New(store)
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, func() error {
+		ctx, cancel := closeCtx()
+		defer cancel()
+		return e.locks.Close(ctx)
+	})
+
+	logw := cfg.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	h, err := server.New(server.Config{
+		Locks:  e.locks,
+		Logger: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	e.closers = append(e.closers, func() error {
+		ctx, cancel := closeCtx()
+		defer cancel()
+		err := hs.Shutdown(ctx)
+		if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		return err
+	})
+
+	// http.DefaultTransport keeps 2 idle connections per host: with 64
+	// goroutines the HTTP path would mostly open new TCP connections and
+	// measure that. Keep one per goroutine, as a tuned client would.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.MaxIdleConns = cfg.Clients + 16
+	tr.MaxIdleConnsPerHost = cfg.Clients + 16
+	e.closers = append(e.closers, func() error { tr.CloseIdleConnections(); return nil })
+	e.http, err = client.New("http://"+ln.Addr().String(), client.WithHTTPClient(&http.Client{Transport: tr}))
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, func() error {
+		ctx, cancel := closeCtx()
+		defer cancel()
+		return e.http.Close(ctx)
+	})
+	return e, nil
+}
+
+// opTimeout bounds one acquire+release pair; nothing healthy comes near it.
+const opTimeout = 30 * time.Second
+
+// pair is one acquire+release; tok, if not nil, receives the token.
+func pair(ctx context.Context, acq acquirer, name string, tok *fence.Token) error {
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	l, err := acq(octx, name)
+	if err != nil {
+		return err
+	}
+	if tok != nil {
+		*tok = l.Token()
+	}
+	return l.Release(octx)
+}
+
+// uncontended: n sequential pairs on one name after a warm-up of a tenth
+// as many.
+func uncontended(ctx context.Context, n int, acq acquirer, name string, res *Result, e *errs) error {
+	warm := max(n/10, 5)
+	for i := 0; i < warm+n && !e.tooMany(); i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t := time.Now()
+		if err := pair(ctx, acq, name, nil); err != nil {
+			e.add(fmt.Errorf("uncontended: %w", err))
+			continue
+		}
+		if i >= warm {
+			res.unc = append(res.unc, time.Since(t))
+		}
+	}
+	return nil
+}
+
+// throughput: Clients goroutines, each on its own name, acquire and release
+// for Duration. Pairs in flight at the end complete and count; the elapsed
+// time runs until the last one has.
+func throughput(ctx context.Context, cfg Config, acq acquirer, prefix string, res *Result, e *errs) error {
+	var (
+		stop atomic.Bool
+		ops  atomic.Int64
+		wg   sync.WaitGroup
+	)
+	cpu0 := processCPU()
+	start := time.Now()
+	timer := time.AfterFunc(cfg.Duration, func() { stop.Store(true) })
+	defer timer.Stop()
+	for i := range cfg.Clients {
+		wg.Go(func() {
+			name := fmt.Sprintf("%s%d", prefix, i)
+			for !stop.Load() && ctx.Err() == nil && !e.tooMany() {
+				if err := pair(ctx, acq, name, nil); err != nil {
+					e.add(fmt.Errorf("throughput: %w", err))
+					continue
+				}
+				ops.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	res.ProcCPU += processCPU() - cpu0
+	n := int(ops.Load())
+	res.Ops += n
+	res.OpsElapsed += elapsed
+	res.RoundOpsRate = append(res.RoundOpsRate, float64(n)/elapsed.Seconds())
+	return ctx.Err()
+}
+
+// errs counts failed operations and keeps the first.
+type errs struct {
+	mu    sync.Mutex
+	n     int
+	first error
+}
+
+func (e *errs) add(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	if e.first == nil {
+		e.first = err
+	}
+}
+
+// tooMany stops a scenario whose path fails over and over.
+func (e *errs) tooMany() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n >= 100
+}
+
+func runID() (string, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// loadavg is the 1-, 5- and 15-minute load averages, "?" where unknown.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
+// percentile is the nearest-rank p-th percentile; it sorts d.
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	i := (len(d)*p + 99) / 100 // ceil(n*p/100)
+	return d[max(i-1, 0)]
+}

@@ -1,0 +1,63 @@
+package httpbench_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/bench/httpbench"
+)
+
+// TestRun runs both paths through both scenarios, briefly, on each lease
+// store, and checks only that each path completed operations and that
+// sequential acquisitions of one name, alternating the paths, got strictly
+// increasing tokens. Timing decides nothing here.
+func TestRun(t *testing.T) {
+	for _, store := range []string{httpbench.StoreRedis, httpbench.StoreEtcd} {
+		t.Run(store, func(t *testing.T) {
+			cfg := httpbench.ShortConfig()
+			cfg.Store = store
+			cfg.Iterations = 20
+			cfg.Duration = 200 * time.Millisecond
+			if a := os.Getenv("FENCED_TEST_REDIS"); a != "" {
+				cfg.RedisAddr = a
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			rep, err := httpbench.Run(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, path := range []string{httpbench.SDK, httpbench.HTTP} {
+				r := rep.Find(path)
+				if r == nil {
+					t.Fatalf("no result for %s", path)
+				}
+				if r.Uncontended == 0 || r.Ops == 0 {
+					t.Errorf("%s completed %d uncontended and %d throughput operations; want some of each (first error: %v)",
+						path, r.Uncontended, r.Ops, r.FirstErr)
+				}
+			}
+			if len(rep.Checks) != cfg.Checks {
+				t.Fatalf("%d check acquisitions, want %d", len(rep.Checks), cfg.Checks)
+			}
+			paths := map[string]bool{}
+			for i, c := range rep.Checks {
+				paths[c.Path] = true
+				if c.Token == 0 || (i > 0 && c.Token <= rep.Checks[i-1].Token) {
+					t.Errorf("check %d (%s): token %d after %d, want strictly increasing", i, c.Path, c.Token, rep.Checks[max(i-1, 0)].Token)
+				}
+			}
+			if !paths[httpbench.SDK] || !paths[httpbench.HTTP] {
+				t.Errorf("check acquisitions by %v, want both paths", paths)
+			}
+			var buf bytes.Buffer
+			if err := httpbench.Write(&buf, rep); err != nil {
+				t.Fatal(err)
+			}
+			t.Log("\n" + buf.String())
+		})
+	}
+}

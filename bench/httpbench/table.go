@@ -1,0 +1,78 @@
+package httpbench
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Write prints the report: one row per path, the HTTP÷SDK ratios, the
+// ops/s of each round and the check tokens.
+func Write(w io.Writer, rep *Report) error {
+	cfg := rep.Config
+	fmt.Fprintf(w, "httpbench: store %s (%s); %s, GOMAXPROCS %d, %d CPUs; load average %s\n",
+		cfg.Store, rep.Store, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), rep.Load)
+	fmt.Fprintf(w, "TTL %s; %d round(s), the paths in turn, the order rotating; per path: uncontended %d sequential acquire+release on one name in all;\n"+
+		"throughput %d goroutines on %d names for %s a round. HTTP: client.Client -> net/http on 127.0.0.1 -> server.New -> the same lock.Client\n\n",
+		cfg.TTL, cfg.Rounds, cfg.Iterations, cfg.Clients, cfg.Clients, cfg.Duration)
+
+	sdk := rep.Find(SDK)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tuncontended p50\tp99\tthroughput ops/s\tcpu/op\terrors\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%d\t\n", r.Path, ms(r.UncP50), ms(r.UncP99), r.OpsPerSec(), us(r.CPUPerOp()), r.Errors)
+	}
+	if h := rep.Find(HTTP); h != nil && sdk != nil {
+		fmt.Fprintf(tw, "HTTP÷SDK\t%s\t%s\t%s\t%s\t\t\n",
+			ratio(float64(h.UncP50), float64(sdk.UncP50)), ratio(float64(h.UncP99), float64(sdk.UncP99)),
+			ratio(h.OpsPerSec(), sdk.OpsPerSec()), ratio(float64(h.CPUPerOp()), float64(sdk.CPUPerOp())))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\ncpu/op: CPU time of this whole process (clients, HTTP server, lock client, embedded etcd) per acquire+release in the throughput scenario.")
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "%s throughput ops/s by round:", r.Path)
+		for _, v := range r.RoundOpsRate {
+			fmt.Fprintf(w, " %.0f", v)
+		}
+		fmt.Fprintln(w)
+	}
+	toks := make([]string, len(rep.Checks))
+	for i, c := range rep.Checks {
+		toks[i] = fmt.Sprintf("%s %d", c.Path, c.Token)
+	}
+	fmt.Fprintf(w, "check, one name, sequential, the paths alternating: tokens %s\n", strings.Join(toks, ", "))
+	for _, r := range rep.Results {
+		if r.FirstErr != nil {
+			fmt.Fprintf(w, "%s: %d errors, the first: %v\n", r.Path, r.Errors, r.FirstErr)
+		}
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+func us(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+}
+
+// ratio is v ÷ ref, "-" without a reference.
+func ratio(v, ref float64) string {
+	if ref == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", v/ref)
+}
