@@ -32,17 +32,18 @@ type Lease struct {
 
 	keepAlive bool
 	poke      chan struct{} // the deadline moved
-	stop      chan struct{}
-	stopOnce  sync.Once
+	stopCtx   context.Context // cancelled by halt: ends the monitor and a refresh in flight
+	stop      context.CancelFunc
 	wg        sync.WaitGroup
 }
 
 func newLease(ctx context.Context, c *Client, name, id string, g Grant, deadline time.Time, keepAlive bool) *Lease {
 	l := &Lease{c: c, name: name, id: id, token: g.Token, ttl: g.TTL, deadline: deadline,
-		keepAlive: keepAlive, poke: make(chan struct{}, 1), stop: make(chan struct{})}
+		keepAlive: keepAlive, poke: make(chan struct{}, 1)}
 	// The lease outlives the acquiring call's cancellation but keeps its
 	// values, and carries its token for fence.Transport.
 	l.ctx, l.cancel = context.WithCancelCause(fence.WithToken(context.WithoutCancel(ctx), g.Token))
+	l.stopCtx, l.stop = context.WithCancel(l.ctx)
 	return l
 }
 
@@ -148,7 +149,7 @@ func (l *Lease) lose(cause error) { l.cancel(cause) }
 
 // halt stops the monitor goroutine and waits for it.
 func (l *Lease) halt() {
-	l.stopOnce.Do(func() { close(l.stop) })
+	l.stop()
 	l.wg.Wait()
 }
 
@@ -178,9 +179,7 @@ func (l *Lease) monitor() {
 		}
 		timer.Reset(time.Until(wake))
 		select {
-		case <-l.stop:
-			return
-		case <-l.ctx.Done():
+		case <-l.stopCtx.Done(): // halted, or lost (stopCtx is a child of ctx)
 			return
 		case <-l.poke:
 			timer.Stop()
@@ -195,7 +194,7 @@ func (l *Lease) monitor() {
 		if !l.keepAlive || now.Before(next) {
 			continue
 		}
-		ctx, cancel := context.WithDeadline(l.ctx, l.Deadline())
+		ctx, cancel := context.WithDeadline(l.stopCtx, l.Deadline())
 		err := l.Refresh(ctx, 0)
 		cancel()
 		switch {

@@ -607,3 +607,38 @@ func TestAdopt(t *testing.T) {
 		t.Fatalf("a lease with no validity left: %v, want ErrNotAcquired", err)
 	}
 }
+
+// hangingRefresh blocks every Refresh until its context ends, as a Redis
+// that stopped answering would, and records how that context ended.
+type hangingRefresh struct {
+	lock.LeaseStore
+	entered chan struct{}
+	ended   chan error
+}
+
+func (h *hangingRefresh) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+	h.entered <- struct{}{}
+	<-ctx.Done()
+	h.ended <- ctx.Err()
+	return lock.Grant{}, ctx.Err()
+}
+
+// TestReleaseInterruptsHungRefresh: Release must not wait for a keep-alive
+// refresh stuck on a backend that does not answer; it would otherwise wait
+// until the lease's deadline, which may be a day away.
+func TestReleaseInterruptsHungRefresh(t *testing.T) {
+	b := redisBackend(t)
+	h := &hangingRefresh{LeaseStore: b.store, entered: make(chan struct{}, 1), ended: make(chan error, 1)}
+	c := newClient(t, h)
+	l, err := c.Acquire(t.Context(), testenv.Name(t), 3*time.Second, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-h.entered // the keep-alive's refresh, at TTL/3, is hanging
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-h.ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the hung refresh ended with %v: Release waited for the lease deadline instead of stopping it", err)
+	}
+}
