@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/fenced/fenced/lock"
@@ -141,6 +142,9 @@ type api struct {
 func listen(h *httpFlags, handler http.Handler, tlsCfg *tls.Config, log *slog.Logger) (*api, error) {
 	ln, err := net.Listen("tcp", h.listen)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("--listen %s: the address is in use (another fenced?): stop that process, or pick another port, or --listen 127.0.0.1:0 for a free one: %w", h.listen, err)
+		}
 		return nil, fmt.Errorf("--listen %s: %w", h.listen, err)
 	}
 	scheme := "http"
