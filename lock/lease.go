@@ -31,7 +31,7 @@ type Lease struct {
 	released bool
 
 	keepAlive bool
-	poke      chan struct{} // the deadline moved
+	poke      chan struct{}   // the deadline moved
 	stopCtx   context.Context // cancelled by halt: ends the monitor and a refresh in flight
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
