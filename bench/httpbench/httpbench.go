@@ -24,20 +24,19 @@ package httpbench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fenced/fenced/bench/internal/benchkit"
 
 	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/fence"
@@ -184,7 +183,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	run, err := runID()
+	run, err := benchkit.RunID()
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +209,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}},
 	}
 	rep = &Report{Config: cfg, Store: env.desc}
-	loadBefore := loadavg()
+	loadBefore := benchkit.Loadavg()
 
 	// The check: one name, sequential, the paths alternating.
 	checkName := "httpbench-" + run + "-check"
@@ -224,7 +223,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 
 	res := make([]Result, len(paths))
-	counts := make([]errs, len(paths))
+	counts := make([]benchkit.Errs, len(paths))
 	for i, p := range paths {
 		res[i].Path = p.name
 	}
@@ -247,12 +246,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	for i := range res {
 		r := &res[i]
-		r.Errors, r.FirstErr = counts[i].n, counts[i].first
+		r.Errors, r.FirstErr = counts[i].Result()
 		r.Uncontended = len(r.unc)
-		r.UncP50, r.UncP99 = percentile(r.unc, 50), percentile(r.unc, 99)
+		r.UncP50, r.UncP99 = benchkit.Percentile(r.unc, 50), benchkit.Percentile(r.unc, 99)
 	}
 	rep.Results = res
-	rep.Load = loadBefore + " before, " + loadavg() + " after"
+	rep.Load = loadBefore + " before, " + benchkit.Loadavg() + " after"
 	return rep, nil
 }
 
@@ -407,15 +406,15 @@ func pair(ctx context.Context, acq acquirer, name string, tok *fence.Token) erro
 
 // uncontended: n sequential pairs on one name after a warm-up of a tenth
 // as many.
-func uncontended(ctx context.Context, n int, acq acquirer, name string, res *Result, e *errs) error {
+func uncontended(ctx context.Context, n int, acq acquirer, name string, res *Result, e *benchkit.Errs) error {
 	warm := max(n/10, 5)
-	for i := 0; i < warm+n && !e.tooMany(); i++ {
+	for i := 0; i < warm+n && !e.TooMany(); i++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		t := time.Now()
 		if err := pair(ctx, acq, name, nil); err != nil {
-			e.add(fmt.Errorf("uncontended: %w", err))
+			e.Add(fmt.Errorf("uncontended: %w", err))
 			continue
 		}
 		if i >= warm {
@@ -428,22 +427,22 @@ func uncontended(ctx context.Context, n int, acq acquirer, name string, res *Res
 // throughput: Clients goroutines, each on its own name, acquire and release
 // for Duration. Pairs in flight at the end complete and count; the elapsed
 // time runs until the last one has.
-func throughput(ctx context.Context, cfg Config, acq acquirer, prefix string, res *Result, e *errs) error {
+func throughput(ctx context.Context, cfg Config, acq acquirer, prefix string, res *Result, e *benchkit.Errs) error {
 	var (
 		stop atomic.Bool
 		ops  atomic.Int64
 		wg   sync.WaitGroup
 	)
-	cpu0 := processCPU()
+	cpu0 := benchkit.ProcessCPU()
 	start := time.Now()
 	timer := time.AfterFunc(cfg.Duration, func() { stop.Store(true) })
 	defer timer.Stop()
 	for i := range cfg.Clients {
 		wg.Go(func() {
 			name := fmt.Sprintf("%s%d", prefix, i)
-			for !stop.Load() && ctx.Err() == nil && !e.tooMany() {
+			for !stop.Load() && ctx.Err() == nil && !e.TooMany() {
 				if err := pair(ctx, acq, name, nil); err != nil {
-					e.add(fmt.Errorf("throughput: %w", err))
+					e.Add(fmt.Errorf("throughput: %w", err))
 					continue
 				}
 				ops.Add(1)
@@ -452,60 +451,10 @@ func throughput(ctx context.Context, cfg Config, acq acquirer, prefix string, re
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	res.ProcCPU += processCPU() - cpu0
+	res.ProcCPU += benchkit.ProcessCPU() - cpu0
 	n := int(ops.Load())
 	res.Ops += n
 	res.OpsElapsed += elapsed
 	res.RoundOpsRate = append(res.RoundOpsRate, float64(n)/elapsed.Seconds())
 	return ctx.Err()
-}
-
-// errs counts failed operations and keeps the first.
-type errs struct {
-	mu    sync.Mutex
-	n     int
-	first error
-}
-
-func (e *errs) add(err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.n++
-	if e.first == nil {
-		e.first = err
-	}
-}
-
-// tooMany stops a scenario whose path fails over and over.
-func (e *errs) tooMany() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n >= 100
-}
-
-func runID() (string, error) {
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
-// loadavg is the 1-, 5- and 15-minute load averages, "?" where unknown.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "?"
-}
-
-// percentile is the nearest-rank p-th percentile; it sorts d.
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	slices.Sort(d)
-	i := (len(d)*p + 99) / 100 // ceil(n*p/100)
-	return d[max(i-1, 0)]
 }

@@ -6,7 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"text/tabwriter"
-	"time"
+
+	"github.com/fenced/fenced/bench/internal/benchkit"
 )
 
 // Write prints the report: one row per path, the HTTP÷SDK ratios, the
@@ -23,7 +24,7 @@ func Write(w io.Writer, rep *Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\tuncontended p50\tp99\tthroughput ops/s\tcpu/op\terrors\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%d\t\n", r.Path, ms(r.UncP50), ms(r.UncP99), r.OpsPerSec(), us(r.CPUPerOp()), r.Errors)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%d\t\n", r.Path, benchkit.MS(r.UncP50), benchkit.MS(r.UncP99), r.OpsPerSec(), benchkit.US(r.CPUPerOp()), r.Errors)
 	}
 	if h := rep.Find(HTTP); h != nil && sdk != nil {
 		fmt.Fprintf(tw, "HTTP÷SDK\t%s\t%s\t%s\t%s\t\t\n",
@@ -53,20 +54,6 @@ func Write(w io.Writer, rep *Report) error {
 	}
 	_, err := fmt.Fprintln(w)
 	return err
-}
-
-func ms(d time.Duration) string {
-	if d == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
-}
-
-func us(d time.Duration) string {
-	if d <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
 }
 
 // ratio is v ÷ ref, "-" without a reference.

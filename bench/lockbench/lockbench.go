@@ -18,18 +18,16 @@ package lockbench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fenced/fenced/bench/internal/benchkit"
 
 	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
@@ -172,7 +170,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	run, err := runID()
+	run, err := benchkit.RunID()
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +194,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer cli.Close()
 
 	rep := &Report{Config: cfg, Redis: redisInfo(ctx, rdb)}
-	loadBefore := loadavg()
+	loadBefore := benchkit.Loadavg()
 	if err := rep.baselines(ctx, rdb, cli, run); err != nil {
 		return nil, err
 	}
@@ -238,7 +236,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("lockbench: -only %q names no implementation", cfg.Only)
 	}
 	res := make([]Result, len(impls))
-	counts := make([]errs, len(impls))
+	counts := make([]benchkit.Errs, len(impls))
 	for i, impl := range impls {
 		res[i] = Result{Impl: impl.Name, Wait: impl.Wait}
 	}
@@ -257,7 +255,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	for i := range impls {
-		res[i].Errors, res[i].FirstErr = counts[i].n, counts[i].first
+		res[i].Errors, res[i].FirstErr = counts[i].Result()
 		res[i].finish()
 	}
 	var cerr error
@@ -271,16 +269,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, cerr
 	}
 	rep.Results = res
-	rep.Load = loadBefore + " before, " + loadavg() + " after"
+	rep.Load = loadBefore + " before, " + benchkit.Loadavg() + " after"
 	return rep, nil
-}
-
-func runID() (string, error) {
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
 }
 
 func startEtcd(ctx context.Context, noFsync bool) (*sequencer.Embedded, error) {
@@ -289,16 +279,6 @@ func startEtcd(ctx context.Context, noFsync bool) (*sequencer.Embedded, error) {
 		return nil, fmt.Errorf("lockbench: embedded etcd: %w", err)
 	}
 	return e, nil
-}
-
-// loadavg is the 1-, 5- and 15-minute load averages, "?" where unknown:
-// other work on the machine skews every figure.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "?"
 }
 
 // redisCPU is the Redis server's used_cpu_user + used_cpu_sys, -1 if
@@ -349,7 +329,7 @@ func (rep *Report) baselines(ctx context.Context, rdb *redis.Client, cli *client
 		}
 		lat = append(lat, time.Since(t))
 	}
-	rep.EtcdPutP50, rep.EtcdPutP99 = percentile(lat, 50), percentile(lat, 99)
+	rep.EtcdPutP50, rep.EtcdPutP99 = benchkit.Percentile(lat, 50), benchkit.Percentile(lat, 99)
 	lat = lat[:0]
 	for range n {
 		t := time.Now()
@@ -358,38 +338,15 @@ func (rep *Report) baselines(ctx context.Context, rdb *redis.Client, cli *client
 		}
 		lat = append(lat, time.Since(t))
 	}
-	rep.RedisP50, rep.RedisP99 = percentile(lat, 50), percentile(lat, 99)
+	rep.RedisP50, rep.RedisP99 = benchkit.Percentile(lat, 50), benchkit.Percentile(lat, 99)
 	return nil
-}
-
-// errs counts failed operations and keeps the first.
-type errs struct {
-	mu    sync.Mutex
-	n     int
-	first error
-}
-
-func (e *errs) add(err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.n++
-	if e.first == nil {
-		e.first = err
-	}
-}
-
-// tooMany stops a scenario whose implementation fails over and over.
-func (e *errs) tooMany() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n >= 100
 }
 
 // opTimeout bounds one Lock or unlock call; nothing healthy comes near it.
 const opTimeout = 30 * time.Second
 
 // measure runs the three scenarios once and adds to res.
-func measure(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, res *Result, e *errs) error {
+func measure(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, res *Result, e *benchkit.Errs) error {
 	n := max(cfg.Iterations/cfg.Rounds, 1)
 	if err := uncontended(ctx, n, impl, res, e); err != nil {
 		return err
@@ -403,9 +360,9 @@ func measure(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, res 
 // finish computes the percentiles of what the rounds collected.
 func (r *Result) finish() {
 	r.Uncontended = len(r.unc)
-	r.UncP50, r.UncP99 = percentile(r.unc, 50), percentile(r.unc, 99)
+	r.UncP50, r.UncP99 = benchkit.Percentile(r.unc, 50), benchkit.Percentile(r.unc, 99)
 	r.Gaps = len(r.gaps)
-	r.GapP50, r.GapP99 = percentile(r.gaps, 50), percentile(r.gaps, 99)
+	r.GapP50, r.GapP99 = benchkit.Percentile(r.gaps, 50), benchkit.Percentile(r.gaps, 99)
 }
 
 // newLockers makes n lockers; the caller closes them.
@@ -441,20 +398,20 @@ func lockUnlock(ctx context.Context, l Locker, name string) error {
 
 // uncontended: one client, one name, Iterations sequential pairs after a
 // warm-up of a tenth as many.
-func uncontended(ctx context.Context, n int, impl Impl, res *Result, e *errs) error {
+func uncontended(ctx context.Context, n int, impl Impl, res *Result, e *benchkit.Errs) error {
 	ls, err := newLockers(ctx, impl, 1)
 	if err != nil {
 		return err
 	}
 	defer closeLockers(ls)
 	warm := max(n/10, 5)
-	for i := 0; i < warm+n && !e.tooMany(); i++ {
+	for i := 0; i < warm+n && !e.TooMany(); i++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		t := time.Now()
 		if err := lockUnlock(ctx, ls[0], "bench-uncontended"); err != nil {
-			e.add(fmt.Errorf("uncontended: %w", err))
+			e.Add(fmt.Errorf("uncontended: %w", err))
 			continue
 		}
 		if i >= warm {
@@ -467,7 +424,7 @@ func uncontended(ctx context.Context, n int, impl Impl, res *Result, e *errs) er
 // throughput: Clients goroutines, each with its own locker on its own name,
 // acquire and release for Duration. Ops in flight at the end complete and
 // count; the elapsed time runs until the last one has.
-func throughput(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, res *Result, e *errs) error {
+func throughput(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, res *Result, e *benchkit.Errs) error {
 	ls, err := newLockers(ctx, impl, cfg.Clients)
 	if err != nil {
 		return err
@@ -482,7 +439,7 @@ func throughput(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, r
 	if impl.Batches != nil {
 		txns0, toks0 = impl.Batches()
 	}
-	cpu0, rcpu0 := processCPU(), redisCPU(ctx, rdb)
+	cpu0, rcpu0 := benchkit.ProcessCPU(), redisCPU(ctx, rdb)
 	start := time.Now()
 	timer := time.AfterFunc(cfg.Duration, func() { stop.Store(true) })
 	defer timer.Stop()
@@ -491,9 +448,9 @@ func throughput(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, r
 		go func() {
 			defer wg.Done()
 			name := fmt.Sprintf("bench-throughput-%d", i)
-			for !stop.Load() && ctx.Err() == nil && !e.tooMany() {
+			for !stop.Load() && ctx.Err() == nil && !e.TooMany() {
 				if err := lockUnlock(ctx, l, name); err != nil {
-					e.add(fmt.Errorf("throughput: %w", err))
+					e.Add(fmt.Errorf("throughput: %w", err))
 					continue
 				}
 				ops.Add(1)
@@ -502,7 +459,7 @@ func throughput(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, r
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	res.ProcCPU += processCPU() - cpu0
+	res.ProcCPU += benchkit.ProcessCPU() - cpu0
 	if impl.Batches != nil {
 		txns1, toks1 := impl.Batches()
 		res.Txns += txns1 - txns0
@@ -523,7 +480,7 @@ func throughput(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, r
 // counts itself in an atomic (the most at once must be 1), and the gap is
 // from the moment a holder starts its release to the moment the next
 // holder's Lock returns. At the end, waiters are cancelled.
-func hotName(ctx context.Context, cfg Config, impl Impl, res *Result, e *errs) error {
+func hotName(ctx context.Context, cfg Config, impl Impl, res *Result, e *benchkit.Errs) error {
 	ls, err := newLockers(ctx, impl, cfg.Contenders)
 	if err != nil {
 		return err
@@ -547,11 +504,11 @@ func hotName(ctx context.Context, cfg Config, impl Impl, res *Result, e *errs) e
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for sctx.Err() == nil && !e.tooMany() {
+			for sctx.Err() == nil && !e.TooMany() {
 				unlock, err := l.Lock(sctx, "bench-hot")
 				if err != nil {
 					if sctx.Err() == nil {
-						e.add(fmt.Errorf("hot name: %w", err))
+						e.Add(fmt.Errorf("hot name: %w", err))
 					}
 					continue
 				}
@@ -576,7 +533,7 @@ func hotName(ctx context.Context, cfg Config, impl Impl, res *Result, e *errs) e
 				mu.Unlock()
 				uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 				if err := unlock(uctx); err != nil {
-					e.add(fmt.Errorf("hot name: release: %w", err))
+					e.Add(fmt.Errorf("hot name: release: %w", err))
 				}
 				ucancel()
 			}
@@ -589,14 +546,4 @@ func hotName(ctx context.Context, cfg Config, impl Impl, res *Result, e *errs) e
 	res.MaxHolders = max(res.MaxHolders, most.Load())
 	res.gaps = append(res.gaps, gaps...)
 	return ctx.Err()
-}
-
-// percentile is the nearest-rank p-th percentile; it sorts d.
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	slices.Sort(d)
-	i := (len(d)*p + 99) / 100 // ceil(n*p/100)
-	return d[max(i-1, 0)]
 }

@@ -5,7 +5,8 @@ import (
 	"io"
 	"runtime"
 	"text/tabwriter"
-	"time"
+
+	"github.com/fenced/fenced/bench/internal/benchkit"
 )
 
 // Write prints the report: the figures with throughput and handoff ratios
@@ -24,18 +25,18 @@ func Write(w io.Writer, rep *Report) error {
 		"throughput %d clients on %d names for %s a round; hot name %d contenders for %s a round\n",
 		cfg.TTL, cfg.Rounds, cfg.Iterations, cfg.Clients, cfg.Clients, cfg.Duration, cfg.Contenders, cfg.Duration)
 	fmt.Fprintf(w, "baselines, one client: etcd Put p50 %s p99 %s; Redis PING p50 %s p99 %s\n\n",
-		ms(rep.EtcdPutP50), ms(rep.EtcdPutP99), ms(rep.RedisP50), ms(rep.RedisP99))
+		benchkit.MS(rep.EtcdPutP50), benchkit.MS(rep.EtcdPutP99), benchkit.MS(rep.RedisP50), benchkit.MS(rep.RedisP99))
 
 	etcd, rl := rep.find(EtcdMutex), rep.find(RedisLock)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "impl\tuncontended p50\tp99\tthroughput ops/s\t×etcdMutex\t×redislock\tcpu/op proc\tredis\thandoffs/s\t×etcdMutex\t×redislock\t→other\tgap p50\tgap p99\tmax holders\terrors\t")
 	for _, r := range rep.Results {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n",
-			r.Impl, ms(r.UncP50), ms(r.UncP99),
+			r.Impl, benchkit.MS(r.UncP50), benchkit.MS(r.UncP99),
 			r.OpsPerSec(), ratio(r.OpsPerSec(), etcd, Result.OpsPerSec), ratio(r.OpsPerSec(), rl, Result.OpsPerSec),
-			us(r.ProcCPUPerOp()), us(r.RedisCPUPerOp()),
+			benchkit.US(r.ProcCPUPerOp()), benchkit.US(r.RedisCPUPerOp()),
 			r.HandoffsPerSec(), ratio(r.HandoffsPerSec(), etcd, Result.HandoffsPerSec), ratio(r.HandoffsPerSec(), rl, Result.HandoffsPerSec),
-			pct(r.ToOther, r.Gaps), ms(r.GapP50), ms(r.GapP99), r.MaxHolders, r.Errors)
+			pct(r.ToOther, r.Gaps), benchkit.MS(r.GapP50), benchkit.MS(r.GapP99), r.MaxHolders, r.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -97,20 +98,6 @@ func (rep *Report) find(name string) *Result {
 		}
 	}
 	return nil
-}
-
-func ms(d time.Duration) string {
-	if d == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
-}
-
-func us(d time.Duration) string {
-	if d <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
 }
 
 func pct(n, of int) string {

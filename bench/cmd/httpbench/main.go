@@ -18,8 +18,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"time"
+
+	"github.com/fenced/fenced/bench/internal/benchkit"
 
 	"github.com/fenced/fenced/bench/httpbench"
 )
@@ -40,23 +41,16 @@ func run(ctx context.Context, args []string, out, logw io.Writer) error {
 	fs := flag.NewFlagSet("httpbench", flag.ContinueOnError)
 	fs.SetOutput(logw)
 	store := fs.String("store", def.Store, "lease store: redis (leases in Redis, tokens from etcd) or etcd")
-	redisAddr := fs.String("redis", redisDefault(), "Redis address (default $FENCED_TEST_REDIS, else 127.0.0.1:6379)")
+	redisAddr := fs.String("redis", benchkit.RedisDefault(), "Redis address (default $FENCED_TEST_REDIS, else 127.0.0.1:6379)")
 	duration := fs.Duration("duration", def.Duration, "duration of the throughput scenario, per path per round")
 	iterations := fs.Int("iterations", def.Iterations, "uncontended acquire+release pairs per path, in all")
 	rounds := fs.Int("rounds", def.Rounds, "rounds: each runs both paths once, the order rotating")
 	clients := fs.Int("clients", def.Clients, "throughput scenario: goroutines, each on its own lock name")
 	short := fs.Bool("short", false, "a quick run: -duration 300ms -iterations 50 -rounds 2 unless given")
-	if err := fs.Parse(args); err != nil {
+	set, err := benchkit.Parse(fs, args, "FENCED_HTTPBENCH_")
+	if err != nil {
 		return err
 	}
-	if err := fromEnv(fs); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	cfg := def
 	if *short {
@@ -84,28 +78,4 @@ func run(ctx context.Context, args []string, out, logw io.Writer) error {
 	}
 	fmt.Fprintf(logw, "httpbench: run took %s\n", time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-func redisDefault() string {
-	if a := os.Getenv("FENCED_TEST_REDIS"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
-// fromEnv sets every flag not given on the command line from
-// FENCED_HTTPBENCH_<FLAG>.
-func fromEnv(fs *flag.FlagSet) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "FENCED_HTTPBENCH_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok && !set[f.Name] {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = errors.Join(errs, fmt.Errorf("%s: %w", env, err))
-			}
-		}
-	})
-	return errs
 }

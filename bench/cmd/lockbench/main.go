@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fenced/fenced/bench/internal/benchkit"
+
 	"github.com/fenced/fenced/bench/lockbench"
 )
 
@@ -40,7 +42,7 @@ func run(ctx context.Context, args []string, out, logw io.Writer) error {
 	def := lockbench.DefaultConfig()
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	fs.SetOutput(logw)
-	redisAddr := fs.String("redis", redisDefault(), "Redis address (default $FENCED_TEST_REDIS, else 127.0.0.1:6379)")
+	redisAddr := fs.String("redis", benchkit.RedisDefault(), "Redis address (default $FENCED_TEST_REDIS, else 127.0.0.1:6379)")
 	duration := fs.Duration("duration", def.Duration, "duration of the throughput and the hot-name scenario, each, per implementation")
 	iterations := fs.Int("iterations", def.Iterations, "uncontended acquire+release pairs per implementation")
 	rounds := fs.Int("rounds", def.Rounds, "rounds: each runs every implementation once, the order rotating; figures are over all rounds")
@@ -52,17 +54,10 @@ func run(ctx context.Context, args []string, out, logw io.Writer) error {
 	inflight := fs.Int("inflight", 0, "also run fenced/redis with sequencer.WithInflight(N); 0: only the default (4)")
 	only := fs.String("only", "", "comma-separated implementations to run (default all): "+strings.Join(names, ","))
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	if err := fs.Parse(args); err != nil {
+	set, err := benchkit.Parse(fs, args, "FENCED_LOCKBENCH_")
+	if err != nil {
 		return err
 	}
-	if err := fromEnv(fs); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	cfg := def
 	if *short {
@@ -123,27 +118,3 @@ func run(ctx context.Context, args []string, out, logw io.Writer) error {
 }
 
 var names = []string{lockbench.EtcdMutex, lockbench.RedisLock, lockbench.Redsync, lockbench.FencedRedis, lockbench.FencedEtcd}
-
-func redisDefault() string {
-	if a := os.Getenv("FENCED_TEST_REDIS"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
-// fromEnv sets every flag not given on the command line from
-// FENCED_LOCKBENCH_<FLAG>.
-func fromEnv(fs *flag.FlagSet) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "FENCED_LOCKBENCH_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok && !set[f.Name] {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = errors.Join(errs, fmt.Errorf("%s: %w", env, err))
-			}
-		}
-	})
-	return errs
-}

@@ -1,14 +1,14 @@
 //go:build unix
 
-package httpbench
+package benchkit
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
+// ProcessCPU is the user and system CPU time this process has used.
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
