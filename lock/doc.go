@@ -37,6 +37,15 @@
 // [Lease.Context] is cancelled, once; [Lease.Err] says why ([ErrLost],
 // [ErrExpired]). [Lease.Release] closes them with [ErrReleased].
 //
+// # Leases held elsewhere
+//
+// A server that hands the lease id to a remote holder acquires with
+// [WithDetached] (no goroutine per lease) and serves refresh and release by
+// id ([Client.RefreshID], [Client.ReleaseID]). The other way round,
+// [Client.Adopt] gives a lease taken elsewhere (package client: through a
+// fenced server) this package's Lease, with its validity, keep-alive and
+// Done.
+//
 // # Errors
 //
 // Invalid names and TTLs are rejected with [ErrInvalidName] and

@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, out, logw io.Writer) error {
 	clients := fs.Int("clients", def.Clients, "throughput scenario: clients, each on its own lock name")
 	contenders := fs.Int("contenders", def.Contenders, "hot-name scenario: clients on one lock name")
 	fsync := fs.String("fsync", "on", `embedded etcd fsync: "on" (honest), "off" (UnsafeNoFsync) or "both" (two tables)`)
-	inflight := fs.Int("inflight", 0, "also run fenced/redis with sequencer.WithInflight(N); 0: only the default (4)")
+	inflight := fs.Int("inflight", 0, "also run fenced/redis with sequencer.WithInflight(N); 0: only the default (1)")
 	only := fs.String("only", "", "comma-separated implementations to run (default all): "+strings.Join(names, ","))
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	set, err := benchkit.Parse(fs, args, "FENCED_LOCKBENCH_")
