@@ -1,0 +1,105 @@
+package faultproxy_test
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/faultproxy"
+)
+
+// echo serves a line echo on loopback until the test ends.
+func echo(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					c.Write([]byte("echo " + line))
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func dial(t *testing.T, p *faultproxy.Proxy) (net.Conn, *bufio.Reader) {
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+func TestLoseReplyCutsBeforeTheReply(t *testing.T) {
+	p, err := faultproxy.New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, r := dial(t, p)
+	c.Write([]byte("one\n"))
+	if got, err := r.ReadString('\n'); err != nil || got != "echo one\n" {
+		t.Fatalf("before the fault: %q, %v", got, err)
+	}
+	fired := p.LoseReply([]byte("two"))
+	c.Write([]byte("two\n"))
+	if got, err := r.ReadString('\n'); err == nil {
+		t.Fatalf("the reply to the armed request arrived: %q", got)
+	}
+	<-fired
+	c2, r2 := dial(t, p)
+	c2.Write([]byte("two\n"))
+	if got, err := r2.ReadString('\n'); err != nil || got != "echo two\n" {
+		t.Fatalf("a one-shot fault fired twice: %q, %v", got, err)
+	}
+}
+
+func TestRefuseAndHold(t *testing.T) {
+	p, err := faultproxy.New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Refuse(true)
+	_, r := dial(t, p)
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("a refused connection stayed open")
+	}
+	p.Refuse(false)
+
+	c, r := dial(t, p)
+	p.Hold(true)
+	c.Write([]byte("held\n"))
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("bytes crossed a held proxy")
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	p.Hold(false)
+	if got, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(got, "echo held") {
+		t.Fatalf("after the hold: %q, %v", got, err)
+	}
+	p.CutAll()
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("CutAll left a connection open")
+	}
+}
