@@ -37,7 +37,7 @@ func benchNext(b *testing.B, s *sequencer.Etcd) {
 	ctx := context.Background()
 	b.Run("sequential", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			if _, err := s.Next(ctx, "bench", fmt.Sprint(i)); err != nil {
+			if _, err := s.Next(ctx, "bench"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -49,7 +49,7 @@ func benchNext(b *testing.B, s *sequencer.Etcd) {
 		b.RunParallel(func(pb *testing.PB) {
 			name := fmt.Sprint("bench-", id.Add(1))
 			for i := 0; pb.Next(); i++ {
-				if _, err := s.Next(ctx, name, fmt.Sprint(i)); err != nil {
+				if _, err := s.Next(ctx, name); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/sequencer"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -90,7 +91,7 @@ func TestLeaderStopMidRun(t *testing.T) {
 			for i := 0; ctx.Err() == nil; i++ {
 				name := fmt.Sprint("ln-", w%4)
 				b := clock.Add(1)
-				tok, err := s.Next(ctx, name, fmt.Sprintf("%d-%d", w, i))
+				tok, err := s.Next(ctx, name)
 				e := clock.Add(1)
 				if err != nil {
 					continue // the failover makes some grants fail; they are not in the history
@@ -150,7 +151,7 @@ func TestRaiseFloorAfterSnapshotRestore(t *testing.T) {
 	var max fence.Token
 	issue := func(s sequencer.Sequencer, n int) {
 		for i := 0; i < n; i++ {
-			tok, err := s.Next(ctx, fmt.Sprint("r-", i%3), fmt.Sprint("issue-", i, "-", time.Now().UnixNano()))
+			tok, err := s.Next(ctx, fmt.Sprint("r-", i%3))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +201,7 @@ func TestRaiseFloorAfterSnapshotRestore(t *testing.T) {
 	}
 	s2 := newSeq(t, cli2)
 	for i := 0; i < 3; i++ {
-		tok, err := s2.Next(ctx, fmt.Sprint("r-", i), "after-restore")
+		tok, err := s2.Next(ctx, fmt.Sprint("r-", i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +221,7 @@ func TestRaiseFloorNewClusterWithMin(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSeq(t, cli)
-	prev, err := s.Next(ctx, "a", "1")
+	prev, err := s.Next(ctx, "a")
 	if err != nil || prev <= min {
 		t.Fatalf("first token %d, %v; want > %d", prev, err, min)
 	}
@@ -228,7 +229,7 @@ func TestRaiseFloorNewClusterWithMin(t *testing.T) {
 	if _, err := sequencer.RaiseFloor(ctx, cli, "", 5); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := s.Next(ctx, "a", "2")
+	tok, err := s.Next(ctx, "a")
 	if err != nil || tok <= prev {
 		t.Fatalf("token after a lower raise: %d, %v; want > %d", tok, err, prev)
 	}
@@ -247,7 +248,7 @@ func TestEnsureFloorOnlyOnANewCluster(t *testing.T) {
 		t.Fatalf("second EnsureFloor: %+v raised=%v %v; want the floor left alone", f2, raised, err)
 	}
 	s := newSeq(t, cli)
-	tok, err := s.Next(ctx, "n", "l")
+	tok, err := s.Next(ctx, "n")
 	if err != nil || tok < f.Next {
 		t.Fatalf("token %d, %v; want >= %d", tok, err, f.Next)
 	}
@@ -274,4 +275,82 @@ func TestEnsureFloorConcurrently(t *testing.T) {
 	if raised.Load() != 1 {
 		t.Fatalf("%d callers raised the floor, want 1", raised.Load())
 	}
+}
+
+// TestSequencerNoticesEtcdWentBack: a running sequencer whose etcd is
+// restored from an older snapshot without RaiseFloor must not hand out a
+// token at or below one it issued before. It raises the floor itself.
+func TestSequencerNoticesEtcdWentBack(t *testing.T) {
+	e, direct := testenv.Etcd(t)
+	ctx := t.Context()
+	p, err := faultproxy.New(strings.TrimPrefix(e.ClientURL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	s := newSeq(t, cli)
+	var max fence.Token
+	issue := func(n int) {
+		for i := 0; i < n; i++ {
+			tok, err := s.Next(ctx, fmt.Sprint("r-", i%3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tok <= max {
+				t.Fatalf("token %d after %d", tok, max)
+			}
+			max = tok
+		}
+	}
+	issue(20)
+	snap := filepath.Join(t.TempDir(), "snap.db")
+	if _, err := snapshot.NewV3(zap.NewNop()).Save(ctx, clientv3.Config{Endpoints: []string{e.ClientURL()}, Logger: zap.NewNop()}, snap); err != nil {
+		t.Fatal(err)
+	}
+	issue(50)
+	direct.Close()
+	e.Close()
+
+	restored := t.TempDir() + "/restored"
+	peer := testenv.FreeURL(t)
+	if err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+		SnapshotPath: snap, Name: "fenced", OutputDataDir: restored,
+		PeerURLs: []string{peer}, InitialCluster: "fenced=" + peer, InitialClusterToken: "fenced",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e2, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{Dir: restored, PeerURL: peer, UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	if f, err := sequencer.ReadFloor(ctx, mustClient(t, e2), ""); err != nil || f.Next > max {
+		t.Fatalf("the restored cluster would issue %d (%v), above %d anyway: the test does not exercise a restore", f.Next, err, max)
+	}
+	p.SetTarget(strings.TrimPrefix(e2.ClientURL(), "http://"))
+	p.CutAll() // the sequencer's connection now reaches the restored member
+	for i := 0; i < 3; i++ {
+		tok, err := s.Next(ctx, fmt.Sprint("r-", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok <= max {
+			t.Fatalf("token %d from the restored cluster, at or below %d issued before", tok, max)
+		}
+		max = tok
+	}
+}
+
+func mustClient(t *testing.T, e *sequencer.Embedded) *clientv3.Client {
+	cli, err := e.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }

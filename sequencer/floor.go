@@ -13,17 +13,25 @@ import (
 	"go.uber.org/zap"
 )
 
-// ParseFloor reads the offset from the floor key's range response; no key
-// means 0.
-func ParseFloor(rr *pb.RangeResponse) (uint64, error) {
+// floorKV is the floor key as read: its offset and mod revision (0: no
+// floor was ever set).
+type floorKV struct {
+	offset uint64
+	modRev int64
+}
+
+// parseFloorKV reads the floor key from a range response; no key means
+// offset 0 and mod revision 0.
+func parseFloorKV(rr *pb.RangeResponse) (floorKV, error) {
 	if rr == nil || len(rr.Kvs) == 0 {
-		return 0, nil
+		return floorKV{}, nil
 	}
-	v, err := strconv.ParseUint(string(rr.Kvs[0].Value), 10, 64)
+	kv := rr.Kvs[0]
+	v, err := strconv.ParseUint(string(kv.Value), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("sequencer: floor key %q holds %q, not a number: was it written by hand?", rr.Kvs[0].Key, rr.Kvs[0].Value)
+		return floorKV{}, fmt.Errorf("sequencer: floor key %q holds %q, not a number: was it written by hand?", kv.Key, kv.Value)
 	}
-	return v, nil
+	return floorKV{offset: v, modRev: kv.ModRevision}, nil
 }
 
 // Floor is the state of the token floor.
@@ -33,9 +41,10 @@ type Floor struct {
 	Next     fence.Token // a lower bound on the next token
 }
 
-// ReadFloor returns the floor offset and the current revision.
+// ReadFloor returns the floor offset and the current revision of the
+// keyspace under prefix ("" means DefaultPrefix).
 func ReadFloor(ctx context.Context, cli *clientv3.Client, prefix string) (Floor, error) {
-	f, err := readFloor(ctx, cli, prefix)
+	f, err := readFloor(ctx, cli, NewKeyspace(prefix))
 	return f.Floor, err
 }
 
@@ -56,11 +65,9 @@ func RaiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fe
 // raiseFloor raises the floor; with onlyIfNew, only if no floor was ever
 // set, and it reports whether it raised.
 func raiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fence.Token, onlyIfNew bool) (Floor, bool, error) {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
+	ks := NewKeyspace(prefix)
 	for {
-		cur, err := readFloor(ctx, cli, prefix)
+		cur, err := readFloor(ctx, cli, ks)
 		if err != nil {
 			return Floor{}, false, err
 		}
@@ -81,7 +88,7 @@ func raiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fe
 		// first, which only makes tokens larger); offset so that
 		// revision+offset > target.
 		offset := target - uint64(cur.Revision)
-		key := FloorKey(prefix)
+		key := ks.FloorKey()
 		resp, err := cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", cur.modRev)).
 			Then(clientv3.OpPut(key, strconv.FormatUint(offset, 10))).
@@ -111,20 +118,16 @@ type floorRev struct {
 }
 
 // readFloor is ReadFloor plus the floor key's mod revision.
-func readFloor(ctx context.Context, cli *clientv3.Client, prefix string) (floorRev, error) {
-	resp, err := cli.Get(ctx, FloorKey(prefix))
+func readFloor(ctx context.Context, cli *clientv3.Client, ks Keyspace) (floorRev, error) {
+	resp, err := cli.Get(ctx, ks.FloorKey())
 	if err != nil {
 		return floorRev{}, fmt.Errorf("sequencer: read floor: %w", err)
 	}
-	off, err := ParseFloor((*pb.RangeResponse)(resp))
+	f, err := parseFloorKV((*pb.RangeResponse)(resp))
 	if err != nil {
 		return floorRev{}, err
 	}
-	var mod int64
-	if len(resp.Kvs) == 1 {
-		mod = resp.Kvs[0].ModRevision
-	}
-	return floorRev{Floor{Offset: off, Revision: resp.Header.Revision, Next: Token(resp.Header.Revision+1, off)}, mod}, nil
+	return floorRev{Floor{Offset: f.offset, Revision: resp.Header.Revision, Next: Token(resp.Header.Revision+1, f.offset)}, f.modRev}, nil
 }
 
 func quietLogger() *zap.Logger {

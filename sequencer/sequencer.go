@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,11 +15,10 @@ import (
 
 // Sequencer issues fencing tokens. Next returns a token for the lock name
 // that is greater than every token returned for that name by a call that
-// completed before this one began. Calling it again with the same lease id,
-// while no other lease id took a token for the name in between, returns the
-// same token.
+// completed before this one began. A retried call takes a new token; the
+// lease store records the one token a lease uses (docs/design.md, step 4).
 type Sequencer interface {
-	Next(ctx context.Context, name, leaseID string) (fence.Token, error)
+	Next(ctx context.Context, name string) (fence.Token, error)
 }
 
 // ErrClosed is returned by calls on a closed sequencer.
@@ -30,7 +30,9 @@ const DefaultPrefix = "/fenced/"
 // Etcd is a Sequencer on etcd revisions with group commit.
 type Etcd struct {
 	cli           *clientv3.Client
-	prefix        string
+	ks            Keyspace
+	issuer        *Issuer
+	log           *slog.Logger
 	maxBatch      int
 	inflight      chan struct{}
 	commitTimeout time.Duration
@@ -47,8 +49,8 @@ type Etcd struct {
 var _ Sequencer = (*Etcd)(nil)
 
 type request struct {
-	name, leaseID string
-	done          chan result // buffered, 1
+	name string
+	done chan result // buffered, 1
 }
 
 type result struct {
@@ -65,20 +67,33 @@ func WithPrefix(p string) Option {
 		if p == "" {
 			return errors.New("sequencer: empty key prefix")
 		}
-		s.prefix = p
+		s.ks = NewKeyspace(p)
 		return nil
 	}
 }
 
-// WithMaxBatch sets how many names one transaction may carry. Default 64;
-// allowed 1 to 1000 (keep it within the server's --max-txn-ops, 128 by
-// default).
+// WithMaxBatch sets how many names one transaction may carry. Default
+// 1024; allowed 1 to 100000. A batch is one Put whatever its size, so it
+// never nears etcd's --max-txn-ops; the bound only caps the callers one
+// reply answers.
 func WithMaxBatch(n int) Option {
 	return func(s *Etcd) error {
-		if n < 1 || n > 1000 {
-			return fmt.Errorf("sequencer: max batch %d: want 1 to 1000", n)
+		if n < 1 || n > 100000 {
+			return fmt.Errorf("sequencer: max batch %d: want 1 to 100000", n)
 		}
 		s.maxBatch = n
+		return nil
+	}
+}
+
+// WithLogger sets where the sequencer warns that etcd went back in time
+// (see Issuer). Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Etcd) error {
+		if l == nil {
+			return errors.New("sequencer: nil logger")
+		}
+		s.log = l
 		return nil
 	}
 }
@@ -118,8 +133,9 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 	}
 	s := &Etcd{
 		cli:           cli,
-		prefix:        DefaultPrefix,
-		maxBatch:      64,
+		ks:            NewKeyspace(""),
+		log:           slog.Default(),
+		maxBatch:      1024,
 		inflight:      make(chan struct{}, 1),
 		commitTimeout: 5 * time.Second,
 		reqs:          make(chan *request),
@@ -131,6 +147,7 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 			return nil, err
 		}
 	}
+	s.issuer = NewIssuer(cli, s.ks, s.log)
 	s.wg.Add(1)
 	go s.batcher()
 	return s, nil
@@ -138,7 +155,7 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 
 // Ping checks that etcd answers a linearizable read.
 func (s *Etcd) Ping(ctx context.Context) error {
-	if _, err := s.cli.Get(ctx, FloorKey(s.prefix)); err != nil {
+	if _, err := s.cli.Get(clientv3.WithRequireLeader(ctx), s.ks.FloorKey()); err != nil {
 		return fmt.Errorf("sequencer: etcd: %w", err)
 	}
 	return nil
@@ -154,11 +171,11 @@ type Stats struct {
 func (s *Etcd) Stats() Stats { return Stats{Txns: s.txns.Load(), Grants: s.grants.Load()} }
 
 // Next implements Sequencer.
-func (s *Etcd) Next(ctx context.Context, name, leaseID string) (fence.Token, error) {
-	if name == "" || leaseID == "" {
-		return 0, errors.New("sequencer: empty lock name or lease id")
+func (s *Etcd) Next(ctx context.Context, name string) (fence.Token, error) {
+	if name == "" {
+		return 0, errors.New("sequencer: empty lock name")
 	}
-	r := &request{name: name, leaseID: leaseID, done: make(chan result, 1)}
+	r := &request{name: name, done: make(chan result, 1)}
 	select {
 	case s.reqs <- r:
 	case <-ctx.Done():
@@ -245,57 +262,34 @@ func splitBatch(pending []*request, max int) (batch, rest []*request) {
 	return batch, rest
 }
 
-// commit writes every name of the batch in one transaction. Each name is a
-// nested transaction: if its key already holds this lease id (a retry), read
-// it and return its revision; otherwise put the lease id. The floor key is
-// read in the same transaction so the offset matches the revision.
+// commit takes one token for every name of the batch with one Txn: a Put
+// of the counter key, whose revision (plus the floor offset) is the token.
+// No key is written per name, so etcd's state does not grow with the names
+// ever used, and the Txn has one operation whatever the batch's size.
 func (s *Etcd) commit(batch []*request) {
-	ops := make([]clientv3.Op, 0, len(batch)+1)
-	ops = append(ops, clientv3.OpGet(FloorKey(s.prefix)))
-	for _, r := range batch {
-		key := s.tokenKey(r.name)
-		ops = append(ops, clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", r.leaseID)},
-			[]clientv3.Op{clientv3.OpGet(key)},
-			[]clientv3.Op{clientv3.OpPut(key, r.leaseID)},
-		))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	put := []clientv3.Op{clientv3.OpPut(s.ks.CounterKey(), "")}
+	var (
+		tok fence.Token
+		err error
+	)
+	for range 3 { // a restore detected costs one more Txn
+		if _, tok, _, err = s.issuer.Issue(ctx, nil, func(uint64) []clientv3.Op { return put }); !errors.Is(err, ErrRestored) {
+			break
+		}
+	}
 	if err != nil {
 		err = fmt.Errorf("sequencer: etcd txn: %w", err)
-		for _, r := range batch {
-			r.done <- result{err: err}
-		}
-		return
+	} else {
+		s.txns.Add(1)
+		s.grants.Add(uint64(len(batch)))
 	}
-	s.txns.Add(1)
-	s.grants.Add(uint64(len(batch)))
-	offset, err := ParseFloor(resp.Responses[0].GetResponseRange())
-	rev := resp.Header.Revision
-	for i, r := range batch {
-		if err != nil {
-			r.done <- result{err: err}
-			continue
-		}
-		sub := resp.Responses[i+1].GetResponseTxn()
-		tokRev := rev
-		if sub.Succeeded { // retry of the same lease id: same token
-			kvs := sub.Responses[0].GetResponseRange().Kvs
-			if len(kvs) == 1 {
-				tokRev = kvs[0].ModRevision
-			}
-		}
-		r.done <- result{tok: Token(tokRev, offset)}
+	for _, r := range batch {
+		r.done <- result{tok: tok, err: err}
 	}
 }
 
-func (s *Etcd) tokenKey(name string) string { return s.prefix + "tokens/" + name }
-
-// FloorKey is the key that holds the floor offset under prefix.
-func FloorKey(prefix string) string { return prefix + "floor" }
-
-// Token turns an etcd revision and the floor offset read in the same
-// transaction into a fencing token.
+// Token turns an etcd revision and the floor offset it was issued under
+// into a fencing token.
 func Token(rev int64, offset uint64) fence.Token { return fence.Token(uint64(rev) + offset) }

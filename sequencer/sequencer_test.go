@@ -25,27 +25,22 @@ func newSeq(t *testing.T, cli *clientv3.Client, opts ...sequencer.Option) *seque
 	return s
 }
 
-func TestNextIdempotentPerLeaseID(t *testing.T) {
+// TestNextIncreases: every call, a retry included, takes a new token
+// larger than the last; the lease store, not the sequencer, keeps the one
+// token a lease uses.
+func TestNextIncreases(t *testing.T) {
 	_, cli := testenv.Etcd(t)
 	s := newSeq(t, cli)
 	ctx := t.Context()
-	a1, err := s.Next(ctx, "n", "lease-a")
-	if err != nil {
-		t.Fatal(err)
+	var prev fence.Token
+	for i, name := range []string{"n", "n", "other", "n"} {
+		tok, err := s.Next(ctx, name)
+		if err != nil || tok <= prev {
+			t.Fatalf("call %d (%s): %d, %v; want > %d", i, name, tok, err, prev)
+		}
+		prev = tok
 	}
-	a2, err := s.Next(ctx, "n", "lease-a")
-	if err != nil || a2 != a1 {
-		t.Fatalf("retry with the same lease id: %d, %v; want %d", a2, err, a1)
-	}
-	b, err := s.Next(ctx, "n", "lease-b")
-	if err != nil || b <= a1 {
-		t.Fatalf("next lease id: %d, %v; want > %d", b, err, a1)
-	}
-	other, err := s.Next(ctx, "other", "lease-a")
-	if err != nil || other <= b {
-		t.Fatalf("another name: %d, %v; want > %d (revisions are cluster-wide)", other, err, b)
-	}
-	if _, err := s.Next(ctx, "", "x"); err == nil {
+	if _, err := s.Next(ctx, ""); err == nil {
 		t.Fatal("empty name accepted")
 	}
 }
@@ -98,7 +93,7 @@ func TestTokensIncreasePerNameUnderConcurrency(t *testing.T) {
 			for i := 0; i < per; i++ {
 				name := fmt.Sprint("name-", (w+i)%names)
 				b := clock.Add(1)
-				tok, err := s.Next(context.Background(), name, fmt.Sprintf("lease-%d-%d", w, i))
+				tok, err := s.Next(context.Background(), name)
 				e := clock.Add(1)
 				if err != nil {
 					errs <- err
@@ -139,7 +134,7 @@ func TestGroupCommitBatches(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < per; i++ {
-				if _, err := s.Next(context.Background(), fmt.Sprint("gc-", w), fmt.Sprint(w, "-", i)); err != nil {
+				if _, err := s.Next(context.Background(), fmt.Sprint("gc-", w)); err != nil {
 					failed.Add(1)
 					return
 				}
@@ -174,7 +169,7 @@ func TestSameNameNeverSharesATxn(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			tok, err := s.Next(context.Background(), "hot", fmt.Sprint("l", i))
+			tok, err := s.Next(context.Background(), "hot")
 			if err == nil {
 				toks[i] = tok
 			}
@@ -204,7 +199,7 @@ func TestClosedSequencer(t *testing.T) {
 	}
 	s.Close()
 	s.Close()
-	if _, err := s.Next(t.Context(), "n", "l"); !errors.Is(err, sequencer.ErrClosed) {
+	if _, err := s.Next(t.Context(), "n"); !errors.Is(err, sequencer.ErrClosed) {
 		t.Fatalf("Next after Close = %v, want ErrClosed", err)
 	}
 }
@@ -226,13 +221,13 @@ func TestNextHonoursContext(t *testing.T) {
 	s := newSeq(t, cli)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := s.Next(ctx, "n", "l"); !errors.Is(err, context.Canceled) {
+	if _, err := s.Next(ctx, "n"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Next with a cancelled context = %v", err)
 	}
 	ctx, cancel = context.WithTimeout(t.Context(), time.Nanosecond)
 	defer cancel()
 	<-ctx.Done()
-	if _, err := s.Next(ctx, "n", "l"); !errors.Is(err, ctx.Err()) {
+	if _, err := s.Next(ctx, "n"); !errors.Is(err, ctx.Err()) {
 		t.Fatalf("Next with an expired context = %v", err)
 	}
 }

@@ -71,6 +71,14 @@ func (p *Proxy) Close() error {
 	return err
 }
 
+// SetTarget sends new connections to target from now on, as when a name
+// starts to resolve to a replaced server. Open connections keep theirs.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 // CutAll closes every open connection, both sides, as a network failure
 // would. New connections are still accepted unless Refuse says otherwise.
 func (p *Proxy) CutAll() {
@@ -193,13 +201,13 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		refuse, closed := p.refuse, p.closed
+		refuse, closed, target := p.refuse, p.closed, p.target
 		p.mu.Unlock()
 		if refuse || closed {
 			c.Close()
 			continue
 		}
-		s, err := net.Dial("tcp", p.target)
+		s, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue

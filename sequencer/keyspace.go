@@ -1,0 +1,251 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+
+	"github.com/fenced/fenced/fence"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Keyspace names fenced's keys in etcd under one prefix. The sequencer and
+// lock.EtcdStore share it, so that a prefix means the same keys everywhere
+// and RaiseFloor applies to both (docs/design.md, "Keys and tokens").
+//
+//	<prefix>floor           the offset added to every revision (RaiseFloor)
+//	<prefix>counter         written by every token Txn of the sequencer
+//	<prefix>locks/<name>    a lock held with an etcd lease; value: the lease id
+//	<prefix>offsets/<name>  the floor offset that lock was granted under
+//	<prefix>released/<name> the lease id that released that lock last, on
+//	                        the released lock's etcd lease (so it lives no
+//	                        longer than the lock would have)
+//
+// Nothing is kept per lock name once its lock is free: the state is bounded
+// by the locks held now.
+type Keyspace struct{ prefix string }
+
+// NewKeyspace returns the keyspace under prefix; "" means DefaultPrefix.
+func NewKeyspace(prefix string) Keyspace {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Keyspace{prefix: prefix}
+}
+
+// Prefix is the keyspace's prefix.
+func (k Keyspace) Prefix() string { return k.norm().prefix }
+
+// FloorKey holds the floor offset.
+func (k Keyspace) FloorKey() string { return k.Prefix() + "floor" }
+
+// CounterKey is the key every sequencer Txn writes, to make a revision.
+func (k Keyspace) CounterKey() string { return k.Prefix() + "counter" }
+
+// LockKey is the key of a lock held with an etcd lease.
+func (k Keyspace) LockKey(name string) string { return k.Prefix() + "locks/" + name }
+
+// OffsetKey records the floor offset a lock held with an etcd lease was
+// granted under, so that its token never changes (defect 5 in
+// docs/design.md).
+func (k Keyspace) OffsetKey(name string) string { return k.Prefix() + "offsets/" + name }
+
+// ReleasedKey remembers the lease id that released lock name last, so that
+// releasing it again succeeds (a retry after a lost reply).
+func (k Keyspace) ReleasedKey(name string) string { return k.Prefix() + "released/" + name }
+
+// norm makes the zero Keyspace the default one.
+func (k Keyspace) norm() Keyspace {
+	if k.prefix == "" {
+		return Keyspace{prefix: DefaultPrefix}
+	}
+	return k
+}
+
+// ErrRestored is returned when etcd handed out a revision that makes a
+// token no larger than one this process already issued: etcd was restored
+// from an older snapshot (or replaced) without RaiseFloor. The issuer has
+// raised the floor by then; the caller retries.
+var ErrRestored = errors.New("sequencer: etcd's revision went back below tokens already issued; the floor was raised")
+
+// Issuer runs the etcd Txns whose revisions become tokens, and is the one
+// place where a revision and a floor offset become a token.
+//
+// It keeps the floor offset it last read and guards every Txn with the
+// floor key's mod revision, so a Txn never pairs its revision with an
+// offset the floor no longer has, at no extra round trip. On a cluster
+// with no floor it sets one (EnsureFloor), so a library user on a fresh or
+// replaced cluster never gets small tokens again. And when a Txn's token is
+// not above one this process issued before that Txn began, etcd went back
+// in time: it raises the floor and reports ErrRestored.
+type Issuer struct {
+	cli *clientv3.Client
+	ks  Keyspace
+	log *slog.Logger
+
+	mu      sync.Mutex
+	offset  uint64
+	modRev  int64       // the floor key's mod revision when read; -1: not read yet
+	highest fence.Token // the largest token of a completed Txn
+}
+
+// NewIssuer returns an issuer of tokens in ks. log receives a warning when
+// etcd's revision goes back; nil means slog.Default().
+func NewIssuer(cli *clientv3.Client, ks Keyspace, log *slog.Logger) *Issuer {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Issuer{cli: cli, ks: ks.norm(), log: log, modRev: -1}
+}
+
+// Keyspace is the issuer's keyspace.
+func (i *Issuer) Keyspace() Keyspace { return i.ks }
+
+// Issue commits one Txn: if every cmp holds, then(offset) runs and its
+// revision plus offset is the token; offset is the floor offset the token
+// is made with, for ops that record it. ok is false when a cmp of the
+// caller's failed; resp.Responses then start with the results of els.
+// Requests fail fast when the etcd member has no leader.
+func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offset uint64) []clientv3.Op, els ...clientv3.Op) (resp *clientv3.TxnResponse, tok fence.Token, ok bool, err error) {
+	ctx = clientv3.WithRequireLeader(ctx)
+	floorKey := i.ks.FloorKey()
+	// Each pass that does not return read a newer floor; more than a few in
+	// a row means something keeps rewriting it.
+	for range 8 {
+		i.mu.Lock()
+		offset, modRev, highest := i.offset, i.modRev, i.highest
+		i.mu.Unlock()
+		guarded := append(cmps[:len(cmps):len(cmps)], clientv3.Compare(clientv3.ModRevision(floorKey), "=", modRev))
+		resp, err = i.cli.Txn(ctx).If(guarded...).Then(then(offset)...).Else(append(els[:len(els):len(els)], clientv3.OpGet(floorKey))...).Commit()
+		if err != nil {
+			return nil, 0, false, err
+		}
+		if !resp.Succeeded {
+			fr := resp.Responses[len(resp.Responses)-1].GetResponseRange()
+			cur, err := parseFloorKV(fr)
+			if err != nil {
+				return nil, 0, false, err
+			}
+			if cur.modRev == modRev {
+				return resp, 0, false, nil // the floor held: a cmp of the caller's failed
+			}
+			if cur.modRev == 0 { // no floor: a new or replaced cluster (-1 never matches a key)
+				if _, _, err := EnsureFloor(ctx, i.cli, i.ks.Prefix()); err != nil {
+					return nil, 0, false, err
+				}
+				continue // read it through the next Txn's Else
+			}
+			i.setFloor(cur.offset, cur.modRev)
+			continue
+		}
+		tok = Token(resp.Header.Revision, offset)
+		if tok <= highest {
+			if err := i.restored(ctx, tok, highest); err != nil {
+				return nil, 0, false, err
+			}
+			return resp, 0, true, ErrRestored
+		}
+		i.mu.Lock()
+		if tok > i.highest {
+			i.highest = tok
+		}
+		i.mu.Unlock()
+		return resp, tok, true, nil
+	}
+	return nil, 0, false, fmt.Errorf("sequencer: the floor key %s changed under 8 Txns in a row; is something rewriting it?", floorKey)
+}
+
+// setFloor caches the floor as last read. The newest read wins, even with
+// a lower mod revision: a restored cluster's floor has one.
+func (i *Issuer) setFloor(offset uint64, modRev int64) {
+	i.mu.Lock()
+	i.offset, i.modRev = offset, modRev
+	i.mu.Unlock()
+}
+
+// restored raises the floor above the highest token issued before, after
+// a Txn that began later got a token no larger than it.
+func (i *Issuer) restored(ctx context.Context, tok, highest fence.Token) error {
+	i.log.Warn("etcd's revision went back: a token would not exceed one already issued; raising the token floor",
+		"token", uint64(tok), "highest_issued", uint64(highest), "prefix", i.ks.Prefix(),
+		"hint", "etcd was restored from an older snapshot or replaced; run fenced admin raise-floor on every restore before serving")
+	if _, err := RaiseFloor(ctx, i.cli, i.ks.Prefix(), highest+1); err != nil {
+		return fmt.Errorf("sequencer: raise the floor after etcd went back: %w", err)
+	}
+	i.mu.Lock()
+	i.modRev = -1 // the next Txn reads the new floor through its guard
+	i.mu.Unlock()
+	return nil
+}
+
+// Locks held with etcd leases (lock.EtcdStore). The package that owns the
+// keyspace hands out the compares and ops, as etcd's Mutex.IsOwner does,
+// so that the store never re-derives keys or token arithmetic.
+
+// LockFree is the compare that lock name is not held.
+func (k Keyspace) LockFree(name string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(k.LockKey(name)), "=", 0)
+}
+
+// LockHeldBy is the compare that leaseID holds lock name.
+func (k Keyspace) LockHeldBy(name, leaseID string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Value(k.LockKey(name)), "=", leaseID)
+}
+
+// PutLock takes lock name for leaseID on the etcd lease: the lock key, and
+// the floor offset its token is made with, both attached to the lease so
+// they go together. Use it as Issue's then.
+func (k Keyspace) PutLock(name, leaseID string, lease clientv3.LeaseID, offset uint64) []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpPut(k.LockKey(name), leaseID, clientv3.WithLease(lease)),
+		clientv3.OpPut(k.OffsetKey(name), strconv.FormatUint(offset, 10), clientv3.WithLease(lease)),
+	}
+}
+
+// GetLock reads lock name; ParseLock reads the two responses.
+func (k Keyspace) GetLock(name string) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpGet(k.LockKey(name)), clientv3.OpGet(k.OffsetKey(name))}
+}
+
+// DeleteLock frees lock name; the first response has the lock key's
+// previous value (its etcd lease).
+func (k Keyspace) DeleteLock(name string) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name), clientv3.WithPrevKV()), clientv3.OpDelete(k.OffsetKey(name))}
+}
+
+// MarkReleased records that leaseID released lock name, on the etcd lease
+// the lock had: the record goes when the lock would have expired.
+func (k Keyspace) MarkReleased(name, leaseID string, lease clientv3.LeaseID) clientv3.Op {
+	return clientv3.OpPut(k.ReleasedKey(name), leaseID, clientv3.WithLease(lease))
+}
+
+// LockState is a lock held with an etcd lease, as read by GetLock.
+type LockState struct {
+	LeaseID string           // the holder's lease id
+	Token   fence.Token      // the token it was granted; it never changes
+	Lease   clientv3.LeaseID // the etcd lease the keys are attached to
+}
+
+// ParseLock reads the responses of GetLock; held is false when the lock is
+// free. The token is the lock key's create revision plus the offset
+// recorded when it was granted, not today's floor: RaiseFloor does not
+// change a held lock's token.
+func (k Keyspace) ParseLock(lock, offset *pb.RangeResponse) (st LockState, held bool, err error) {
+	if lock == nil || len(lock.Kvs) == 0 {
+		return LockState{}, false, nil
+	}
+	kv := lock.Kvs[0]
+	var off uint64
+	if offset != nil && len(offset.Kvs) == 1 {
+		if off, err = strconv.ParseUint(string(offset.Kvs[0].Value), 10, 64); err != nil {
+			return LockState{}, false, fmt.Errorf("sequencer: offset key %q holds %q, not a number", offset.Kvs[0].Key, offset.Kvs[0].Value)
+		}
+	}
+	// No offset key only if it was written by hand: offset 0 then makes a
+	// token every fence rejects, never one it wrongly admits.
+	return LockState{LeaseID: string(kv.Value), Token: Token(kv.CreateRevision, off), Lease: clientv3.LeaseID(kv.Lease)}, true, nil
+}
