@@ -130,9 +130,23 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 		if notify == nil {
 			// Subscribe, then try once more at once: a release between the
-			// attempt and the subscription would otherwise be missed.
-			if notify, stopWait, err = c.store.Watch(ctx, name); err != nil {
-				return nil, c.fail(ctx, name, err, busy)
+			// attempt and the subscription would otherwise be missed. The
+			// subscription may take no longer than this round's backoff: a
+			// backend that cannot confirm it now (a pub/sub connection being
+			// re-established) leaves the waiter to the retry strategy, and
+			// the next round subscribes again (docs/design.md, defect 2).
+			wctx, cancel := context.WithTimeout(ctx, d)
+			notify, stopWait, err = c.store.Watch(wctx, name)
+			if err != nil {
+				if errors.Is(err, ErrClosed) {
+					cancel()
+					return nil, c.fail(ctx, name, err, busy)
+				}
+				<-wctx.Done() // the rest of this round's backoff: never a busy loop
+			}
+			cancel()
+			if ctx.Err() != nil {
+				return nil, c.fail(ctx, name, ctx.Err(), busy)
 			}
 			continue
 		}
@@ -228,7 +242,7 @@ func (c *Client) adopt(ctx context.Context, name, id string, g Grant, start time
 		_ = c.store.Release(rctx, name, id) // the lease expires anyway; releasing only frees it sooner
 		return nil, errNoValidity
 	}
-	l := newLease(ctx, c, name, id, g, start.Add(g.TTL-Drift(g.TTL)), o.keepAlive && !o.detached)
+	l := newLease(ctx, c, name, id, g, start, o.keepAlive && !o.detached)
 	if o.detached {
 		return l, nil
 	}

@@ -44,3 +44,24 @@ func (e *HeldError) Error() string {
 
 // Is makes errors.Is(err, ErrNotAcquired) true.
 func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
+
+// BackendError is a lease store's backend (Redis or etcd) that failed or
+// did not answer in time. It says which backend and which operation, and
+// unwraps to the cause: a context error still matches ctx.Err(). The
+// server answers it with 503 unavailable.
+type BackendError struct {
+	Backend string // "redis", "etcd" or "redlock"
+	Op      string // "acquire", "token", "confirm", "refresh", "release", "inspect", "watch" or "ping"
+	Err     error
+}
+
+func (e *BackendError) Error() string {
+	return "lock: " + e.Backend + " " + e.Op + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *BackendError) Unwrap() error { return e.Err }
+
+func backendErr(backend, op string, err error) error {
+	return &BackendError{Backend: backend, Op: op, Err: err}
+}

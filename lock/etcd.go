@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -14,70 +13,76 @@ import (
 
 // EtcdStore keeps leases in etcd, the zero-dependency default: one Txn
 // creates the lock key if absent, attached to an etcd lease, and the token
-// is that Txn's revision (plus the sequencer's floor offset). Steps 2 to 4
-// of the protocol collapse into that Txn.
+// is that Txn's revision (plus the floor offset, recorded beside the key so
+// that the token never changes). Steps 2 to 4 of the protocol collapse
+// into that Txn; see docs/design.md, "etcd leases".
 //
 // etcd leases have whole-second TTLs and a minimum of about 1.5 times the
 // election timeout: a TTL the server cannot honour is rounded up, and
 // Grant.TTL (Lease.TTL) says what the lease really has. Refresh renews the
 // lease for its own TTL; etcd cannot change a lease's TTL.
+//
+// Every request fails fast when the etcd member has no leader, rather than
+// waiting out the caller's timeout.
 type EtcdStore struct {
 	cli    *clientv3.Client
-	prefix string
+	ks     sequencer.Keyspace
+	issuer *sequencer.Issuer
 }
 
 var _ LeaseStore = (*EtcdStore)(nil)
 
 // NewEtcdStore returns a store on cli. prefix "" means
 // sequencer.DefaultPrefix; use the same prefix as the sequencer so that
-// RaiseFloor applies to both.
+// RaiseFloor applies to both. On a cluster with no token floor the store
+// sets one at its first acquisition (see sequencer.Issuer).
 func NewEtcdStore(cli *clientv3.Client, prefix string) (*EtcdStore, error) {
 	if cli == nil {
 		return nil, errors.New("lock: nil etcd client")
 	}
-	if prefix == "" {
-		prefix = sequencer.DefaultPrefix
-	}
-	return &EtcdStore{cli: cli, prefix: prefix}, nil
+	ks := sequencer.NewKeyspace(prefix)
+	return &EtcdStore{cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, nil)}, nil
 }
-
-func (s *EtcdStore) key(name string) string { return s.prefix + "locks/" + name }
 
 // Acquire implements LeaseStore.
 func (s *EtcdStore) Acquire(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
-	key := s.key(name)
+	ctx = clientv3.WithRequireLeader(ctx)
 	// A held lock should cost a local read, not a lease grant and revoke
 	// (two Raft writes). The read is serializable, so it may be stale; the
 	// Txn below decides.
-	if r, err := s.cli.Get(ctx, key, clientv3.WithCountOnly(), clientv3.WithSerializable()); err != nil {
-		return Grant{}, fmt.Errorf("lock: etcd: %w", err)
+	if r, err := s.cli.Get(ctx, s.ks.LockKey(name), clientv3.WithCountOnly(), clientv3.WithSerializable()); err != nil {
+		return Grant{}, backendErr("etcd", "acquire", err)
 	} else if r.Count > 0 {
 		return Grant{}, &HeldError{}
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	lg, err := s.cli.Grant(ctx, secs)
-	if err != nil {
-		return Grant{}, fmt.Errorf("lock: etcd grant: %w", err)
+	// An etcd lease that expires (or is revoked) between its grant and the
+	// Txn makes the Txn fail with "lease not found": grant a new one.
+	for attempt := 0; ; attempt++ {
+		lg, err := s.cli.Grant(ctx, secs)
+		if err != nil {
+			return Grant{}, backendErr("etcd", "acquire", err)
+		}
+		_, tok, ok, err := s.issuer.Issue(ctx, []clientv3.Cmp{s.ks.LockFree(name)},
+			func(offset uint64) []clientv3.Op { return s.ks.PutLock(name, leaseID, lg.ID, offset) })
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt < 2:
+			continue
+		case errors.Is(err, sequencer.ErrRestored):
+			// The key was created with a token that does not exceed an
+			// earlier one: free it and let the client try again.
+			s.revoke(ctx, lg.ID)
+			return Grant{}, ErrLost
+		case err != nil:
+			s.revoke(ctx, lg.ID)
+			return Grant{}, backendErr("etcd", "acquire", err)
+		case !ok:
+			s.revoke(ctx, lg.ID)
+			// No remaining-time hint: the watch sees the key deleted on expiry.
+			return Grant{}, &HeldError{}
+		}
+		return Grant{Token: tok, TTL: time.Duration(lg.TTL) * time.Second}, nil
 	}
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, leaseID, clientv3.WithLease(lg.ID)), clientv3.OpGet(sequencer.FloorKey(s.prefix))).
-		Commit()
-	if err != nil || !resp.Succeeded {
-		s.revoke(ctx, lg.ID)
-	}
-	if err != nil {
-		return Grant{}, fmt.Errorf("lock: etcd txn: %w", err)
-	}
-	if !resp.Succeeded {
-		// No remaining-time hint: the watch sees the key deleted on expiry.
-		return Grant{}, &HeldError{}
-	}
-	offset, err := sequencer.ParseFloor(resp.Responses[1].GetResponseRange())
-	if err != nil {
-		return Grant{}, err
-	}
-	return Grant{Token: sequencer.Token(resp.Header.Revision, offset), TTL: time.Duration(lg.TTL) * time.Second}, nil
 }
 
 // revoke frees an etcd lease that holds no lock.
@@ -88,81 +93,87 @@ func (s *EtcdStore) revoke(ctx context.Context, id clientv3.LeaseID) {
 }
 
 // Refresh implements LeaseStore. The TTL cannot change: it returns the
-// lease's own.
+// lease's own. The token is the one granted, whatever the floor is now.
 func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, _ time.Duration) (Grant, error) {
-	key := s.key(name)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(key), "=", leaseID)).
-		Then(clientv3.OpGet(key), clientv3.OpGet(sequencer.FloorKey(s.prefix))).
-		Commit()
+	ctx = clientv3.WithRequireLeader(ctx)
+	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)).Then(s.ks.GetLock(name)...).Commit()
 	if err != nil {
-		return Grant{}, fmt.Errorf("lock: etcd txn: %w", err)
+		return Grant{}, backendErr("etcd", "refresh", err)
 	}
 	if !resp.Succeeded {
 		return Grant{}, ErrLost
 	}
-	kv := resp.Responses[0].GetResponseRange().Kvs[0]
-	offset, err := sequencer.ParseFloor(resp.Responses[1].GetResponseRange())
+	st, held, err := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
 	if err != nil {
-		return Grant{}, err
+		return Grant{}, backendErr("etcd", "refresh", err)
 	}
-	ka, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(kv.Lease))
+	if !held {
+		return Grant{}, ErrLost
+	}
+	ka, err := s.cli.KeepAliveOnce(ctx, st.Lease)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return Grant{}, ErrLost
 	}
 	if err != nil {
-		return Grant{}, fmt.Errorf("lock: etcd keep-alive: %w", err)
+		return Grant{}, backendErr("etcd", "refresh", err)
 	}
-	return Grant{Token: sequencer.Token(kv.CreateRevision, offset), TTL: time.Duration(ka.TTL) * time.Second}, nil
+	return Grant{Token: st.Token, TTL: time.Duration(ka.TTL) * time.Second}, nil
 }
 
-// Release implements LeaseStore. Deleting the key wakes the waiters' watches.
+// Release implements LeaseStore. Deleting the key wakes the waiters'
+// watches. The released lease id is then recorded on the lock's own etcd
+// lease instead of revoking it (one Raft write either way), so that
+// releasing again, until the lock would have expired, succeeds.
 func (s *EtcdStore) Release(ctx context.Context, name, leaseID string) error {
-	key := s.key(name)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(key), "=", leaseID)).
-		Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).
-		Commit()
+	ctx = clientv3.WithRequireLeader(ctx)
+	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)).
+		Then(s.ks.DeleteLock(name)...).
+		Else(clientv3.OpGet(s.ks.ReleasedKey(name))).Commit()
 	if err != nil {
-		return fmt.Errorf("lock: etcd txn: %w", err)
+		return backendErr("etcd", "release", err)
 	}
 	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && string(kvs[0].Value) == leaseID {
+			return nil // released by this lease id already
+		}
 		return ErrLost
 	}
 	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) == 1 && prev[0].Lease != 0 {
-		s.revoke(ctx, clientv3.LeaseID(prev[0].Lease))
+		// The lease may be gone already; the record is only a courtesy.
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = s.cli.Txn(mctx).Then(s.ks.MarkReleased(name, leaseID, clientv3.LeaseID(prev[0].Lease))).Commit()
 	}
 	return nil
 }
 
-// Inspect implements LeaseStore. The token is the key's create revision
-// plus today's floor offset.
+// Inspect implements LeaseStore.
 func (s *EtcdStore) Inspect(ctx context.Context, name string) (State, error) {
-	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.key(name)), clientv3.OpGet(sequencer.FloorKey(s.prefix))).Commit()
+	ctx = clientv3.WithRequireLeader(ctx)
+	resp, err := s.cli.Txn(ctx).Then(s.ks.GetLock(name)...).Commit()
 	if err != nil {
-		return State{}, fmt.Errorf("lock: etcd: %w", err)
+		return State{}, backendErr("etcd", "inspect", err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
+	lk, held, err := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
+	if err != nil {
+		return State{}, backendErr("etcd", "inspect", err)
+	}
+	if !held {
 		return State{}, nil
 	}
-	offset, err := sequencer.ParseFloor(resp.Responses[1].GetResponseRange())
-	if err != nil {
-		return State{}, err
-	}
-	st := State{Held: true, LeaseID: string(kvs[0].Value), Token: sequencer.Token(kvs[0].CreateRevision, offset)}
-	if kvs[0].Lease != 0 {
-		if ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil && ttl.TTL > 0 {
+	st := State{Held: true, LeaseID: lk.LeaseID, Token: lk.Token}
+	if lk.Lease != 0 {
+		if ttl, err := s.cli.TimeToLive(ctx, lk.Lease); err == nil && ttl.TTL > 0 {
 			st.Remaining = time.Duration(ttl.TTL) * time.Second
 		}
 	}
 	return st, nil
 }
 
-// Ping implements LeaseStore.
+// Ping implements LeaseStore: a linearizable read, which needs a leader.
 func (s *EtcdStore) Ping(ctx context.Context) error {
-	if _, err := s.cli.Get(ctx, sequencer.FloorKey(s.prefix)); err != nil {
-		return fmt.Errorf("lock: etcd: %w", err)
+	if _, err := s.cli.Get(clientv3.WithRequireLeader(ctx), s.ks.FloorKey()); err != nil {
+		return backendErr("etcd", "ping", err)
 	}
 	return nil
 }
@@ -171,12 +182,16 @@ func (s *EtcdStore) Ping(ctx context.Context) error {
 // returns once etcd has confirmed the watch.
 func (s *EtcdStore) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
-	wch := s.cli.Watch(wctx, s.key(name), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	wch := s.cli.Watch(wctx, s.ks.LockKey(name), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	select {
 	case wr, ok := <-wch:
 		if !ok || wr.Err() != nil {
 			cancel()
-			return nil, nil, fmt.Errorf("lock: etcd watch: %v", wr.Err())
+			err := wr.Err()
+			if err == nil {
+				err = errors.New("watch channel closed")
+			}
+			return nil, nil, backendErr("etcd", "watch", err)
 		}
 	case <-ctx.Done():
 		cancel()
@@ -192,6 +207,12 @@ func (s *EtcdStore) Watch(ctx context.Context, name string) (<-chan struct{}, fu
 			case ch <- struct{}{}:
 			default:
 			}
+		}
+		// The watch ended (etcd lost its leader, or stop): a deletion may
+		// have been missed, so wake the waiter to look for itself.
+		select {
+		case ch <- struct{}{}:
+		default:
 		}
 	}()
 	var once sync.Once

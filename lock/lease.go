@@ -28,7 +28,12 @@ type Lease struct {
 	mu       sync.Mutex
 	ttl      time.Duration
 	deadline time.Time
+	next     time.Time // when keep-alive refreshes next
 	released bool
+
+	// refreshing serialises refreshes, so that the deadline set last is
+	// that of the refresh Redis applied last.
+	refreshing sync.Mutex
 
 	keepAlive bool
 	poke      chan struct{}   // the deadline moved
@@ -37,8 +42,10 @@ type Lease struct {
 	wg        sync.WaitGroup
 }
 
-func newLease(ctx context.Context, c *Client, name, id string, g Grant, deadline time.Time, keepAlive bool) *Lease {
-	l := &Lease{c: c, name: name, id: id, token: g.Token, ttl: g.TTL, deadline: deadline,
+// newLease is a lease granted g by a request sent at start.
+func newLease(ctx context.Context, c *Client, name, id string, g Grant, start time.Time, keepAlive bool) *Lease {
+	l := &Lease{c: c, name: name, id: id, token: g.Token, ttl: g.TTL,
+		deadline: start.Add(g.TTL - Drift(g.TTL)), next: start.Add(g.TTL / 3),
 		keepAlive: keepAlive, poke: make(chan struct{}, 1)}
 	// The lease outlives the acquiring call's cancellation but keeps its
 	// values, and carries its token for fence.Transport.
@@ -91,6 +98,11 @@ func (l *Lease) Err() error {
 // Refresh extends the lease to ttl from now; 0 keeps the current TTL. It
 // returns ErrLost, and the lease is lost, if the lease id no longer holds
 // the lease.
+//
+// After a refresh the validity is the TTL the store granted, less drift,
+// from the moment the refresh was sent, whether that is later or earlier
+// than before: a shorter refresh shortens it, and keep-alive follows the
+// new TTL (docs/design.md, defect 1).
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl == 0 {
 		ttl = l.TTL()
@@ -98,6 +110,8 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
+	l.refreshing.Lock()
+	defer l.refreshing.Unlock()
 	if err := l.Err(); err != nil {
 		return err
 	}
@@ -109,12 +123,10 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		}
 		return err
 	}
-	got := g.TTL
 	l.mu.Lock()
-	l.ttl = got
-	if d := start.Add(got - Drift(got)); d.After(l.deadline) {
-		l.deadline = d
-	}
+	l.ttl = g.TTL
+	l.deadline = start.Add(g.TTL - Drift(g.TTL))
+	l.next = start.Add(g.TTL / 3)
 	l.mu.Unlock()
 	select {
 	case l.poke <- struct{}{}:
@@ -158,21 +170,25 @@ func (l *Lease) start() {
 	go l.monitor()
 }
 
-// monitor is the lease's one goroutine. It refreshes every TTL/3 when
+// schedule is the validity deadline and the next keep-alive refresh.
+func (l *Lease) schedule() (deadline, next time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline, l.next
+}
+
+// monitor is the lease's one goroutine. It refreshes at TTL/3 when
 // keep-alive is on, and declares the lease lost when a refresh finds it not
 // held or the deadline passes. A refresh that fails for another reason
 // (network) is retried until the deadline, as Consul's monitorLock does.
+// Any refresh moves both times; poke makes the monitor read them again.
 func (l *Lease) monitor() {
 	defer l.wg.Done()
 	defer l.c.forget(l)
-	next := time.Now()
-	if l.keepAlive {
-		next = next.Add(l.TTL() / 3)
-	}
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		deadline := l.Deadline()
+		deadline, next := l.schedule()
 		wake := deadline
 		if l.keepAlive && next.Before(wake) {
 			wake = next
@@ -182,29 +198,30 @@ func (l *Lease) monitor() {
 		case <-l.stopCtx.Done(): // halted, or lost (stopCtx is a child of ctx)
 			return
 		case <-l.poke:
-			timer.Stop()
 			continue
 		case <-timer.C:
 		}
 		now := time.Now()
-		if !now.Before(l.Deadline()) {
+		deadline, next = l.schedule()
+		if !now.Before(deadline) {
 			l.lose(ErrExpired)
 			return
 		}
 		if !l.keepAlive || now.Before(next) {
 			continue
 		}
-		ctx, cancel := context.WithDeadline(l.stopCtx, l.Deadline())
+		ctx, cancel := context.WithDeadline(l.stopCtx, deadline)
 		err := l.Refresh(ctx, 0)
 		cancel()
 		switch {
-		case err == nil:
-			next = time.Now().Add(l.TTL() / 3)
+		case err == nil: // Refresh moved the schedule
 		case l.Err() != nil:
 			return
 		default:
 			// Transient: try again soon, but not in a busy loop.
-			next = time.Now().Add(min(l.TTL()/10, time.Second))
+			l.mu.Lock()
+			l.next = time.Now().Add(min(l.ttl/10, time.Second))
+			l.mu.Unlock()
 		}
 	}
 }

@@ -464,8 +464,8 @@ type lossySeq struct {
 	mu     sync.Mutex
 }
 
-func (s *lossySeq) Next(ctx context.Context, name, id string) (fence.Token, error) {
-	tok, err := s.Sequencer.Next(ctx, name, id)
+func (s *lossySeq) Next(ctx context.Context, name string) (fence.Token, error) {
+	tok, err := s.Sequencer.Next(ctx, name)
 	if s.calls.Add(1) == 1 {
 		s.rdb.Del(ctx, s.key)
 	}

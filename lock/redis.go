@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -43,8 +42,12 @@ var (
 // the context, and a wait budget cannot cut a call to a Redis that hangs.
 //
 // Keys: <prefix>{name}:lease holds the lease id with the lease's expiry,
-// <prefix>{name}:token the token beside it. The release script publishes on
-// <prefix>{name}:released, which waiters subscribe to.
+// <prefix>{name}:token the token beside it, and <prefix>{name}:last the id
+// of the lease released last, for as long as that lease had left (so a
+// retried release succeeds). The release script publishes on
+// <prefix>{name}:released, which waiters subscribe to. No key outlives its
+// lease. Every script is safe to run twice, as go-redis does after a lost
+// reply (docs/design.md, defect 4).
 type RedisStore struct {
 	rdb    redis.UniversalClient
 	seq    sequencer.Sequencer
@@ -84,38 +87,64 @@ func NewRedisStore(rdb redis.UniversalClient, seq sequencer.Sequencer, opts ...R
 	return s, nil
 }
 
+// keys are a lock's keys: lease, token, and the last released lease id.
 func (s *RedisStore) keys(name string) []string {
 	base := s.prefix + "{" + name + "}:"
-	return []string{base + "lease", base + "token"}
+	return []string{base + "lease", base + "token", base + "last"}
 }
 
 func (s *RedisStore) channel(name string) string { return s.prefix + "{" + name + "}:released" }
 
+// The steps of the protocol on one Redis, shared with RedlockStore.
+
+// take is step 2: SET NX PX. held is the holder's remaining TTL (0 if
+// unknown) when another lease id has the lock.
+func (s *RedisStore) take(ctx context.Context, name, leaseID string, ttl time.Duration) (ok bool, held time.Duration, err error) {
+	ms, err := acquireScript.Run(ctx, s.rdb, s.keys(name)[:1], leaseID, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return false, 0, err
+	}
+	if ms >= 0 {
+		return false, time.Duration(ms) * time.Millisecond, nil
+	}
+	return true, 0, nil
+}
+
+// confirm is step 4: record the token if the lease is still leaseID's.
+func (s *RedisStore) confirm(ctx context.Context, name, leaseID string, tok fence.Token) (ok bool, err error) {
+	pttl, err := confirmScript.Run(ctx, s.rdb, s.keys(name)[:2], leaseID, uint64(tok)).Int64()
+	return err == nil && pttl >= 0, err
+}
+
+// release deletes the lease if leaseID holds it or was the last to.
+func (s *RedisStore) release(ctx context.Context, name, leaseID string) (ok bool, err error) {
+	n, err := releaseScript.Run(ctx, s.rdb, s.keys(name), leaseID, s.channel(name)).Int64()
+	return err == nil && n == 1, err
+}
+
 // Acquire implements LeaseStore: SET NX PX, a token from the sequencer, and
 // the confirm script.
 func (s *RedisStore) Acquire(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
-	keys := s.keys(name)
-	ms := ttl.Milliseconds()
-	held, err := acquireScript.Run(ctx, s.rdb, keys[:1], leaseID, ms).Int64()
+	ok, held, err := s.take(ctx, name, leaseID, ttl)
 	if err != nil {
 		// The SET may have happened with its reply lost: free it if so.
 		s.abandon(ctx, name, leaseID)
-		return Grant{}, fmt.Errorf("lock: redis: %w", err)
+		return Grant{}, backendErr("redis", "acquire", err)
 	}
-	if held >= 0 {
-		return Grant{}, &HeldError{Remaining: time.Duration(held) * time.Millisecond}
+	if !ok {
+		return Grant{}, &HeldError{Remaining: held}
 	}
-	tok, err := s.seq.Next(ctx, name, leaseID)
+	tok, err := s.seq.Next(ctx, name)
 	if err != nil {
 		s.abandon(ctx, name, leaseID)
-		return Grant{}, fmt.Errorf("lock: token: %w", err)
+		return Grant{}, backendErr("etcd", "token", err)
 	}
-	pttl, err := confirmScript.Run(ctx, s.rdb, keys, leaseID, uint64(tok)).Int64()
+	ok, err = s.confirm(ctx, name, leaseID, tok)
 	if err != nil {
 		s.abandon(ctx, name, leaseID)
-		return Grant{}, fmt.Errorf("lock: redis: %w", err)
+		return Grant{}, backendErr("redis", "confirm", err)
 	}
-	if pttl < 0 {
+	if !ok {
 		return Grant{}, ErrLost
 	}
 	return Grant{Token: tok, TTL: ttl}, nil
@@ -126,28 +155,29 @@ func (s *RedisStore) Acquire(ctx context.Context, name, leaseID string, ttl time
 func (s *RedisStore) abandon(ctx context.Context, name, leaseID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_ = s.Release(ctx, name, leaseID) // it expires anyway
+	_, _ = s.release(ctx, name, leaseID) // it expires anyway
 }
 
 // Refresh implements LeaseStore.
 func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
-	tok, err := refreshScript.Run(ctx, s.rdb, s.keys(name), leaseID, ttl.Milliseconds()).Uint64()
+	tok, err := refreshScript.Run(ctx, s.rdb, s.keys(name)[:2], leaseID, ttl.Milliseconds()).Uint64()
 	if errors.Is(err, redis.Nil) {
 		return Grant{}, ErrLost
 	}
 	if err != nil {
-		return Grant{}, fmt.Errorf("lock: redis: %w", err)
+		return Grant{}, backendErr("redis", "refresh", err)
 	}
 	return Grant{Token: fence.Token(tok), TTL: ttl}, nil
 }
 
-// Release implements LeaseStore.
+// Release implements LeaseStore. Releasing a lease that this lease id
+// already released, while it would still have been valid, succeeds.
 func (s *RedisStore) Release(ctx context.Context, name, leaseID string) error {
-	ok, err := releaseScript.Run(ctx, s.rdb, s.keys(name), leaseID, s.channel(name)).Int64()
+	ok, err := s.release(ctx, name, leaseID)
 	if err != nil {
-		return fmt.Errorf("lock: redis: %w", err)
+		return backendErr("redis", "release", err)
 	}
-	if ok != 1 {
+	if !ok {
 		return ErrLost
 	}
 	return nil
@@ -155,9 +185,9 @@ func (s *RedisStore) Release(ctx context.Context, name, leaseID string) error {
 
 // Inspect implements LeaseStore.
 func (s *RedisStore) Inspect(ctx context.Context, name string) (State, error) {
-	v, err := inspectScript.Run(ctx, s.rdb, s.keys(name)).Slice()
+	v, err := inspectScript.Run(ctx, s.rdb, s.keys(name)[:2]).Slice()
 	if err != nil {
-		return State{}, fmt.Errorf("lock: redis: %w", err)
+		return State{}, backendErr("redis", "inspect", err)
 	}
 	id, _ := v[0].(string)
 	if id == "" {
@@ -179,10 +209,12 @@ func (s *RedisStore) Inspect(ctx context.Context, name string) (State, error) {
 // Ping implements LeaseStore: Redis, and the sequencer if it can be pinged.
 func (s *RedisStore) Ping(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("lock: redis: %w", err)
+		return backendErr("redis", "ping", err)
 	}
 	if p, ok := s.seq.(interface{ Ping(context.Context) error }); ok {
-		return p.Ping(ctx)
+		if err := p.Ping(ctx); err != nil {
+			return backendErr("etcd", "ping", err)
+		}
 	}
 	return nil
 }
@@ -200,20 +232,29 @@ func (s *RedisStore) Close() error { return s.n.close() }
 // notifier multiplexes release notifications over one PubSub connection.
 // Watch returns only once Redis has confirmed the channel's subscription,
 // so a release published after it cannot be missed.
+//
+// go-redis reconnects a dropped PubSub connection by itself and subscribes
+// again to every channel it still tracks; confirmations of SUBSCRIBEs sent
+// on the dropped connection never arrive. So a subscription waits for any
+// confirmation of its channel rather than counting them, stays in the table
+// until one arrives even when its waiters left (so the next waiter of the
+// name does not wait for a confirmation that was lost), and a confirmation
+// of a subscription already active means a reconnect: its waiters are woken,
+// since a release published meanwhile was lost (docs/design.md, defect 2).
 type notifier struct {
 	rdb redis.UniversalClient
 
-	mu      sync.Mutex
-	ps      *redis.PubSub
-	subs    map[string]*subscription
-	pending map[string]int // SUBSCRIBEs sent and not yet confirmed, per channel
-	closed  bool
-	wg      sync.WaitGroup
+	mu     sync.Mutex
+	ps     *redis.PubSub
+	subs   map[string]*subscription
+	closed bool
+	wg     sync.WaitGroup
 }
 
 type subscription struct {
-	waiters map[chan struct{}]struct{}
-	active  chan struct{} // closed when every SUBSCRIBE sent for the channel is confirmed
+	waiters   map[chan struct{}]struct{}
+	confirmed bool
+	active    chan struct{} // closed when Redis first confirms the subscription
 }
 
 func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
@@ -236,22 +277,22 @@ func (n *notifier) watchInto(ctx context.Context, channel string, ch chan struct
 	if n.ps == nil {
 		n.ps = n.rdb.Subscribe(context.WithoutCancel(ctx))
 		n.subs = make(map[string]*subscription)
-		n.pending = make(map[string]int)
 		msgs := n.ps.ChannelWithSubscriptions()
 		n.wg.Add(1)
 		go n.dispatch(msgs)
 	}
 	sub := n.subs[channel]
 	if sub == nil {
-		// SUBSCRIBE and UNSUBSCRIBE are sent under mu, so they reach Redis
-		// in the order the subscription table changes.
-		if err := n.ps.Subscribe(ctx, channel); err != nil {
-			n.mu.Unlock()
-			return nil, fmt.Errorf("lock: redis subscribe: %w", err)
-		}
-		n.pending[channel]++
 		sub = &subscription{waiters: make(map[chan struct{}]struct{}), active: make(chan struct{})}
 		n.subs[channel] = sub
+		// SUBSCRIBE and UNSUBSCRIBE are sent under mu, so they reach Redis
+		// in the order the table changes. go-redis tracks the channel even
+		// when the send fails, and subscribes it on its next connection:
+		// the entry stays until that confirmation comes.
+		if err := n.ps.Subscribe(ctx, channel); err != nil {
+			n.mu.Unlock()
+			return nil, backendErr("redis", "watch", err)
+		}
 	}
 	sub.waiters[ch] = struct{}{}
 	n.mu.Unlock()
@@ -262,11 +303,7 @@ func (n *notifier) watchInto(ctx context.Context, channel string, ch chan struct
 			n.mu.Lock()
 			defer n.mu.Unlock()
 			delete(sub.waiters, ch)
-			if len(sub.waiters) == 0 && !n.closed && n.subs[channel] == sub {
-				delete(n.subs, channel)
-				// A failed unsubscribe only leaves a channel we ignore.
-				_ = n.ps.Unsubscribe(context.Background(), channel)
-			}
+			n.dropIdle(channel, sub)
 		})
 	}
 	select {
@@ -278,6 +315,19 @@ func (n *notifier) watchInto(ctx context.Context, channel string, ch chan struct
 	}
 }
 
+// dropIdle unsubscribes a confirmed subscription nobody waits on. An
+// unconfirmed one stays until its confirmation arrives. Called with mu.
+func (n *notifier) dropIdle(channel string, sub *subscription) {
+	if len(sub.waiters) > 0 || !sub.confirmed || n.closed || n.subs[channel] != sub {
+		return
+	}
+	delete(n.subs, channel)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	// A failed unsubscribe only leaves a channel nobody listens to.
+	_ = n.ps.Unsubscribe(ctx, channel)
+}
+
 // dispatch is the notifier's goroutine; close stops it by closing the
 // PubSub, which closes msgs.
 func (n *notifier) dispatch(msgs <-chan interface{}) {
@@ -286,24 +336,30 @@ func (n *notifier) dispatch(msgs <-chan interface{}) {
 		n.mu.Lock()
 		switch m := m.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" && n.pending[m.Channel] > 0 {
-				if n.pending[m.Channel]--; n.pending[m.Channel] == 0 {
-					if sub := n.subs[m.Channel]; sub != nil {
-						close(sub.active)
-					}
+			if sub := n.subs[m.Channel]; sub != nil && m.Kind == "subscribe" {
+				if !sub.confirmed {
+					sub.confirmed = true
+					close(sub.active)
+					n.dropIdle(m.Channel, sub)
+				} else {
+					wake(sub) // subscribed again after a reconnect
 				}
 			}
 		case *redis.Message:
 			if sub := n.subs[m.Channel]; sub != nil {
-				for ch := range sub.waiters {
-					select {
-					case ch <- struct{}{}:
-					default: // already signalled
-					}
-				}
+				wake(sub)
 			}
 		}
 		n.mu.Unlock()
+	}
+}
+
+func wake(sub *subscription) {
+	for ch := range sub.waiters {
+		select {
+		case ch <- struct{}{}:
+		default: // already signalled
+		}
 	}
 }
 

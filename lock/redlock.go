@@ -14,9 +14,10 @@ import (
 
 // RedlockStore holds a lease on a majority of independent Redis nodes
 // (Redlock), so that losing a minority of them loses no lease. It takes one
-// token per grant from the sequencer, like RedisStore; the token, not the
-// quorum, is what keeps a resource safe when a node restarts without
-// persistence or a pause outlives the lease.
+// token per grant from the sequencer, like RedisStore, and runs the same
+// steps on each node (take, confirm, release: safe to run twice); the
+// token, not the quorum, is what keeps a resource safe when a node restarts
+// without persistence or a pause outlives the lease.
 //
 // Each node call is bounded by the node timeout, so a dead node costs at
 // most that much per operation.
@@ -28,6 +29,33 @@ type RedlockStore struct {
 }
 
 var _ LeaseStore = (*RedlockStore)(nil)
+
+// NodeError is the failure of one Redlock node, by its index in the list
+// given to NewRedlockStore.
+type NodeError struct {
+	Node int
+	Err  error
+}
+
+func (e *NodeError) Error() string { return fmt.Sprintf("node %d: %v", e.Node, e.Err) }
+
+// Unwrap returns the cause.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// QuorumError says that fewer than a majority of the nodes answered. It
+// unwraps to each failed node's *NodeError.
+type QuorumError struct {
+	Op          string
+	OK, Need, N int
+	Nodes       []error // *NodeError, one per failed node
+}
+
+func (e *QuorumError) Error() string {
+	return fmt.Sprintf("lock: Redlock %s: quorum not reached: %d of %d nodes answered, %d needed: %v", e.Op, e.OK, e.N, e.Need, errors.Join(e.Nodes...))
+}
+
+// Unwrap returns the nodes' errors.
+func (e *QuorumError) Unwrap() []error { return e.Nodes }
 
 // RedlockOption configures a RedlockStore.
 type RedlockOption func(*RedlockStore) error
@@ -72,10 +100,16 @@ func NewRedlockStore(nodes []redis.UniversalClient, seq sequencer.Sequencer, opt
 	return s, nil
 }
 
-// each runs f on every node at once, each call bounded by the node timeout,
-// and returns the per-node errors in node order.
-func (s *RedlockStore) each(ctx context.Context, f func(ctx context.Context, i int, n *RedisStore) error) []error {
-	errs := make([]error, len(s.nodes))
+// outcome is what one operation did on every node.
+type outcome struct {
+	op   string
+	errs []error // per node: nil, a *NodeError, or a non-node error such as ErrLost
+}
+
+// each runs f on every node at once, each call bounded by the node timeout.
+// A backend failure of a node is recorded as its *NodeError.
+func (s *RedlockStore) each(ctx context.Context, op string, f func(ctx context.Context, i int, n *RedisStore) error) outcome {
+	o := outcome{op: op, errs: make([]error, len(s.nodes))}
 	var wg sync.WaitGroup
 	for i, n := range s.nodes {
 		wg.Add(1)
@@ -83,39 +117,66 @@ func (s *RedlockStore) each(ctx context.Context, f func(ctx context.Context, i i
 			defer wg.Done()
 			nctx, cancel := context.WithTimeout(ctx, s.nodeTimeout)
 			defer cancel()
-			errs[i] = f(nctx, i, n)
+			o.errs[i] = f(nctx, i, n)
 		}()
 	}
 	wg.Wait()
-	return errs
+	return o
 }
 
-func count(errs []error) (ok int) {
-	for _, err := range errs {
-		if err == nil {
+// count is how many nodes succeeded, and how many said err (errors.Is).
+func (o outcome) count(err error) (ok, is int) {
+	for _, e := range o.errs {
+		switch {
+		case e == nil:
 			ok++
+		case err != nil && errors.Is(e, err):
+			is++
 		}
 	}
-	return ok
+	return ok, is
+}
+
+// quorumErr is the error of an operation that did not reach a majority
+// for lack of answers.
+func (s *RedlockStore) quorumErr(o outcome) error {
+	ok, _ := o.count(nil)
+	q := &QuorumError{Op: o.op, OK: ok, Need: s.quorum, N: len(s.nodes)}
+	for i, e := range o.errs {
+		if e != nil {
+			var ne *NodeError
+			if !errors.As(e, &ne) {
+				ne = &NodeError{Node: i, Err: e}
+			}
+			q.Nodes = append(q.Nodes, ne)
+		}
+	}
+	return backendErr("redlock", o.op, q)
+}
+
+func nodeErr(i int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &NodeError{Node: i, Err: err}
 }
 
 // Acquire implements LeaseStore: the lease on a majority, one token, and a
 // confirm on a majority.
 func (s *RedlockStore) Acquire(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
-	ms := ttl.Milliseconds()
 	remaining := make([]time.Duration, len(s.nodes))
-	errs := s.each(ctx, func(ctx context.Context, i int, n *RedisStore) error {
-		held, err := acquireScript.Run(ctx, n.rdb, n.keys(name)[:1], leaseID, ms).Int64()
+	taken := s.each(ctx, "acquire", func(ctx context.Context, i int, n *RedisStore) error {
+		ok, held, err := n.take(ctx, name, leaseID, ttl)
 		if err != nil {
-			return err
+			return nodeErr(i, err)
 		}
-		if held >= 0 {
-			remaining[i] = time.Duration(held) * time.Millisecond
-			return &HeldError{}
+		if !ok {
+			remaining[i] = held
+			return &HeldError{Remaining: held}
 		}
 		return nil
 	})
-	if count(errs) < s.quorum {
+	if ok, _ := taken.count(nil); ok < s.quorum {
 		s.abandon(ctx, name, leaseID)
 		if err := ctx.Err(); err != nil {
 			return Grant{}, err
@@ -123,29 +184,32 @@ func (s *RedlockStore) Acquire(ctx context.Context, name, leaseID string, ttl ti
 		// Held somewhere: wait like any waiter. Held nowhere: the nodes
 		// did not answer, which waiting will not fix.
 		var held *HeldError
-		for i, err := range errs {
+		for i, err := range taken.errs {
 			if errors.Is(err, ErrNotAcquired) && (held == nil || remaining[i] < held.Remaining) {
 				held = &HeldError{Remaining: remaining[i]}
 			}
 		}
 		if held == nil {
-			return Grant{}, fmt.Errorf("lock: Redlock: fewer than %d of %d nodes answered: %w", s.quorum, len(s.nodes), errors.Join(errs...))
+			return Grant{}, s.quorumErr(taken)
 		}
 		return Grant{}, held
 	}
-	tok, err := s.seq.Next(ctx, name, leaseID)
+	tok, err := s.seq.Next(ctx, name)
 	if err != nil {
 		s.abandon(ctx, name, leaseID)
-		return Grant{}, fmt.Errorf("lock: token: %w", err)
+		return Grant{}, backendErr("etcd", "token", err)
 	}
-	errs = s.each(ctx, func(ctx context.Context, i int, n *RedisStore) error {
-		pttl, err := confirmScript.Run(ctx, n.rdb, n.keys(name), leaseID, uint64(tok)).Int64()
-		if err == nil && pttl < 0 {
-			err = ErrLost
+	confirmed := s.each(ctx, "confirm", func(ctx context.Context, i int, n *RedisStore) error {
+		ok, err := n.confirm(ctx, name, leaseID, tok)
+		if err != nil {
+			return nodeErr(i, err)
 		}
-		return err
+		if !ok {
+			return ErrLost
+		}
+		return nil
 	})
-	if count(errs) < s.quorum {
+	if ok, _ := confirmed.count(nil); ok < s.quorum {
 		s.abandon(ctx, name, leaseID)
 		return Grant{}, ErrLost
 	}
@@ -158,22 +222,32 @@ func (s *RedlockStore) abandon(ctx context.Context, name, leaseID string) {
 	_ = s.Release(ctx, name, leaseID) // the lease expires anyway
 }
 
+// lostOrQuorum decides an operation that did not reach a majority: ErrLost
+// when enough nodes said so that no majority can hold the lease, else the
+// quorum error.
+func (s *RedlockStore) lostOrQuorum(o outcome) error {
+	if _, lost := o.count(ErrLost); lost > len(s.nodes)-s.quorum {
+		return ErrLost
+	}
+	return s.quorumErr(o)
+}
+
 // Refresh implements LeaseStore: the lease must still be on a majority.
 func (s *RedlockStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
 	toks := make([]fence.Token, len(s.nodes))
-	errs := s.each(ctx, func(ctx context.Context, i int, n *RedisStore) error {
+	o := s.each(ctx, "refresh", func(ctx context.Context, i int, n *RedisStore) error {
 		g, err := n.Refresh(ctx, name, leaseID, ttl)
 		toks[i] = g.Token
-		return err
-	})
-	if count(errs) < s.quorum {
-		if lost := countIs(errs, ErrLost); lost > len(s.nodes)-s.quorum {
-			return Grant{}, ErrLost
+		if errors.Is(err, ErrLost) {
+			return err
 		}
-		return Grant{}, fmt.Errorf("lock: Redlock refresh: fewer than %d of %d nodes answered: %w", s.quorum, len(s.nodes), errors.Join(errs...))
+		return nodeErr(i, err)
+	})
+	if ok, _ := o.count(nil); ok < s.quorum {
+		return Grant{}, s.lostOrQuorum(o)
 	}
 	var tok fence.Token
-	for i, err := range errs {
+	for i, err := range o.errs {
 		if err == nil && toks[i] > tok {
 			tok = toks[i]
 		}
@@ -181,44 +255,39 @@ func (s *RedlockStore) Refresh(ctx context.Context, name, leaseID string, ttl ti
 	return Grant{Token: tok, TTL: ttl}, nil
 }
 
-func countIs(errs []error, target error) (n int) {
-	for _, err := range errs {
-		if errors.Is(err, target) {
-			n++
-		}
-	}
-	return n
-}
-
 // Release implements LeaseStore: it deletes the lease wherever it is.
 // ErrLost if it was on fewer than a majority of nodes.
 func (s *RedlockStore) Release(ctx context.Context, name, leaseID string) error {
-	errs := s.each(ctx, func(ctx context.Context, i int, n *RedisStore) error {
-		return n.Release(ctx, name, leaseID)
+	o := s.each(ctx, "release", func(ctx context.Context, i int, n *RedisStore) error {
+		ok, err := n.release(ctx, name, leaseID)
+		if err != nil {
+			return nodeErr(i, err)
+		}
+		if !ok {
+			return ErrLost
+		}
+		return nil
 	})
-	if count(errs) >= s.quorum {
+	if ok, _ := o.count(nil); ok >= s.quorum {
 		return nil
 	}
-	if countIs(errs, ErrLost) > len(s.nodes)-s.quorum {
-		return ErrLost
-	}
-	return fmt.Errorf("lock: Redlock release: fewer than %d of %d nodes answered: %w", s.quorum, len(s.nodes), errors.Join(errs...))
+	return s.lostOrQuorum(o)
 }
 
 // Inspect implements LeaseStore: held when a majority agree on a lease id.
 func (s *RedlockStore) Inspect(ctx context.Context, name string) (State, error) {
 	states := make([]State, len(s.nodes))
-	errs := s.each(ctx, func(ctx context.Context, i int, n *RedisStore) error {
+	o := s.each(ctx, "inspect", func(ctx context.Context, i int, n *RedisStore) error {
 		st, err := n.Inspect(ctx, name)
 		states[i] = st
-		return err
+		return nodeErr(i, err)
 	})
-	if count(errs) < s.quorum {
-		return State{}, fmt.Errorf("lock: Redlock inspect: fewer than %d of %d nodes answered: %w", s.quorum, len(s.nodes), errors.Join(errs...))
+	if ok, _ := o.count(nil); ok < s.quorum {
+		return State{}, s.quorumErr(o)
 	}
 	votes := map[string]int{}
 	for i, st := range states {
-		if errs[i] == nil && st.Held {
+		if o.errs[i] == nil && st.Held {
 			if votes[st.LeaseID]++; votes[st.LeaseID] >= s.quorum {
 				return st, nil
 			}
@@ -229,35 +298,34 @@ func (s *RedlockStore) Inspect(ctx context.Context, name string) (State, error) 
 
 // Ping implements LeaseStore: a majority must answer.
 func (s *RedlockStore) Ping(ctx context.Context) error {
-	errs := s.each(ctx, func(ctx context.Context, i int, n *RedisStore) error { return n.Ping(ctx) })
-	if count(errs) < s.quorum {
-		return fmt.Errorf("lock: Redlock: fewer than %d of %d nodes answered: %w", s.quorum, len(s.nodes), errors.Join(errs...))
+	o := s.each(ctx, "ping", func(ctx context.Context, i int, n *RedisStore) error { return nodeErr(i, n.Ping(ctx)) })
+	if ok, _ := o.count(nil); ok < s.quorum {
+		return s.quorumErr(o)
 	}
 	return nil
 }
 
 // Watch implements LeaseStore: a release published on any node wakes the
-// waiter. Nodes that cannot subscribe are skipped while a majority can.
+// waiter. Nodes subscribe at once, each within the node timeout; those
+// that cannot are skipped while a majority can.
 func (s *RedlockStore) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	ch := make(chan struct{}, 1)
-	var stops []func()
-	var errs []error
-	for _, n := range s.nodes {
+	stops := make([]func(), len(s.nodes))
+	o := s.each(ctx, "watch", func(ctx context.Context, i int, n *RedisStore) error {
 		stop, err := n.n.watchInto(ctx, n.channel(name), ch)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		stops = append(stops, stop)
-	}
+		stops[i] = stop
+		return nodeErr(i, err)
+	})
 	stopAll := func() {
 		for _, stop := range stops {
-			stop()
+			if stop != nil {
+				stop()
+			}
 		}
 	}
-	if len(stops) < s.quorum {
+	if ok, _ := o.count(nil); ok < s.quorum {
 		stopAll()
-		return nil, nil, fmt.Errorf("lock: Redlock watch: %w", errors.Join(errs...))
+		return nil, nil, s.quorumErr(o)
 	}
 	return ch, stopAll, nil
 }

@@ -108,6 +108,19 @@ func TestRedlockSurvivesMinority(t *testing.T) {
 	if err == nil || errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("with two of three nodes dead: %v, want a backend error", err)
 	}
+	var (
+		qe *lock.QuorumError
+		be *lock.BackendError
+	)
+	if !errors.As(err, &qe) || !errors.As(err, &be) || qe.OK != 1 || qe.Need != 2 || len(qe.Nodes) != 2 {
+		t.Fatalf("error %v: want a BackendError with a QuorumError of 1 of 3 nodes, 2 needed, 2 failed", err)
+	}
+	for i, ne := range qe.Nodes {
+		var n *lock.NodeError
+		if !errors.As(ne, &n) || n.Node != i+1 || n.Err == nil {
+			t.Fatalf("failed node %d: %v, want a NodeError for node %d", i, ne, i+1)
+		}
+	}
 	if err := s.Ping(t.Context()); err == nil {
 		t.Fatal("Ping with two of three nodes dead succeeded")
 	}

@@ -40,7 +40,8 @@ func TestMetrics(t *testing.T) {
 			if r := e.release(n1, a.LeaseID); r.status != http.StatusOK {
 				t.Fatalf("release: %d", r.status)
 			}
-			e.release(n1, a.LeaseID) // lost
+			e.release(n1, a.LeaseID)               // released again: a success
+			e.release(n1, strings.Repeat("2", 32)) // lost
 
 			m := e.scrape()
 			for _, c := range []struct {
@@ -57,7 +58,7 @@ func TestMetrics(t *testing.T) {
 				{"fenced_refreshes_total", []string{"result", "refreshed"}, 1},
 				{"fenced_refreshes_total", []string{"result", "lost"}, 1},
 				{"fenced_refreshes_total", []string{"result", "invalid"}, 1},
-				{"fenced_releases_total", []string{"result", "released"}, 1},
+				{"fenced_releases_total", []string{"result", "released"}, 2},
 				{"fenced_releases_total", []string{"result", "lost"}, 1},
 				{"fenced_leases_lost_total", nil, 2},
 				{"fenced_backend_errors_total", []string{"op", "acquire"}, 0},
