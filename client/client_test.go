@@ -405,3 +405,34 @@ func TestAPIErrorMatches(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 }
+
+// TestShorterRefreshThroughTheAPI: the client's leases are lock.Lease, so a
+// shorter refresh shortens their validity too (defect 1 in
+// docs/design.md): a second holder cannot acquire while the first still
+// believes it holds the lock.
+func TestShorterRefreshThroughTheAPI(t *testing.T) {
+	f := newFixture(t)
+	c := newClient(t, f.url)
+	name := testenv.Name(t)
+	a, err := c.Acquire(t.Context(), name, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	if err := a.Refresh(t.Context(), 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := a.Deadline(); d.After(sent.Add(50 * time.Millisecond)) {
+		t.Fatalf("deadline %s away after Refresh(50ms)", time.Until(d))
+	}
+	b, err := c.Acquire(t.Context(), name, time.Second, client.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(t.Context())
+	select {
+	case <-a.Done():
+	default:
+		t.Fatal("a second holder acquired while the first still believes it holds the lock")
+	}
+}

@@ -5,7 +5,12 @@
 // A resource that admits writes through a [Store] remembers, per resource,
 // the highest token it has admitted and rejects every later write that
 // carries a lower one. Tokens are admitted with >=: one holder may write many
-// times with its token. A rejected write returns an error that matches
+// times with its token.
+//
+// Guard each resource with exactly one lock name. Grants of different lock
+// names may share a token (fenced takes them in one etcd transaction), so a
+// resource written under two lock names could admit two holders with the
+// same token; under one name, tokens are unique and increasing. A rejected write returns an error that matches
 // [ErrStale] and is a [*StaleError] carrying the resource, the token and the
 // highest token seen; [IsStale] tests for it.
 //

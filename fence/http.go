@@ -51,15 +51,25 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 // Middleware guards an HTTP handler with a fence. For each request it reads
 // the Fencing-Token header, admits the token to store for the resource named
 // by resource(r), and only then calls next, with the token in the request's
-// context (FromContext). A missing or malformed header is a 400, a stale
-// token a 409; both carry a JSON body
-// {"error":{"code":"invalid_argument"|"stale","message":"…"}} and next is not
-// called. Any other error from the store is a 503.
+// context (FromContext). A missing or malformed header, or a token the store
+// cannot represent (ErrInvalidToken), is a 400; a stale token a 409; both
+// carry a JSON body {"error":{"code":"invalid_argument"|"stale","message":"…"}}
+// and next is not called. Any other error from the store is a 503.
 //
 // Requests for the same resource are serialised from the admit to the end of
 // next, so that a request with a lower token cannot be admitted before a
 // higher one and then write after it. Requests for different resources run
 // in parallel.
+//
+// That serialisation holds inside one process and one Middleware value
+// only. The middleware alone is enough when this handler is the only
+// writer of the resource: one process, one Middleware, and a store that
+// nothing else writes. With several replicas, several handlers writing the
+// same data, or writers that bypass this handler, a request admitted here
+// can still write after a higher token was admitted elsewhere: the resource
+// must then check the token inside its own write, atomically (a
+// conditional update, or the Postgres adapter's admit in the same
+// transaction). See docs/design.md, "Where the fence must be".
 func Middleware(store Store, resource func(*http.Request) string) func(http.Handler) http.Handler {
 	var locks keyedMutex
 	return func(next http.Handler) http.Handler {
@@ -76,6 +86,10 @@ func Middleware(store Store, resource func(*http.Request) string) func(http.Hand
 				var se *StaleError
 				if errors.As(err, &se) {
 					writeError(w, http.StatusConflict, "stale", se.Error(), se)
+					return
+				}
+				if errors.Is(err, ErrInvalidToken) { // e.g. above what the store can hold
+					writeError(w, http.StatusBadRequest, "invalid_argument", err.Error(), nil)
 					return
 				}
 				writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)

@@ -1,8 +1,10 @@
 package fence_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,14 +16,14 @@ import (
 )
 
 func TestParseToken(t *testing.T) {
-	good := map[string]fence.Token{"1": 1, "42": 42, "18446744073709551615": 1<<64 - 1, "007": 7}
+	good := map[string]fence.Token{"1": 1, "42": 42, "9223372036854775807": fence.MaxToken, "007": 7}
 	for in, want := range good {
 		got, err := fence.ParseToken(in)
 		if err != nil || got != want {
 			t.Errorf("ParseToken(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "0", "-1", "+1", " 1", "1 ", "1.0", "0x10", "abc", "18446744073709551616", "123456789012345678901"} {
+	for _, in := range []string{"", "0", "-1", "+1", " 1", "1 ", "1.0", "0x10", "abc", "9223372036854775808", "18446744073709551615", "18446744073709551616", "123456789012345678901"} {
 		if _, err := fence.ParseToken(in); !errors.Is(err, fence.ErrInvalidToken) {
 			t.Errorf("ParseToken(%q) = %v, want ErrInvalidToken", in, err)
 		}
@@ -185,5 +187,31 @@ func TestTransportSetsHeader(t *testing.T) {
 	resp.Body.Close()
 	if len(got) != 2 || got[0] != "77" || got[1] != "" {
 		t.Fatalf("server saw headers %q, want [77 \"\"]", got)
+	}
+}
+
+// narrowStore holds tokens up to 1000 only, as a store whose column is
+// narrower than a token would.
+type narrowStore struct{ fence.MemoryStore }
+
+func (s *narrowStore) Admit(ctx context.Context, resource string, t fence.Token) error {
+	if t > 1000 {
+		return fmt.Errorf("%w: %d does not fit this store", fence.ErrInvalidToken, t)
+	}
+	return s.MemoryStore.Admit(ctx, resource, t)
+}
+
+// A token the store cannot represent is the caller's mistake (400), not
+// the store being unavailable (503).
+func TestMiddlewareTokenTheStoreCannotHold(t *testing.T) {
+	h := fence.Middleware(&narrowStore{}, func(r *http.Request) string { return "r" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for tok, want := range map[string]int{"5": 200, "5000": 400, "9223372036854775808": 400} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("PUT", "/", nil)
+		req.Header.Set(fence.Header, tok)
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("token %s: %d %s, want %d", tok, rec.Code, rec.Body, want)
+		}
 	}
 }

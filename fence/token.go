@@ -8,7 +8,12 @@ import (
 )
 
 // Token is a fencing token. Zero means "no token" and is never admitted.
+// Tokens fenced issues lie in 1 to MaxToken.
 type Token uint64
+
+// MaxToken is the largest token: 2^63-1, so that every token fits a signed
+// 64-bit column (a Postgres bigint, a Java long).
+const MaxToken Token = 1<<63 - 1
 
 // String returns the token in decimal, the form used in headers and logs.
 func (t Token) String() string { return strconv.FormatUint(uint64(t), 10) }
@@ -17,14 +22,14 @@ func (t Token) String() string { return strconv.FormatUint(uint64(t), 10) }
 // number.
 var ErrInvalidToken = errors.New("fence: invalid token")
 
-// ParseToken parses a token in decimal: 1 to 20 digits, no sign, no spaces,
-// greater than zero and at most 2^64-1.
+// ParseToken parses a token in decimal: 1 to 19 digits, no sign, no spaces,
+// from 1 to MaxToken (2^63-1).
 func ParseToken(s string) (Token, error) {
 	if s == "" {
-		return 0, fmt.Errorf("%w: empty; want a decimal number from 1 to %d", ErrInvalidToken, uint64(1<<64-1))
+		return 0, fmt.Errorf("%w: empty; want a decimal number from 1 to %d", ErrInvalidToken, MaxToken)
 	}
 	if len(s) > 20 {
-		return 0, fmt.Errorf("%w: %d characters; want a decimal number from 1 to %d", ErrInvalidToken, len(s), uint64(1<<64-1))
+		return 0, fmt.Errorf("%w: %d characters; want a decimal number from 1 to %d", ErrInvalidToken, len(s), MaxToken)
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
@@ -32,8 +37,8 @@ func ParseToken(s string) (Token, error) {
 		}
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %q is out of range (1 to %d)", ErrInvalidToken, s, uint64(1<<64-1))
+	if err != nil || Token(v) > MaxToken {
+		return 0, fmt.Errorf("%w: %q is out of range (1 to %d)", ErrInvalidToken, s, MaxToken)
 	}
 	if v == 0 {
 		return 0, fmt.Errorf("%w: 0 means no token", ErrInvalidToken)

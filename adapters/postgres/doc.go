@@ -37,6 +37,11 @@
 // [Column.AdmitTx] admit inside a transaction of yours. Tokens are admitted
 // with >=: one holder may write many times with its token.
 //
+// Guard each resource with exactly one lock name. fenced may grant two
+// different lock names the same token (they share one etcd transaction), so
+// a resource written under two lock names could admit two holders at once;
+// under one name every grant's token is unique and larger than the last.
+//
 // Keep the read and the write in that one transaction. If a holder reads in
 // one transaction and writes in another, admit its token in both. Otherwise
 // a newer holder may read before an older holder's late write lands; the
