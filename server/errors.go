@@ -63,6 +63,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
+// retryAfter is the Retry-After of every 503: a backend that failed or
+// timed out, or a server shutting down, is worth trying again soon (on
+// another node, or this one).
+const retryAfter = "1"
+
 func writeError(w http.ResponseWriter, e *apiError) {
+	if e.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", retryAfter)
+	}
 	writeJSON(w, e.status, errorBody{Error: errorDetail{Code: e.code, Message: e.message}})
 }

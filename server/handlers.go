@@ -102,7 +102,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	if err != nil {
-		aerr, result := s.failure(r, ctx, opAcquire, name, err)
+		aerr, result := s.failure(r, ctx, opAcquire, name, start, err)
 		s.metrics.acquisitions.WithLabelValues(result).Inc()
 		writeError(w, aerr)
 		return
@@ -143,7 +143,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
 	start := time.Now()
 	g, err := s.locks.RefreshID(ctx, name, req.leaseID, req.ttl)
 	if err != nil {
-		aerr, result := s.failure(r, ctx, opRefresh, name, err)
+		aerr, result := s.failure(r, ctx, opRefresh, name, start, err)
 		if result == resultLost {
 			s.leases.gone(name, req.leaseID)
 		}
@@ -169,8 +169,9 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
 	defer cancel()
+	start := time.Now()
 	if err := s.locks.ReleaseID(ctx, name, req.leaseID); err != nil {
-		aerr, result := s.failure(r, ctx, opRelease, name, err)
+		aerr, result := s.failure(r, ctx, opRelease, name, start, err)
 		if result == resultLost {
 			s.leases.gone(name, req.leaseID)
 		}
@@ -188,9 +189,10 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
 	defer cancel()
+	start := time.Now()
 	st, err := s.locks.Inspect(ctx, name)
 	if err != nil {
-		aerr, _ := s.failure(r, ctx, opInspect, name, err)
+		aerr, _ := s.failure(r, ctx, opInspect, name, start, err)
 		writeError(w, aerr)
 		return
 	}
@@ -199,15 +201,16 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 
 // failure maps an error of the lock client to the API error and the result
 // label. ErrNotAcquired is left to the caller (only acquire sees it). ctx
-// is the context of the failed call, to tell a timeout.
-func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, err error) (*apiError, string) {
+// is the context of the failed call, to tell a timeout; start is when the
+// call began.
+func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, start time.Time, err error) (*apiError, string) {
 	switch {
 	case errors.Is(err, lock.ErrInvalidName), errors.Is(err, lock.ErrInvalidTTL), errors.Is(err, lock.ErrInvalidLeaseID):
 		return invalid(err.Error()), resultInvalid
 	case errors.Is(err, lock.ErrLost):
 		s.metrics.leasesLost.Inc()
 		return &apiError{status: http.StatusGone, code: codeLost,
-			message: fmt.Sprintf("this lease id does not hold lock %q: the lease expired, was released, or was taken over; acquire again", name)}, resultLost
+			message: fmt.Sprintf("this lease id does not hold lock %q: its lease expired or was taken over, or it never held it; acquire again", name)}, resultLost
 	case r.Context().Err() != nil:
 		// The client went away (or the server's base context ended): the
 		// store is not at fault. Whoever still listens learns the truth.
@@ -220,33 +223,60 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 			message: "fenced is shutting down; retry on another node or later"}, resultError
 	}
 	s.metrics.backendErrors.WithLabelValues(op).Inc()
+	backend := backendOf(err)
+	took := time.Since(start)
 	msg := fmt.Sprintf("lease store failed (%s %q): %v; check that Redis and etcd are reachable from fenced (GET /readyz)", op, name, err)
 	if ctx.Err() != nil {
-		msg = fmt.Sprintf("lease store did not answer %s %q within %s; check that Redis and etcd are reachable and have a leader (GET /readyz)", op, name, s.backendTimeout)
+		msg = fmt.Sprintf("lease store did not answer %s %q within %s; check that Redis and etcd are reachable and have a leader (GET /readyz)", op, name, took.Round(time.Millisecond))
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelWarn, "lease store failed",
-		slog.String("op", op), slog.String("lock", name), slog.Any("err", err),
-		slog.String("hint", "check that Redis and etcd are reachable from fenced and healthy; GET /readyz runs the same check"))
+		slog.String("op", op), slog.String("lock", name), slog.String("backend", backend),
+		slog.String("took", took.Round(time.Microsecond).String()), slog.Bool("timed_out", ctx.Err() != nil), slog.Any("err", err),
+		slog.String("hint", "check that "+backend+" is reachable from fenced and healthy (etcd: has a leader); GET /readyz runs the same check; --backend-timeout bounds each request"))
 	return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: msg}, resultError
+}
+
+// backendOf names the backend that failed: "redis", "etcd", "redlock", or
+// "Redis or etcd" when the error does not say.
+func backendOf(err error) string {
+	var be *lock.BackendError
+	if errors.As(err, &be) {
+		return be.Backend
+	}
+	return "Redis or etcd"
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ string) {
 	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
 }
 
+// readyz answers within the ready timeout (a probe's own timeout is
+// usually one second). Only the log and authenticated callers learn what
+// failed in detail: the error may name backend addresses.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ string) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.readyTimeout)
 	defer cancel()
+	start := time.Now()
 	if err := s.ready(ctx); err != nil {
 		if r.Context().Err() != nil {
 			writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: "request cancelled before the readiness check finished"})
 			return
 		}
 		s.metrics.backendErrors.WithLabelValues(opReady).Inc()
+		backend := backendOf(err)
+		took := time.Since(start)
 		s.log.LogAttrs(r.Context(), slog.LevelWarn, "not ready: a backend does not answer",
-			slog.Any("err", err), slog.String("hint", "check that Redis and etcd are up and reachable from fenced"))
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
-			message: fmt.Sprintf("not ready: %v", err)})
+			slog.String("backend", backend), slog.String("took", took.Round(time.Microsecond).String()),
+			slog.Bool("timed_out", ctx.Err() != nil), slog.Any("err", err),
+			slog.String("hint", "check that "+backend+" is up and reachable from fenced"))
+		msg := fmt.Sprintf("not ready: %s did not answer within %s; the fenced log has the details", backend, s.readyTimeout)
+		if ctx.Err() == nil {
+			msg = fmt.Sprintf("not ready: %s failed; the fenced log has the details", backend)
+		}
+		if s.auth == nil || s.auth.check(r) == nil {
+			msg = fmt.Sprintf("not ready: %v", err)
+		}
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: msg})
 		return
 	}
 	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})

@@ -43,7 +43,7 @@ func TestLogs(t *testing.T) {
 	serve("POST", "/v1/locks/x/release", `{"lease_id":"`+id+`"}`)
 	out := buf.String()
 	for _, want := range []string{
-		`level=WARN msg="lease store failed" op=acquire lock=x`, "connection refused", "hint=",
+		`level=WARN msg="lease store failed" op=acquire lock=x backend=`, "took=", "connection refused", "hint=",
 		`level=DEBUG msg="http request" method=POST path=/v1/locks/x/acquire route=/v1/locks/{name}/acquire status=503`,
 		`route=/v1/locks/{name}/release status=410`,
 	} {

@@ -54,9 +54,14 @@ type Config struct {
 	// MaxWait bounds wait_ms. Default 60s.
 	MaxWait time.Duration
 	// BackendTimeout bounds the lease store calls of one request, on top of
-	// its wait_ms. A store that does not answer in time is a 503. Default
+	// its wait_ms. A store that does not answer in time is a 503 with
+	// Retry-After, logged with the backend and the time it took. Default
 	// 10s.
 	BackendTimeout time.Duration
+	// ReadyTimeout bounds the check of GET /readyz, so that a probe with a
+	// one-second timeout (Kubernetes' default) gets a 503 rather than no
+	// answer when a backend hangs. Default 800ms.
+	ReadyTimeout time.Duration
 }
 
 // Defaults of Config.
@@ -65,6 +70,7 @@ const (
 	DefaultTTL            = 30 * time.Second
 	DefaultMaxWait        = 60 * time.Second
 	DefaultBackendTimeout = 10 * time.Second
+	DefaultReadyTimeout   = 800 * time.Millisecond
 )
 
 // Server is the HTTP handler of the v1 API. It keeps no goroutine: leases
@@ -78,6 +84,7 @@ type Server struct {
 	maxBody        int64
 	limits         limits
 	backendTimeout time.Duration
+	readyTimeout   time.Duration
 	metrics        *metrics
 	leases         *leaseTracker
 	metricsHandler http.Handler
@@ -95,6 +102,7 @@ func New(cfg Config) (*Server, error) {
 		log:            cfg.Logger,
 		maxBody:        cfg.MaxBodyBytes,
 		backendTimeout: cfg.BackendTimeout,
+		readyTimeout:   cfg.ReadyTimeout,
 		limits: limits{minTTL: cfg.MinTTL, maxTTL: cfg.MaxTTL,
 			defaultTTL: cfg.DefaultTTL, maxWait: cfg.MaxWait},
 		leases: newLeaseTracker(),
@@ -167,6 +175,9 @@ func (s *Server) setLimits() error {
 	if s.backendTimeout == 0 {
 		s.backendTimeout = DefaultBackendTimeout
 	}
+	if s.readyTimeout == 0 {
+		s.readyTimeout = DefaultReadyTimeout
+	}
 	for _, f := range []struct {
 		name string
 		d    time.Duration
@@ -186,6 +197,8 @@ func (s *Server) setLimits() error {
 		return fmt.Errorf("server: Config.MaxWait %s: want > 0 (0 means %s)", l.maxWait, DefaultMaxWait)
 	case s.backendTimeout < 0:
 		return fmt.Errorf("server: Config.BackendTimeout %s: want > 0 (0 means %s)", s.backendTimeout, DefaultBackendTimeout)
+	case s.readyTimeout < 0:
+		return fmt.Errorf("server: Config.ReadyTimeout %s: want > 0 (0 means %s)", s.readyTimeout, DefaultReadyTimeout)
 	}
 	return nil
 }

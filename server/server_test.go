@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestLeaseLifecycle(t *testing.T) {
@@ -411,6 +412,60 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
+// TestReadyzWithAuth: an unauthenticated probe learns which backend failed
+// but not its address; an authenticated caller gets the details.
+func TestReadyzWithAuth(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	_, cli := testenv.Etcd(t)
+	rs, err := lock.NewRedisStore(rdb, newSequencer(t, cli))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	token := strings.Repeat("k", 32)
+	e := newEnv(t, rs, func(c *Config) { c.AuthTokens = [][]byte{[]byte(token)} })
+	if r := e.do("GET", "/readyz", ""); r.status != http.StatusOK {
+		t.Fatalf("readyz: %d %s", r.status, r.body)
+	}
+	r.Kill()
+	msg := e.do("GET", "/readyz", "").errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+	if strings.Contains(msg, "127.0.0.1") || !strings.Contains(msg, "redis") || !strings.Contains(msg, "log") {
+		t.Fatalf("unauthenticated readyz says %q: want the backend named, no address, and a pointer to the log", msg)
+	}
+	e.bearer = token
+	msg = e.do("GET", "/readyz", "").errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+	if !strings.Contains(msg, r.Addr) {
+		t.Fatalf("authenticated readyz says %q: want the details", msg)
+	}
+}
+
+// TestReadyzBounded: a Redis that hangs (frozen with SIGSTOP) makes readyz
+// answer 503 at the end of its own bound, not after the backend timeout, so
+// that a probe with a one-second timeout sees an answer.
+func TestReadyzBounded(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	_, cli := testenv.Etcd(t)
+	rs, err := lock.NewRedisStore(rdb, newSequencer(t, cli))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	e := newEnv(t, rs, func(c *Config) { c.BackendTimeout = time.Minute })
+	if r := e.do("GET", "/readyz", ""); r.status != http.StatusOK {
+		t.Fatalf("readyz: %d %s", r.status, r.body)
+	}
+	r.Stop()
+	defer r.Cont()
+	msg := e.do("GET", "/readyz", "").errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+	if !strings.Contains(msg, "deadline exceeded") {
+		t.Fatalf("readyz on a frozen Redis: %q, want it cut at its own bound", msg)
+	}
+}
+
 func TestBackendDown(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		_, cli := testenv.Etcd(t)
@@ -444,9 +499,13 @@ func checkDown(t *testing.T, e *env, want string) {
 		{"POST", "/v1/locks/x/release", `{"lease_id":"` + id + `"}`, opRelease},
 		{"GET", "/v1/locks/x", "", opInspect},
 	} {
-		msg := e.do(c.method, c.path, c.body).errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+		r := e.do(c.method, c.path, c.body)
+		msg := r.errCode(t, http.StatusServiceUnavailable, codeUnavailable)
 		if !strings.Contains(msg, want) || !strings.Contains(msg, c.op) {
 			t.Fatalf("%s %s: message %q, want it to say %q and %q", c.method, c.path, msg, want, c.op)
+		}
+		if ra := r.header.Get("Retry-After"); ra != "1" {
+			t.Fatalf("%s %s: Retry-After %q, want 1", c.method, c.path, ra)
 		}
 	}
 	e.do("GET", "/readyz", "").errCode(t, http.StatusServiceUnavailable, codeUnavailable)

@@ -21,6 +21,7 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"dev", "--max-ttl", "abc"}, "--max-ttl"},
 		{nil, []string{"dev", "--max-ttl", "48h"}, "--max-ttl"},
 		{nil, []string{"dev", "--max-body-bytes", "1k"}, "--max-body-bytes"},
+		{nil, []string{"dev", "--ready-timeout", "0s"}, "--ready-timeout"},
 		{[]string{"FENCED_MAX_TTL=abc"}, []string{"dev"}, "FENCED_MAX_TTL"},
 		{[]string{"FENCED_LISTEN=nonsense"}, []string{"dev"}, "--listen"},
 		{nil, []string{"dev", "--tls-cert", "x.pem"}, "--tls-key"},

@@ -21,13 +21,13 @@ import (
 
 // httpFlags configure the HTTP API of dev and serve.
 type httpFlags struct {
-	listen                      string
-	tlsCert, tlsKey, tlsCA      string
-	authTokenFile               string
-	defaultTTL, maxTTL, maxWait time.Duration
-	backendTimeout              time.Duration
-	maxBodyBytes                int64
-	shutdownGrace               time.Duration
+	listen                       string
+	tlsCert, tlsKey, tlsCA       string
+	authTokenFile                string
+	defaultTTL, maxTTL, maxWait  time.Duration
+	backendTimeout, readyTimeout time.Duration
+	maxBodyBytes                 int64
+	shutdownGrace                time.Duration
 }
 
 func (h *httpFlags) register(fs *flag.FlagSet) {
@@ -39,7 +39,8 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.defaultTTL, "default-ttl", server.DefaultTTL, "TTL of an acquire or refresh request without ttl_ms.")
 	fs.DurationVar(&h.maxTTL, "max-ttl", lock.MaxTTL, "Longest ttl_ms a request may ask for (10ms to 24h).")
 	fs.DurationVar(&h.maxWait, "max-wait", server.DefaultMaxWait, "Longest wait_ms an acquire request may ask for.")
-	fs.DurationVar(&h.backendTimeout, "backend-timeout", server.DefaultBackendTimeout, "Bound on the Redis and etcd calls of one request, on top of its wait_ms; past it the answer is 503.")
+	fs.DurationVar(&h.backendTimeout, "backend-timeout", server.DefaultBackendTimeout, "Bound on the Redis and etcd calls of one request, on top of its wait_ms; past it the answer is 503 with Retry-After.")
+	fs.DurationVar(&h.readyTimeout, "ready-timeout", server.DefaultReadyTimeout, "Bound on the backend check of GET /readyz; keep it below your probe's timeout (Kubernetes: 1s).")
 	fs.Int64Var(&h.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "Largest request body; a larger one is a 413.")
 	fs.DurationVar(&h.shutdownGrace, "shutdown-grace", 10*time.Second, "On SIGTERM or SIGINT, how long in-flight requests may take to finish before they are cut off.")
 }
@@ -72,6 +73,8 @@ func (h *httpFlags) validate(cmd string) error {
 		return usagef(cmd, "--max-wait %s: want > 0", h.maxWait)
 	case h.backendTimeout <= 0:
 		return usagef(cmd, "--backend-timeout %s: want > 0", h.backendTimeout)
+	case h.readyTimeout <= 0:
+		return usagef(cmd, "--ready-timeout %s: want > 0", h.readyTimeout)
 	case h.maxBodyBytes < 256:
 		return usagef(cmd, "--max-body-bytes %d: want at least 256", h.maxBodyBytes)
 	case h.shutdownGrace < 0:
@@ -124,7 +127,7 @@ func (h *httpFlags) serverConfig(locks *lock.Client, log *slog.Logger, tokens []
 	return server.Config{
 		Locks: locks, Logger: log, AuthTokens: tokens,
 		MaxBodyBytes: h.maxBodyBytes, MaxTTL: h.maxTTL, DefaultTTL: h.defaultTTL,
-		MaxWait: h.maxWait, BackendTimeout: h.backendTimeout,
+		MaxWait: h.maxWait, BackendTimeout: h.backendTimeout, ReadyTimeout: h.readyTimeout,
 	}
 }
 

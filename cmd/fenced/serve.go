@@ -260,7 +260,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	var store lock.LeaseStore
 	if rdb != nil {
-		seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix(prefix))
+		seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix(prefix), sequencer.WithLogger(log))
 		if err != nil {
 			return err
 		}
