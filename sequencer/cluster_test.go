@@ -19,62 +19,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// startCluster starts n embedded members concurrently (each waits for a
-// quorum) and returns them.
-func startCluster(t *testing.T, n int) []*sequencer.Embedded {
-	t.Helper()
-	cfgs := make([]sequencer.EmbedConfig, n)
-	var initial []string
-	for i := range cfgs {
-		cfgs[i] = sequencer.EmbedConfig{
-			Dir: t.TempDir(), Name: fmt.Sprint("m", i),
-			ClientURL: testenv.FreeURL(t), PeerURL: testenv.FreeURL(t),
-			TickMs: 50, ElectionMs: 500, UnsafeNoFsync: true,
-		}
-		initial = append(initial, cfgs[i].Name+"="+cfgs[i].PeerURL)
-	}
-	members := make([]*sequencer.Embedded, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range cfgs {
-		cfgs[i].InitialCluster = strings.Join(initial, ",")
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			members[i], errs[i] = sequencer.StartEmbedded(context.Background(), cfgs[i])
-		}(i)
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			for _, m := range members {
-				if m != nil {
-					m.Close()
-				}
-			}
-			t.Fatalf("member %d: %v", i, err)
-		}
-	}
-	for _, m := range members {
-		t.Cleanup(func() { m.Close() })
-	}
-	return members
-}
-
 // TestLeaderStopMidRun runs grants against a three-member cluster, stops the
 // leader in the middle, and checks that no grant broke the order of tokens
 // per name or repeated a token, and that grants go on after the failover.
 func TestLeaderStopMidRun(t *testing.T) {
-	members := startCluster(t, 3)
-	var eps []string
-	for _, m := range members {
-		eps = append(eps, m.ClientURL())
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	members := testenv.EtcdCluster(t, 3)
+	cli := testenv.ClusterClient(t, members)
 	s := newSeq(t, cli, sequencer.WithCommitTimeout(3*time.Second))
 
 	var clock atomic.Uint64
@@ -108,12 +58,7 @@ func TestLeaderStopMidRun(t *testing.T) {
 		}(w)
 	}
 	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(hist) >= 300 })
-	var leader *sequencer.Embedded
-	for _, m := range members {
-		if m.IsLeader() {
-			leader = m
-		}
-	}
+	leader := testenv.Leader(members)
 	if leader == nil {
 		t.Fatal("no leader")
 	}
