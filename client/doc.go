@@ -1,5 +1,4 @@
-// Package client is a Go client of the fenced HTTP API (DESIGN.md, "HTTP
-// API of fenced (v1)").
+// Package client is a Go client of the fenced HTTP API (api/openapi.yaml).
 //
 // Its [Lease] is [lock.Lease] itself (adopted with [lock.Client.Adopt] and
 // refreshed and released through the API), so code can move between the

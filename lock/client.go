@@ -196,7 +196,8 @@ func notAcquired(name string, busy error) error {
 	return fmt.Errorf("%w: %q: %v", ErrNotAcquired, name, busy)
 }
 
-// attempt is one pass of the acquisition protocol (DESIGN.md).
+// attempt is one pass of the acquisition protocol (docs/design.md,
+// "Acquisition protocol").
 func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, o acquireOpts) (*Lease, error) {
 	id, err := newLeaseID()
 	if err != nil {

@@ -16,7 +16,7 @@
 //
 // # Acquisition
 //
-// [Client.Acquire] follows the protocol in DESIGN.md: a random 128-bit lease
+// [Client.Acquire] follows the protocol in docs/design.md: a random 128-bit lease
 // id; the lease (Redis SET NX PX); a token from the sequencer (an etcd Txn
 // revision); a confirm script that checks the lease is still this lease id
 // and records the token beside it; then validity = TTL - elapsed - drift

@@ -42,6 +42,6 @@ func ValidateTTL(ttl time.Duration) error {
 	return nil
 }
 
-// Drift is the clock-drift allowance of DESIGN.md, 1% of the TTL plus 2ms:
+// Drift is the clock-drift allowance of docs/design.md (step 5), 1% of the TTL plus 2ms:
 // a lease is valid for its TTL from the start of the acquisition, less this.
 func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }

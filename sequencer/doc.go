@@ -6,14 +6,19 @@
 // leader changes, and never goes backwards, so for one lock name every grant
 // gets a token larger than every grant that completed before it began.
 //
-// [Etcd] is the implementation of [Sequencer]. Each [Etcd.Next] writes the lock
-// name's key with the lease id as its value in one transaction; a retried
-// call with the same lease id returns the same token instead of a new one.
-// Concurrent calls for different names are group-committed: they share one
-// transaction, and so one revision and one Raft round trip. The same name is
-// never twice in one transaction. The batch is not held open by a timer: a
-// lone request is sent at once, and requests that arrive while transactions
-// are in flight form the next batch.
+// [Etcd] is the implementation of [Sequencer]. Concurrent calls for
+// different names are group-committed: they share one transaction, a Put of
+// one counter key, and so one revision and one Raft round trip. The same
+// name is never twice in one transaction, so a name's tokens are unique. The
+// batch is not held open by a timer: a lone request is sent at once, and
+// requests that arrive while a transaction is in flight form the next
+// batch. No key is kept per name: etcd's state does not grow with the names
+// ever used. A retried call takes a new token; the lease store records the
+// one a lease uses.
+//
+// [Keyspace] names fenced's keys under a prefix and [Issuer] is the one
+// place where a revision and the floor offset become a token; lock's etcd
+// lease store uses both. See docs/design.md, "Keys and tokens".
 //
 // # Restore safety
 //
@@ -30,7 +35,9 @@
 // after a restore and before fenced serves again (fenced admin raise-floor).
 // [EnsureFloor] does the same automatically on a cluster that never had a
 // floor, so a brand-new cluster (or a fresh fenced dev data dir) cannot
-// reissue tokens that resources still remember; fenced runs it at start.
+// reissue tokens that resources still remember; the [Issuer] runs it when
+// it finds no floor, and raises the floor itself when a running process
+// sees etcd's revision go back below a token it issued.
 //
 // # Embedded etcd
 //

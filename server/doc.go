@@ -1,7 +1,8 @@
-// Package server is the HTTP handler of the fenced daemon: the v1 JSON API
-// of DESIGN.md ("HTTP API of fenced (v1)") over a [lock.Client], plus
-// health, readiness and Prometheus metrics. api/openapi.yaml describes the
-// same API; a test keeps the two in step.
+// Package server is the HTTP handler of the fenced daemon: the v1 JSON API,
+// specified in api/openapi.yaml, over a [lock.Client], plus health,
+// readiness and Prometheus metrics. A test keeps the routes and the
+// document in step; docs/design.md ("Operating under faults") explains
+// its timeouts and readiness.
 //
 //	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N}  → {"name","lease_id","token","ttl_ms"}
 //	POST /v1/locks/{name}/refresh  {"lease_id","ttl_ms"}     → {"name","lease_id","token","ttl_ms"}

@@ -237,6 +237,6 @@ func connectRedis(ctx context.Context, addr string) (*redis.Client, error) {
 	return rdb, nil
 }
 
-// drift is the clock-drift allowance of DESIGN.md, the same that package
+// drift is the clock-drift allowance of docs/design.md, the same that package
 // lock takes off a lease's validity: 1% of the TTL plus 2ms.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
