@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -17,13 +19,6 @@ import (
 
 	"github.com/fenced/fenced/api"
 )
-
-// statusOfCode is the status of each error code, as the document's
-// ErrorCode says.
-var statusOfCode = map[string]int{
-	codeInvalidArgument: 400, codeUnauthenticated: 401, codeNotFound: 404, codeMethodNotAllowed: 405,
-	codeHeld: 409, codeLost: 410, codePayloadTooLarge: 413, codeUnsupportedMediaType: 415, codeUnavailable: 503,
-}
 
 // spec is api/openapi.yaml loaded and validated (examples included) by
 // kin-openapi, and a router of its operations.
@@ -44,12 +39,27 @@ var spec = sync.OnceValues(func() (*specDoc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api/openapi.yaml: %w", err)
 	}
-	return &specDoc{doc: doc, router: router}, nil
+	// The status of each error code, as the description of ErrorCode
+	// states it: "invalid_argument 400, unauthenticated 401, ...".
+	codes := doc.Components.Schemas["ErrorCode"].Value
+	statusOf := map[string]int{}
+	for _, m := range codeStatus.FindAllStringSubmatch(codes.Description, -1) {
+		statusOf[m[1]], _ = strconv.Atoi(m[2])
+	}
+	for _, c := range codes.Enum {
+		if statusOf[c.(string)] == 0 {
+			return nil, fmt.Errorf("api/openapi.yaml: ErrorCode %s: its description states no status", c)
+		}
+	}
+	return &specDoc{doc: doc, router: router, statusOf: statusOf}, nil
 })
 
+var codeStatus = regexp.MustCompile(`([a-z_]+) ([1-5][0-9][0-9])`)
+
 type specDoc struct {
-	doc    *openapi3.T
-	router routers.Router
+	doc      *openapi3.T
+	router   routers.Router
+	statusOf map[string]int // error code → status
 }
 
 func loadSpec(t testing.TB) *specDoc {
@@ -139,8 +149,8 @@ func (s *specDoc) checkError(status int, header http.Header, body []byte) error 
 		return fmt.Errorf("error body: %w", err)
 	}
 	code := v.(map[string]any)["error"].(map[string]any)["code"].(string)
-	if want := statusOfCode[code]; want != status {
-		return fmt.Errorf("error code %s with status %d; the document says %d", code, status, want)
+	if want := s.statusOf[code]; want != status {
+		return fmt.Errorf("error code %s with status %d; the document's ErrorCode says %d", code, status, want)
 	}
 	return nil
 }
