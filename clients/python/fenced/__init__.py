@@ -487,7 +487,9 @@ class Lease:
         self._thread.start()
 
     def stop_keep_alive(self) -> None:
-        """Stop the keep-alive thread, if any, and wait for it to end."""
+        """Stop the keep-alive thread, if any, and wait for it to end (a
+        refresh in flight finishes first; its timeout is at most the
+        lease's remaining validity)."""
         self._stop.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
