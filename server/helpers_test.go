@@ -85,7 +85,7 @@ func newEnv(t *testing.T, store lock.LeaseStore, mod func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(srv)
+	ts := httptest.NewServer(validating(t, srv)) // every response is checked against api/openapi.yaml
 	t.Cleanup(ts.Close)
 	return &env{t: t, srv: srv, ts: ts}
 }

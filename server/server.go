@@ -220,8 +220,9 @@ var (
 	routeAcquire = &route{"/v1/locks/{name}/acquire", http.MethodPost, false, opAcquire, (*Server).acquire}
 	routeRefresh = &route{"/v1/locks/{name}/refresh", http.MethodPost, false, opRefresh, (*Server).refresh}
 	routeRelease = &route{"/v1/locks/{name}/release", http.MethodPost, false, opRelease, (*Server).release}
+	routeOpenAPI = &route{"/v1/openapi.yaml", http.MethodGet, true, "", (*Server).serveOpenAPI}
 
-	routes = []*route{routeHealthz, routeReadyz, routeMetrics, routeInspect, routeAcquire, routeRefresh, routeRelease}
+	routes = []*route{routeHealthz, routeReadyz, routeMetrics, routeInspect, routeAcquire, routeRefresh, routeRelease, routeOpenAPI}
 )
 
 const locksPrefix = "/v1/locks/"
@@ -239,6 +240,8 @@ func match(path, method string) (rt *route, rawName string) {
 		return routeReadyz, ""
 	case "/metrics":
 		return routeMetrics, ""
+	case "/v1/openapi.yaml":
+		return routeOpenAPI, ""
 	}
 	rest, ok := strings.CutPrefix(path, locksPrefix)
 	if !ok {

@@ -37,25 +37,12 @@ func NewFence(db Beginner, opts ...Option) (*Fence, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil Beginner", ErrInvalidOption)
 	}
-	c, err := newConfig(opts)
+	c, err := fenceConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	if c.fenceColumnSet {
-		return nil, fmt.Errorf("%w: WithFenceColumn applies to a Column, not a Fence", ErrInvalidOption)
-	}
-	if err := checkName("schema", c.schema, true); err != nil {
-		return nil, err
-	}
-	if err := checkName("fence table", c.table, true); err != nil {
-		return nil, err
-	}
 	f := &Fence{db: db, schema: c.schema, table: c.table, txOptions: c.txOptions}
-	idents := map[string]string{
-		"schema":        pgx.Identifier{c.schema}.Sanitize(),
-		"fence_table":   pgx.Identifier{c.schema, c.table}.Sanitize(),
-		"version_table": pgx.Identifier{c.schema, versionTable}.Sanitize(),
-	}
+	idents := fenceIdents(c.schema, c.table)
 	if err := renderAll(idents, map[string]*string{
 		"sql/fence_admit.sql":   &f.admitSQL,
 		"sql/fence_highest.sql": &f.highestSQL,
@@ -66,6 +53,33 @@ func NewFence(db Beginner, opts ...Option) (*Fence, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// fenceConfig checks the options of a Fence.
+func fenceConfig(opts []Option) (config, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return c, err
+	}
+	if c.fenceColumnSet {
+		return c, fmt.Errorf("%w: WithFenceColumn applies to a Column, not a Fence", ErrInvalidOption)
+	}
+	if err := checkName("schema", c.schema, true); err != nil {
+		return c, err
+	}
+	if err := checkName("fence table", c.table, true); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// fenceIdents are the quoted identifiers the fence's SQL templates use.
+func fenceIdents(schema, table string) map[string]string {
+	return map[string]string{
+		"schema":        pgx.Identifier{schema}.Sanitize(),
+		"fence_table":   pgx.Identifier{schema, table}.Sanitize(),
+		"version_table": pgx.Identifier{schema, versionTable}.Sanitize(),
+	}
 }
 
 // Admit implements [fence.Store]: it admits t for resource in a short

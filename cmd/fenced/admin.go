@@ -11,10 +11,12 @@ import (
 	"github.com/fenced/fenced/sequencer"
 )
 
-const adminSummary = `Administer the token floor in etcd.
+const adminSummary = `Administer the token floor in etcd, and install the Postgres fence.
 
   fenced admin raise-floor [flags]   make every token issued from now on exceed every token issued before
   fenced admin floor [flags]         print the current floor
+  fenced admin pg-sql [flags]        print the Postgres fence's migrations as SQL, for psql, Flyway or Liquibase
+  fenced admin pg-migrate [flags]    apply them to --database-url
 
 Run raise-floor once after etcd was restored from an older snapshot or
 replaced by a new cluster, before fenced serves again: otherwise tokens go
@@ -25,18 +27,22 @@ wrong clock.`
 
 func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("fenced admin", "missing the admin command: raise-floor or floor")
+		return usagef("fenced admin", "missing the admin command: raise-floor, floor, pg-sql or pg-migrate")
 	}
 	switch args[0] {
 	case "raise-floor", "floor":
 		return runFloor(ctx, args[0], args[1:], stdout)
+	case "pg-sql":
+		return runPgSQL(args[1:], stdout)
+	case "pg-migrate":
+		return runPgMigrate(ctx, args[1:], stdout)
 	case "help", "-h", "-help", "--help":
-		fmt.Fprintln(stdout, "Usage: fenced admin raise-floor|floor [flags]")
+		fmt.Fprintln(stdout, "Usage: fenced admin raise-floor|floor|pg-sql|pg-migrate [flags]")
 		fmt.Fprintln(stdout)
 		fmt.Fprintln(stdout, adminSummary)
 		return nil
 	}
-	return usagef("fenced admin", "unknown admin command %q: want raise-floor or floor", args[0])
+	return usagef("fenced admin", "unknown admin command %q: want raise-floor, floor, pg-sql or pg-migrate", args[0])
 }
 
 // tokenValue is a fence.Token flag; 0 is allowed (no minimum).

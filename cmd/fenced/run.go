@@ -25,6 +25,8 @@ Usage:
   fenced exec [flags] NAME -- CMD [ARG...] run CMD while holding the lock NAME, with FENCED_TOKEN set
   fenced admin raise-floor [flags]        after an etcd restore: make new tokens exceed all before
   fenced admin floor [flags]              print the token floor
+  fenced admin pg-sql [flags]             print the Postgres fence's migrations as SQL (for psql)
+  fenced admin pg-migrate [flags]         apply them to --database-url
   fenced version                          print the version
 
 Every flag can also be set by an environment variable: --max-ttl is

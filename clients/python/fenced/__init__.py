@@ -1,0 +1,534 @@
+"""Python client of fenced's HTTP API (v1): leases with fencing tokens.
+
+Standard library only (urllib, json, threading). A lock is held through a
+lease; send the lease's token with every write to the protected resource
+(the Fencing-Token header, see set_fencing_token, or fence_admit in
+Postgres), so that the resource can reject a writer whose lease was lost::
+
+    import fenced
+
+    client = fenced.Client("http://127.0.0.1:7070")
+    with client.lock("invoice-42", ttl_ms=10_000) as lease:  # kept alive
+        write(lease.token)          # the resource admits tokens >= the highest it saw
+        lease.check()               # raises LostError once the lease is lost
+
+Errors are typed by the API's error code (never by message text): HeldError
+(409 held), LostError (410 lost), InvalidArgumentError (400), ... all
+subclasses of FencedError. UnavailableError (503) and TransportError (no
+answer) are retryable.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Callable, MutableMapping, Optional, Union
+
+__all__ = [
+    "Client",
+    "Lease",
+    "LockState",
+    "FencedError",
+    "InvalidArgumentError",
+    "UnauthenticatedError",
+    "NotFoundError",
+    "MethodNotAllowedError",
+    "HeldError",
+    "LostError",
+    "PayloadTooLargeError",
+    "UnsupportedMediaTypeError",
+    "UnavailableError",
+    "TransportError",
+    "FENCING_TOKEN_HEADER",
+    "MAX_TOKEN",
+    "set_fencing_token",
+    "validity",
+]
+
+#: The HTTP header that carries a fencing token to a protected resource, in
+#: decimal. See docs/fencing-token-http.md.
+FENCING_TOKEN_HEADER = "Fencing-Token"
+
+#: The largest token fenced issues: 2^63-1, what a signed 64-bit integer or a
+#: Postgres bigint holds.
+MAX_TOKEN = (1 << 63) - 1
+
+
+# ---------------------------------------------------------------------------
+# Errors
+
+
+class FencedError(Exception):
+    """An error answer of the API, or no answer.
+
+    code is the API's error code ("held", "lost", ...; None when the server
+    did not answer with an API error), status the HTTP status (0 without an
+    answer), message the server's explanation.
+    """
+
+    code: Optional[str] = None
+    retryable = False
+
+    def __init__(self, message: str, status: int = 0, code: Optional[str] = None,
+                 retry_after: Optional[float] = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        if code is not None:
+            self.code = code
+        #: Seconds the server asked to wait before retrying (Retry-After), or None.
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        if self.code:
+            return f"fenced: {self.code} ({self.status}): {self.message}"
+        if self.status:
+            return f"fenced: HTTP {self.status}: {self.message}"
+        return f"fenced: {self.message}"
+
+
+class InvalidArgumentError(FencedError):
+    """400 invalid_argument: a bad lock name, body, ttl_ms, wait_ms or lease id."""
+    code = "invalid_argument"
+
+
+class UnauthenticatedError(FencedError):
+    """401 unauthenticated: a missing or wrong bearer token."""
+    code = "unauthenticated"
+
+
+class NotFoundError(FencedError):
+    """404 not_found: no such path (a wrong base URL, or an older fenced)."""
+    code = "not_found"
+
+
+class MethodNotAllowedError(FencedError):
+    """405 method_not_allowed."""
+    code = "method_not_allowed"
+
+
+class HeldError(FencedError):
+    """409 held: another holder has the lease (still, after wait_ms)."""
+    code = "held"
+
+
+class LostError(FencedError):
+    """410 lost: this lease id no longer holds the lease; stop writing with its token.
+
+    The keep-alive also reports a lease whose validity ran out without a
+    successful refresh as a LostError (status 0).
+    """
+    code = "lost"
+
+
+class PayloadTooLargeError(FencedError):
+    """413 payload_too_large."""
+    code = "payload_too_large"
+
+
+class UnsupportedMediaTypeError(FencedError):
+    """415 unsupported_media_type."""
+    code = "unsupported_media_type"
+
+
+class UnavailableError(FencedError):
+    """503 unavailable: Redis or etcd failed or did not answer, or fenced is
+    shutting down. Retryable, after retry_after seconds if the server said."""
+    code = "unavailable"
+    retryable = True
+
+
+class TransportError(FencedError):
+    """No answer from fenced: connection refused or reset, or a timeout.
+    Retryable; whether the request took effect is unknown."""
+    retryable = True
+
+
+_ERRORS = {cls.code: cls for cls in (
+    InvalidArgumentError, UnauthenticatedError, NotFoundError, MethodNotAllowedError,
+    HeldError, LostError, PayloadTooLargeError, UnsupportedMediaTypeError, UnavailableError,
+)}
+
+
+# ---------------------------------------------------------------------------
+# Fencing-Token header
+
+
+def _check_token(token: int) -> int:
+    if isinstance(token, bool) or not isinstance(token, int) or not 1 <= token <= MAX_TOKEN:
+        raise ValueError(f"fencing token {token!r}: want an int from 1 to {MAX_TOKEN}")
+    return token
+
+
+def set_fencing_token(headers: Union[MutableMapping[str, str], urllib.request.Request], token: int) -> None:
+    """Set the Fencing-Token header to token, in decimal, on a dict of
+    headers or a urllib.request.Request: the contract of
+    docs/fencing-token-http.md. A token outside 1 to 2^63-1 is a ValueError."""
+    value = str(_check_token(token))
+    if isinstance(headers, urllib.request.Request):
+        headers.add_header(FENCING_TOKEN_HEADER, value)
+    else:
+        headers[FENCING_TOKEN_HEADER] = value
+
+
+# ---------------------------------------------------------------------------
+# Validity
+
+
+def validity(ttl_ms: int, started: float, now: float) -> float:
+    """The seconds a lease granted ttl_ms stays valid at monotonic time now,
+    when the request that granted it was sent at started:
+    ttl - (now - started) - drift, with drift = ttl/100 + 2 ms (the rule of
+    fenced's design). Not positive: the lease may be gone."""
+    ttl = ttl_ms / 1000.0
+    return ttl - (now - started) - (ttl / 100.0 + 0.002)
+
+
+# ---------------------------------------------------------------------------
+# Client
+
+
+class LockState:
+    """What GET /v1/locks/{name} says: whether it is held, and its token (0 when not)."""
+
+    def __init__(self, name: str, held: bool, token: int, ttl_ms: int):
+        self.name, self.held, self.token, self.ttl_ms = name, held, token, ttl_ms
+
+    def __repr__(self) -> str:
+        return f"LockState(name={self.name!r}, held={self.held}, token={self.token}, ttl_ms={self.ttl_ms})"
+
+
+class Client:
+    """A client of one fenced server.
+
+    base_url: like "http://127.0.0.1:7070". bearer_token: sent as
+    "Authorization: Bearer ..." when the server requires one (default none).
+    timeout: seconds to wait for an answer, on top of an acquire's wait_ms
+    (default 10). retries: how often a 503 unavailable answer is retried,
+    after its Retry-After or 100 ms, 200 ms, ... (default 2; 0 disables).
+    A Client is safe to share between threads; it holds no connection.
+    """
+
+    def __init__(self, base_url: str, bearer_token: Optional[str] = None,
+                 timeout: float = 10.0, retries: int = 2):
+        u = urllib.parse.urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise ValueError(f"base_url {base_url!r}: want http(s)://host:port")
+        if timeout <= 0:
+            raise ValueError(f"timeout {timeout!r}: want > 0 seconds")
+        if retries < 0:
+            raise ValueError(f"retries {retries!r}: want >= 0")
+        self.base_url = base_url.rstrip("/")
+        self._bearer = bearer_token
+        self.timeout = timeout
+        self.retries = retries
+
+    # -- the API -----------------------------------------------------------
+
+    def try_acquire(self, name: str, ttl_ms: Optional[int] = None) -> Optional["Lease"]:
+        """One attempt to take the lock: a Lease, or None if another holder has it.
+        ttl_ms None means the server's default TTL (30 s unless configured)."""
+        try:
+            return self.acquire(name, ttl_ms=ttl_ms, wait_ms=0)
+        except HeldError:
+            return None
+
+    def acquire(self, name: str, ttl_ms: Optional[int] = None, wait_ms: int = 30_000) -> "Lease":
+        """Take the lock, waiting up to wait_ms (default 30 s; the server's
+        --max-wait bounds it, 60 s by default) for the holder to release it or
+        for its lease to expire. Raises HeldError if it is still held then.
+        ttl_ms None means the server's default TTL. The granted TTL may be
+        longer (etcd leases are whole seconds): see Lease.ttl_ms."""
+        body: dict[str, int] = {}
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
+        if wait_ms:
+            body["wait_ms"] = wait_ms
+        started = time.monotonic()
+        doc = self._call("POST", name, "/acquire", body, extra_timeout=wait_ms / 1000.0)
+        return Lease(self, doc, started)
+
+    def lock(self, name: str, ttl_ms: Optional[int] = None, wait_ms: int = 30_000,
+             on_lost: Optional[Callable[["Lease", FencedError], None]] = None) -> "Lease":
+        """acquire, then keep the lease alive: for a with statement, which
+        releases the lease on exit. on_lost(lease, error) is called once if
+        the lease is lost, from the thread that finds out (usually the
+        keep-alive's)."""
+        lease = self.acquire(name, ttl_ms=ttl_ms, wait_ms=wait_ms)
+        lease.keep_alive(on_lost=on_lost)
+        return lease
+
+    def inspect(self, name: str) -> LockState:
+        """Whether the lock is held and its token; never the lease id."""
+        doc = self._call("GET", name, "", None)
+        return LockState(doc["name"], doc["held"], doc["token"], doc["ttl_ms"])
+
+    def refresh_id(self, name: str, lease_id: str, ttl_ms: Optional[int] = None) -> dict[str, Any]:
+        """Extend the lease lease_id of name; the raw answer. Lease.refresh is the usual way."""
+        body: dict[str, Any] = {"lease_id": lease_id}
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
+        return self._call("POST", name, "/refresh", body)
+
+    def release_id(self, name: str, lease_id: str) -> None:
+        """Release the lease lease_id of name. Lease.release is the usual way."""
+        self._call("POST", name, "/release", {"lease_id": lease_id})
+
+    # -- HTTP --------------------------------------------------------------
+
+    def _call(self, method: str, name: str, action: str, body: Optional[dict[str, Any]],
+              extra_timeout: float = 0.0, timeout: Optional[float] = None,
+              retries: Optional[int] = None) -> dict[str, Any]:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"lock name {name!r}: want a non-empty string")
+        # Quote everything but the characters lock names may have: a bad
+        # name reaches the server, which says what is allowed.
+        path = "/v1/locks/" + urllib.parse.quote(name, safe="") + action
+        attempt = 0
+        retries = self.retries if retries is None else retries
+        while True:
+            try:
+                return self._request(method, path, body, (timeout or self.timeout) + extra_timeout)
+            except UnavailableError as e:
+                if attempt >= retries:
+                    raise
+                attempt += 1
+                pause = e.retry_after if e.retry_after is not None else 0.1 * attempt
+                time.sleep(min(pause, 1.0) * (0.5 + random.random() / 2))  # back off before retrying
+
+    def _request(self, method: str, path: str, body: Optional[dict[str, Any]], timeout: float) -> dict[str, Any]:
+        data = None
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if self._bearer:
+            headers["Authorization"] = "Bearer " + self._bearer
+        req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            raise _api_error(e.code, e.headers, e.read()) from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise TransportError(f"{method} {self.base_url}{path}: {reason}") from e
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            raise FencedError(f"{method} {path}: answer is not JSON: {raw[:80]!r}", status) from None
+        if not isinstance(doc, dict):
+            raise FencedError(f"{method} {path}: answer is not a JSON object: {raw[:80]!r}", status)
+        return doc
+
+
+def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
+    retry_after = None
+    ra = headers.get("Retry-After") if headers is not None else None
+    if ra is not None:
+        try:
+            retry_after = max(0.0, float(ra))
+        except ValueError:
+            retry_after = None  # an HTTP date: ignore, back off as usual
+    try:
+        err = json.loads(raw)["error"]
+        code, message = err["code"], err["message"]
+    except (ValueError, KeyError, TypeError):
+        text = raw[:200].decode("utf-8", "replace")
+        if status == 503:
+            return UnavailableError(text or "service unavailable", status, retry_after=retry_after)
+        return FencedError(f"not an API error: {text!r}", status, retry_after=retry_after)
+    cls = _ERRORS.get(code, FencedError)
+    return cls(message, status, code, retry_after)
+
+
+# ---------------------------------------------------------------------------
+# Lease
+
+
+class Lease:
+    """A held lease: name, lease_id (the holder's secret), token and ttl_ms
+    (the TTL the server granted).
+
+    valid_for() says how long the lease is surely still held by the rule
+    ttl - elapsed - drift, measured from before the request that granted or
+    last refreshed it was sent. keep_alive() refreshes it in a thread at
+    ttl/3; lost (a threading.Event) is set, once, when a refresh answers
+    lost or the validity runs out without a successful refresh. release()
+    stops the keep-alive and releases. A Lease is a context manager that
+    releases on exit.
+    """
+
+    def __init__(self, client: Client, doc: dict[str, Any], started: float):
+        self._client = client
+        self.name: str = doc["name"]
+        self.lease_id: str = doc["lease_id"]
+        self.token: int = doc["token"]
+        self.ttl_ms: int = doc["ttl_ms"]
+        #: Set once, when the lease is known or presumed lost.
+        self.lost = threading.Event()
+        #: Why the lease was lost (a LostError), once lost is set.
+        self.lost_reason: Optional[FencedError] = None
+        self._mu = threading.Lock()
+        self._deadline = started + max(0.0, validity(self.ttl_ms, started, started))
+        self._released = False
+        self._on_lost: Optional[Callable[[Lease, FencedError], None]] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def __repr__(self) -> str:
+        return f"Lease(name={self.name!r}, token={self.token}, ttl_ms={self.ttl_ms})"
+
+    # -- validity ------------------------------------------------------------
+
+    @property
+    def deadline(self) -> float:
+        """The time.monotonic() at which the lease's validity runs out."""
+        with self._mu:
+            return self._deadline
+
+    def valid_for(self) -> float:
+        """Seconds the lease is still surely held; 0 once lost."""
+        if self.lost.is_set():
+            return 0.0
+        return max(0.0, self.deadline - time.monotonic())
+
+    def check(self) -> None:
+        """Raise LostError if the lease is lost or its validity ran out.
+        Checking is no substitute for the fence: send the token too."""
+        if self.lost.is_set():
+            raise self.lost_reason or LostError("lease lost", 0)
+        if time.monotonic() >= self.deadline:
+            raise LostError(f"lease of {self.name!r} ran out of validity", 0)
+
+    def fencing_headers(self) -> dict[str, str]:
+        """{"Fencing-Token": "<token>"} for a request to the protected resource."""
+        return {FENCING_TOKEN_HEADER: str(self.token)}
+
+    # -- refresh and release -------------------------------------------------
+
+    def refresh(self, ttl_ms: Optional[int] = None) -> None:
+        """Extend the lease to ttl_ms from now (None: the server's default
+        TTL). The validity is computed anew from this refresh: a shorter TTL
+        shortens it. Raises LostError if the lease is no longer held (and
+        sets lost)."""
+        self._refresh(ttl_ms, None)
+
+    def _refresh(self, ttl_ms: Optional[int], retries: Optional[int]) -> None:
+        started = time.monotonic()
+        timeout = None
+        remaining = self.deadline - started
+        if remaining > 0:
+            # No point waiting past the validity for an answer.
+            timeout = min(self._client.timeout, max(remaining, 0.001))
+        try:
+            doc = self._client._call("POST", self.name, "/refresh",
+                                     {"lease_id": self.lease_id, **({"ttl_ms": ttl_ms} if ttl_ms is not None else {})},
+                                     timeout=timeout, retries=retries)
+        except LostError as e:
+            self._signal_lost(e)
+            raise
+        if doc.get("token") != self.token:  # a lease's token never changes
+            err = LostError(f"refresh of {self.name!r} answered token {doc.get('token')}, not {self.token}", 0)
+            self._signal_lost(err)
+            raise err
+        with self._mu:
+            self.ttl_ms = doc["ttl_ms"]
+            self._deadline = started + validity(self.ttl_ms, started, started)
+
+    def release(self) -> None:
+        """Stop the keep-alive and release the lease. Calling it again does
+        nothing. Raises LostError if the lease was no longer held (it expired
+        or was taken over: writes with its token may have been rejected)."""
+        self.stop_keep_alive()
+        with self._mu:
+            if self._released:
+                return
+            self._released = True
+        try:
+            self._client.release_id(self.name, self.lease_id)
+        except LostError as e:
+            self._signal_lost(e)
+            raise
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.release()
+        except FencedError:
+            if exc_type is None:
+                raise
+            # The with block's own exception says more.
+
+    # -- keep-alive ----------------------------------------------------------
+
+    def keep_alive(self, on_lost: Optional[Callable[["Lease", FencedError], None]] = None) -> None:
+        """Refresh the lease every ttl/3 in a daemon thread of its own, with
+        the TTL it was granted. A refresh that answers lost, or a validity
+        that runs out without a successful refresh (retryable errors are
+        retried until then), sets lost and calls on_lost(lease, error) once,
+        from the keep-alive thread.
+        release() or stop_keep_alive() stops the thread and waits for it."""
+        with self._mu:
+            if self._thread is not None:
+                raise RuntimeError("keep_alive: already running")
+            if self._released:
+                raise RuntimeError("keep_alive: the lease was released")
+            self._on_lost = on_lost
+            self._thread = threading.Thread(target=self._keep_alive, name=f"fenced-keep-alive-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop_keep_alive(self) -> None:
+        """Stop the keep-alive thread, if any, and wait for it to end (a
+        refresh in flight finishes first; its timeout is at most the
+        lease's remaining validity)."""
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join()
+
+    def _keep_alive(self) -> None:
+        interval = self.ttl_ms / 3000.0
+        next_refresh = time.monotonic() + interval
+        while True:
+            deadline = self.deadline
+            # Wake for the next refresh, or at the deadline if that comes first.
+            if self._stop.wait(max(0.0, min(next_refresh, deadline) - time.monotonic())):
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                self._signal_lost(LostError(f"lease of {self.name!r}: no successful refresh before its validity ran out", 0))
+                return
+            if now < next_refresh:
+                continue
+            try:
+                self._refresh(self.ttl_ms, 0)  # this loop retries, within the validity
+                next_refresh = time.monotonic() + self.ttl_ms / 3000.0
+            except LostError:
+                return  # refresh signalled it
+            except FencedError as e:
+                if not e.retryable:
+                    self._signal_lost(LostError(f"lease of {self.name!r}: refresh failed: {e}", e.status))
+                    return
+                # Retry soon, but not in a busy loop; the deadline still rules.
+                pause = e.retry_after if e.retry_after is not None else max(0.01, self.ttl_ms / 30000.0)
+                next_refresh = time.monotonic() + pause
+
+    def _signal_lost(self, err: FencedError) -> None:
+        with self._mu:
+            if self.lost.is_set():
+                return
+            self.lost_reason = err
+            self.lost.set()
+            cb = self._on_lost
+        if cb is not None:
+            cb(self, err)
+

@@ -1,0 +1,265 @@
+"""The Python client against a real fenced: fenced dev (leases in etcd) and
+fenced serve with leases in the local Redis (millisecond TTLs)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+
+import fenced  # noqa: E402
+import http_resource  # noqa: E402
+from daemon import Daemon, unique  # noqa: E402
+
+LEASE_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class DevTest(unittest.TestCase):
+    """fenced dev: etcd leases, whole-second TTLs (at least 2 s)."""
+
+    daemon: Daemon
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.daemon = Daemon("dev")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.daemon.stop()
+
+    def setUp(self) -> None:
+        self.client = fenced.Client(self.daemon.url)
+
+    def test_tour(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=10_000)
+        self.assertEqual(lease.name, name)
+        self.assertRegex(lease.lease_id, LEASE_ID)
+        self.assertIsInstance(lease.token, int)
+        self.assertTrue(1 <= lease.token <= fenced.MAX_TOKEN)
+        self.assertGreaterEqual(lease.ttl_ms, 10_000)
+        self.assertGreater(lease.valid_for(), 9.0)
+
+        self.assertIsNone(self.client.try_acquire(name, ttl_ms=10_000))
+        with self.assertRaises(fenced.HeldError) as cm:
+            self.client.acquire(name, ttl_ms=10_000, wait_ms=100)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("held", 409))
+        self.assertFalse(cm.exception.retryable)
+
+        st = self.client.inspect(name)
+        self.assertTrue(st.held)
+        self.assertEqual(st.token, lease.token)
+
+        lease.refresh(10_000)
+        self.assertFalse(lease.lost.is_set())
+        lease.release()
+        lease.release()  # again: nothing to do
+        self.assertFalse(self.client.inspect(name).held)
+        with self.assertRaises(fenced.LostError) as cm:
+            self.client.release_id(name, lease.lease_id)
+        self.assertEqual(cm.exception.status, 410)
+
+        with self.client.acquire(name, ttl_ms=10_000) as nxt:
+            self.assertGreater(nxt.token, lease.token)
+        self.assertFalse(self.client.inspect(name).held)
+
+    def test_errors_by_code(self) -> None:
+        with self.assertRaises(fenced.InvalidArgumentError) as cm:
+            self.client.acquire("bad name")
+        self.assertIn("allowed are", cm.exception.message)
+        with self.assertRaises(fenced.InvalidArgumentError):
+            self.client.acquire(unique(), ttl_ms=5)
+        with self.assertRaises(fenced.InvalidArgumentError):
+            self.client.refresh_id(unique(), "not-a-lease-id")
+        with self.assertRaises(fenced.LostError):
+            self.client.refresh_id(unique(), "0" * 32)
+        with self.assertRaises(fenced.NotFoundError) as cm:
+            fenced.Client(self.daemon.url + "/elsewhere").inspect("x")
+        self.assertEqual(cm.exception.status, 404)
+
+        with self.assertRaises(fenced.TransportError) as cm:
+            fenced.Client("http://127.0.0.1:9", timeout=2).inspect("x")
+        self.assertTrue(cm.exception.retryable)
+        for bad in ("ftp://x", "127.0.0.1:7070"):
+            with self.assertRaises(ValueError):
+                fenced.Client(bad)
+
+    def test_context_manager_releases(self) -> None:
+        name = unique()
+        with self.client.lock(name, ttl_ms=3000) as lease:
+            self.assertTrue(self.client.inspect(name).held)
+            self.assertEqual(lease.fencing_headers(), {"Fencing-Token": str(lease.token)})
+        self.assertFalse(self.client.inspect(name).held)
+
+        with self.assertRaises(ZeroDivisionError):
+            with self.client.lock(name, ttl_ms=3000):
+                1 / 0
+        self.assertFalse(self.client.inspect(name).held)
+
+    def test_keep_alive_signals_lost(self) -> None:
+        # The lease is released behind the holder's back: the next refresh
+        # answers 410 lost, and the keep-alive says so, once.
+        name = unique()
+        calls: list[fenced.FencedError] = []
+        lease = self.client.lock(name, ttl_ms=2000, on_lost=lambda lease, err: calls.append(err))
+        self.addCleanup(lease.stop_keep_alive)
+        self.client.release_id(name, lease.lease_id)
+        self.assertTrue(lease.lost.wait(timeout=lease.ttl_ms / 1000), "keep-alive did not signal the loss")
+        self.assertIsInstance(lease.lost_reason, fenced.LostError)
+        self.assertEqual(lease.lost_reason.status, 410)
+        lease.stop_keep_alive()
+        self.assertEqual(calls, [lease.lost_reason])
+        self.assertEqual(lease.valid_for(), 0.0)
+        with self.assertRaises(fenced.LostError):
+            lease.check()
+        with self.assertRaises(fenced.LostError):
+            lease.release()
+
+
+class RedisTest(unittest.TestCase):
+    """fenced serve with leases in the local Redis and tokens from an
+    embedded etcd, behind a bearer token: TTLs in milliseconds."""
+
+    daemon: Daemon
+    bearer = "py-client-test-token-0123456789abcdef"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = tempfile.TemporaryDirectory()
+        tokens = os.path.join(cls.tmp.name, "tokens")
+        with open(tokens, "w") as f:
+            f.write(cls.bearer + "\n")
+        run = unique("py")
+        cls.daemon = Daemon("serve", "--redis-addr", os.environ.get("FENCED_TEST_REDIS", "127.0.0.1:6379"),
+                            "--redis-prefix", f"fenced-{run}:", "--etcd-data-dir", os.path.join(cls.tmp.name, "etcd"),
+                            "--etcd-unsafe-no-fsync", "--etcd-prefix", f"/{run}/", "--auth-token-file", tokens)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.daemon.stop()
+        cls.tmp.cleanup()
+
+    def setUp(self) -> None:
+        self.client = fenced.Client(self.daemon.url, bearer_token=self.bearer)
+
+    def test_unauthenticated(self) -> None:
+        with self.assertRaises(fenced.UnauthenticatedError) as cm:
+            fenced.Client(self.daemon.url).acquire(unique())
+        self.assertEqual(cm.exception.status, 401)
+        with self.assertRaises(fenced.UnauthenticatedError):
+            fenced.Client(self.daemon.url, bearer_token="wrong-token-wrong-token-wrong").inspect("x")
+
+    def test_keep_alive_holds_a_short_lease(self) -> None:
+        name = unique()
+        lease = self.client.lock(name, ttl_ms=150)
+        self.addCleanup(lease.stop_keep_alive)
+        self.assertEqual(lease.ttl_ms, 150)
+        # Not lost over more than five TTLs: the keep-alive refreshed it.
+        self.assertFalse(lease.lost.wait(timeout=0.8))
+        st = self.client.inspect(name)
+        self.assertTrue(st.held)
+        self.assertEqual(st.token, lease.token)
+        lease.release()
+        self.assertFalse(lease.lost.is_set())
+        self.assertFalse(self.client.inspect(name).held)
+
+    def test_shorter_refresh_shortens_validity(self) -> None:
+        lease = self.client.acquire(unique(), ttl_ms=10_000)
+        self.addCleanup(lease.release)
+        before = lease.deadline
+        self.assertGreater(lease.valid_for(), 9.8)
+        lease.refresh(1000)
+        self.assertEqual(lease.ttl_ms, 1000)
+        self.assertLess(lease.deadline, before)
+        self.assertLessEqual(lease.valid_for(), 1.0 - 0.012)
+        self.assertGreater(lease.valid_for(), 0.5)
+
+    def test_deadline_without_refresh_signals_lost(self) -> None:
+        # fenced freezes (SIGSTOP): refreshes hang unanswered, and the
+        # keep-alive gives up when the validity runs out, not later.
+        name = unique()
+        lease = self.client.lock(name, ttl_ms=300)
+        self.addCleanup(lease.stop_keep_alive)
+        self.daemon.pause()
+        self.addCleanup(self.daemon.resume)
+        paused = time.monotonic()
+        self.assertTrue(lease.lost.wait(timeout=3), "no loss signalled while fenced was frozen")
+        lost_after = time.monotonic() - paused
+        self.daemon.resume()
+        self.assertIsInstance(lease.lost_reason, fenced.LostError)
+        self.assertEqual(lease.lost_reason.status, 0)
+        self.assertIn("validity ran out", lease.lost_reason.message)
+        self.assertLess(lost_after, 0.3 + 0.5)  # within its validity, plus slack for a loaded machine
+        lease.stop_keep_alive()
+        # Once fenced runs again it may still answer the refresh that was
+        # waiting in its socket, so the lease may be held for one more TTL:
+        # release frees it either way (or finds it expired).
+        try:
+            lease.release()
+        except fenced.LostError:
+            pass
+        self.assertFalse(self.client.inspect(name).held)
+
+    def test_fencing_token_header(self) -> None:
+        # A protected HTTP resource (examples/http_resource.py) admits
+        # writes by the Fencing-Token header: a paused holder whose lease
+        # expired writes after the next holder, and is rejected.
+        srv = http_resource.serve(0)
+        t = threading.Thread(target=srv.serve_forever, daemon=True)
+        t.start()
+
+        def stop() -> None:
+            srv.shutdown()
+            srv.server_close()
+            t.join()
+        self.addCleanup(stop)
+        item = f"http://127.0.0.1:{srv.server_address[1]}/items/account-42"
+
+        def put(value: str, token: int) -> tuple[int, bytes]:
+            req = urllib.request.Request(item, data=value.encode(), method="PUT")
+            fenced.set_fencing_token(req, token)
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    return resp.status, resp.read()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read()
+
+        name = unique()
+        a = self.client.acquire(name, ttl_ms=100)  # A will pause past its TTL
+        self.assertEqual(put("A1", a.token)[0], 200)
+        b = self.client.acquire(name, ttl_ms=5000, wait_ms=5000)  # granted when A's lease expires
+        self.addCleanup(b.release)
+        self.assertGreater(b.token, a.token)
+        self.assertEqual(put("B1", b.token)[0], 200)
+        status, body = put("A2 (late)", a.token)
+        self.assertEqual(status, 409, body)
+        self.assertIn(b'"code": "stale"', body)
+        with urllib.request.urlopen(item, timeout=5) as resp:
+            self.assertIn(b'"value": "B1"', resp.read())
+
+        headers: dict[str, str] = {}
+        fenced.set_fencing_token(headers, b.token)
+        self.assertEqual(headers, {"Fencing-Token": str(b.token)})
+        for bad in (0, -1, fenced.MAX_TOKEN + 1, True, "5", 1.0):
+            with self.assertRaises(ValueError):
+                fenced.set_fencing_token({}, bad)  # type: ignore[arg-type]
+
+
+class ValidityTest(unittest.TestCase):
+    def test_rule(self) -> None:
+        # ttl - elapsed - (ttl/100 + 2 ms)
+        self.assertAlmostEqual(fenced.validity(1000, 10.0, 10.0), 0.988)
+        self.assertAlmostEqual(fenced.validity(1000, 10.0, 10.5), 0.488)
+        self.assertLess(fenced.validity(100, 0.0, 0.2), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,585 @@
+/**
+ * Client of fenced's HTTP API (v1): leases with fencing tokens. Node 20 or
+ * later, no runtime dependencies (global fetch, AbortSignal, timers).
+ *
+ * ```ts
+ * import { Client } from "@fenced/client";
+ * const client = new Client("http://127.0.0.1:7070");
+ * await client.withLock("invoice-42", { ttlMs: 10_000 }, async (lease) => {
+ *   await write(lease.token, { signal: lease.signal }); // aborted once the lease is lost
+ * });
+ * ```
+ *
+ * Tokens are `bigint`: they are integers up to 2^63−1, past what a JavaScript
+ * number holds exactly (2^53). The client reads them from the response's raw
+ * text, never through a double.
+ *
+ * Errors are typed by the API's error code, never by message text:
+ * HeldError (409 held), LostError (410 lost), InvalidArgumentError (400), …,
+ * all FencedError. UnavailableError (503) and TransportError (no answer) are
+ * retryable.
+ */
+
+import { setTimeout as sleep } from "node:timers/promises";
+
+/** The HTTP header that carries a fencing token to a protected resource, in decimal (docs/fencing-token-http.md). */
+export const FENCING_TOKEN_HEADER = "Fencing-Token";
+
+/** The largest token fenced issues: 2^63−1, what a signed 64-bit integer or a Postgres bigint holds. */
+export const MAX_TOKEN = (1n << 63n) - 1n;
+
+// ---------------------------------------------------------------------------
+// Errors
+
+/** An error answer of the API, or no answer (status 0). */
+export class FencedError extends Error {
+  /** The API's error code ("held", "lost", …), or undefined when the answer was not an API error. */
+  readonly code: string | undefined;
+  /** The HTTP status; 0 without an answer. */
+  readonly status: number;
+  /** Milliseconds the server asked to wait before retrying (Retry-After), if it did. */
+  readonly retryAfterMs: number | undefined;
+  /** Whether the same request may be tried again. */
+  get retryable(): boolean {
+    return false;
+  }
+
+  /** The error code of the class: each subclass has its own. */
+  static readonly code: string | undefined = undefined;
+
+  constructor(message: string, status = 0, code?: string, retryAfterMs?: number, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.status = status;
+    this.code = code ?? (new.target as typeof FencedError).code;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** 400 invalid_argument: a bad lock name, body, ttl_ms, wait_ms or lease id. */
+export class InvalidArgumentError extends FencedError {
+  static override readonly code = "invalid_argument";
+}
+/** 401 unauthenticated: a missing or wrong bearer token. */
+export class UnauthenticatedError extends FencedError {
+  static override readonly code = "unauthenticated";
+}
+/** 404 not_found: no such path (a wrong base URL, or an older fenced). */
+export class NotFoundError extends FencedError {
+  static override readonly code = "not_found";
+}
+/** 405 method_not_allowed. */
+export class MethodNotAllowedError extends FencedError {
+  static override readonly code = "method_not_allowed";
+}
+/** 409 held: another holder has the lease (still, after waitMs). */
+export class HeldError extends FencedError {
+  static override readonly code = "held";
+}
+/**
+ * 410 lost: this lease id no longer holds the lease; stop writing with its
+ * token. The keep-alive also reports a validity that ran out without a
+ * successful refresh as a LostError (status 0).
+ */
+export class LostError extends FencedError {
+  static override readonly code = "lost";
+}
+/** 413 payload_too_large. */
+export class PayloadTooLargeError extends FencedError {
+  static override readonly code = "payload_too_large";
+}
+/** 415 unsupported_media_type. */
+export class UnsupportedMediaTypeError extends FencedError {
+  static override readonly code = "unsupported_media_type";
+}
+/** 503 unavailable: Redis or etcd failed or did not answer, or fenced is shutting down. Retryable. */
+export class UnavailableError extends FencedError {
+  static override readonly code = "unavailable";
+  override get retryable(): boolean {
+    return true;
+  }
+}
+/** No answer: connection refused or reset, or a timeout. Retryable; whether the request took effect is unknown. */
+export class TransportError extends FencedError {
+  override get retryable(): boolean {
+    return true;
+  }
+}
+
+const errorClasses: Record<string, new (m: string, s: number, c: string, r?: number) => FencedError> = {
+  invalid_argument: InvalidArgumentError,
+  unauthenticated: UnauthenticatedError,
+  not_found: NotFoundError,
+  method_not_allowed: MethodNotAllowedError,
+  held: HeldError,
+  lost: LostError,
+  payload_too_large: PayloadTooLargeError,
+  unsupported_media_type: UnsupportedMediaTypeError,
+  unavailable: UnavailableError,
+};
+
+// ---------------------------------------------------------------------------
+// Tokens and the Fencing-Token header
+
+function checkToken(token: bigint | number): bigint {
+  if (typeof token === "number" && !Number.isSafeInteger(token)) {
+    throw new RangeError(`fencing token ${token}: not an exact integer; use a bigint`);
+  }
+  if (typeof token !== "bigint" && typeof token !== "number") {
+    throw new TypeError(`fencing token ${String(token)}: want a bigint`);
+  }
+  const t = BigInt(token);
+  if (t < 1n || t > MAX_TOKEN) {
+    throw new RangeError(`fencing token ${t}: want 1 to ${MAX_TOKEN}`);
+  }
+  return t;
+}
+
+/**
+ * Set the Fencing-Token header to token, in decimal, on a Headers object or
+ * a plain object of headers: the contract of docs/fencing-token-http.md. A
+ * token outside 1 to 2^63−1 is a RangeError.
+ */
+export function setFencingToken(headers: Headers | Record<string, string>, token: bigint | number): void {
+  const value = checkToken(token).toString();
+  if (headers instanceof Headers) {
+    headers.set(FENCING_TOKEN_HEADER, value);
+  } else {
+    headers[FENCING_TOKEN_HEADER] = value;
+  }
+}
+
+/**
+ * Parse an answer of the API, reading every "token" number as a bigint from
+ * the raw text. A JSON string cannot contain an unescaped quote, so the
+ * pattern only matches the field itself.
+ */
+export function parseAnswer(text: string): Record<string, unknown> {
+  const doc: unknown = JSON.parse(text.replace(/"token"\s*:\s*(\d+)/g, '"token":"$1"'));
+  if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {
+    throw new SyntaxError("not a JSON object");
+  }
+  const o = doc as Record<string, unknown>;
+  if (typeof o.token === "string") {
+    o.token = BigInt(o.token);
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// Validity
+
+/**
+ * The milliseconds a lease granted ttlMs stays valid at time nowMs, when the
+ * request that granted it was sent at startedMs (both performance.now()):
+ * ttl − (now − started) − drift, with drift = ttl/100 + 2 ms. Not positive:
+ * the lease may be gone.
+ */
+export function validityMs(ttlMs: number, startedMs: number, nowMs: number): number {
+  return ttlMs - (nowMs - startedMs) - (ttlMs / 100 + 2);
+}
+
+// ---------------------------------------------------------------------------
+// Client
+
+/** What GET /v1/locks/{name} says; token is 0n when the lock is not held. */
+export interface LockState {
+  name: string;
+  held: boolean;
+  token: bigint;
+  ttlMs: number;
+}
+
+export interface ClientOptions {
+  /** Sent as "Authorization: Bearer …" when the server requires it. Default: none. */
+  bearerToken?: string;
+  /** Milliseconds to wait for an answer, on top of an acquire's waitMs. Default 10000. */
+  timeoutMs?: number;
+  /** How often a 503 unavailable answer is retried, after its Retry-After or 100 ms, 200 ms, …. Default 2; 0 disables. */
+  retries?: number;
+}
+
+export interface AcquireOptions {
+  /** The lease's TTL; the server may grant more (etcd: whole seconds). Default: the server's (30 s unless configured). */
+  ttlMs?: number;
+  /** How long to wait for a held lock; the server's --max-wait bounds it (60 s by default). Default 30000. */
+  waitMs?: number;
+  /** Cancels the request. */
+  signal?: AbortSignal;
+}
+
+export interface LockOptions extends AcquireOptions {
+  /** Called once if the lease is lost, from the keep-alive. */
+  onLost?: (lease: Lease, err: LostError) => void;
+}
+
+interface CallOptions {
+  timeoutMs?: number;
+  retries?: number;
+  signal?: AbortSignal;
+}
+
+/** A client of one fenced server. It holds no connection of its own and may be shared. */
+export class Client {
+  readonly baseURL: string;
+  readonly timeoutMs: number;
+  readonly retries: number;
+  readonly #bearer: string | undefined;
+
+  constructor(baseURL: string, options: ClientOptions = {}) {
+    let u: URL;
+    try {
+      u = new URL(baseURL);
+    } catch {
+      throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: want http(s)://host:port`);
+    }
+    if (u.protocol !== "http:" && u.protocol !== "https:") {
+      throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: want http(s)://host:port`);
+    }
+    const timeoutMs = options.timeoutMs ?? 10_000;
+    const retries = options.retries ?? 2;
+    if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs ${timeoutMs}: want > 0`);
+    if (!(retries >= 0) || !Number.isInteger(retries)) throw new RangeError(`retries ${retries}: want a whole number >= 0`);
+    this.baseURL = baseURL.replace(/\/+$/, "");
+    this.timeoutMs = timeoutMs;
+    this.retries = retries;
+    this.#bearer = options.bearerToken;
+  }
+
+  /** One attempt to take the lock: a Lease, or null if another holder has it. */
+  async tryAcquire(name: string, options: Omit<AcquireOptions, "waitMs"> = {}): Promise<Lease | null> {
+    try {
+      return await this.acquire(name, { ...options, waitMs: 0 });
+    } catch (e) {
+      if (e instanceof HeldError) return null;
+      throw e;
+    }
+  }
+
+  /**
+   * Take the lock, waiting up to waitMs (default 30 s) for the holder to
+   * release it or for its lease to expire. Rejects with HeldError if it is
+   * still held then.
+   */
+  async acquire(name: string, options: AcquireOptions = {}): Promise<Lease> {
+    const waitMs = options.waitMs ?? 30_000;
+    const body: Record<string, number> = {};
+    if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
+    if (waitMs) body.wait_ms = waitMs;
+    const started = performance.now();
+    const doc = await this.call("POST", name, "/acquire", body, {
+      timeoutMs: this.timeoutMs + waitMs,
+      signal: options.signal,
+    });
+    return new Lease(this, doc, started);
+  }
+
+  /** acquire, then keepAlive. Release the lease when done (withLock does). */
+  async lock(name: string, options: LockOptions = {}): Promise<Lease> {
+    const lease = await this.acquire(name, options);
+    lease.keepAlive({ onLost: options.onLost });
+    return lease;
+  }
+
+  /**
+   * Run fn while holding the lock, kept alive; release when fn settles.
+   * lease.signal aborts if the lease is lost meanwhile: pass it on. A
+   * release that finds the lease lost rejects with LostError unless fn
+   * rejected first.
+   */
+  async withLock<T>(name: string, options: LockOptions, fn: (lease: Lease) => Promise<T>): Promise<T> {
+    const lease = await this.lock(name, options);
+    let result: T;
+    try {
+      result = await fn(lease);
+    } catch (e) {
+      await lease.release().catch(() => {}); // fn's error says more
+      throw e;
+    }
+    await lease.release();
+    return result;
+  }
+
+  /** Whether the lock is held, and its token; never the lease id. */
+  async inspect(name: string): Promise<LockState> {
+    const doc = await this.call("GET", name, "", undefined);
+    return { name: doc.name as string, held: doc.held as boolean, token: doc.token as bigint, ttlMs: doc.ttl_ms as number };
+  }
+
+  /** Extend the lease leaseID of name; the raw answer. Lease.refresh is the usual way. */
+  async refreshID(name: string, leaseID: string, ttlMs?: number, options: CallOptions = {}): Promise<Record<string, unknown>> {
+    const body: Record<string, unknown> = { lease_id: leaseID };
+    if (ttlMs !== undefined) body.ttl_ms = ttlMs;
+    return this.call("POST", name, "/refresh", body, options);
+  }
+
+  /** Release the lease leaseID of name. Lease.release is the usual way. */
+  async releaseID(name: string, leaseID: string): Promise<void> {
+    await this.call("POST", name, "/release", { lease_id: leaseID });
+  }
+
+  private async call(
+    method: string,
+    name: string,
+    action: string,
+    body: Record<string, unknown> | undefined,
+    options: CallOptions = {},
+  ): Promise<Record<string, unknown>> {
+    if (typeof name !== "string" || name === "") {
+      throw new TypeError(`lock name ${JSON.stringify(name)}: want a non-empty string`);
+    }
+    // A bad name still reaches the server, which says what is allowed.
+    const url = `${this.baseURL}/v1/locks/${encodeURIComponent(name)}${action}`;
+    const retries = options.retries ?? this.retries;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.request(method, url, body, options.timeoutMs ?? this.timeoutMs, options.signal);
+      } catch (e) {
+        if (!(e instanceof UnavailableError) || attempt >= retries) throw e;
+        const pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
+        await sleep(pause, undefined, { signal: options.signal }); // back off before retrying
+      }
+    }
+  }
+
+  private async request(
+    method: string,
+    url: string,
+    body: Record<string, unknown> | undefined,
+    timeoutMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<Record<string, unknown>> {
+    const headers: Record<string, string> = { Accept: "application/json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    if (this.#bearer) headers.Authorization = `Bearer ${this.#bearer}`;
+    const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(timeoutMs)));
+    let resp: Response;
+    let text: string;
+    try {
+      resp = await fetch(url, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+      text = await resp.text();
+    } catch (e) {
+      if (signal?.aborted) throw signal.reason;
+      const why = timeout.aborted ? `no answer within ${timeoutMs} ms` : String((e as Error)?.cause ?? e);
+      throw new TransportError(`${method} ${url}: ${why}`, 0, undefined, undefined, { cause: e });
+    }
+    if (resp.ok) {
+      try {
+        return parseAnswer(text);
+      } catch {
+        throw new FencedError(`${method} ${url}: answer is not a JSON object: ${JSON.stringify(text.slice(0, 80))}`, resp.status);
+      }
+    }
+    throw apiError(resp.status, resp.headers, text);
+  }
+}
+
+function apiError(status: number, headers: Headers, text: string): FencedError {
+  let retryAfterMs: number | undefined;
+  const ra = headers.get("Retry-After");
+  if (ra !== null && /^\d+(\.\d+)?$/.test(ra.trim())) {
+    retryAfterMs = Number(ra) * 1000; // an HTTP date is ignored: back off as usual
+  }
+  let code: unknown, message: unknown;
+  try {
+    const err = (JSON.parse(text) as { error?: { code?: unknown; message?: unknown } }).error;
+    code = err?.code;
+    message = err?.message;
+  } catch {
+    // not JSON: below
+  }
+  if (typeof code !== "string" || typeof message !== "string") {
+    const excerpt = JSON.stringify(text.slice(0, 200));
+    if (status === 503) return new UnavailableError(`service unavailable: ${excerpt}`, status, undefined, retryAfterMs);
+    return new FencedError(`HTTP ${status}, not an API error: ${excerpt}`, status, undefined, retryAfterMs);
+  }
+  const cls = errorClasses[code] ?? FencedError;
+  return new cls(message, status, code, retryAfterMs);
+}
+
+// ---------------------------------------------------------------------------
+// Lease
+
+/**
+ * A held lease: name, leaseID (the holder's secret), token and ttlMs (the
+ * TTL the server granted).
+ *
+ * validForMs() says how long the lease is surely still held, by the rule
+ * ttl − elapsed − drift measured from before the request that granted or
+ * last refreshed it was sent. keepAlive() refreshes it at ttl/3; signal
+ * aborts (with a LostError as its reason) and lost resolves, once, when a
+ * refresh answers lost or the validity runs out without a successful
+ * refresh. release() stops the keep-alive and releases.
+ */
+export class Lease {
+  readonly name: string;
+  readonly leaseID: string;
+  readonly token: bigint;
+  #ttlMs: number;
+  #deadline: number;
+  #released = false;
+  #client: Client;
+  #lost = new AbortController();
+  #lostPromise: Promise<LostError>;
+  #resolveLost!: (e: LostError) => void;
+  #onLost: ((lease: Lease, err: LostError) => void) | undefined;
+  #stop: AbortController | undefined;
+  #loop: Promise<void> | undefined;
+
+  /** @internal Leases come from Client.acquire. */
+  constructor(client: Client, doc: Record<string, unknown>, startedMs: number) {
+    this.#client = client;
+    this.name = doc.name as string;
+    this.leaseID = doc.lease_id as string;
+    this.token = doc.token as bigint;
+    this.#ttlMs = doc.ttl_ms as number;
+    this.#deadline = startedMs + validityMs(this.#ttlMs, startedMs, startedMs);
+    this.#lostPromise = new Promise((resolve) => (this.#resolveLost = resolve));
+  }
+
+  /** The TTL the server granted at the last acquire or refresh. */
+  get ttlMs(): number {
+    return this.#ttlMs;
+  }
+
+  /** The performance.now() at which the lease's validity runs out. */
+  get deadline(): number {
+    return this.#deadline;
+  }
+
+  /** Aborted, with a LostError as its reason, once the lease is lost. Pass it to the work done under the lock. */
+  get signal(): AbortSignal {
+    return this.#lost.signal;
+  }
+
+  /** Resolves with the LostError once the lease is lost; never rejects. */
+  get lost(): Promise<LostError> {
+    return this.#lostPromise;
+  }
+
+  /** Milliseconds the lease is still surely held; 0 once lost. */
+  validForMs(): number {
+    if (this.#lost.signal.aborted) return 0;
+    return Math.max(0, this.#deadline - performance.now());
+  }
+
+  /** Throws LostError if the lease is lost or its validity ran out. No substitute for the fence: send the token too. */
+  check(): void {
+    if (this.#lost.signal.aborted) throw this.#lost.signal.reason;
+    if (performance.now() >= this.#deadline) throw new LostError(`lease of ${JSON.stringify(this.name)} ran out of validity`);
+  }
+
+  /** {"Fencing-Token": "<token>"} for a request to the protected resource. */
+  fencingHeaders(): Record<string, string> {
+    return { [FENCING_TOKEN_HEADER]: this.token.toString() };
+  }
+
+  /**
+   * Extend the lease to ttlMs from now (default: the server's default TTL).
+   * The validity is computed anew from this refresh: a shorter TTL
+   * shortens it. Rejects with LostError (and aborts signal) if the lease is
+   * no longer held.
+   */
+  async refresh(ttlMs?: number): Promise<void> {
+    await this.#refresh(ttlMs, {});
+  }
+
+  async #refresh(ttlMs: number | undefined, options: CallOptions): Promise<void> {
+    const started = performance.now();
+    const remaining = this.#deadline - started;
+    const timeoutMs = remaining > 0 ? Math.min(this.#client.timeoutMs, Math.max(remaining, 1)) : undefined;
+    let doc: Record<string, unknown>;
+    try {
+      doc = await this.#client.refreshID(this.name, this.leaseID, ttlMs, { ...options, timeoutMs });
+    } catch (e) {
+      if (e instanceof LostError) this.#signalLost(e);
+      throw e;
+    }
+    if (doc.token !== this.token) {
+      const err = new LostError(`refresh of ${JSON.stringify(this.name)} answered token ${String(doc.token)}, not ${this.token}`);
+      this.#signalLost(err);
+      throw err;
+    }
+    this.#ttlMs = doc.ttl_ms as number;
+    this.#deadline = started + validityMs(this.#ttlMs, started, started);
+  }
+
+  /**
+   * Stop the keep-alive and release the lease. Calling it again does
+   * nothing. Rejects with LostError if the lease was no longer held.
+   */
+  async release(): Promise<void> {
+    await this.stopKeepAlive();
+    if (this.#released) return;
+    this.#released = true;
+    try {
+      await this.#client.releaseID(this.name, this.leaseID);
+    } catch (e) {
+      if (e instanceof LostError) this.#signalLost(e);
+      throw e;
+    }
+  }
+
+  /**
+   * Refresh the lease every ttl/3 with the TTL it was granted. A refresh that
+   * answers lost, or a validity that runs out without a successful refresh
+   * (retryable errors are retried until then), aborts signal, resolves lost
+   * and calls onLost once. release() or stopKeepAlive() stops it.
+   */
+  keepAlive(options: { onLost?: (lease: Lease, err: LostError) => void } = {}): void {
+    if (this.#loop) throw new Error("keepAlive: already running");
+    if (this.#released) throw new Error("keepAlive: the lease was released");
+    this.#onLost = options.onLost;
+    this.#stop = new AbortController();
+    this.#loop = this.#keepAlive(this.#stop.signal);
+  }
+
+  /** Stop the keep-alive, if running, and wait for it to end (an in-flight refresh is aborted). */
+  async stopKeepAlive(): Promise<void> {
+    this.#stop?.abort();
+    await this.#loop;
+  }
+
+  async #keepAlive(stop: AbortSignal): Promise<void> {
+    let next = performance.now() + this.#ttlMs / 3;
+    while (!stop.aborted && !this.#lost.signal.aborted) {
+      const wake = Math.min(next, this.#deadline);
+      try {
+        await sleep(Math.max(0, wake - performance.now()), undefined, { signal: stop });
+      } catch {
+        return; // stopped
+      }
+      const now = performance.now();
+      if (now >= this.#deadline) {
+        this.#signalLost(new LostError(`lease of ${JSON.stringify(this.name)}: no successful refresh before its validity ran out`));
+        return;
+      }
+      if (now < next) continue;
+      try {
+        await this.#refresh(this.#ttlMs, { retries: 0, signal: stop }); // this loop retries, within the validity
+        next = performance.now() + this.#ttlMs / 3;
+      } catch (e) {
+        if (stop.aborted || e instanceof LostError) return;
+        if (e instanceof FencedError && e.retryable) {
+          next = performance.now() + (e.retryAfterMs ?? Math.max(10, this.#ttlMs / 30)); // not a busy loop; the deadline still rules
+          continue;
+        }
+        const status = e instanceof FencedError ? e.status : 0;
+        this.#signalLost(new LostError(`lease of ${JSON.stringify(this.name)}: refresh failed: ${String(e)}`, status, undefined, undefined, { cause: e }));
+        return;
+      }
+    }
+  }
+
+  #signalLost(err: LostError): void {
+    if (this.#lost.signal.aborted) return;
+    this.#lost.abort(err);
+    this.#resolveLost(err);
+    this.#onLost?.(this, err);
+  }
+}

@@ -1,0 +1,278 @@
+// The TypeScript client against a real fenced: fenced dev (leases in etcd)
+// and fenced serve with leases in the local Redis (millisecond TTLs).
+
+import { describe, it, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import {
+  Client,
+  FencedError,
+  HeldError,
+  InvalidArgumentError,
+  LostError,
+  MAX_TOKEN,
+  NotFoundError,
+  TransportError,
+  UnauthenticatedError,
+  parseAnswer,
+  setFencingToken,
+  validityMs,
+  type Lease,
+} from "../src/index.js";
+import { Daemon, unique } from "./daemon.js";
+import { startResource } from "./resource.js";
+
+const LEASE_ID = /^[0-9a-f]{32}$/;
+
+/** The value of p, or "timeout" if it does not settle within ms; the timer is stopped either way. */
+async function within<T>(p: Promise<T>, ms: number): Promise<T | "timeout"> {
+  const ac = new AbortController();
+  try {
+    return await Promise.race([p, sleep(ms, "timeout" as const, { signal: ac.signal })]);
+  } finally {
+    ac.abort();
+  }
+}
+
+describe("fenced dev (etcd leases)", () => {
+  let daemon: Daemon;
+  let client: Client;
+  before(async () => {
+    daemon = await Daemon.start("dev");
+    client = new Client(daemon.url);
+  });
+  after(() => daemon?.stop());
+
+  it("takes the tour", async () => {
+    const name = unique();
+    const lease = await client.acquire(name, { ttlMs: 10_000 });
+    assert.equal(lease.name, name);
+    assert.match(lease.leaseID, LEASE_ID);
+    assert.equal(typeof lease.token, "bigint");
+    assert.ok(lease.token >= 1n && lease.token <= MAX_TOKEN);
+    assert.ok(lease.ttlMs >= 10_000);
+    assert.ok(lease.validForMs() > 9000);
+
+    assert.equal(await client.tryAcquire(name, { ttlMs: 10_000 }), null);
+    const held = await client.acquire(name, { ttlMs: 10_000, waitMs: 100 }).catch((e: unknown) => e);
+    assert.ok(held instanceof HeldError);
+    assert.equal(held.code, "held");
+    assert.equal(held.status, 409);
+    assert.equal(held.retryable, false);
+
+    const st = await client.inspect(name);
+    assert.equal(st.held, true);
+    assert.equal(st.token, lease.token);
+
+    await lease.refresh(10_000);
+    await lease.release();
+    await lease.release(); // again: nothing to do
+    assert.equal((await client.inspect(name)).held, false);
+    await assert.rejects(client.releaseID(name, lease.leaseID), (e: unknown) => e instanceof LostError && e.status === 410);
+
+    const next = await client.withLock(name, { ttlMs: 10_000 }, async (l) => l.token);
+    assert.ok(next > lease.token, `next token ${next} > ${lease.token}`);
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
+  it("types errors by the API's code", async () => {
+    await assert.rejects(client.acquire("bad name"), (e: unknown) => e instanceof InvalidArgumentError && /allowed are/.test(e.message));
+    await assert.rejects(client.acquire(unique(), { ttlMs: 5 }), InvalidArgumentError);
+    await assert.rejects(client.refreshID(unique(), "not-a-lease-id"), InvalidArgumentError);
+    await assert.rejects(client.refreshID(unique(), "0".repeat(32)), LostError);
+    await assert.rejects(new Client(daemon.url + "/elsewhere").inspect("x"), (e: unknown) => e instanceof NotFoundError && e.status === 404);
+    await assert.rejects(new Client("http://127.0.0.1:9", { timeoutMs: 2000 }).inspect("x"), (e: unknown) => e instanceof TransportError && e.retryable);
+    assert.throws(() => new Client("ftp://x"), TypeError);
+    assert.throws(() => new Client("127.0.0.1:7070"), TypeError);
+  });
+
+  it("releases after withLock, also when fn throws", async () => {
+    const name = unique();
+    await client.withLock(name, { ttlMs: 3000 }, async (lease) => {
+      assert.equal((await client.inspect(name)).held, true);
+      assert.deepEqual(lease.fencingHeaders(), { "Fencing-Token": lease.token.toString() });
+    });
+    assert.equal((await client.inspect(name)).held, false);
+    await assert.rejects(
+      client.withLock(name, { ttlMs: 3000 }, async () => {
+        throw new RangeError("boom");
+      }),
+      RangeError,
+    );
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
+  it("signals a lease released behind its back as lost", async () => {
+    const name = unique();
+    const calls: LostError[] = [];
+    const lease = await client.lock(name, { ttlMs: 2000, onLost: (_l, e) => calls.push(e) });
+    try {
+      await client.releaseID(name, lease.leaseID);
+      const err = await within(lease.lost, lease.ttlMs);
+      assert.ok(err instanceof LostError, "keep-alive did not signal the loss");
+      assert.equal(err.status, 410);
+      assert.equal(err.code, "lost");
+      assert.ok(lease.signal.aborted);
+      assert.equal(lease.signal.reason, err);
+      assert.deepEqual(calls, [err]);
+      assert.equal(lease.validForMs(), 0);
+      assert.throws(() => lease.check(), LostError);
+    } finally {
+      await lease.stopKeepAlive();
+    }
+    await assert.rejects(lease.release(), LostError);
+  });
+
+  it("reads tokens as bigint, past 2^53", () => {
+    const doc = parseAnswer('{"name":"a","lease_id":"x","token": 9223372036854775807,"ttl_ms":1}');
+    assert.equal(doc.token, 9223372036854775807n);
+    assert.equal(parseAnswer('{"token":9007199254740993}').token, 9007199254740993n);
+    const msg = parseAnswer('{"error":{"code":"x","message":"a \\"token\\":5 b"},"token":7}');
+    assert.deepEqual(msg.error, { code: "x", message: 'a "token":5 b' });
+    assert.equal(msg.token, 7n);
+  });
+});
+
+describe("fenced serve (Redis leases, bearer auth)", () => {
+  let daemon: Daemon;
+  let client: Client;
+  let tmp: string;
+  const bearer = "ts-client-test-token-0123456789abcdef";
+  before(async () => {
+    tmp = mkdtempSync(join(tmpdir(), "fenced-ts-"));
+    writeFileSync(join(tmp, "tokens"), bearer + "\n");
+    const run = unique();
+    daemon = await Daemon.start(
+      "serve",
+      "--redis-addr", process.env.FENCED_TEST_REDIS || "127.0.0.1:6379",
+      "--redis-prefix", `fenced-${run}:`,
+      "--etcd-data-dir", join(tmp, "etcd"),
+      "--etcd-unsafe-no-fsync",
+      "--etcd-prefix", `/${run}/`,
+      "--auth-token-file", join(tmp, "tokens"),
+    );
+    client = new Client(daemon.url, { bearerToken: bearer });
+  });
+  after(async () => {
+    await daemon?.stop();
+    rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it("needs the bearer token", async () => {
+    await assert.rejects(new Client(daemon.url).acquire(unique()), (e: unknown) => e instanceof UnauthenticatedError && e.status === 401);
+    await assert.rejects(new Client(daemon.url, { bearerToken: "wrong-token-wrong-token-wrong" }).inspect("x"), UnauthenticatedError);
+  });
+
+  it("keeps a 150 ms lease alive", async () => {
+    const name = unique();
+    const lease = await client.lock(name, { ttlMs: 150 });
+    try {
+      assert.equal(lease.ttlMs, 150);
+      // Not lost over more than five TTLs: the keep-alive refreshed it.
+      assert.equal(await within(lease.lost, 800), "timeout");
+      const st = await client.inspect(name);
+      assert.equal(st.held, true);
+      assert.equal(st.token, lease.token);
+    } finally {
+      await lease.release();
+    }
+    assert.equal(lease.signal.aborted, false);
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
+  it("shortens the validity with a shorter refresh", async () => {
+    const lease = await client.acquire(unique(), { ttlMs: 10_000 });
+    try {
+      const before = lease.deadline;
+      assert.ok(lease.validForMs() > 9800);
+      await lease.refresh(1000);
+      assert.equal(lease.ttlMs, 1000);
+      assert.ok(lease.deadline < before);
+      assert.ok(lease.validForMs() <= 1000 - 12, `valid for ${lease.validForMs()} ms`);
+      assert.ok(lease.validForMs() > 500);
+    } finally {
+      await lease.release();
+    }
+  });
+
+  it("signals loss when the validity runs out without a refresh", async () => {
+    // fenced freezes (SIGSTOP): refreshes hang unanswered, and the
+    // keep-alive gives up when the validity runs out, not later.
+    const name = unique();
+    const lease = await client.lock(name, { ttlMs: 300 });
+    let lostAfter: number;
+    try {
+      daemon.pause();
+      const paused = performance.now();
+      const err = await within(lease.lost, 3000);
+      lostAfter = performance.now() - paused;
+      assert.ok(err instanceof LostError, "no loss signalled while fenced was frozen");
+      assert.equal(err.status, 0);
+      assert.match(err.message, /validity ran out/);
+    } finally {
+      daemon.resume();
+      await lease.stopKeepAlive();
+    }
+    assert.ok(lostAfter < 300 + 500, `lost ${lostAfter} ms after the pause`); // slack for a loaded machine
+    // fenced may still answer the refresh that waited in its socket, so
+    // release frees the lease or finds it expired.
+    await lease.release().catch((e: unknown) => assert.ok(e instanceof LostError));
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
+  it("sends the Fencing-Token header that rejects a paused holder", async () => {
+    const resource = await startResource();
+    try {
+      const item = resource.url + "account-42";
+      const put = async (value: string, lease: Lease) => {
+        const headers = new Headers({ "Content-Type": "text/plain" });
+        setFencingToken(headers, lease.token);
+        const resp = await fetch(item, { method: "PUT", headers, body: value });
+        return { status: resp.status, body: await resp.text() };
+      };
+      const name = unique();
+      const a = await client.acquire(name, { ttlMs: 100 }); // A will pause past its TTL
+      assert.equal((await put("A1", a)).status, 200);
+      const b = await client.acquire(name, { ttlMs: 5000, waitMs: 5000 }); // granted when A's lease expires
+      try {
+        assert.ok(b.token > a.token);
+        assert.equal((await put("B1", b)).status, 200);
+        const late = await put("A2 (late)", a);
+        assert.equal(late.status, 409, late.body);
+        assert.equal(JSON.parse(late.body).error.code, "stale");
+        assert.equal(await (await fetch(item)).text(), '{"value":"B1"}');
+      } finally {
+        await b.release();
+      }
+    } finally {
+      await resource.close();
+    }
+
+    const h: Record<string, string> = {};
+    setFencingToken(h, MAX_TOKEN);
+    assert.deepEqual(h, { "Fencing-Token": "9223372036854775807" });
+    for (const bad of [0n, -1n, MAX_TOKEN + 1n, 2 ** 53, 1.5]) {
+      assert.throws(() => setFencingToken({}, bad), RangeError);
+    }
+    assert.throws(() => setFencingToken({}, "5" as unknown as bigint), TypeError);
+  });
+});
+
+describe("validity", () => {
+  it("is ttl - elapsed - (ttl/100 + 2 ms)", () => {
+    assert.equal(validityMs(1000, 10, 10), 988);
+    assert.equal(validityMs(1000, 10, 510), 488);
+    assert.ok(validityMs(100, 0, 200) < 0);
+  });
+
+  it("keeps FencedError's fields", () => {
+    const e = new LostError("x", 410);
+    assert.ok(e instanceof FencedError);
+    assert.equal(e.name, "LostError");
+    assert.equal(e.code, "lost");
+  });
+});
