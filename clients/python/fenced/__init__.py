@@ -451,11 +451,17 @@ class Lease:
             if self._released:
                 return
             self._released = True
+        # Lost before: writes under it may have overlapped another holder's,
+        # so say so even though the server answers a release of an already
+        # released lease id with success (a retry after a lost reply).
+        lost_before = self.lost_reason if self.lost.is_set() else None
         try:
             self._client.release_id(self.name, self.lease_id)
         except LostError as e:
             self._signal_lost(e)
             raise
+        if lost_before is not None:
+            raise lost_before
 
     def __enter__(self) -> "Lease":
         return self

@@ -517,12 +517,17 @@ export class Lease {
     await this.stopKeepAlive();
     if (this.#released) return;
     this.#released = true;
+    // Lost before: writes under it may have overlapped another holder's, so
+    // say so even though the server answers a release of an already
+    // released lease id with success (a retry after a lost reply).
+    const lostBefore = this.#lost.signal.aborted ? (this.#lost.signal.reason as LostError) : undefined;
     try {
       await this.#client.releaseID(this.name, this.leaseID);
     } catch (e) {
       if (e instanceof LostError) this.#signalLost(e);
       throw e;
     }
+    if (lostBefore) throw lostBefore;
   }
 
   /**

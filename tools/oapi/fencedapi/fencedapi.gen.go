@@ -378,7 +378,7 @@ type ClientInterface interface {
 
 	// ReleaseWithBody Release a held lease
 	//
-	// Deletes the lease if lease_id holds it and wakes waiters.
+	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -387,7 +387,7 @@ type ClientInterface interface {
 
 	// Release Release a held lease
 	//
-	// Deletes the lease if lease_id holds it and wakes waiters.
+	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -626,7 +626,7 @@ func (c *Client) Refresh(ctx context.Context, name Name, body RefreshJSONRequest
 
 // ReleaseWithBody Release a held lease
 //
-// Deletes the lease if lease_id holds it and wakes waiters.
+// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 //
 // Takes any type of body and a specified content type.
 //
@@ -645,7 +645,7 @@ func (c *Client) ReleaseWithBody(ctx context.Context, name Name, contentType str
 
 // Release Release a held lease
 //
-// Deletes the lease if lease_id holds it and wakes waiters.
+// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1278,7 +1278,7 @@ type ClientWithResponsesInterface interface {
 
 	// ReleaseWithBodyWithResponse Release a held lease
 	//
-	// Deletes the lease if lease_id holds it and wakes waiters.
+	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1287,7 +1287,7 @@ type ClientWithResponsesInterface interface {
 
 	// ReleaseWithResponse Release a held lease
 	//
-	// Deletes the lease if lease_id holds it and wakes waiters.
+	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1552,6 +1552,11 @@ type ReadyzResponse405Headers struct {
 	Allow *string
 }
 
+// ReadyzResponse503Headers the declared response headers of an HTTP 503 response for Readyz
+type ReadyzResponse503Headers struct {
+	RetryAfter *int
+}
+
 type ReadyzResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1565,6 +1570,8 @@ type ReadyzResponse struct {
 	JSON503 *Unavailable
 	// Headers405 the parsed response headers for an HTTP 405 response
 	Headers405 *ReadyzResponse405Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReadyzResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1675,6 +1682,11 @@ type InspectResponse405Headers struct {
 	Allow *string
 }
 
+// InspectResponse503Headers the declared response headers of an HTTP 503 response for Inspect
+type InspectResponse503Headers struct {
+	RetryAfter *int
+}
+
 type InspectResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1694,6 +1706,8 @@ type InspectResponse struct {
 	Headers401 *InspectResponse401Headers
 	// Headers405 the parsed response headers for an HTTP 405 response
 	Headers405 *InspectResponse405Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *InspectResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1821,6 +1835,11 @@ type AcquireResponse405Headers struct {
 	Allow *string
 }
 
+// AcquireResponse503Headers the declared response headers of an HTTP 503 response for Acquire
+type AcquireResponse503Headers struct {
+	RetryAfter *int
+}
+
 type AcquireResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1846,6 +1865,8 @@ type AcquireResponse struct {
 	Headers401 *AcquireResponse401Headers
 	// Headers405 the parsed response headers for an HTTP 405 response
 	Headers405 *AcquireResponse405Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AcquireResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1932,6 +1953,11 @@ type RefreshResponse405Headers struct {
 	Allow *string
 }
 
+// RefreshResponse503Headers the declared response headers of an HTTP 503 response for Refresh
+type RefreshResponse503Headers struct {
+	RetryAfter *int
+}
+
 type RefreshResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1957,6 +1983,8 @@ type RefreshResponse struct {
 	Headers401 *RefreshResponse401Headers
 	// Headers405 the parsed response headers for an HTTP 405 response
 	Headers405 *RefreshResponse405Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RefreshResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2043,6 +2071,11 @@ type ReleaseResponse405Headers struct {
 	Allow *string
 }
 
+// ReleaseResponse503Headers the declared response headers of an HTTP 503 response for Release
+type ReleaseResponse503Headers struct {
+	RetryAfter *int
+}
+
 type ReleaseResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2068,6 +2101,8 @@ type ReleaseResponse struct {
 	Headers401 *ReleaseResponse401Headers
 	// Headers405 the parsed response headers for an HTTP 405 response
 	Headers405 *ReleaseResponse405Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2442,7 +2477,7 @@ func (c *ClientWithResponses) RefreshWithResponse(ctx context.Context, name Name
 
 // ReleaseWithBodyWithResponse Release a held lease
 //
-// Deletes the lease if lease_id holds it and wakes waiters.
+// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2457,7 +2492,7 @@ func (c *ClientWithResponses) ReleaseWithBodyWithResponse(ctx context.Context, n
 
 // ReleaseWithResponse Release a held lease
 //
-// Deletes the lease if lease_id holds it and wakes waiters.
+// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2771,6 +2806,16 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 			headers.Allow = &value
 		}
 		response.Headers405 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReadyzResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -2901,6 +2946,16 @@ func ParseInspectResponse(rsp *http.Response) (*InspectResponse, error) {
 			headers.Allow = &value
 		}
 		response.Headers405 = &headers
+	case rsp.StatusCode == 503:
+		var headers InspectResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3062,6 +3117,16 @@ func ParseAcquireResponse(rsp *http.Response) (*AcquireResponse, error) {
 			headers.Allow = &value
 		}
 		response.Headers405 = &headers
+	case rsp.StatusCode == 503:
+		var headers AcquireResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3167,6 +3232,16 @@ func ParseRefreshResponse(rsp *http.Response) (*RefreshResponse, error) {
 			headers.Allow = &value
 		}
 		response.Headers405 = &headers
+	case rsp.StatusCode == 503:
+		var headers RefreshResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3272,6 +3347,16 @@ func ParseReleaseResponse(rsp *http.Response) (*ReleaseResponse, error) {
 			headers.Allow = &value
 		}
 		response.Headers405 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
