@@ -31,7 +31,7 @@ func Example() {
 		panic(err)
 	}
 	defer cli.Close()
-	store, _ := lock.NewEtcdStore(cli, "")
+	store, _ := lock.NewEtcdStore(cli)
 	locks, _ := lock.New(store)
 	srv, _ := server.New(server.Config{Locks: locks})
 	hs := httptest.NewServer(srv)

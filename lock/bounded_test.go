@@ -150,7 +150,7 @@ func TestBoundedStateRedis(t *testing.T) {
 // the name's lease is gone.
 func TestBoundedStateEtcd(t *testing.T) {
 	e, cli := testenv.Etcd(t)
-	s, err := lock.NewEtcdStore(cli, "")
+	s, err := lock.NewEtcdStore(cli)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@
 // that pauses past its TTL, or a Redis failover that forgets the lease, from
 // writing late; the token checked by the resource can.
 //
-//	store, _ := lock.NewRedisStore(rdb, seq) // or lock.NewEtcdStore(etcdClient, "")
+//	store, _ := lock.NewRedisStore(rdb, seq) // or lock.NewEtcdStore(etcdClient)
 //	client, _ := lock.New(store)
 //	lease, err := client.Acquire(ctx, "invoice-42", 10*time.Second, lock.WithKeepAlive())
 //	if err != nil { … }

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -32,16 +33,52 @@ type EtcdStore struct {
 
 var _ LeaseStore = (*EtcdStore)(nil)
 
-// NewEtcdStore returns a store on cli. prefix "" means
-// sequencer.DefaultPrefix; use the same prefix as the sequencer so that
-// RaiseFloor applies to both. On a cluster with no token floor the store
-// sets one at its first acquisition (see sequencer.Issuer).
-func NewEtcdStore(cli *clientv3.Client, prefix string) (*EtcdStore, error) {
+// EtcdOption configures an EtcdStore.
+type EtcdOption func(*etcdConfig) error
+
+type etcdConfig struct {
+	prefix string
+	log    *slog.Logger
+}
+
+// WithEtcdPrefix sets the key prefix. Default sequencer.DefaultPrefix
+// ("/fenced/"); use the sequencer's, so that RaiseFloor applies to both.
+func WithEtcdPrefix(p string) EtcdOption {
+	return func(c *etcdConfig) error {
+		if p == "" {
+			return errors.New("lock: empty etcd key prefix")
+		}
+		c.prefix = p
+		return nil
+	}
+}
+
+// WithEtcdLogger sets where the store warns that etcd went back in time
+// (see sequencer.Issuer). Default slog.Default().
+func WithEtcdLogger(l *slog.Logger) EtcdOption {
+	return func(c *etcdConfig) error {
+		if l == nil {
+			return errors.New("lock: nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// NewEtcdStore returns a store on cli. On a cluster with no token floor the
+// store sets one at its first acquisition (see sequencer.Issuer).
+func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) {
 	if cli == nil {
 		return nil, errors.New("lock: nil etcd client")
 	}
-	ks := sequencer.NewKeyspace(prefix)
-	return &EtcdStore{cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, nil)}, nil
+	c := etcdConfig{prefix: sequencer.DefaultPrefix, log: slog.Default()}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	ks := sequencer.NewKeyspace(c.prefix)
+	return &EtcdStore{cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log)}, nil
 }
 
 // Acquire implements LeaseStore.

@@ -24,7 +24,7 @@ func Example() {
 		panic(err)
 	}
 	defer cli.Close()
-	store, _ := lock.NewEtcdStore(cli, "")
+	store, _ := lock.NewEtcdStore(cli)
 	client, _ := lock.New(store)
 	defer client.Close(ctx)
 

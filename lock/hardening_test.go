@@ -316,7 +316,7 @@ func TestRefreshNeedsAConfirmedToken(t *testing.T) {
 func TestTokenSurvivesRaiseFloor(t *testing.T) {
 	_, cli := testenv.Etcd(t)
 	prefix := "/" + testenv.Name(t) + "/"
-	es, err := lock.NewEtcdStore(cli, prefix)
+	es, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestEtcdLeaseGoneBeforeTxn(t *testing.T) {
 	_, cli := testenv.Etcd(t)
 	wrapped := clientv3.NewCtxClient(t.Context())
 	wrapped.KV, wrapped.Watcher, wrapped.Lease = cli.KV, cli.Watcher, &revokingLease{Lease: cli.Lease}
-	s, err := lock.NewEtcdStore(wrapped, "/"+testenv.Name(t)+"/")
+	s, err := lock.NewEtcdStore(wrapped, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func redisBackend(t *testing.T) backend {
 func etcdBackend(t *testing.T) backend {
 	_, cli := testenv.Etcd(t)
 	prefix := "/" + testenv.Name(t) + "/"
-	s, err := lock.NewEtcdStore(cli, prefix)
+	s, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

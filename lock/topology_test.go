@@ -219,7 +219,7 @@ func TestRedisFailoverLosesLease(t *testing.T) {
 func TestEtcdLeaderChangeDelaysExpiry(t *testing.T) {
 	members := testenv.EtcdClusterTimed(t, 3, 100, 1000) // etcd's default timing
 	cli := testenv.ClusterClient(t, members)
-	s, err := lock.NewEtcdStore(cli, "/"+testenv.Name(t)+"/")
+	s, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
 	if err != nil {
 		t.Fatal(err)
 	}

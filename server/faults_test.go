@@ -44,7 +44,7 @@ func TestEtcdWithoutLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	store, err := lock.NewEtcdStore(cli, "/"+testenv.Name(t)+"/")
+	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func backends(t *testing.T) []backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rs.Close() })
-	es, err := lock.NewEtcdStore(cli, "/"+testenv.Name(t)+"/")
+	es, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -480,7 +480,7 @@ func TestBackendDown(t *testing.T) {
 	})
 	t.Run("etcd", func(t *testing.T) {
 		cli := etcdDown(t)
-		es, err := lock.NewEtcdStore(cli, "")
+		es, err := lock.NewEtcdStore(cli)
 		if err != nil {
 			t.Fatal(err)
 		}

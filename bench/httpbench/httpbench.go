@@ -320,7 +320,7 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 		store = rs
 		e.desc = fmt.Sprintf("leases in Redis at %s, tokens from the etcd sequencer", cfg.RedisAddr)
 	case StoreEtcd:
-		es, err := lock.NewEtcdStore(cli, "/httpbench/"+run+"/locks/")
+		es, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/httpbench/"+run+"/locks/"))
 		if err != nil {
 			return nil, err
 		}

@@ -209,7 +209,7 @@ func newFencedRedis(rdb *redis.Client, cli *clientv3.Client, prefix, etcdPrefix 
 // newFencedEtcd: fenced with leases in etcd (lock.NewEtcdStore): one Txn
 // takes the lease and the token; a waiter watches the lock key.
 func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration) (Impl, error) {
-	store, err := lock.NewEtcdStore(cli, etcdPrefix)
+	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(etcdPrefix))
 	if err != nil {
 		return Impl{}, err
 	}

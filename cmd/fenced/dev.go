@@ -56,7 +56,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := ensureFloor(ctx, log, cli, prefix); err != nil {
 		return err
 	}
-	store, err := lock.NewEtcdStore(cli, prefix)
+	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(prefix), lock.WithEtcdLogger(log))
 	if err != nil {
 		return err
 	}

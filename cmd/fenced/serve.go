@@ -272,7 +272,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		c.add("redis lease store", rs.Close)
 		store = rs // its Ping checks Redis and the sequencer's etcd
 	} else {
-		if store, err = lock.NewEtcdStore(cli, prefix); err != nil {
+		if store, err = lock.NewEtcdStore(cli, lock.WithEtcdPrefix(prefix), lock.WithEtcdLogger(log)); err != nil {
 			return err
 		}
 	}

@@ -30,7 +30,7 @@ func newServer(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	store, err := lock.NewEtcdStore(cli, "/tour/")
+	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/tour/"))
 	if err != nil {
 		t.Fatal(err)
 	}
