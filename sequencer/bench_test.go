@@ -23,6 +23,14 @@ func BenchmarkNext(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cli.Close()
+	// The floor of a lone grant: one etcd Put, as a client sends it.
+	b.Run("etcd-put", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := cli.Put(ctx, "/bench/put", "x"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	for _, inflight := range []int{1, 4} {
 		s, err := sequencer.NewEtcd(cli, sequencer.WithInflight(inflight))
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/groupcommit"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -34,29 +35,19 @@ type Etcd struct {
 	issuer        *Issuer
 	log           *slog.Logger
 	maxBatch      int
-	inflight      chan struct{}
+	inflight      int
 	commitTimeout time.Duration
 
-	reqs    chan *request
-	stop    chan struct{}
-	stopped chan struct{}
-	wg      sync.WaitGroup // batcher and commits
-	once    sync.Once
+	gc groupcommit.Committer[struct{}]
+
+	mu      sync.Mutex
+	closed  bool
+	commits sync.WaitGroup // transactions in flight
 
 	txns, grants atomic.Uint64
 }
 
 var _ Sequencer = (*Etcd)(nil)
-
-type request struct {
-	name string
-	done chan result // buffered, 1
-}
-
-type result struct {
-	tok fence.Token
-	err error
-}
 
 // Option configures an Etcd sequencer.
 type Option func(*Etcd) error
@@ -109,7 +100,7 @@ func WithInflight(n int) Option {
 		if n < 1 || n > 64 {
 			return fmt.Errorf("sequencer: inflight %d: want 1 to 64", n)
 		}
-		s.inflight = make(chan struct{}, n)
+		s.inflight = n
 		return nil
 	}
 }
@@ -136,11 +127,8 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 		ks:            NewKeyspace(""),
 		log:           slog.Default(),
 		maxBatch:      1024,
-		inflight:      make(chan struct{}, 1),
+		inflight:      1,
 		commitTimeout: 5 * time.Second,
-		reqs:          make(chan *request),
-		stop:          make(chan struct{}),
-		stopped:       make(chan struct{}),
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
@@ -148,8 +136,8 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 		}
 	}
 	s.issuer = NewIssuer(cli, s.ks, s.log)
-	s.wg.Add(1)
-	go s.batcher()
+	s.gc.Commit, s.gc.Slots = s.commit, s.inflight
+	s.gc.SetMaxBatch(s.maxBatch)
 	return s, nil
 }
 
@@ -170,103 +158,46 @@ type Stats struct {
 // Stats returns counters since NewEtcd.
 func (s *Etcd) Stats() Stats { return Stats{Txns: s.txns.Load(), Grants: s.grants.Load()} }
 
-// Next implements Sequencer.
+// Next implements Sequencer. Concurrent calls are group-committed (package
+// internal/groupcommit): the caller that finds a transaction slot free
+// sends everything pending, its own request included; the others wait for
+// that transaction or the next. No goroutine stands between a caller and
+// etcd.
 func (s *Etcd) Next(ctx context.Context, name string) (fence.Token, error) {
 	if name == "" {
 		return 0, errors.New("sequencer: empty lock name")
 	}
-	r := &request{name: name, done: make(chan result, 1)}
-	select {
-	case s.reqs <- r:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-s.stopped:
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return 0, ErrClosed
 	}
-	select {
-	case res := <-r.done:
-		return res.tok, res.err
-	case <-ctx.Done():
-		// The batch may still commit; the token is then simply never used.
-		return 0, ctx.Err()
+	s.commits.Add(1)
+	s.mu.Unlock()
+	defer s.commits.Done()
+	v, err := s.gc.Do(ctx, name, struct{}{})
+	if err != nil {
+		// A batch it was in may still commit; the token is then never used.
+		return 0, err
 	}
+	return v.(fence.Token), nil
 }
 
-// Close stops the sequencer, fails requests not yet sent, and waits for
-// transactions in flight. It is safe to call more than once.
+// Close makes later calls fail with ErrClosed and waits for calls in
+// flight. It is safe to call more than once.
 func (s *Etcd) Close() error {
-	s.once.Do(func() { close(s.stop) })
-	s.wg.Wait()
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.commits.Wait()
 	return nil
-}
-
-// batcher collects requests. When a transaction slot is free it sends
-// everything pending as one batch, taking each name once; requests that
-// arrive while all slots are busy wait and form the next batch. No timer
-// holds a lone request back.
-func (s *Etcd) batcher() {
-	defer s.wg.Done()
-	defer close(s.stopped)
-	var pending []*request
-	for {
-		var slot chan struct{}
-		if len(pending) > 0 {
-			slot = s.inflight
-		}
-		select {
-		case r := <-s.reqs:
-			pending = append(pending, r)
-		case slot <- struct{}{}:
-			pending = s.drain(pending)
-			var batch []*request
-			batch, pending = splitBatch(pending, s.maxBatch)
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer func() { <-s.inflight }()
-				s.commit(batch)
-			}()
-		case <-s.stop:
-			for _, r := range pending {
-				r.done <- result{err: ErrClosed}
-			}
-			return
-		}
-	}
-}
-
-// drain takes requests already waiting without blocking.
-func (s *Etcd) drain(pending []*request) []*request {
-	for {
-		select {
-		case r := <-s.reqs:
-			pending = append(pending, r)
-		default:
-			return pending
-		}
-	}
-}
-
-// splitBatch takes up to max requests with distinct names, in arrival order;
-// the rest stay pending in order.
-func splitBatch(pending []*request, max int) (batch, rest []*request) {
-	seen := make(map[string]bool, len(pending))
-	for _, r := range pending {
-		if len(batch) < max && !seen[r.name] {
-			seen[r.name] = true
-			batch = append(batch, r)
-			continue
-		}
-		rest = append(rest, r)
-	}
-	return batch, rest
 }
 
 // commit takes one token for every name of the batch with one Txn: a Put
 // of the counter key, whose revision (plus the floor offset) is the token.
 // No key is written per name, so etcd's state does not grow with the names
 // ever used, and the Txn has one operation whatever the batch's size.
-func (s *Etcd) commit(batch []*request) {
+func (s *Etcd) commit(batch []*groupcommit.Request[struct{}]) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
 	defer cancel()
 	put := []clientv3.Op{clientv3.OpPut(s.ks.CounterKey(), "")}
@@ -286,7 +217,7 @@ func (s *Etcd) commit(batch []*request) {
 		s.grants.Add(uint64(len(batch)))
 	}
 	for _, r := range batch {
-		r.done <- result{tok: tok, err: err}
+		r.Done(tok, err)
 	}
 }
 

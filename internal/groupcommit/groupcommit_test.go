@@ -1,0 +1,112 @@
+package groupcommit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fenced/fenced/internal/groupcommit"
+)
+
+func TestBatchesAndResults(t *testing.T) {
+	for _, slots := range []int{1, 3} {
+		t.Run(fmt.Sprint("slots-", slots), func(t *testing.T) {
+			var (
+				running, maxRunning atomic.Int32
+				commits, requests   atomic.Int64
+			)
+			c := &groupcommit.Committer[int]{Slots: slots}
+			c.SetMaxBatch(16)
+			c.Commit = func(batch []*groupcommit.Request[int]) {
+				n := running.Add(1)
+				for {
+					m := maxRunning.Load()
+					if n <= m || maxRunning.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				if len(batch) > 16 {
+					t.Errorf("batch of %d over the bound 16", len(batch))
+				}
+				keys := map[string]bool{}
+				for _, r := range batch {
+					if keys[r.Key] {
+						t.Errorf("key %s twice in one batch", r.Key)
+					}
+					keys[r.Key] = true
+				}
+				commits.Add(1)
+				requests.Add(int64(len(batch)))
+				running.Add(-1)
+				for _, r := range batch {
+					r.Done(r.Arg*2, nil)
+				}
+			}
+			var wg sync.WaitGroup
+			for w := 0; w < 64; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 200; i++ {
+						v, err := c.Do(context.Background(), fmt.Sprint("k", (w+i)%8), w*1000+i)
+						if err != nil || v.(int) != 2*(w*1000+i) {
+							t.Errorf("Do: %v, %v", v, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if maxRunning.Load() > int32(slots) {
+				t.Fatalf("%d commits at once, %d slots", maxRunning.Load(), slots)
+			}
+			if requests.Load() != 64*200 || commits.Load() >= requests.Load() {
+				t.Fatalf("%d requests in %d commits: want every request once, batched", requests.Load(), commits.Load())
+			}
+			t.Logf("%d requests in %d commits", requests.Load(), commits.Load())
+		})
+	}
+}
+
+// Callers that give up, in the queue or in a batch, leak no slot: later
+// callers are still served.
+func TestCallersThatLeave(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 100)
+	c := &groupcommit.Committer[int]{}
+	c.Commit = func(batch []*groupcommit.Request[int]) {
+		entered <- struct{}{}
+		<-release
+		for _, r := range batch {
+			r.Done(r.Arg, nil)
+		}
+	}
+	first := make(chan error, 1)
+	go func() { _, err := c.Do(context.Background(), "", 1); first <- err }()
+	<-entered // the first batch is in flight and blocked
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Do(ctx, "", i); !errors.Is(err, context.Canceled) {
+				t.Errorf("a waiter that gave up: %v", err)
+			}
+		}()
+	}
+	cancel()
+	wg.Wait()
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if v, err := c.Do(context.Background(), "", 7); err != nil || v.(int) != 7 {
+			t.Fatalf("after the waiters left: %v, %v", v, err)
+		}
+	}
+}
