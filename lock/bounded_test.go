@@ -154,6 +154,7 @@ func TestBoundedStateEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	c := newClient(t, s)
 	churn(t, c, "warm-", 10, time.Second)
 	waitUntil(t, func() bool { return etcdKeys(t, cli) <= 1 }) // the floor

@@ -1,44 +1,137 @@
 package lock
 
 import (
+	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/groupcommit"
 	"github.com/fenced/fenced/sequencer"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// EtcdStore keeps leases in etcd, the zero-dependency default: one Txn
-// creates the lock key if absent, attached to an etcd lease, and the token
-// is that Txn's revision (plus the floor offset, recorded beside the key so
-// that the token never changes). Steps 2 to 4 of the protocol collapse
-// into that Txn; see docs/design.md, "etcd leases".
+// EtcdStore keeps leases in etcd, the zero-dependency default. A lock is a
+// key created if absent; its token is the revision of the Txn that created
+// it (plus the floor offset, recorded beside the key so that the token
+// never changes). Steps 2 to 4 of the protocol collapse into that Txn.
+// docs/design.md, "etcd leases", explains the design; in short:
 //
-// etcd leases have whole-second TTLs and a minimum of about 1.5 times the
-// election timeout: a TTL the server cannot honour is rounded up, and
-// Grant.TTL (Lease.TTL) says what the lease really has. Refresh renews the
-// lease for its own TTL; etcd cannot change a lease's TTL.
+//   - Keys are attached to a session: one etcd lease per store and TTL
+//     class, kept alive by the store, as etcd's concurrency.Session does.
+//     No lease is granted or revoked per lock.
+//   - Each lock's own deadline is enforced by the store that granted it: a
+//     lock not refreshed by its deadline is deleted then (a compare-and-
+//     delete), so it frees within its TTL, in milliseconds, while the
+//     store's other locks stay alive. If the store's process dies, its
+//     locks free when the session lease expires: within twice the TTL, in
+//     whole seconds and at least etcd's minimum lease TTL.
+//   - Creates and deletes of different locks share one Txn (group commit),
+//     so an acquire plus a release cost at most two Raft writes, and fewer
+//     under load. A refresh is a linearizable read, not a write.
 //
-// Every request fails fast when the etcd member has no leader, rather than
-// waiting out the caller's timeout.
+// Close stops the store's goroutine; it does not revoke the sessions, so
+// locks held by remote holders (through a fenced server) stay held until
+// their session expires, and another node can take them over on refresh.
 type EtcdStore struct {
 	cli    *clientv3.Client
 	ks     sequencer.Keyspace
 	issuer *sequencer.Issuer
+	log    *slog.Logger
+
+	gc groupcommit.Committer[etcdOp]
+
+	mu       sync.Mutex
+	sessions map[int64]*session      // by TTL in seconds
+	granting map[int64]chan struct{} // closed when a grant of that class ends
+	held     map[string]*holding     // locks this store granted or took over
+	released map[string]tombstone    // lease ids released here, for a retried release
+	events   eventHeap               // deadlines and tombstone expiries
+	loop     bool                    // the store's goroutine runs
+	closed   bool
+	wake     chan struct{} // the next event moved earlier
+	stop     chan struct{}
+	wg       sync.WaitGroup // the goroutine and the work it started
+
+	txns, ops, sessionGrants atomic.Uint64
 }
 
 var _ LeaseStore = (*EtcdStore)(nil)
+
+// session is an etcd lease that locks of one TTL class are attached to.
+type session struct {
+	id      clientv3.LeaseID
+	granted time.Duration // the lease's TTL as etcd granted it
+
+	// Under the store's mu:
+	validUntil time.Time // when the lease expires at the earliest: the send time of the last renewal that succeeded, plus granted
+	nextRenew  time.Time
+	renewing   bool
+	dead       bool
+	users      int // holdings attached
+}
+
+// holding is a lock this store granted (or took over), whose deadline it
+// enforces.
+type holding struct {
+	id       string
+	token    fence.Token
+	modRev   int64 // the lock key's mod revision as this store last wrote it
+	sess     *session
+	deadline time.Time // of the last acquire or refresh
+	gen      uint64    // bumped when deadline moves: older heap entries are stale
+
+	refreshing int  // refreshes in flight: the deadline is not enforced meanwhile
+	expiring   bool // the enforcer is deleting it
+}
+
+type tombstone struct {
+	id    string
+	until time.Time
+}
+
+// etcdOp is one request to the group commit: create or delete a lock.
+// Its result is booked by the commit itself, so that a create whose caller
+// left still has its deadline enforced.
+type etcdOp struct {
+	kind   int
+	name   string
+	id     string
+	sess   *session      // create: the session to attach to
+	start  time.Time     // create: when the acquisition began here
+	ttl    time.Duration // create
+	modRev int64         // expire: only the lock as this store wrote it
+}
+
+const (
+	opCreate = iota
+	opDelete
+	opExpire
+)
+
+// createResult is what a create learnt.
+type createResult struct {
+	token   fence.Token
+	modRev  int64
+	granted time.Duration
+}
+
+var errHeld = errors.New("lock: held")
 
 // EtcdOption configures an EtcdStore.
 type EtcdOption func(*etcdConfig) error
 
 type etcdConfig struct {
-	prefix string
-	log    *slog.Logger
+	prefix   string
+	log      *slog.Logger
+	maxBatch int
 }
 
 // WithEtcdPrefix sets the key prefix. Default sequencer.DefaultPrefix
@@ -53,8 +146,9 @@ func WithEtcdPrefix(p string) EtcdOption {
 	}
 }
 
-// WithEtcdLogger sets where the store warns that etcd went back in time
-// (see sequencer.Issuer). Default slog.Default().
+// WithEtcdLogger sets where the store warns about etcd: a session lost, or
+// etcd's revision going back (see sequencer.Issuer). Default
+// slog.Default().
 func WithEtcdLogger(l *slog.Logger) EtcdOption {
 	return func(c *etcdConfig) error {
 		if l == nil {
@@ -65,126 +159,270 @@ func WithEtcdLogger(l *slog.Logger) EtcdOption {
 	}
 }
 
+// WithEtcdMaxBatch bounds how many creates and deletes share one Txn.
+// Default 126, for etcd's default --max-txn-ops of 128 (each lock's
+// nested Txn counts against the limit with the batch around it). Allowed 1
+// to 10000. A batch the server refuses as too large is split in halves and
+// the bound halved, so no caller fails because of batching.
+func WithEtcdMaxBatch(n int) EtcdOption {
+	return func(c *etcdConfig) error {
+		if n < 1 || n > 10000 {
+			return fmt.Errorf("lock: etcd max batch %d: want 1 to 10000", n)
+		}
+		c.maxBatch = n
+		return nil
+	}
+}
+
 // NewEtcdStore returns a store on cli. On a cluster with no token floor the
-// store sets one at its first acquisition (see sequencer.Issuer).
+// store sets one at its first acquisition (see sequencer.Issuer). Close
+// stops the store's goroutine; it does not close cli.
 func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) {
 	if cli == nil {
 		return nil, errors.New("lock: nil etcd client")
 	}
-	c := etcdConfig{prefix: sequencer.DefaultPrefix, log: slog.Default()}
+	c := etcdConfig{prefix: sequencer.DefaultPrefix, log: slog.Default(), maxBatch: 126}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return nil, err
 		}
 	}
 	ks := sequencer.NewKeyspace(c.prefix)
-	return &EtcdStore{cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log)}, nil
+	s := &EtcdStore{
+		cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log), log: c.log,
+		sessions: map[int64]*session{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	s.gc.Commit = s.commit
+	s.gc.SetMaxBatch(c.maxBatch)
+	return s, nil
 }
 
-// Acquire implements LeaseStore.
+// EtcdStats counts what an EtcdStore sent to etcd.
+type EtcdStats struct {
+	Txns          uint64 // write Txns committed (each one Raft write)
+	Ops           uint64 // creates and deletes they carried
+	SessionGrants uint64 // session leases granted (each one Raft write)
+}
+
+// Stats returns counters since NewEtcdStore.
+func (s *EtcdStore) Stats() EtcdStats {
+	return EtcdStats{Txns: s.txns.Load(), Ops: s.ops.Load(), SessionGrants: s.sessionGrants.Load()}
+}
+
+// Close stops the store's goroutine and waits for the work it started.
+// Locks still held stay in etcd until their session lease expires. Later
+// acquisitions fail with ErrClosed. Close is idempotent.
+func (s *EtcdStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// Acquire implements LeaseStore. The TTL is honoured to the millisecond:
+// the store deletes the lock at its deadline unless refreshed. The
+// granted TTL is shorter only when the session lease is not known to live
+// that long (renewals failing).
 func (s *EtcdStore) Acquire(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
-	// A held lock should cost a local read, not a lease grant and revoke
-	// (two Raft writes). The read is serializable, so it may be stale; the
-	// Txn below decides.
-	if r, err := s.cli.Get(ctx, s.ks.LockKey(name), clientv3.WithCountOnly(), clientv3.WithSerializable()); err != nil {
+	start := time.Now()
+	sess, err := s.sessionFor(ctx, ttl, start)
+	if err != nil {
+		return Grant{}, err
+	}
+	v, err := s.gc.Do(ctx, name, etcdOp{kind: opCreate, name: name, id: leaseID, sess: sess, start: start, ttl: ttl})
+	switch {
+	case errors.Is(err, errHeld):
+		return Grant{}, &HeldError{Remaining: s.remaining(name)}
+	case errors.Is(err, sequencer.ErrRestored):
+		return Grant{}, ErrLost // the lock was deleted again; the client tries once more
+	case err != nil:
+		// The create may yet commit: free it rather than wait for its
+		// deadline.
+		s.abandon(name, leaseID)
 		return Grant{}, backendErr("etcd", "acquire", err)
-	} else if r.Count > 0 {
-		return Grant{}, &HeldError{}
 	}
-	secs := int64((ttl + time.Second - 1) / time.Second)
-	// An etcd lease that expires (or is revoked) between its grant and the
-	// Txn makes the Txn fail with "lease not found": grant a new one.
-	for attempt := 0; ; attempt++ {
-		lg, err := s.cli.Grant(ctx, secs)
-		if err != nil {
-			return Grant{}, backendErr("etcd", "acquire", err)
-		}
-		_, tok, ok, err := s.issuer.Issue(ctx, []clientv3.Cmp{s.ks.LockFree(name)},
-			func(offset uint64) []clientv3.Op { return s.ks.PutLock(name, leaseID, lg.ID, offset) })
-		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt < 2:
-			continue
-		case errors.Is(err, sequencer.ErrRestored):
-			// The key was created with a token that does not exceed an
-			// earlier one: free it and let the client try again.
-			s.revoke(ctx, lg.ID)
-			return Grant{}, ErrLost
-		case err != nil:
-			s.revoke(ctx, lg.ID)
-			return Grant{}, backendErr("etcd", "acquire", err)
-		case !ok:
-			s.revoke(ctx, lg.ID)
-			// No remaining-time hint: the watch sees the key deleted on expiry.
-			return Grant{}, &HeldError{}
-		}
-		return Grant{Token: tok, TTL: time.Duration(lg.TTL) * time.Second}, nil
-	}
+	cr := v.(createResult)
+	return Grant{Token: cr.token, TTL: cr.granted}, nil
 }
 
-// revoke frees an etcd lease that holds no lock.
-func (s *EtcdStore) revoke(ctx context.Context, id clientv3.LeaseID) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_, _ = s.cli.Revoke(ctx, id) // it expires anyway
+// abandon releases a lock whose acquisition failed in a way that may have
+// created it, off the caller's path.
+func (s *EtcdStore) abandon(name, leaseID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Release(ctx, name, leaseID) // its deadline frees it anyway
+	}()
 }
 
-// Refresh implements LeaseStore. The TTL cannot change: it returns the
-// lease's own. The token is the one granted, whatever the floor is now.
-func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, _ time.Duration) (Grant, error) {
+// hold records a lock this store now enforces, and returns the TTL it
+// grants: ttl, or less if the session is not known to live that long.
+func (s *EtcdStore) hold(name, leaseID string, tok fence.Token, modRev int64, sess *session, start time.Time, ttl time.Duration) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	granted := min(ttl, sess.validUntil.Sub(start))
+	if old := s.held[name]; old != nil {
+		old.sess.users--
+	}
+	h := &holding{id: leaseID, token: tok, modRev: modRev, sess: sess, deadline: start.Add(granted)}
+	sess.users++
+	s.held[name] = h
+	s.scheduleLocked(name, h)
+	return granted
+}
+
+// remaining is how long this store's holding of name has left, if it has
+// one; 0 otherwise.
+func (s *EtcdStore) remaining(name string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.held[name]; h != nil {
+		return max(time.Until(h.deadline), 0)
+	}
+	return 0
+}
+
+// Refresh implements LeaseStore. On the store that granted the lock it is
+// a linearizable read and a new local deadline: no Raft write. A store
+// that did not grant it (another fenced node, or this one restarted) takes
+// it over: it moves the keys onto its own session, one Raft write, and
+// enforces the deadline from then on.
+func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
-	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)).Then(s.ks.GetLock(name)...).Commit()
+	start := time.Now()
+	sess, err := s.sessionFor(ctx, ttl, start)
+	if err != nil {
+		return Grant{}, err
+	}
+	s.mu.Lock()
+	h := s.held[name]
+	if h != nil && h.id == leaseID {
+		if h.expiring || !start.Before(h.deadline) {
+			s.mu.Unlock()
+			return Grant{}, ErrLost // too late: its deadline passed
+		}
+		if h.sess == sess {
+			h.refreshing++
+			s.mu.Unlock()
+			return s.refreshHeld(ctx, name, h, start, ttl)
+		}
+	}
+	s.mu.Unlock()
+	return s.takeOver(ctx, name, leaseID, sess, start, ttl)
+}
+
+// refreshHeld checks that the lock is still as this store wrote it and
+// moves its deadline.
+func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, start time.Time, ttl time.Duration) (Grant, error) {
+	resp, err := s.cli.Txn(ctx).If(
+		s.ks.LockHeldBy(name, h.id),
+		clientv3.Compare(clientv3.ModRevision(s.ks.LockKey(name)), "=", h.modRev),
+	).Commit()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.refreshing--
+	switch {
+	case err != nil:
+		s.scheduleLocked(name, h) // in case its deadline passed meanwhile
+		return Grant{}, backendErr("etcd", "refresh", err)
+	case !resp.Succeeded:
+		s.dropLocked(name, h)
+		return Grant{}, ErrLost
+	}
+	granted := min(ttl, h.sess.validUntil.Sub(start))
+	if granted <= 0 {
+		s.scheduleLocked(name, h)
+		return Grant{}, backendErr("etcd", "refresh", errors.New("the session lease could not be renewed in time"))
+	}
+	h.deadline = start.Add(granted)
+	s.scheduleLocked(name, h)
+	return Grant{Token: h.token, TTL: granted}, nil
+}
+
+// takeOver moves a lock held by leaseID onto this store's session, keeping
+// its value and token, and enforces its deadline from now on. The store
+// that enforced it before finds its mod revision changed and lets it be.
+func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *session, start time.Time, ttl time.Duration) (Grant, error) {
+	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)).
+		Then(append(s.ks.MoveLock(name, sess.id), s.ks.GetLock(name)...)...).Commit()
 	if err != nil {
 		return Grant{}, backendErr("etcd", "refresh", err)
 	}
 	if !resp.Succeeded {
+		s.mu.Lock()
+		if h := s.held[name]; h != nil && h.id == leaseID {
+			s.dropLocked(name, h)
+		}
+		s.mu.Unlock()
 		return Grant{}, ErrLost
 	}
-	st, held, err := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
-	if err != nil {
-		return Grant{}, backendErr("etcd", "refresh", err)
+	s.txns.Add(1)
+	n := len(resp.Responses)
+	st, held, err := s.ks.ParseLock(resp.Responses[n-2].GetResponseRange(), resp.Responses[n-1].GetResponseRange())
+	if err != nil || !held {
+		return Grant{}, backendErr("etcd", "refresh", fmt.Errorf("the lock vanished in its own Txn: %v", err))
 	}
-	if !held {
-		return Grant{}, ErrLost
-	}
-	ka, err := s.cli.KeepAliveOnce(ctx, st.Lease)
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return Grant{}, ErrLost
-	}
-	if err != nil {
-		return Grant{}, backendErr("etcd", "refresh", err)
-	}
-	return Grant{Token: st.Token, TTL: time.Duration(ka.TTL) * time.Second}, nil
+	granted := s.hold(name, leaseID, st.Token, resp.Header.Revision, sess, start, ttl)
+	return Grant{Token: st.Token, TTL: granted}, nil
 }
 
-// Release implements LeaseStore. Deleting the key wakes the waiters'
-// watches. The released lease id is then recorded on the lock's own etcd
-// lease instead of revoking it (one Raft write either way), so that
-// releasing again, until the lock would have expired, succeeds.
+// Release implements LeaseStore. Releasing a lease that this store
+// released, while it would still have been valid, succeeds (a retry after
+// a lost reply).
 func (s *EtcdStore) Release(ctx context.Context, name, leaseID string) error {
 	ctx = clientv3.WithRequireLeader(ctx)
-	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)).
-		Then(s.ks.DeleteLock(name)...).
-		Else(clientv3.OpGet(s.ks.ReleasedKey(name))).Commit()
-	if err != nil {
-		return backendErr("etcd", "release", err)
-	}
-	if !resp.Succeeded {
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && string(kvs[0].Value) == leaseID {
-			return nil // released by this lease id already
+	_, err := s.gc.Do(ctx, name, etcdOp{kind: opDelete, name: name, id: leaseID})
+	switch {
+	case errors.Is(err, errHeld):
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if t, ok := s.released[name]; ok && t.id == leaseID && time.Now().Before(t.until) {
+			return nil
+		}
+		if h := s.held[name]; h != nil && h.id == leaseID {
+			s.dropLocked(name, h)
 		}
 		return ErrLost
-	}
-	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) == 1 && prev[0].Lease != 0 {
-		// The lease may be gone already; the record is only a courtesy.
-		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_, _ = s.cli.Txn(mctx).Then(s.ks.MarkReleased(name, leaseID, clientv3.LeaseID(prev[0].Lease))).Commit()
+	case err != nil:
+		return backendErr("etcd", "release", err)
 	}
 	return nil
 }
 
-// Inspect implements LeaseStore.
+// released books a release: the holding goes, and a tombstone remembers
+// the lease id until the lock's deadline. Called with mu.
+func (s *EtcdStore) releasedLocked(name, leaseID string) {
+	h := s.held[name]
+	if h == nil || h.id != leaseID {
+		return
+	}
+	s.dropLocked(name, h)
+	if h.deadline.After(time.Now()) {
+		s.released[name] = tombstone{id: leaseID, until: h.deadline}
+		heap.Push(&s.events, event{at: h.deadline, name: name, tomb: true})
+		s.startLoopLocked()
+	}
+}
+
+// Inspect implements LeaseStore. Remaining is the lock's own deadline when
+// this store enforces it, else its session lease's remaining TTL (the
+// latest the lock can outlive a holder that stopped refreshing); never 0
+// while the lock is held.
 func (s *EtcdStore) Inspect(ctx context.Context, name string) (State, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
 	resp, err := s.cli.Txn(ctx).Then(s.ks.GetLock(name)...).Commit()
@@ -199,11 +437,18 @@ func (s *EtcdStore) Inspect(ctx context.Context, name string) (State, error) {
 		return State{}, nil
 	}
 	st := State{Held: true, LeaseID: lk.LeaseID, Token: lk.Token}
-	if lk.Lease != 0 {
+	s.mu.Lock()
+	h := s.held[name]
+	if h != nil && h.id == lk.LeaseID {
+		st.Remaining = time.Until(h.deadline)
+	}
+	s.mu.Unlock()
+	if h == nil && lk.Lease != 0 {
 		if ttl, err := s.cli.TimeToLive(ctx, lk.Lease); err == nil && ttl.TTL > 0 {
 			st.Remaining = time.Duration(ttl.TTL) * time.Second
 		}
 	}
+	st.Remaining = max(st.Remaining, time.Millisecond)
 	return st, nil
 }
 
@@ -260,4 +505,424 @@ func (s *EtcdStore) Watch(ctx context.Context, name string) (<-chan struct{}, fu
 		})
 	}
 	return ch, stop, nil
+}
+
+// Sessions.
+
+// sessionTTL is the session lease's TTL for locks of ttl, in seconds:
+// twice ttl, so that renewed every third of it a session always has 4/3
+// of ttl left, a full ttl for any acquisition with room for a renewal's
+// round trip. A dead process's locks free when it expires.
+func sessionTTL(ttl time.Duration) int64 {
+	return max(1, int64(math.Ceil(2*ttl.Seconds())))
+}
+
+// sessionFor returns a live session for locks of ttl that will outlive
+// ttl from start, granting one if needed (one Raft write per TTL class,
+// not per lock).
+func (s *EtcdStore) sessionFor(ctx context.Context, ttl time.Duration, start time.Time) (*session, error) {
+	secs := sessionTTL(ttl)
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if sess := s.sessions[secs]; sess != nil && !sess.dead && !sess.validUntil.Before(start.Add(ttl)) {
+			s.mu.Unlock()
+			return sess, nil
+		}
+		if wait := s.granting[secs]; wait != nil {
+			// Another caller is granting this class's session: one grant
+			// serves all.
+			s.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		s.granting[secs] = done
+		s.mu.Unlock()
+		sess, err := s.grant(ctx, secs)
+		s.mu.Lock()
+		delete(s.granting, secs)
+		close(done)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		s.sessions[secs] = sess
+		s.startLoopLocked()
+		s.mu.Unlock()
+		if sess.validUntil.Before(start.Add(ttl)) {
+			return nil, backendErr("etcd", "acquire", fmt.Errorf("a session lease of %ds was granted too late to cover a %s TTL", secs, ttl))
+		}
+		return sess, nil
+	}
+}
+
+// grant grants a session lease of secs seconds.
+func (s *EtcdStore) grant(ctx context.Context, secs int64) (*session, error) {
+	sent := time.Now()
+	lg, err := s.cli.Grant(ctx, secs)
+	if err != nil {
+		return nil, backendErr("etcd", "acquire", err)
+	}
+	s.sessionGrants.Add(1)
+	granted := time.Duration(lg.TTL) * time.Second
+	return &session{id: lg.ID, granted: granted, validUntil: sent.Add(granted), nextRenew: sent.Add(granted / 3)}, nil
+}
+
+// renew keeps a session alive: validUntil moves to the renewal's send time
+// plus the TTL etcd confirms. A session etcd no longer knows is dead, and
+// so is every lock on it: etcd deleted their keys.
+func (s *EtcdStore) renew(sess *session) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), sess.granted/3)
+	defer cancel()
+	sent := time.Now()
+	ka, err := s.cli.KeepAliveOnce(clientv3.WithRequireLeader(ctx), sess.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess.renewing = false
+	switch {
+	case err == nil:
+		sess.validUntil = sent.Add(time.Duration(ka.TTL) * time.Second)
+		sess.nextRenew = sent.Add(sess.granted / 3)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		s.sessionLostLocked(sess)
+	default:
+		// Try again soon; validUntil bounds what later grants may count on.
+		sess.nextRenew = time.Now().Add(min(sess.granted/10, time.Second))
+	}
+	s.poke()
+}
+
+// The store's goroutine: it renews sessions in use and enforces deadlines.
+
+type event struct {
+	at   time.Time
+	name string
+	gen  uint64
+	tomb bool // a tombstone's end, not a deadline
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int           { return len(h) }
+func (h eventHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h eventHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)        { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// scheduleLocked queues h's deadline. Called with mu.
+func (s *EtcdStore) scheduleLocked(name string, h *holding) {
+	h.gen++
+	heap.Push(&s.events, event{at: h.deadline, name: name, gen: h.gen})
+	s.startLoopLocked()
+	s.poke()
+}
+
+// dropLocked forgets a holding. Called with mu.
+func (s *EtcdStore) dropLocked(name string, h *holding) {
+	if s.held[name] == h {
+		delete(s.held, name)
+		h.sess.users--
+	}
+	h.gen++ // its queued deadlines are stale
+}
+
+func (s *EtcdStore) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *EtcdStore) startLoopLocked() {
+	if s.loop || s.closed {
+		return
+	}
+	s.loop = true
+	s.wg.Add(1)
+	go s.run()
+}
+
+func (s *EtcdStore) run() {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := s.step(time.Now())
+		timer.Reset(time.Until(next))
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// step does what is due at now and returns when to look again.
+func (s *EtcdStore) step(now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := now.Add(time.Hour)
+	for _, sess := range s.sessions {
+		if sess.dead || sess.users == 0 || sess.renewing {
+			continue
+		}
+		if !now.Before(sess.nextRenew) {
+			sess.renewing = true
+			s.wg.Add(1)
+			go s.renew(sess)
+			continue
+		}
+		if sess.nextRenew.Before(next) {
+			next = sess.nextRenew
+		}
+	}
+	for s.events.Len() > 0 {
+		e := s.events[0]
+		if now.Before(e.at) {
+			if e.at.Before(next) {
+				next = e.at
+			}
+			break
+		}
+		heap.Pop(&s.events)
+		if e.tomb {
+			if t, ok := s.released[e.name]; ok && !now.Before(t.until) {
+				delete(s.released, e.name)
+			}
+			continue
+		}
+		h := s.held[e.name]
+		if h == nil || h.gen != e.gen || h.expiring {
+			continue // released, refreshed or being expired
+		}
+		if h.refreshing > 0 {
+			// A refresh that began before the deadline decides; look again
+			// when it is done (it reschedules).
+			continue
+		}
+		h.expiring = true
+		s.wg.Add(1)
+		go s.expire(e.name, h)
+	}
+	return next
+}
+
+// expire deletes a lock whose deadline passed without a refresh, if it is
+// still as this store wrote it.
+func (s *EtcdStore) expire(name string, h *holding) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.gc.Do(clientv3.WithRequireLeader(ctx), name, etcdOp{kind: opExpire, name: name, id: h.id, modRev: h.modRev})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil && !errors.Is(err, errHeld) {
+		// etcd did not answer: the session lease still frees it at worst.
+		s.log.Warn("could not delete an expired lock; its session lease will free it", "lock", name, "err", err)
+	}
+	s.dropLocked(name, h)
+}
+
+// Group commit of creates and deletes.
+
+// commit sends one batch as one Txn: a nested Txn per lock, so that each
+// succeeds or fails alone. A batch of one is a plain Txn. A batch with
+// creates goes through the issuer, which makes their token.
+func (s *EtcdStore) commit(batch []*groupcommit.Request[etcdOp]) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = clientv3.WithRequireLeader(ctx)
+	err := s.commitTxn(ctx, batch)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// A session expired before the store knew (a long pause, or a
+		// partition): its locks are gone. Give the creates fresh sessions
+		// and send the batch once more.
+		if batch = s.resession(ctx, batch); len(batch) == 0 {
+			return
+		}
+		err = s.commitTxn(ctx, batch)
+	}
+	var tooMany bool
+	if err != nil {
+		tooMany = errors.Is(err, rpctypes.ErrTooManyOps)
+	}
+	if tooMany && len(batch) > 1 {
+		// The server takes fewer operations per Txn than we thought:
+		// halve the bound and send each half, so no caller fails.
+		s.gc.SetMaxBatch(max(1, len(batch)/2))
+		s.log.Info("etcd refused a batch as too large; batches halved", "size", len(batch), "max_batch", max(1, len(batch)/2),
+			"hint", "etcd's --max-txn-ops is below fenced's batch bound; raise it or lower the bound (WithEtcdMaxBatch)")
+		s.commit(batch[:len(batch)/2])
+		s.commit(batch[len(batch)/2:])
+		return
+	}
+	if err != nil {
+		for _, r := range batch {
+			r.Done(nil, err)
+		}
+	}
+}
+
+// resession marks the sessions of the batch's creates lost and gives each
+// create a new one; creates that cannot get one are answered and dropped.
+func (s *EtcdStore) resession(ctx context.Context, batch []*groupcommit.Request[etcdOp]) []*groupcommit.Request[etcdOp] {
+	s.mu.Lock()
+	for _, r := range batch {
+		if r.Arg.kind == opCreate {
+			s.sessionLostLocked(r.Arg.sess)
+		}
+	}
+	s.mu.Unlock()
+	kept := batch[:0]
+	for _, r := range batch {
+		if r.Arg.kind == opCreate {
+			sess, err := s.sessionFor(ctx, r.Arg.ttl, r.Arg.start)
+			if err != nil {
+				r.Done(nil, err)
+				continue
+			}
+			r.Arg.sess = sess
+		}
+		kept = append(kept, r)
+	}
+	return kept
+}
+
+// sessionLostLocked marks a session etcd no longer knows, and drops the
+// locks on it: etcd deleted their keys. Called with mu.
+func (s *EtcdStore) sessionLostLocked(sess *session) {
+	if sess.dead {
+		return
+	}
+	s.log.Warn("etcd session lease expired: the locks on it are lost",
+		"lease", fmt.Sprintf("%x", int64(sess.id)), "locks", sess.users,
+		"hint", "the store could not renew it within its TTL: check the network to etcd and etcd's health")
+	sess.dead = true
+	for name, h := range s.held {
+		if h.sess == sess {
+			s.dropLocked(name, h)
+		}
+	}
+}
+
+// commitTxn sends the batch and answers its requests, or returns the error
+// of the whole Txn without answering them.
+func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[etcdOp]) error {
+	creates := false
+	for _, r := range batch {
+		creates = creates || r.Arg.kind == opCreate
+	}
+	if len(batch) == 1 {
+		return s.commitOne(ctx, batch[0], creates)
+	}
+	then := func(offset uint64) []clientv3.Op {
+		ops := make([]clientv3.Op, len(batch))
+		for i, r := range batch {
+			cmps, ops2 := s.opTxn(r.Arg, offset)
+			ops[i] = clientv3.OpTxn(cmps, ops2, nil)
+		}
+		return ops
+	}
+	var (
+		resp *clientv3.TxnResponse
+		tok  fence.Token
+		err  error
+	)
+	if creates {
+		resp, tok, _, err = s.issuer.Issue(ctx, nil, then)
+	} else {
+		resp, err = s.cli.Txn(ctx).Then(then(0)...).Commit()
+	}
+	if err != nil && !errors.Is(err, sequencer.ErrRestored) {
+		return err
+	}
+	s.txns.Add(1)
+	s.ops.Add(uint64(len(batch)))
+	restored := errors.Is(err, sequencer.ErrRestored)
+	for i, r := range batch {
+		ok := resp.Responses[i].GetResponseTxn().Succeeded
+		s.answer(ctx, r, ok, tok, resp.Header.Revision, restored)
+	}
+	return nil
+}
+
+// commitOne sends a batch of one as a plain Txn.
+func (s *EtcdStore) commitOne(ctx context.Context, r *groupcommit.Request[etcdOp], create bool) error {
+	var (
+		resp *clientv3.TxnResponse
+		tok  fence.Token
+		ok   bool
+		err  error
+	)
+	if create {
+		cmps, _ := s.opTxn(r.Arg, 0)
+		resp, tok, ok, err = s.issuer.Issue(ctx, cmps, func(offset uint64) []clientv3.Op {
+			_, ops := s.opTxn(r.Arg, offset)
+			return ops
+		})
+	} else {
+		cmps, ops := s.opTxn(r.Arg, 0)
+		resp, err = s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		ok = err == nil && resp.Succeeded
+	}
+	if err != nil && !errors.Is(err, sequencer.ErrRestored) {
+		return err
+	}
+	s.txns.Add(1)
+	s.ops.Add(1)
+	s.answer(ctx, r, ok, tok, resp.Header.Revision, errors.Is(err, sequencer.ErrRestored))
+	return nil
+}
+
+// opTxn is one request's compares and operations.
+func (s *EtcdStore) opTxn(op etcdOp, offset uint64) ([]clientv3.Cmp, []clientv3.Op) {
+	switch op.kind {
+	case opCreate:
+		return []clientv3.Cmp{s.ks.LockFree(op.name)}, s.ks.PutLock(op.name, op.id, op.sess.id, offset)
+	case opExpire:
+		return []clientv3.Cmp{s.ks.LockHeldBy(op.name, op.id),
+			clientv3.Compare(clientv3.ModRevision(s.ks.LockKey(op.name)), "=", op.modRev)}, s.ks.DeleteLock(op.name)
+	default:
+		return []clientv3.Cmp{s.ks.LockHeldBy(op.name, op.id)}, s.ks.DeleteLock(op.name)
+	}
+}
+
+// answer tells a request what its part of the Txn did, and books it: a
+// created lock's deadline is enforced from here, even if its caller left.
+// A create whose token does not exceed one issued before (etcd went back)
+// is deleted again and answered ErrRestored.
+func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], ok bool, tok fence.Token, rev int64, restored bool) {
+	op := r.Arg
+	switch {
+	case !ok:
+		r.Done(nil, errHeld)
+	case op.kind == opDelete:
+		s.mu.Lock()
+		s.releasedLocked(op.name, op.id)
+		s.mu.Unlock()
+		r.Done(nil, nil)
+	case op.kind == opExpire:
+		r.Done(nil, nil)
+	case restored:
+		_, _ = s.cli.Txn(ctx).If(s.ks.LockHeldBy(op.name, op.id)).Then(s.ks.DeleteLock(op.name)...).Commit()
+		r.Done(nil, sequencer.ErrRestored)
+	default:
+		granted := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl)
+		r.Done(createResult{token: tok, modRev: rev, granted: granted}, nil)
+	}
 }

@@ -25,6 +25,7 @@ func Example() {
 	}
 	defer cli.Close()
 	store, _ := lock.NewEtcdStore(cli)
+	defer store.Close()
 	client, _ := lock.New(store)
 	defer client.Close(ctx)
 

@@ -320,6 +320,7 @@ func TestTokenSurvivesRaiseFloor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { es.Close() })
 	seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
@@ -393,6 +394,7 @@ func TestEtcdLeaseGoneBeforeTxn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	c := newClient(t, s)
 	l, err := c.TryAcquire(t.Context(), testenv.Name(t), 2*time.Second)
 	if err != nil {

@@ -62,6 +62,7 @@ func etcdBackend(t *testing.T) backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	return backend{
 		name: "etcd", store: s, ttl: 2 * time.Second,
 		deleteLease: func(t *testing.T, name string) {
@@ -437,19 +438,32 @@ func TestClientCloseReleasesLeases(t *testing.T) {
 	}
 }
 
-func TestEtcdTTLRoundedUp(t *testing.T) {
+// TestEtcdTTLInMilliseconds: etcd leases are whole seconds, but the etcd
+// store enforces each lock's own deadline, so a lock's TTL is honoured to
+// the millisecond and the next holder gets it when it runs out.
+func TestEtcdTTLInMilliseconds(t *testing.T) {
 	b := etcdBackend(t)
 	c := newClient(t, b.store)
-	l, err := c.Acquire(t.Context(), testenv.Name(t), 100*time.Millisecond)
+	name := testenv.Name(t)
+	l, err := c.Acquire(t.Context(), name, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Release(t.Context())
-	if l.TTL() < time.Second || l.TTL()%time.Second != 0 {
-		t.Fatalf("TTL %s: want whole seconds, at least 1s", l.TTL())
+	if l.TTL() != 100*time.Millisecond {
+		t.Fatalf("TTL %s, want the 100ms asked", l.TTL())
 	}
-	if !l.Deadline().After(time.Now().Add(500 * time.Millisecond)) {
-		t.Fatalf("deadline %s away: not computed from the granted TTL", time.Until(l.Deadline()))
+	next, err := c.Acquire(t.Context(), name, time.Second, lock.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(t.Context())
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("the next holder acquired while the first still believes it holds the lock")
+	}
+	if next.Token() <= l.Token() {
+		t.Fatalf("token %d after %d", next.Token(), l.Token())
 	}
 }
 
@@ -516,9 +530,6 @@ func TestDetachedLeaseByID(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := 3 * b.ttl
-			if b.name == "etcd" {
-				want = l.TTL() // an etcd lease keeps its TTL
-			}
 			g, err := c.RefreshID(t.Context(), name, l.ID(), 3*b.ttl)
 			if err != nil || g.Token != l.Token() || g.TTL != want {
 				t.Fatalf("RefreshID: %+v, %v; want token %d, ttl %s", g, err, l.Token(), want)

@@ -21,9 +21,6 @@ import (
 //	<prefix>counter         written by every token Txn of the sequencer
 //	<prefix>locks/<name>    a lock held with an etcd lease; value: the lease id
 //	<prefix>offsets/<name>  the floor offset that lock was granted under
-//	<prefix>released/<name> the lease id that released that lock last, on
-//	                        the released lock's etcd lease (so it lives no
-//	                        longer than the lock would have)
 //
 // Nothing is kept per lock name once its lock is free: the state is bounded
 // by the locks held now.
@@ -53,10 +50,6 @@ func (k Keyspace) LockKey(name string) string { return k.Prefix() + "locks/" + n
 // granted under, so that its token never changes (defect 5 in
 // docs/design.md).
 func (k Keyspace) OffsetKey(name string) string { return k.Prefix() + "offsets/" + name }
-
-// ReleasedKey remembers the lease id that released lock name last, so that
-// releasing it again succeeds (a retry after a lost reply).
-func (k Keyspace) ReleasedKey(name string) string { return k.Prefix() + "released/" + name }
 
 // norm makes the zero Keyspace the default one.
 func (k Keyspace) norm() Keyspace {
@@ -211,16 +204,18 @@ func (k Keyspace) GetLock(name string) []clientv3.Op {
 	return []clientv3.Op{clientv3.OpGet(k.LockKey(name)), clientv3.OpGet(k.OffsetKey(name))}
 }
 
-// DeleteLock frees lock name; the first response has the lock key's
-// previous value (its etcd lease).
+// DeleteLock frees lock name.
 func (k Keyspace) DeleteLock(name string) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name), clientv3.WithPrevKV()), clientv3.OpDelete(k.OffsetKey(name))}
+	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name)), clientv3.OpDelete(k.OffsetKey(name))}
 }
 
-// MarkReleased records that leaseID released lock name, on the etcd lease
-// the lock had: the record goes when the lock would have expired.
-func (k Keyspace) MarkReleased(name, leaseID string, lease clientv3.LeaseID) clientv3.Op {
-	return clientv3.OpPut(k.ReleasedKey(name), leaseID, clientv3.WithLease(lease))
+// MoveLock moves lock name, value and token unchanged, onto the etcd lease
+// lease: a holder refreshing through another store.
+func (k Keyspace) MoveLock(name string, lease clientv3.LeaseID) []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpPut(k.LockKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease)),
+		clientv3.OpPut(k.OffsetKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease)),
+	}
 }
 
 // LockState is a lock held with an etcd lease, as read by GetLock.

@@ -60,6 +60,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	c.add("etcd lease store", store.Close)
 	locks, err := lock.New(store)
 	if err != nil {
 		return err

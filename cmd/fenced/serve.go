@@ -272,9 +272,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		c.add("redis lease store", rs.Close)
 		store = rs // its Ping checks Redis and the sequencer's etcd
 	} else {
-		if store, err = lock.NewEtcdStore(cli, lock.WithEtcdPrefix(prefix), lock.WithEtcdLogger(log)); err != nil {
+		es, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(prefix), lock.WithEtcdLogger(log))
+		if err != nil {
 			return err
 		}
+		c.add("etcd lease store", es.Close)
+		store = es
 	}
 	locks, err := lock.New(store)
 	if err != nil {

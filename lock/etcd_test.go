@@ -1,0 +1,187 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The etcd lease store's own design (docs/design.md, "etcd leases"):
+// sessions, deadlines enforced by the store, group-committed writes.
+
+func newEtcdStore(t *testing.T, cli *clientv3.Client, opts ...lock.EtcdOption) *lock.EtcdStore {
+	t.Helper()
+	s, err := lock.NewEtcdStore(cli, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// A lock whose holder stops refreshing is free at its TTL, while another
+// lock of the same store, on the same session, is kept alive.
+func TestEtcdUnrefreshedLockFreesAloneAtItsTTL(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newEtcdStore(t, cli)
+	c := newClient(t, s)
+	kept, err := c.Acquire(t.Context(), testenv.Name(t), 300*time.Millisecond, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Release(t.Context())
+	name := testenv.Name(t)
+	abandoned, err := c.Acquire(t.Context(), name, 300*time.Millisecond, lock.WithDetached()) // never refreshed
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := c.Acquire(t.Context(), name, time.Second, lock.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("the unrefreshed lock was not freed: %v", err)
+	}
+	defer next.Release(t.Context())
+	if next.Token() <= abandoned.Token() {
+		t.Fatalf("token %d after %d", next.Token(), abandoned.Token())
+	}
+	if st, err := c.Inspect(t.Context(), kept.Name()); err != nil || st.LeaseID != kept.ID() || kept.Err() != nil {
+		t.Fatalf("the kept-alive lock of the same store: %+v, %v, Err %v", st, err, kept.Err())
+	}
+}
+
+// A store that stops (its process died) leaves its locks to its session
+// lease: they are freed when it expires, not kept forever.
+func TestEtcdDeadStoresLocksFree(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	dead := newEtcdStore(t, cli)
+	name := testenv.Name(t)
+	if _, err := dead.Acquire(t.Context(), name, "0123456789abcdef0123456789abcdef", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	c := newClient(t, newEtcdStore(t, cli))
+	l, err := c.Acquire(t.Context(), name, time.Second, lock.WithWait(30*time.Second))
+	if err != nil {
+		t.Fatalf("the dead store's lock was not freed by its session: %v", err)
+	}
+	l.Release(t.Context())
+}
+
+// A lock acquired through one store and refreshed through another (another
+// fenced node) moves to the second: the first must not delete it at the
+// old deadline, and its token does not change.
+func TestEtcdRefreshThroughAnotherStore(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	a, b := newEtcdStore(t, cli), newEtcdStore(t, cli)
+	name := testenv.Name(t)
+	id := "0123456789abcdef0123456789abcdef"
+	g, err := a.Acquire(t.Context(), name, id, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := a.Stats().Txns
+	g2, err := b.Refresh(t.Context(), name, id, 5*time.Second)
+	if err != nil || g2.Token != g.Token || g2.TTL != 5*time.Second {
+		t.Fatalf("refresh through the other store: %+v, %v; granted %+v", g2, err, g)
+	}
+	// The first store's deadline passes; it tries to delete the lock as it
+	// wrote it, and must find it moved.
+	waitUntil(t, func() bool { return a.Stats().Txns > before })
+	st, err := b.Inspect(t.Context(), name)
+	if err != nil || !st.Held || st.LeaseID != id || st.Token != g.Token {
+		t.Fatalf("after the first store's deadline: %+v, %v; want still held by %s with token %d", st, err, id, g.Token)
+	}
+	if err := b.Release(t.Context(), name, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Budget: an acquire plus a release cost at most two Raft writes,
+// amortised, sessions included.
+func TestEtcdRaftWritesPerLock(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newEtcdStore(t, cli)
+	c := newClient(t, s)
+	const n = 200
+	for i := 0; i < n; i++ {
+		l, err := c.Acquire(t.Context(), fmt.Sprint(testenv.Name(t), "-", i%7), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.Stats()
+	if writes := st.Txns + st.SessionGrants; writes > 2*n+1 {
+		t.Fatalf("%d Raft writes for %d acquire+release (%+v): over two each", writes, n, st)
+	}
+	t.Logf("%d acquire+release sequentially: %+v", n, st)
+}
+
+// A batch etcd refuses as too large (its --max-txn-ops, 128 by default) is
+// split, and no caller fails because of batching.
+func TestEtcdBatchOverMaxTxnOps(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newEtcdStore(t, cli, lock.WithEtcdMaxBatch(1000))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	start := make(chan struct{})
+	prefix := testenv.Name(t)
+	for i := 0; i < 600; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			id := fmt.Sprintf("%032x", i+1)
+			name := fmt.Sprint(prefix, "-", i)
+			_, err := s.Acquire(context.Background(), name, id, 5*time.Second)
+			if err == nil {
+				err = s.Release(context.Background(), name, id)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d of 600 callers failed, first: %v", len(errs), errs[0])
+	}
+	st := s.Stats()
+	if st.Ops != 1200 || st.Txns >= st.Ops || st.SessionGrants != 1 {
+		t.Fatalf("stats %+v: want 1200 operations batched, on one session", st)
+	}
+	t.Logf("600 acquire+release at once: %+v", st)
+}
+
+// A released lock's lease id may release it again (a retried release) on
+// the store that released it; a stranger may not.
+func TestEtcdReleaseAfterExpiry(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newEtcdStore(t, cli)
+	name := testenv.Name(t)
+	id := "0123456789abcdef0123456789abcdef"
+	if _, err := s.Acquire(t.Context(), name, id, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { st, _ := s.Inspect(t.Context(), name); return !st.Held })
+	if err := s.Release(t.Context(), name, id); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("release after the lock expired: %v, want ErrLost", err)
+	}
+	if _, err := s.Refresh(t.Context(), name, id, time.Second); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("refresh after the lock expired: %v, want ErrLost", err)
+	}
+}
