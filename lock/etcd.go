@@ -194,6 +194,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	s.gc.Commit = s.commit
+
 	s.gc.SetMaxBatch(c.maxBatch)
 	return s, nil
 }

@@ -193,7 +193,9 @@ func (s *RedisStore) Inspect(ctx context.Context, name string) (State, error) {
 	if id == "" {
 		return State{}, nil
 	}
-	st := State{Held: true, LeaseID: id}
+	// A lease about to expire has a PTTL of 0 ms: it is still held, so
+	// Remaining is never 0 for a held lock.
+	st := State{Held: true, LeaseID: id, Remaining: time.Millisecond}
 	if ms, ok := v[1].(int64); ok && ms > 0 {
 		st.Remaining = time.Duration(ms) * time.Millisecond
 	}

@@ -34,7 +34,7 @@ type LeaseStore interface {
 // Grant is a lease held: its token and the TTL it has.
 type Grant struct {
 	Token fence.Token
-	TTL   time.Duration // the TTL the store really granted (etcd rounds up)
+	TTL   time.Duration // the TTL the store really granted, counted from before the request was sent
 }
 
 // State is a lock's state as Inspect sees it.
@@ -42,5 +42,5 @@ type State struct {
 	Held      bool
 	LeaseID   string
 	Token     fence.Token
-	Remaining time.Duration
+	Remaining time.Duration // how long the lease has left; at least 1ms while held, 0 when free
 }

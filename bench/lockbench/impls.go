@@ -219,12 +219,16 @@ func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration) (
 	}
 	return Impl{
 		Name:      FencedEtcd,
-		Wait:      fmt.Sprintf("Client.Acquire: etcd watch on the lock key, default retry ExponentialBackoff(4ms, 256ms); TTL %s (rounded up to whole seconds)", ttl),
+		Wait:      fmt.Sprintf("Client.Acquire: etcd watch on the lock key, default retry ExponentialBackoff(4ms, 256ms); TTL %s", ttl),
 		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl), nil },
 		Close: func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			return c.Close(ctx)
+			return errors.Join(c.Close(ctx), store.Close())
+		},
+		Batches: func() (uint64, uint64) {
+			st := store.Stats()
+			return st.Txns, st.Ops
 		},
 	}, nil
 }
