@@ -59,7 +59,8 @@
 // or Cluster (a lock's keys share the hash tag {name}). [RedlockStore] holds
 // the lease on a majority of independent Redis nodes, so a minority of them
 // can fail or restart empty without freeing it. [EtcdStore] needs nothing but
-// etcd; its TTLs are whole seconds, rounded up. Whatever the store, leases
+// etcd: it enforces each lock's deadline itself, to the millisecond, and
+// keeps its locks on a session lease per TTL class. Whatever the store, leases
 // are best-effort (a failover, a restart without persistence or a pause past
 // the TTL can let two holders overlap); the tokens still order them.
 package lock

@@ -63,8 +63,9 @@ func (l *Lease) ID() string { return l.id }
 // Token is the fencing token granted with the lease.
 func (l *Lease) Token() fence.Token { return l.token }
 
-// TTL is the TTL the store really granted, which may be longer than asked
-// (etcd leases have whole seconds and a minimum).
+// TTL is the TTL the store really granted. It is the TTL asked for, or
+// shorter when the store cannot vouch for more (an etcd session whose
+// renewals fail).
 func (l *Lease) TTL() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -130,7 +130,7 @@ type LockState struct {
 	// held (or its token is not yet recorded).
 	Token int64 `json:"token"`
 
-	// TtlMs How long the lease has left, in milliseconds (whole seconds with etcd); 0 when not held.
+	// TtlMs How long the lease has left, in milliseconds; at least 1 while held, 0 when not held. With etcd leases, seen from a node that did not grant the lease, it is how long its session lease has left.
 	TtlMs int64 `json:"ttl_ms"`
 }
 
@@ -333,8 +333,8 @@ type ClientInterface interface {
 	// With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 	// to that long for the holder to release the lease or for it to
 	// expire, then answers 409. ttl_ms in the response is the TTL really
-	// granted: a lease store in etcd rounds up to whole seconds (and to
-	// its minimum TTL).
+	// granted: the TTL asked for, or less when the lease store cannot
+	// vouch for more.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -346,8 +346,8 @@ type ClientInterface interface {
 	// With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 	// to that long for the holder to release the lease or for it to
 	// expire, then answers 409. ttl_ms in the response is the TTL really
-	// granted: a lease store in etcd rounds up to whole seconds (and to
-	// its minimum TTL).
+	// granted: the TTL asked for, or less when the lease store cannot
+	// vouch for more.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -541,8 +541,8 @@ func (c *Client) InspectHead(ctx context.Context, name Name, reqEditors ...Reque
 // With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 // to that long for the holder to release the lease or for it to
 // expire, then answers 409. ttl_ms in the response is the TTL really
-// granted: a lease store in etcd rounds up to whole seconds (and to
-// its minimum TTL).
+// granted: the TTL asked for, or less when the lease store cannot
+// vouch for more.
 //
 // Takes any type of body and a specified content type.
 //
@@ -564,8 +564,8 @@ func (c *Client) AcquireWithBody(ctx context.Context, name Name, contentType str
 // With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 // to that long for the holder to release the lease or for it to
 // expire, then answers 409. ttl_ms in the response is the TTL really
-// granted: a lease store in etcd rounds up to whole seconds (and to
-// its minimum TTL).
+// granted: the TTL asked for, or less when the lease store cannot
+// vouch for more.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1233,8 +1233,8 @@ type ClientWithResponsesInterface interface {
 	// With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 	// to that long for the holder to release the lease or for it to
 	// expire, then answers 409. ttl_ms in the response is the TTL really
-	// granted: a lease store in etcd rounds up to whole seconds (and to
-	// its minimum TTL).
+	// granted: the TTL asked for, or less when the lease store cannot
+	// vouch for more.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1246,8 +1246,8 @@ type ClientWithResponsesInterface interface {
 	// With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 	// to that long for the holder to release the lease or for it to
 	// expire, then answers 409. ttl_ms in the response is the TTL really
-	// granted: a lease store in etcd rounds up to whole seconds (and to
-	// its minimum TTL).
+	// granted: the TTL asked for, or less when the lease store cannot
+	// vouch for more.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2408,8 +2408,8 @@ func (c *ClientWithResponses) InspectHeadWithResponse(ctx context.Context, name 
 // With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 // to that long for the holder to release the lease or for it to
 // expire, then answers 409. ttl_ms in the response is the TTL really
-// granted: a lease store in etcd rounds up to whole seconds (and to
-// its minimum TTL).
+// granted: the TTL asked for, or less when the lease store cannot
+// vouch for more.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2427,8 +2427,8 @@ func (c *ClientWithResponses) AcquireWithBodyWithResponse(ctx context.Context, n
 // With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 // to that long for the holder to release the lease or for it to
 // expire, then answers 409. ttl_ms in the response is the TTL really
-// granted: a lease store in etcd rounds up to whole seconds (and to
-// its minimum TTL).
+// granted: the TTL asked for, or less when the lease store cannot
+// vouch for more.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
