@@ -25,9 +25,8 @@
 // holder; GET /v1/locks/{name} never does. The token is a JSON number; pass
 // it to the protected resource with every write (package fence). ttl_ms in
 // a response is the TTL really granted. wait_ms 0 (the default) makes one
-// attempt; a larger value
-// waits up to that long for the holder to release or expire, and then
-// answers 409 held.
+// attempt; a larger value waits up to that long for the holder to release
+// or expire, and then answers 409 held.
 //
 // # Requests
 //
