@@ -31,7 +31,7 @@ func backends(t *testing.T) []backend {
 	return []backend{redisBackend(t), etcdBackend(t)}
 }
 
-func redisBackend(t *testing.T) backend {
+func redisBackend(t testing.TB) backend {
 	rdb := testenv.Redis(t)
 	_, cli := testenv.Etcd(t)
 	seq, err := sequencer.NewEtcd(cli)
@@ -55,7 +55,7 @@ func redisBackend(t *testing.T) backend {
 	}
 }
 
-func etcdBackend(t *testing.T) backend {
+func etcdBackend(t testing.TB) backend {
 	_, cli := testenv.Etcd(t)
 	prefix := "/" + testenv.Name(t) + "/"
 	s, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(prefix))
@@ -73,7 +73,7 @@ func etcdBackend(t *testing.T) backend {
 	}
 }
 
-func newClient(t *testing.T, s lock.LeaseStore) *lock.Client {
+func newClient(t testing.TB, s lock.LeaseStore) *lock.Client {
 	c, err := lock.New(s)
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func newSequencer(t *testing.T) *sequencer.Etcd {
+func newSequencer(t testing.TB) *sequencer.Etcd {
 	_, cli := testenv.Etcd(t)
 	seq, err := sequencer.NewEtcd(cli)
 	if err != nil {
