@@ -22,7 +22,7 @@ func TestExec(t *testing.T) {
 	t.Run("Environment", func(t *testing.T) {
 		t.Parallel()
 		name, out := testenv.Name(t), filepath.Join(t.TempDir(), "env")
-		code, _, stderr := run(t, nil, "exec", "--addr", url, name, "--",
+		code, _, stderr := run(t, nil, "exec", "--url", url, name, "--",
 			"sh", "-c", `echo "$FENCED_TOKEN $FENCED_LEASE_ID $FENCED_LOCK" > "$0"`, out)
 		if code != 0 {
 			t.Fatalf("exit %d, want 0; stderr:\n%s", code, stderr)
@@ -51,13 +51,13 @@ func TestExec(t *testing.T) {
 	t.Run("ExitStatus", func(t *testing.T) {
 		t.Parallel()
 		name := testenv.Name(t)
-		if code, _, stderr := run(t, nil, "exec", "--addr", url, name, "--", "sh", "-c", "exit 7"); code != 7 {
+		if code, _, stderr := run(t, nil, "exec", "--url", url, name, "--", "sh", "-c", "exit 7"); code != 7 {
 			t.Fatalf("exit %d, want the child's 7; stderr:\n%s", code, stderr)
 		}
 		if a.held(name) {
 			t.Fatal("lock still held after the child failed")
 		}
-		if code, _, _ := run(t, nil, "exec", "--addr", url, name, "--", "/nonexistent/cmd"); code != 127 {
+		if code, _, _ := run(t, nil, "exec", "--url", url, name, "--", "/nonexistent/cmd"); code != 127 {
 			t.Fatalf("exit %d for a command that cannot start, want 127", code)
 		}
 	})
@@ -67,7 +67,7 @@ func TestExec(t *testing.T) {
 		name := testenv.Name(t)
 		a.acquire(name, 10000)
 		start := time.Now()
-		code, _, stderr := run(t, []string{"FENCED_WAIT=300ms"}, "exec", "--addr", url, name, "--", "true")
+		code, _, stderr := run(t, []string{"FENCED_WAIT=300ms"}, "exec", "--url", url, name, "--", "true")
 		if code != 1 || !strings.Contains(stderr, "held") {
 			t.Fatalf("exit %d, want 1 with a message that the lock is held; stderr:\n%s", code, stderr)
 		}
@@ -84,7 +84,7 @@ func TestExec(t *testing.T) {
 		script := `trap 'echo term > "$0/term"; exit 0' TERM
 echo "$FENCED_LEASE_ID" > "$0/id.tmp" && mv "$0/id.tmp" "$0/id"
 while :; do sleep 0.05; done`
-		p := start(t, nil, "exec", "--addr", url, "--ttl", "2s", "--grace", "10s", name, "--", "sh", "-c", script, dir)
+		p := start(t, nil, "exec", "--url", url, "--ttl", "2s", "--grace", "10s", name, "--", "sh", "-c", script, dir)
 		var id string
 		eventually(t, 30*time.Second, "the child writes its lease id", func() bool {
 			b, err := os.ReadFile(filepath.Join(dir, "id"))
@@ -112,7 +112,7 @@ while :; do sleep 0.05; done`
 		script := `trap '' TERM
 echo "$FENCED_LEASE_ID" > "$0/id.tmp" && mv "$0/id.tmp" "$0/id"
 while :; do sleep 0.05; done`
-		p := start(t, nil, "exec", "--addr", url, "--ttl", "2s", "--grace", "200ms", name, "--", "sh", "-c", script, dir)
+		p := start(t, nil, "exec", "--url", url, "--ttl", "2s", "--grace", "200ms", name, "--", "sh", "-c", script, dir)
 		var id string
 		eventually(t, 30*time.Second, "the child writes its lease id", func() bool {
 			b, err := os.ReadFile(filepath.Join(dir, "id"))
@@ -134,7 +134,7 @@ while :; do sleep 0.05; done`
 		script := `trap 'exit 3' TERM
 touch "$0/ready"
 while :; do sleep 0.05; done`
-		p := start(t, nil, "exec", "--addr", url, name, "--", "sh", "-c", script, dir)
+		p := start(t, nil, "exec", "--url", url, name, "--", "sh", "-c", script, dir)
 		eventually(t, 30*time.Second, "the child starts", func() bool {
 			_, err := os.Stat(filepath.Join(dir, "ready"))
 			return err == nil
