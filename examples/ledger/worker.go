@@ -37,10 +37,10 @@ type workerConfig struct {
 }
 
 func (c workerConfig) args() []string {
-	a := []string{workerCommand, "-mode", c.mode, "-id", fmt.Sprint(c.id), "-schema", c.schema,
-		"-lock", c.lockName, "-ttl", c.ttl.String()}
+	a := []string{workerCommand, "--mode", c.mode, "--id", fmt.Sprint(c.id), "--schema", c.schema,
+		"--lock", c.lockName, "--ttl", c.ttl.String()}
 	if c.etcd != "" {
-		a = append(a, "-etcd", c.etcd)
+		a = append(a, "--etcd", c.etcd)
 	}
 	return a
 }
@@ -66,7 +66,7 @@ func runWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if c.mode != modeRedisOnly && c.mode != modeFenced || c.id <= 0 || c.schema == "" || c.lockName == "" || c.ttl <= 0 ||
 		c.mode == modeFenced && c.etcd == "" {
-		return errors.New("worker: -mode, -id, -schema, -lock, -ttl (and -etcd for fenced) are required; the worker role is started by the orchestrator")
+		return errors.New("worker: --mode, --id, --schema, --lock, --ttl (and --etcd for fenced) are required; the worker role is started by the orchestrator")
 	}
 	w, err := newWorker(ctx, c)
 	if err != nil {
