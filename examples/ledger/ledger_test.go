@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,6 +141,85 @@ func dropSchema(conn *pgx.Conn, schema string) {
 	conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 }
 
+// TestLedgerThroughTheService runs the fenced mode through a fenced server
+// (package client, as docker-compose.yml's ledger does) instead of package
+// lock in this process: the same code, through a lock.Locker.
+func TestLedgerThroughTheService(t *testing.T) {
+	testenv.Redis(t)
+	dsn := testenv.PostgresDSN()
+	conn := pgConn(t, dsn)
+	bin := build(t)
+	url := startFencedDev(t, "--redis-addr", testenv.RedisAddr())
+	schema := "ledger_test_" + randomHex(t)
+	t.Cleanup(func() { dropSchema(conn, schema) })
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--json", "--mode", "fenced", "--fenced-url", url,
+		"--schema", schema, "--database-url", dsn, "--redis-addr", testenv.RedisAddr())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	var r modeResult
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, stdout.String())
+	}
+	if !r.InvariantOK || r.PausedWrite != "rejected" || r.StaleWritesRejected < 1 {
+		t.Fatalf("fenced through the service: %+v\n%s", r, stderr.String())
+	}
+}
+
+// startFencedDev builds fenced and runs fenced dev on a free port until the
+// test ends; it returns its URL.
+func startFencedDev(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "fenced")
+	buildArgs := []string{"build", "-o", bin}
+	if raceEnabled {
+		buildArgs = append(buildArgs, "-race")
+	}
+	if out, err := exec.CommandContext(t.Context(), "go", append(buildArgs, "../../cmd/fenced")...).CombinedOutput(); err != nil {
+		t.Fatalf("go build fenced: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, append([]string{"dev", "--listen", "127.0.0.1:0"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan string, 1)
+	done := make(chan struct{})
+	go func() { // ends at EOF, when fenced exits
+		defer close(done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case first <- sc.Text():
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-done
+		_ = cmd.Wait()
+	})
+	select {
+	case l := <-first:
+		url, ok := strings.CutPrefix(l, "fenced listening on ")
+		if !ok {
+			t.Fatalf("fenced dev's first line %q", l)
+		}
+		return url
+	case <-time.After(60 * time.Second):
+		t.Fatal("fenced dev printed nothing in 60s")
+	}
+	return ""
+}
+
 // TestBadSettings: settings that cannot work fail at once with an error
 // that says what is wrong and how to fix it, before any worker starts.
 func TestBadSettings(t *testing.T) {
@@ -156,6 +236,7 @@ func TestBadSettings(t *testing.T) {
 		{[]string{"-schema", "public"}, []string{"-schema"}},
 		{[]string{"-ttl", "1ms"}, []string{"-ttl"}},
 		{[]string{"-mode", "redlock"}, []string{"-mode"}},
+		{[]string{"--fenced-url", "127.0.0.1:7070"}, []string{"--fenced-url"}},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		var stdout, stderr bytes.Buffer

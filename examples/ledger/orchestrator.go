@@ -17,6 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenced/fenced/adapters/postgres"
+	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
 )
@@ -37,7 +39,8 @@ type session struct {
 	conn  *pgx.Conn
 	rdb   *redis.Client
 	etcd  *sequencer.Embedded
-	store *lock.RedisStore // to watch fenced's lease
+	store *lock.RedisStore // to watch fenced's lease: in this Redis
+	svc   *client.Client   // or through the fenced service (--fenced-url)
 }
 
 // plan is the work of a mode, the same for every mode: each worker's
@@ -134,7 +137,12 @@ func orchestrate(ctx context.Context, cfg config, stdout, stderr io.Writer) (err
 		return err
 	}
 	defer s.rdb.Close()
-	if slices.Contains(cfg.modes, modeFenced) {
+	if slices.Contains(cfg.modes, modeFenced) && cfg.fencedURL != "" {
+		if s.svc, err = client.New(cfg.fencedURL); err != nil {
+			return err
+		}
+		defer s.svc.Close(context.WithoutCancel(ctx))
+	} else if slices.Contains(cfg.modes, modeFenced) {
 		if s.etcd, err = startEtcd(ctx); err != nil {
 			return err
 		}
@@ -214,10 +222,12 @@ func (s *session) runMode(ctx context.Context, mode string) (modeResult, error) 
 		if err := f.Migrate(ctx); err != nil {
 			return r, err
 		}
-		wc.etcd = s.etcd.ClientURL()
+		if s.svc == nil {
+			wc.etcd = s.etcd.ClientURL()
+		}
 	}
 
-	env := append(os.Environ(), "DATABASE_URL="+s.cfg.databaseURL, "FENCED_REDIS_ADDR="+s.cfg.redisAddr)
+	env := append(os.Environ(), "DATABASE_URL="+s.cfg.databaseURL, "FENCED_REDIS_ADDR="+s.cfg.redisAddr, "FENCED_URL="+s.cfg.fencedURL)
 	f, err := startFleet(s.exe, s.cfg.workers, func(i int) []string {
 		c := wc
 		c.id = i
@@ -349,7 +359,7 @@ func (s *session) drive(ctx context.Context, mode, lockName string, f *fleet, r 
 			pauseOver, pauseC = true, nil
 
 		case <-pollC:
-			held, err := s.leaseHeldBy(ctx, mode, lockName, read.Holder)
+			held, err := s.leaseHeldBy(ctx, mode, lockName, read.Holder, read.Token)
 			if err != nil {
 				return fmt.Errorf("watch worker %d's lease: %w", victim.n, err)
 			}
@@ -468,10 +478,15 @@ func allIdle(f *fleet) bool {
 }
 
 // leaseHeldBy reports whether the lock's key in Redis still holds holder.
-func (s *session) leaseHeldBy(ctx context.Context, mode, lockName, holder string) (bool, error) {
+func (s *session) leaseHeldBy(ctx context.Context, mode, lockName, holder string, token uint64) (bool, error) {
 	if mode == modeRedisOnly {
 		v, err := (&redisLock{rdb: s.rdb, key: redisOnlyKey(lockName)}).holder(ctx)
 		return v == holder, err
+	}
+	if s.svc != nil {
+		// The service never tells a lease id; a token is one lease's.
+		st, err := s.svc.Inspect(ctx, lockName)
+		return st.Held && st.Token == fence.Token(token), err
 	}
 	st, err := s.store.Inspect(ctx, lockName)
 	return st.Held && st.LeaseID == holder, err

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fenced/fenced/client"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -48,6 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type config struct {
 	databaseURL string
 	redisAddr   string
+	fencedURL   string // fenced mode through this fenced service; "": the SDK with an embedded etcd
 	schema      string
 	modes       []string
 	workers     int
@@ -69,6 +71,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"Postgres `URL` (env DATABASE_URL)")
 	fs.StringVar(&c.redisAddr, "redis-addr", envOr(defaultRedisAddr, "FENCED_REDIS_ADDR", "REDIS_ADDR"),
 		"Redis `host:port` or redis:// URL (env FENCED_REDIS_ADDR, else REDIS_ADDR)")
+	fs.StringVar(&c.fencedURL, "fenced-url", os.Getenv("FENCED_URL"),
+		"fenced mode through the fenced service at this `URL` (several, comma-separated), with package client;\nempty: package lock in this process, leases in -redis-addr, tokens from an etcd it embeds (env FENCED_URL)")
 	fs.StringVar(&c.schema, "schema", "fenced_ledger_example",
 		"Postgres `schema` of the ledger, dropped at the start and at the end of each mode")
 	fs.StringVar(&mode, "mode", "both", "which lock to run: both, "+modeRedisOnly+" or "+modeFenced)
@@ -126,6 +130,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if _, err := redisOptions(c.redisAddr); err != nil {
 		return c, err
+	}
+	if c.fencedURL != "" {
+		if _, err := client.New(c.fencedURL); err != nil {
+			return c, fmt.Errorf("--fenced-url (or FENCED_URL): %w", err)
+		}
 	}
 	return c, nil
 }
