@@ -383,8 +383,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if tok != nil {
 		if aerr := tok.authorize(rt.perm, rt.op, name); aerr != nil {
 			s.metrics.authRefused.WithLabelValues(string(codeForbidden)).Inc()
-			s.log.LogAttrs(r.Context(), slog.LevelInfo, "forbidden", slog.String("token", tok.name),
-				slog.String("op", rt.op), slog.String("lock", name), slog.String("allow", tok.allow.String()))
+			attrs := []slog.Attr{slog.String("token", tok.name), slog.String("op", rt.op), slog.String("allow", tok.allow.String())}
+			if name != "" {
+				attrs = append(attrs, slog.String("lock", name))
+			}
+			s.log.LogAttrs(r.Context(), slog.LevelInfo, "forbidden", attrs...)
 			writeError(rec, aerr)
 			return
 		}

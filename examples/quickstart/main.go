@@ -117,11 +117,11 @@ func withSDK(ctx context.Context, etcdURL, etcdPrefix, redisAddr, redisPrefix st
 func writeUnderLock(ctx context.Context, locks lock.Locker, out io.Writer) error {
 	db := fence.NewMemoryStore() // stands for your database: it admits a token >= the highest it has seen
 
-	first, err := locks.Acquire(ctx, "invoice-42", 10*time.Second, lock.WithKeepAlive())
+	first, err := locks.Acquire(ctx, "invoice-7", 10*time.Second, lock.WithKeepAlive())
 	if err != nil {
 		return err
 	}
-	if err := db.Admit(first.Context(), "invoice-42", first.Token()); err != nil { // send the token with every write
+	if err := db.Admit(first.Context(), "invoice-7", first.Token()); err != nil { // send the token with every write
 		return err
 	}
 	fmt.Fprintf(out, "holder 1 has %q with token %d; its write is admitted\n", first.Name(), first.Token())
@@ -129,16 +129,16 @@ func writeUnderLock(ctx context.Context, locks lock.Locker, out io.Writer) error
 		return err
 	}
 
-	second, err := locks.Acquire(ctx, "invoice-42", 10*time.Second, lock.WithKeepAlive())
+	second, err := locks.Acquire(ctx, "invoice-7", 10*time.Second, lock.WithKeepAlive())
 	if err != nil {
 		return err
 	}
-	if err := db.Admit(second.Context(), "invoice-42", second.Token()); err != nil {
+	if err := db.Admit(second.Context(), "invoice-7", second.Token()); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "holder 2 has %q with token %d; its write is admitted\n", second.Name(), second.Token())
 
-	err = db.Admit(ctx, "invoice-42", first.Token()) // holder 1 wakes up and writes
+	err = db.Admit(ctx, "invoice-7", first.Token()) // holder 1 wakes up and writes
 	if !fence.IsStale(err) {
 		return fmt.Errorf("a late write was not rejected: %v", err)
 	}

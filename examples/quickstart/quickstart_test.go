@@ -46,9 +46,9 @@ func TestQuickstart(t *testing.T) {
 }
 
 var outputLines = []*regexp.Regexp{
-	regexp.MustCompile(`^holder 1 has "invoice-42" with token (\d+); its write is admitted$`),
-	regexp.MustCompile(`^holder 2 has "invoice-42" with token (\d+); its write is admitted$`),
-	regexp.MustCompile(`^holder 1 writes late with token (\d+): rejected: fence: stale token \d+ for "invoice-42": highest admitted is \d+$`),
+	regexp.MustCompile(`^holder 1 has "invoice-7" with token (\d+); its write is admitted$`),
+	regexp.MustCompile(`^holder 2 has "invoice-7" with token (\d+); its write is admitted$`),
+	regexp.MustCompile(`^holder 1 writes late with token (\d+): rejected: fence: stale token \d+ for "invoice-7": highest admitted is \d+$`),
 }
 
 func checkRun(t *testing.T, args []string) {
