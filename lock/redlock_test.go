@@ -21,7 +21,10 @@ func startRedlock(t *testing.T) ([]*testenv.RedisProc, *lock.RedlockStore) {
 		procs[i] = testenv.StartRedis(t)
 		clients[i] = procs[i].Client()
 	}
-	s, err := lock.NewRedlockStore(clients, newSequencer(t))
+	// A node's first call dials and loads the scripts; under -race on a
+	// busy machine that can take longer than the 50ms default. Dead nodes
+	// here refuse connections at once, so the bound does not slow them.
+	s, err := lock.NewRedlockStore(clients, newSequencer(t), lock.WithNodeTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
