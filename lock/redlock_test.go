@@ -21,10 +21,15 @@ func startRedlock(t *testing.T) ([]*testenv.RedisProc, *lock.RedlockStore) {
 		procs[i] = testenv.StartRedis(t)
 		clients[i] = procs[i].Client()
 	}
-	// A node's first call dials and loads the scripts; under -race on a
-	// busy machine that can take longer than the 50ms default. Dead nodes
-	// here refuse connections at once, so the bound does not slow them.
-	s, err := lock.NewRedlockStore(clients, newSequencer(t), lock.WithNodeTimeout(time.Second))
+	// Dial every node before the store's first call, which is bounded by
+	// the 50ms node timeout: on a busy machine under -race a fresh
+	// connection to a redis-server just started can take longer.
+	for _, c := range clients {
+		if err := c.Ping(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := lock.NewRedlockStore(clients, newSequencer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
