@@ -1,6 +1,9 @@
-// Package api holds the OpenAPI document of fenced's v1 HTTP API,
-// openapi.yaml in this directory. Package server serves it at
-// GET /v1/openapi.yaml, and its tests check every response against it.
+// Package api is fenced's v1 HTTP API: its OpenAPI document (openapi.yaml
+// in this directory, [Spec]) and its wire types, the request, answer and
+// error bodies with the error codes. Package server serves the document at
+// GET /v1/openapi.yaml and writes these types; package client reads them.
+// The server's tests check every response, and these types' fields,
+// against the document.
 package api
 
 import _ "embed"

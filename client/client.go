@@ -9,31 +9,38 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
-	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/lock"
 )
 
-// Client talks to a fenced server. It is safe for concurrent use.
+// Client talks to fenced servers: one, or several that share their
+// backends. It implements lock.Locker and is safe for concurrent use.
 type Client struct {
-	base           string // scheme://host[:port][/path], no trailing slash
+	urls           []string     // scheme://host[:port][/path], no trailing slash
+	cur            atomic.Int32 // index of the server to try first: the last that answered
 	hc             *http.Client
 	ownHC          bool
 	auth           string // the Authorization header, or ""
 	maxRequestWait time.Duration
 
-	// locks gives every lease lock.Lease's machinery (validity, keep-alive,
-	// Done) over httpStore, which refreshes and releases through the API.
-	locks *lock.Client
+	// leases gives every lease lock.Lease's machinery (validity,
+	// keep-alive, Done) over keeper, which refreshes and releases through
+	// the API.
+	leases *lock.LeaseSet
 }
 
-// ClientOption configures a Client.
-type ClientOption func(*clientConfig) error
+var _ lock.Locker = (*Client)(nil)
 
-type clientConfig struct {
+// Option configures a Client.
+type Option func(*config) error
+
+type config struct {
 	hc             *http.Client
 	tls            *tls.Config
 	token          string
@@ -49,8 +56,8 @@ const DefaultMaxRequestWait = 30 * time.Second
 // no overall timeout, since an acquire may wait on the server; every call
 // is bounded by its context instead. It cannot be combined with
 // WithTLSConfig: configure TLS on hc's transport.
-func WithHTTPClient(hc *http.Client) ClientOption {
-	return func(c *clientConfig) error {
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *config) error {
 		if hc == nil {
 			return errors.New("client: WithHTTPClient(nil)")
 		}
@@ -62,8 +69,8 @@ func WithHTTPClient(hc *http.Client) ClientOption {
 // WithBearerToken sends Authorization: Bearer tok with every request.
 // Default: no Authorization header. The token must be printable ASCII
 // without spaces, as the server's token file requires.
-func WithBearerToken(tok string) ClientOption {
-	return func(c *clientConfig) error {
+func WithBearerToken(tok string) Option {
+	return func(c *config) error {
 		if tok == "" {
 			return errors.New("client: empty bearer token")
 		}
@@ -81,8 +88,8 @@ func WithBearerToken(tok string) ClientOption {
 // RootCAs pool for a server certificate signed by a private CA, and
 // Certificates for mutual TLS. Default: the system's roots, no client
 // certificate.
-func WithTLSConfig(cfg *tls.Config) ClientOption {
-	return func(c *clientConfig) error {
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(c *config) error {
 		if cfg == nil {
 			return errors.New("client: WithTLSConfig(nil)")
 		}
@@ -95,8 +102,8 @@ func WithTLSConfig(cfg *tls.Config) ClientOption {
 // the server for; a longer wait is split into several requests. Default
 // DefaultMaxRequestWait (30s). It must not exceed the server's --max-wait
 // (60s unless configured), which rejects a longer wait_ms.
-func WithMaxRequestWait(d time.Duration) ClientOption {
-	return func(c *clientConfig) error {
+func WithMaxRequestWait(d time.Duration) Option {
+	return func(c *config) error {
 		if d < time.Millisecond {
 			return fmt.Errorf("client: max request wait %s: want at least 1ms", d)
 		}
@@ -105,32 +112,37 @@ func WithMaxRequestWait(d time.Duration) ClientOption {
 	}
 }
 
-// New returns a client of the fenced server at baseURL, such as
-// http://127.0.0.1:7070 or https://fenced.example:7070/prefix.
-func New(baseURL string, opts ...ClientOption) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("client: base URL %q: want http://host:port or https://host:port", baseURL)
-	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("client: base URL %q: want no user, query or fragment", baseURL)
-	}
-	cfg := clientConfig{maxRequestWait: DefaultMaxRequestWait}
+// New returns a client of the fenced server at urls, such as
+// http://127.0.0.1:7070 or https://fenced.example:7070/prefix, or of
+// several servers that share their Redis and etcd, separated by commas:
+// http://a:7070,http://b:7070,http://c:7070. The client sends each request
+// to the server that answered last, and moves to the next when one cannot
+// be reached or answers 503 (see the package documentation for which
+// requests it sends again).
+func New(urls string, opts ...Option) (*Client, error) {
+	cfg := config{maxRequestWait: DefaultMaxRequestWait}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
-	c := &Client{
-		base:           strings.TrimRight(u.String(), "/"),
-		hc:             cfg.hc,
-		maxRequestWait: cfg.maxRequestWait,
+	c := &Client{maxRequestWait: cfg.maxRequestWait}
+	for _, raw := range strings.Split(urls, ",") {
+		raw = strings.TrimSpace(raw)
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("client: URL %q: want http://host:port or https://host:port, several separated by commas", raw)
+		}
+		if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return nil, fmt.Errorf("client: URL %q: want no user, query or fragment", raw)
+		}
+		c.urls = append(c.urls, strings.TrimRight(u.String(), "/"))
 	}
-	c.locks, _ = lock.New(httpStore{c}) // cannot fail: the store is not nil
+	c.leases, _ = lock.NewLeaseSet(keeper{c}) // cannot fail: the keeper is not nil
 	if cfg.token != "" {
 		c.auth = "Bearer " + cfg.token
 	}
-	if c.hc == nil {
+	if c.hc = cfg.hc; c.hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		if cfg.tls != nil {
 			tr.TLSClientConfig = cfg.tls
@@ -142,81 +154,41 @@ func New(baseURL string, opts ...ClientOption) (*Client, error) {
 	return c, nil
 }
 
-// Option configures one Acquire or TryAcquire.
-type Option func(*acquireOpts)
-
-type acquireOpts struct {
-	wait      time.Duration
-	keepAlive bool
-}
-
-// WithWait bounds how long Acquire waits for a held lock before it returns
-// an error matching lock.ErrNotAcquired. Default 0: wait until the context
-// ends.
-func WithWait(d time.Duration) Option { return func(o *acquireOpts) { o.wait = d } }
-
-// WithKeepAlive makes the lease refresh itself every TTL/3 until Release or
-// Close. Default off: the lease is lost at its validity deadline unless
-// refreshed.
-func WithKeepAlive() Option { return func(o *acquireOpts) { o.keepAlive = true } }
+// URLs are the servers' base URLs, in the order given to New.
+func (c *Client) URLs() []string { return append([]string(nil), c.urls...) }
 
 // TryAcquire makes one attempt: it returns an error matching
-// lock.ErrNotAcquired at once when the lock is held.
-func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
-	var o acquireOpts
-	for _, f := range opts {
-		f(&o)
+// lock.ErrNotAcquired at once when the lock is held. Options as for
+// lock.Client.TryAcquire: WithKeepAlive or WithDetached.
+func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...lock.Option) (*Lease, error) {
+	o, err := lock.ResolveOptions(true, opts...)
+	if err != nil {
+		return nil, err
 	}
-	return c.acquire(ctx, name, ttl, o, true)
+	return c.acquire(ctx, name, ttl, o)
 }
 
 // Acquire blocks until it holds the lease of name, the context ends (an
-// error matching ctx.Err()), or the wait budget of WithWait runs out (an
-// error matching lock.ErrNotAcquired). The server does the waiting: each
-// request asks it to wait up to WithMaxRequestWait.
+// error matching ctx.Err()), or the wait budget of lock.WithWait runs out
+// (an error matching lock.ErrNotAcquired). The server does the waiting:
+// each request asks it to wait up to WithMaxRequestWait. Options as for
+// lock.Client.Acquire, except lock.WithRetry: the server is notified of
+// releases, and the client has no fallback to tune.
 //
 // When the context ends while a request is in flight, the server may still
 // grant a lease that this client never learns of; it expires after its TTL.
-func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
-	var o acquireOpts
-	for _, f := range opts {
-		f(&o)
+func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...lock.Option) (*Lease, error) {
+	o, err := lock.ResolveOptions(false, opts...)
+	if err != nil {
+		return nil, err
 	}
-	if o.wait < 0 {
-		return nil, fmt.Errorf("client: wait %s: want >= 0", o.wait)
+	if o.Retry != nil {
+		return nil, fmt.Errorf("%w: WithRetry does not apply to a fenced server's client: the server waits and is notified of releases; bound the wait with WithWait", lock.ErrInvalidOption)
 	}
-	return c.acquire(ctx, name, ttl, o, false)
+	return c.acquire(ctx, name, ttl, o)
 }
 
-type acquireBody struct {
-	TTLMs  int64 `json:"ttl_ms"`
-	WaitMs int64 `json:"wait_ms"`
-}
-
-type refreshBody struct {
-	LeaseID string `json:"lease_id"`
-	TTLMs   int64  `json:"ttl_ms"`
-}
-
-type releaseBody struct {
-	LeaseID string `json:"lease_id"`
-}
-
-type leaseAnswer struct {
-	Name    string      `json:"name"`
-	LeaseID string      `json:"lease_id"`
-	Token   fence.Token `json:"token"`
-	TTLMs   int64       `json:"ttl_ms"`
-}
-
-type stateAnswer struct {
-	Name  string      `json:"name"`
-	Held  bool        `json:"held"`
-	Token fence.Token `json:"token"`
-	TTLMs int64       `json:"ttl_ms"`
-}
-
-func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o acquireOpts, try bool) (*Lease, error) {
+func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o lock.AcquireOptions) (*Lease, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -227,14 +199,21 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		return nil, fmt.Errorf("%w: %s; want whole milliseconds", lock.ErrInvalidTTL, ttl)
 	}
 	var budgetEnd time.Time
-	if o.wait > 0 {
-		budgetEnd = time.Now().Add(o.wait)
+	if o.Wait > 0 {
+		budgetEnd = time.Now().Add(o.Wait)
+	}
+	// A TryAcquire is sent to another server only if it did not reach
+	// this one; a waiting Acquire also after a lost answer (package
+	// documentation, "Several servers").
+	mode := resendUnsent
+	if !o.Try {
+		mode = resendAlways
 	}
 	const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 	backoff := minBackoff
 	for {
 		var wait time.Duration
-		if !try {
+		if !o.Try {
 			wait = c.maxRequestWait
 			if !budgetEnd.IsZero() {
 				wait = min(wait, time.Until(budgetEnd))
@@ -245,11 +224,12 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			wait = max(wait.Truncate(time.Millisecond), 0)
 		}
 		start := time.Now()
-		var a leaseAnswer
-		err := c.do(ctx, http.MethodPost, lockPath(name, "acquire"), acquireBody{TTLMs: ttl.Milliseconds(), WaitMs: wait.Milliseconds()}, &a)
+		var a api.Lease
+		ttlMs, waitMs := ttl.Milliseconds(), wait.Milliseconds()
+		err := c.do(ctx, http.MethodPost, lockPath(name, "acquire"), api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs}, &a, mode)
 		if err == nil {
-			l, err := c.adopt(ctx, name, start, a, o.keepAlive)
-			if err == nil || try || !errors.Is(err, lock.ErrNotAcquired) {
+			l, err := c.adopt(ctx, name, start, a, o)
+			if err == nil || o.Try || !errors.Is(err, lock.ErrNotAcquired) {
 				return l, err
 			}
 			continue // granted with no validity left: released, try again
@@ -260,7 +240,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if !errors.Is(err, lock.ErrNotAcquired) {
 			return nil, fmt.Errorf("client: acquire %q: %w", name, err)
 		}
-		if try || (!budgetEnd.IsZero() && !time.Now().Before(budgetEnd)) {
+		if o.Try || (!budgetEnd.IsZero() && !time.Now().Before(budgetEnd)) {
 			return nil, fmt.Errorf("client: acquire %q: %w", name, err)
 		}
 		// A server that answers held well before the wait it was asked for
@@ -283,16 +263,19 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 
 // adopt turns an acquire answer into a lock.Lease. A lease granted with no
 // validity left is released and is an error matching lock.ErrNotAcquired.
-func (c *Client) adopt(ctx context.Context, name string, start time.Time, a leaseAnswer, keepAlive bool) (*Lease, error) {
+func (c *Client) adopt(ctx context.Context, name string, start time.Time, a api.Lease, o lock.AcquireOptions) (*Lease, error) {
 	if a.LeaseID == "" || a.Token == 0 || a.TTLMs <= 0 {
 		return nil, fmt.Errorf("client: acquire %q: the server's answer lacks lease_id, token or ttl_ms", name)
 	}
 	var opts []lock.Option
-	if keepAlive {
+	if o.KeepAlive {
 		opts = append(opts, lock.WithKeepAlive())
 	}
+	if o.Detached {
+		opts = append(opts, lock.WithDetached())
+	}
 	g := lock.Grant{Token: a.Token, TTL: time.Duration(a.TTLMs) * time.Millisecond}
-	return c.locks.Adopt(ctx, name, a.LeaseID, g, start, opts...)
+	return c.leases.Adopt(ctx, name, a.LeaseID, g, start, opts...)
 }
 
 // Inspect reports who holds name. The server never tells the lease id, so
@@ -301,8 +284,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (lock.State, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return lock.State{}, err
 	}
-	var a stateAnswer
-	if err := c.do(ctx, http.MethodGet, lockPath(name, ""), nil, &a); err != nil {
+	var a api.LockState
+	if err := c.do(ctx, http.MethodGet, lockPath(name, ""), nil, &a, resendAlways); err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
@@ -315,7 +298,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (lock.State, error) {
 // keep-alive goroutines. Later calls return lock.ErrClosed. Close is
 // idempotent.
 func (c *Client) Close(ctx context.Context) error {
-	err := c.locks.Close(ctx)
+	err := c.leases.Close(ctx)
 	if c.ownHC {
 		c.hc.CloseIdleConnections()
 	}
@@ -333,23 +316,77 @@ func lockPath(name, action string) string {
 // maxAnswer bounds how much of an answer the client reads.
 const maxAnswer = 1 << 20
 
-// do sends one request and decodes a 200 answer into out (if not nil). Any
-// other status is an *APIError.
-func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+// resend says when a request may be sent to the next server.
+type resend int
+
+const (
+	// resendAlways: after a 503 or any failure to get an answer. For
+	// requests that are safe to repeat.
+	resendAlways resend = iota
+	// resendUnsent: after a 503, or when the request was not written to
+	// the connection: it cannot have reached the server.
+	resendUnsent
+)
+
+// do sends one request and decodes a 200 answer into out (if not nil),
+// moving through the servers as mode allows. Any other status is an
+// *APIError. With several servers, the error after every server failed
+// joins a *ServerError for each.
+func (c *Client) do(ctx context.Context, method, path string, in, out any, mode resend) error {
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("client: encode request: %w", err)
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	n := len(c.urls)
+	first := int(c.cur.Load())
+	var errs []error
+	for i := range n {
+		k := (first + i) % n
+		sent, err := c.send(ctx, c.urls[k], method, path, body, out)
+		if err == nil {
+			c.cur.Store(int32(k))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var ae *APIError
+		next := false
+		if errors.As(err, &ae) {
+			next = ae.Status == http.StatusServiceUnavailable
+		} else {
+			next = !sent || mode == resendAlways
+		}
+		if n == 1 || !next {
+			return err
+		}
+		errs = append(errs, &ServerError{URL: c.urls[k], Err: err})
+		c.cur.CompareAndSwap(int32(k), int32((k+1)%n)) // prefer the next from now on
+	}
+	return fmt.Errorf("client: none of %d fenced servers answered %s %s: %w", n, method, path, errors.Join(errs...))
+}
+
+// send sends one request to the server at base. sent says whether the
+// request was written to a connection, and so may have reached it.
+func (c *Client) send(ctx context.Context, base, method, path string, body []byte, out any) (sent bool, err error) {
+	var wrote atomic.Bool
+	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+	})
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(tctx, method, base+path, rd)
 	if err != nil {
-		return fmt.Errorf("client: %w", err)
+		return false, fmt.Errorf("client: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
-	if in != nil {
+	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.auth != "" {
@@ -358,39 +395,34 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return wrote.Load(), ctx.Err()
 		}
-		return fmt.Errorf("client: %w", err)
+		return wrote.Load(), fmt.Errorf("client: %w", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return true, ctx.Err()
 		}
-		return fmt.Errorf("client: reading the answer of %s %s: %w", method, path, err)
+		return true, fmt.Errorf("client: reading the answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return apiError(resp.StatusCode, b)
+		return true, apiError(resp.StatusCode, b)
 	}
 	if out == nil {
-		return nil
+		return true, nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("client: the answer of %s %s is not the JSON expected: %w", method, path, err)
+		return true, fmt.Errorf("client: the answer of %s %s is not the JSON expected: %w", method, path, err)
 	}
-	return nil
+	return true, nil
 }
 
 func apiError(status int, body []byte) *APIError {
-	var e struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var e api.ErrorBody
 	if err := json.Unmarshal(body, &e); err == nil && e.Error.Code != "" {
-		return &APIError{Status: status, Code: e.Error.Code, Message: e.Error.Message}
+		return &APIError{Status: status, Code: e.Error.Code, Field: e.Error.Field, Message: e.Error.Message}
 	}
 	msg := strings.TrimSpace(string(body))
 	if len(msg) > 200 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/testenv"
@@ -69,7 +70,7 @@ func (f *fixture) serve(t *testing.T, cfg server.Config) string {
 	return hs.URL
 }
 
-func newClient(t *testing.T, url string, opts ...client.ClientOption) *client.Client {
+func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
 	t.Helper()
 	c, err := client.New(url, opts...)
 	if err != nil {
@@ -172,7 +173,7 @@ func TestClient(t *testing.T) {
 			t.Fatalf("TryAcquire of a held lock = %v", err)
 		}
 		start := time.Now()
-		_, err = c.Acquire(ctx, name, time.Second, client.WithWait(300*time.Millisecond))
+		_, err = c.Acquire(ctx, name, time.Second, lock.WithWait(300*time.Millisecond))
 		if !errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatalf("Acquire with a wait budget = %v", err)
 		}
@@ -200,7 +201,7 @@ func TestClient(t *testing.T) {
 		}
 		got := make(chan res, 1)
 		go func() {
-			l, err := c.Acquire(ctx, name, time.Second, client.WithWait(20*time.Second))
+			l, err := c.Acquire(ctx, name, time.Second, lock.WithWait(20*time.Second))
 			got <- res{l, err}
 		}()
 		// Whether the waiter's request has reached the server yet or not,
@@ -225,7 +226,7 @@ func TestClient(t *testing.T) {
 	t.Run("KeepAliveAndLoss", func(t *testing.T) {
 		ctx := t.Context()
 		name := testenv.Name(t)
-		l, err := c.Acquire(ctx, name, 300*time.Millisecond, client.WithKeepAlive())
+		l, err := c.Acquire(ctx, name, 300*time.Millisecond, lock.WithKeepAlive())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +265,7 @@ func TestClient(t *testing.T) {
 	})
 
 	t.Run("ExpiresWhenServerFails", func(t *testing.T) {
-		l, err := c.Acquire(t.Context(), testenv.Name(t), 300*time.Millisecond, client.WithKeepAlive())
+		l, err := c.Acquire(t.Context(), testenv.Name(t), 300*time.Millisecond, lock.WithKeepAlive())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +288,7 @@ func TestClient(t *testing.T) {
 		if _, err := c.TryAcquire(ctx, "x", time.Millisecond); !errors.Is(err, lock.ErrInvalidTTL) {
 			t.Fatalf("1ms ttl = %v", err)
 		}
-		if _, err := c.Acquire(ctx, "x", time.Second, client.WithWait(-1)); err == nil {
+		if _, err := c.Acquire(ctx, "x", time.Second, lock.WithWait(-1)); err == nil {
 			t.Fatal("negative wait accepted")
 		}
 		// Within lock's limits but over this server's MaxTTL (1m): the
@@ -302,9 +303,13 @@ func TestClient(t *testing.T) {
 	t.Run("Auth", func(t *testing.T) {
 		ctx := t.Context()
 		tok := "s3cret-token-0123456789"
-		url := f.serve(t, server.Config{AuthTokens: [][]byte{[]byte(tok)}})
+		toks, err := server.NewTokens(server.Token{Secret: []byte(tok)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := f.serve(t, server.Config{Tokens: toks})
 		var ae *client.APIError
-		_, err := newClient(t, url).TryAcquire(ctx, testenv.Name(t), time.Second)
+		_, err = newClient(t, url).TryAcquire(ctx, testenv.Name(t), time.Second)
 		if !errors.As(err, &ae) || ae.Status != 401 || ae.Code != "unauthenticated" {
 			t.Fatalf("no token = %v", err)
 		}
@@ -328,7 +333,7 @@ func TestClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := testenv.Name(t)
-		l, err := c2.Acquire(ctx, name, time.Second, client.WithKeepAlive())
+		l, err := c2.Acquire(ctx, name, time.Second, lock.WithKeepAlive())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -368,7 +373,7 @@ func TestNewRejects(t *testing.T) {
 			t.Errorf("New(%q) accepted", u)
 		}
 	}
-	bad := [][]client.ClientOption{
+	bad := [][]client.Option{
 		{client.WithBearerToken("")},
 		{client.WithBearerToken("has space")},
 		{client.WithHTTPClient(nil)},
@@ -388,18 +393,25 @@ func TestAPIErrorMatches(t *testing.T) {
 		e    *client.APIError
 		want error
 	}{
-		{&client.APIError{Status: 409, Code: "held"}, lock.ErrNotAcquired},
-		{&client.APIError{Status: 410, Code: "lost"}, lock.ErrLost},
-		{&client.APIError{Status: 400, Code: "invalid_argument", Message: lock.ErrInvalidName.Error() + ": empty"}, lock.ErrInvalidName},
-		{&client.APIError{Status: 400, Code: "invalid_argument", Message: "ttl_ms 5: want 10 to 100"}, lock.ErrInvalidTTL},
-		{&client.APIError{Status: 400, Code: "invalid_argument", Message: "lease_id is missing"}, lock.ErrInvalidLeaseID},
+		{&client.APIError{Status: 409, Code: api.CodeHeld}, lock.ErrNotAcquired},
+		{&client.APIError{Status: 410, Code: api.CodeLost}, lock.ErrLost},
+		{&client.APIError{Status: 400, Code: api.CodeInvalidArgument, Field: api.FieldName, Message: "whatever the text"}, lock.ErrInvalidName},
+		{&client.APIError{Status: 400, Code: api.CodeInvalidArgument, Field: api.FieldTTLMs}, lock.ErrInvalidTTL},
+		{&client.APIError{Status: 400, Code: api.CodeInvalidArgument, Field: api.FieldLeaseID}, lock.ErrInvalidLeaseID},
 	} {
 		if !errors.Is(c.e, c.want) {
 			t.Errorf("%v does not match %v", c.e, c.want)
 		}
 	}
-	if errors.Unwrap(&client.APIError{Status: 503, Code: "unavailable"}) != nil {
-		t.Error("unavailable matches a sentinel")
+	// By code and field, never by the message.
+	for _, e := range []*client.APIError{
+		{Status: 503, Code: api.CodeUnavailable},
+		{Status: 400, Code: api.CodeInvalidArgument, Message: lock.ErrInvalidName.Error() + ": empty"},
+		{Status: 403, Code: api.CodeForbidden, Field: api.FieldName},
+	} {
+		if errors.Unwrap(e) != nil {
+			t.Errorf("%+v matches %v", e, errors.Unwrap(e))
+		}
 	}
 	if msg := (&client.APIError{Status: 409, Code: "held", Message: "m"}).Error(); !strings.Contains(msg, "409") || !strings.Contains(msg, "held") {
 		t.Errorf("message %q", msg)
@@ -425,7 +437,7 @@ func TestShorterRefreshThroughTheAPI(t *testing.T) {
 	if d := a.Deadline(); d.After(sent.Add(50 * time.Millisecond)) {
 		t.Fatalf("deadline %s away after Refresh(50ms)", time.Until(d))
 	}
-	b, err := c.Acquire(t.Context(), name, time.Second, client.WithWait(5*time.Second))
+	b, err := c.Acquire(t.Context(), name, time.Second, lock.WithWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

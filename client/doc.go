@@ -1,14 +1,15 @@
 // Package client is a Go client of the fenced HTTP API (api/openapi.yaml).
 //
-// Its [Lease] is [lock.Lease] itself (adopted with [lock.Client.Adopt] and
-// refreshed and released through the API), so code can move between the
-// embedded lock package and the fenced service by changing how it builds
-// its client:
+// [Client] implements [lock.Locker] with [lock.Option]s, and its [Lease] is
+// [lock.Lease] itself (refreshed and released through the API by lease
+// id), so code moves between the embedded lock package and the fenced
+// service by changing only how it builds its Locker:
 //
 //	c, err := client.New("http://127.0.0.1:7070", client.WithBearerToken(tok))
 //	if err != nil { … }
 //	defer c.Close(ctx)
-//	lease, err := c.Acquire(ctx, "invoice-42", 10*time.Second, client.WithKeepAlive())
+//	var locks lock.Locker = c // or a *lock.Client
+//	lease, err := locks.Acquire(ctx, "invoice-42", 10*time.Second, lock.WithKeepAlive())
 //	if err != nil { … }
 //	defer lease.Release(ctx)
 //	err = db.Write(lease.Context(), lease.Token(), …) // the resource admits the token
@@ -18,19 +19,46 @@
 // [Client.Acquire] lets the server wait for a held lock: each request asks
 // for wait_ms up to [WithMaxRequestWait] (30s by default, within the
 // server's default --max-wait of 60s) and is repeated until the lease is
-// granted, the [WithWait] budget runs out, or the context ends.
-// [Client.TryAcquire] makes one attempt.
+// granted, the [lock.WithWait] budget runs out, or the context ends.
+// [Client.TryAcquire] makes one attempt. An option that does not apply is
+// an error matching [lock.ErrInvalidOption], as with lock.Client; so is
+// [lock.WithRetry], since the server, not the client, waits.
+//
+// # Several servers
+//
+// [New] takes several base URLs, separated by commas, of fenced servers
+// that share their Redis and etcd (as etcd's client takes its endpoints).
+// A request goes to the server that answered last; when that server cannot
+// be reached or answers 503 unavailable, the client moves to the next, and
+// stays there. Whether a request is sent again depends on what it does:
+//
+//   - Refresh, release and inspect are safe to repeat (a release repeated
+//     by its own lease id succeeds), so they move on after any failure to
+//     get an answer.
+//   - TryAcquire moves on only when its request cannot have reached the
+//     server: it was never written to a connection, or the server answered
+//     503. When the connection failed after the request was written, the
+//     server may have granted a lease whose answer was lost; TryAcquire
+//     returns that error rather than report "held" because of its own
+//     lease.
+//   - Acquire, which waits anyway, moves on after a lost answer too. A
+//     lease granted unseen holds the lock until its TTL runs out and
+//     delays this Acquire by at most that; nobody can write with it, since
+//     its lease id never reached anyone.
+//
+// When every server failed, the error joins a [*ServerError] per server.
 //
 // # Losing a lease
 //
 // A lease is valid until [Lease.Deadline]: the granted TTL from when the
 // acquire or refresh request was sent, less the drift allowance of 1% of
-// the TTL plus 2ms, as in package lock. With [WithKeepAlive] one goroutine,
-// owned by the lease and stopped by [Lease.Release] or [Client.Close],
-// refreshes it every TTL/3. When a refresh is answered 410 lost, or the
-// deadline passes without a successful refresh, [Lease.Done] closes and
-// [Lease.Context] is cancelled, once; [Lease.Err] says why. A refresh that
-// fails for another reason (network, 503) is retried until the deadline.
+// the TTL plus 2ms, as in package lock. With [lock.WithKeepAlive] one
+// goroutine, owned by the lease and stopped by [Lease.Release] or
+// [Client.Close], refreshes it every TTL/3. When a refresh is answered 410
+// lost, or the deadline passes without a successful refresh, [Lease.Done]
+// closes and [Lease.Context] is cancelled, once; [Lease.Err] says why. A
+// refresh that fails for another reason (network, 503 from every server)
+// is retried until the deadline.
 //
 // # Errors
 //
@@ -39,6 +67,7 @@
 // longer holds the lease [lock.ErrLost], a bad name or TTL
 // [lock.ErrInvalidName] or [lock.ErrInvalidTTL] (checked before any
 // request), a closed client [lock.ErrClosed]. Every answer of the server
-// other than 200 is an [*APIError] with its status, code and message.
-// When the context ends, the error matches ctx.Err().
+// other than 200 is an [*APIError] with its status, code and field, mapped
+// to those sentinels by code and field, never by message text. When the
+// context ends, the error matches ctx.Err().
 package client

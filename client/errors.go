@@ -2,34 +2,27 @@ package client
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/lock"
 )
 
-// Error codes of the v1 API that this package gives a meaning to.
-const (
-	CodeInvalidArgument = "invalid_argument"
-	CodeUnauthenticated = "unauthenticated"
-	CodeHeld            = "held"
-	CodeLost            = "lost"
-	CodeUnavailable     = "unavailable"
-)
-
 // APIError is an error answer of the fenced server:
-// {"error":{"code","message"}} with its HTTP status. A body that is not in
-// that form (a proxy's error page, say) gives an APIError with an empty
-// Code and an excerpt of the body as Message.
+// {"error":{"code","message","field"}} with its HTTP status. A body that is
+// not in that form (a proxy's error page, say) gives an APIError with an
+// empty Code and an excerpt of the body as Message.
 //
 // It matches the lock package's sentinel errors where the code has the same
 // meaning, so errors.Is works as it does with an embedded lock.Client:
 // held is lock.ErrNotAcquired, lost is lock.ErrLost, and an
-// invalid_argument about the lock name, the TTL or the lease id is
-// lock.ErrInvalidName, lock.ErrInvalidTTL or lock.ErrInvalidLeaseID.
+// invalid_argument about the field name, ttl_ms or lease_id is
+// lock.ErrInvalidName, lock.ErrInvalidTTL or lock.ErrInvalidLeaseID. It
+// decides by code and field, never by the message.
 type APIError struct {
-	Status  int    // HTTP status code
-	Code    string // the API's error code, e.g. "held", "lost", "unauthenticated"
-	Message string // the server's explanation
+	Status  int           // HTTP status code
+	Code    api.ErrorCode // the API's error code, e.g. api.CodeHeld; "" if the body was not an API error
+	Field   string        // the request field refused (api.FieldName, …), or ""
+	Message string        // the server's explanation, for people
 }
 
 func (e *APIError) Error() string {
@@ -42,19 +35,31 @@ func (e *APIError) Error() string {
 // Unwrap returns the lock sentinel error that the code stands for, or nil.
 func (e *APIError) Unwrap() error {
 	switch e.Code {
-	case CodeHeld:
+	case api.CodeHeld:
 		return lock.ErrNotAcquired
-	case CodeLost:
+	case api.CodeLost:
 		return lock.ErrLost
-	case CodeInvalidArgument:
-		switch {
-		case strings.Contains(e.Message, lock.ErrInvalidName.Error()), strings.HasPrefix(e.Message, "lock name"):
+	case api.CodeInvalidArgument:
+		switch e.Field {
+		case api.FieldName:
 			return lock.ErrInvalidName
-		case strings.HasPrefix(e.Message, "ttl_ms"), strings.Contains(e.Message, lock.ErrInvalidTTL.Error()):
+		case api.FieldTTLMs:
 			return lock.ErrInvalidTTL
-		case strings.HasPrefix(e.Message, "lease_id"), strings.Contains(e.Message, lock.ErrInvalidLeaseID.Error()):
+		case api.FieldLeaseID:
 			return lock.ErrInvalidLeaseID
 		}
 	}
 	return nil
 }
+
+// ServerError is the failure of one of several servers: which, and why.
+// A Client of several servers that all failed returns them joined.
+type ServerError struct {
+	URL string
+	Err error
+}
+
+func (e *ServerError) Error() string { return e.URL + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *ServerError) Unwrap() error { return e.Err }

@@ -44,7 +44,7 @@ func Example() {
 	defer c.Close(ctx)
 	resource := fence.NewMemoryStore() // stands for the database
 
-	first, err := c.Acquire(ctx, "invoice-42", 5*time.Second, client.WithKeepAlive())
+	first, err := c.Acquire(ctx, "invoice-42", 5*time.Second, lock.WithKeepAlive())
 	if err != nil {
 		panic(err)
 	}
@@ -54,7 +54,7 @@ func Example() {
 	fmt.Println("second while held:", errors.Is(err, lock.ErrNotAcquired))
 
 	first.Release(ctx)
-	second, err := c.Acquire(ctx, "invoice-42", 5*time.Second, client.WithWait(10*time.Second))
+	second, err := c.Acquire(ctx, "invoice-42", 5*time.Second, lock.WithWait(10*time.Second))
 	if err != nil {
 		panic(err)
 	}

@@ -6,17 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
-// Client acquires leases from a LeaseStore.
+// Client acquires leases from a LeaseStore. It implements Locker.
 type Client struct {
 	store LeaseStore
-
-	mu     sync.Mutex
-	leases map[*Lease]struct{}
-	closed bool
+	set   *LeaseSet // the leases it holds, kept through store
 }
 
 // New returns a client of store. Close releases the leases it still holds;
@@ -25,50 +21,24 @@ func New(store LeaseStore) (*Client, error) {
 	if store == nil {
 		return nil, errors.New("lock: nil lease store")
 	}
-	return &Client{store: store, leases: make(map[*Lease]struct{})}, nil
+	set, err := NewLeaseSet(store)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{store: store, set: set}, nil
 }
 
 // Store returns the client's lease store.
 func (c *Client) Store() LeaseStore { return c.store }
 
-// Option configures one Acquire or TryAcquire.
-type Option func(*acquireOpts)
-
-type acquireOpts struct {
-	retry     RetryStrategy
-	wait      time.Duration
-	keepAlive bool
-	detached  bool
-}
-
-// WithRetry sets the fallback strategy for waiters that miss a release
-// notification. Default for Acquire: ExponentialBackoff(4ms, 256ms) with no
-// limit but the wait budget and the context.
-func WithRetry(s RetryStrategy) Option { return func(o *acquireOpts) { o.retry = s } }
-
-// WithWait bounds how long Acquire waits for a held lock before it returns
-// ErrNotAcquired. Default 0: wait until the context ends.
-func WithWait(d time.Duration) Option { return func(o *acquireOpts) { o.wait = d } }
-
-// WithKeepAlive makes the lease refresh itself every TTL/3 until Release.
-// Default off: the lease is lost at its validity deadline unless refreshed.
-func WithKeepAlive() Option { return func(o *acquireOpts) { o.keepAlive = true } }
-
-// WithDetached returns a lease with no goroutine and no keep-alive, not
-// tracked by the client: Done closes only when Release or Refresh finds it
-// lost, not at the deadline. For servers that hand the lease id to a remote
-// holder, who refreshes and releases it by id (RefreshID, ReleaseID).
-// Default off.
-func WithDetached() Option { return func(o *acquireOpts) { o.detached = true } }
-
 // TryAcquire makes one attempt: it returns ErrNotAcquired at once when the
 // lock is held.
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
-	o := acquireOpts{retry: NoRetry()}
-	for _, f := range opts {
-		f(&o)
+	o, err := ResolveOptions(true, opts...)
+	if err != nil {
+		return nil, err
 	}
-	o.retry, o.wait = NoRetry(), 0
+	o.Retry = NoRetry()
 	return c.acquire(ctx, name, ttl, o)
 }
 
@@ -76,29 +46,26 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration,
 // error matching ctx.Err()), or the wait budget runs out (ErrNotAcquired).
 // Waiters wake on the holder's release or when its lease expires.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...Option) (*Lease, error) {
-	o := acquireOpts{retry: ExponentialBackoff(4*time.Millisecond, 256*time.Millisecond)}
-	for _, f := range opts {
-		f(&o)
+	o, err := ResolveOptions(false, opts...)
+	if err != nil {
+		return nil, err
 	}
-	if o.wait < 0 {
-		return nil, fmt.Errorf("lock: wait %s: want >= 0", o.wait)
+	if o.Retry == nil {
+		o.Retry = ExponentialBackoff(4*time.Millisecond, 256*time.Millisecond)
 	}
 	return c.acquire(ctx, name, ttl, o)
 }
 
-func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o acquireOpts) (*Lease, error) {
+func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o AcquireOptions) (*Lease, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
 	if err := ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
-	if o.retry == nil {
-		o.retry = NoRetry()
-	}
-	if o.wait > 0 {
+	if o.Wait > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, o.wait, errWaitBudget)
+		ctx, cancel = context.WithTimeoutCause(ctx, o.Wait, errWaitBudget)
 		defer cancel()
 	}
 	var (
@@ -112,7 +79,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 	}()
 	for {
-		if err := c.checkOpen(); err != nil {
+		if err := c.set.checkOpen(); err != nil {
 			return nil, err
 		}
 		l, err := c.attempt(ctx, name, ttl, o)
@@ -124,7 +91,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			return nil, c.fail(ctx, name, err, busy)
 		}
 		busy = err
-		d := o.retry.NextBackoff()
+		d := o.Retry.NextBackoff()
 		if d <= 0 {
 			return nil, notAcquired(name, busy)
 		}
@@ -198,7 +165,7 @@ func notAcquired(name string, busy error) error {
 
 // attempt is one pass of the acquisition protocol (docs/design.md,
 // "Acquisition protocol").
-func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, o acquireOpts) (*Lease, error) {
+func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, o AcquireOptions) (*Lease, error) {
 	id, err := newLeaseID()
 	if err != nil {
 		return nil, err
@@ -208,90 +175,19 @@ func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, o 
 	if err != nil {
 		return nil, err
 	}
-	return c.adopt(ctx, name, id, g, start, o)
+	return c.set.adopt(ctx, name, id, g, start, o)
 }
 
 // Adopt makes a Lease of a lease taken elsewhere, for example through a
-// fenced server's API: g is what was granted and start when the request
-// was sent, so that validity = g.TTL - elapsed - Drift. The client's store
-// refreshes and releases it by its lease id. Options as for Acquire
-// (WithKeepAlive, WithDetached). A lease with no validity left is released
-// and Adopt returns ErrNotAcquired.
+// fenced server's API, kept through this client's store: see
+// LeaseSet.Adopt.
 func (c *Client) Adopt(ctx context.Context, name, leaseID string, g Grant, start time.Time, opts ...Option) (*Lease, error) {
-	var o acquireOpts
-	for _, f := range opts {
-		f(&o)
-	}
-	if err := validateID(name, leaseID); err != nil {
-		return nil, err
-	}
-	if g.Token == 0 || g.TTL <= 0 {
-		return nil, fmt.Errorf("lock: adopt %q: a grant needs a token and a TTL, got %d and %s", name, g.Token, g.TTL)
-	}
-	l, err := c.adopt(ctx, name, leaseID, g, start, o)
-	if errors.Is(err, errNoValidity) {
-		return nil, fmt.Errorf("%w: %q: %v", ErrNotAcquired, name, err)
-	}
-	return l, err
-}
-
-func (c *Client) adopt(ctx context.Context, name, id string, g Grant, start time.Time, o acquireOpts) (*Lease, error) {
-	validity := g.TTL - time.Since(start) - Drift(g.TTL)
-	if validity <= 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = c.store.Release(rctx, name, id) // the lease expires anyway; releasing only frees it sooner
-		return nil, errNoValidity
-	}
-	l := newLease(ctx, c, name, id, g, start, o.keepAlive && !o.detached)
-	if o.detached {
-		return l, nil
-	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		l.Release(context.WithoutCancel(ctx))
-		return nil, ErrClosed
-	}
-	c.leases[l] = struct{}{}
-	c.mu.Unlock()
-	l.start()
-	return l, nil
-}
-
-func (c *Client) checkOpen() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	return nil
-}
-
-func (c *Client) forget(l *Lease) {
-	c.mu.Lock()
-	delete(c.leases, l)
-	c.mu.Unlock()
+	return c.set.Adopt(ctx, name, leaseID, g, start, opts...)
 }
 
 // Close releases every lease the client still holds and waits for their
 // keep-alive goroutines. Later calls return ErrClosed. Close is idempotent.
-func (c *Client) Close(ctx context.Context) error {
-	c.mu.Lock()
-	c.closed = true
-	leases := make([]*Lease, 0, len(c.leases))
-	for l := range c.leases {
-		leases = append(leases, l)
-	}
-	c.mu.Unlock()
-	var errs []error
-	for _, l := range leases {
-		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLost) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
+func (c *Client) Close(ctx context.Context) error { return c.set.Close(ctx) }
 
 // Inspect reports who holds name.
 func (c *Client) Inspect(ctx context.Context, name string) (State, error) {

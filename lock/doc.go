@@ -37,14 +37,30 @@
 // [Lease.Context] is cancelled, once; [Lease.Err] says why ([ErrLost],
 // [ErrExpired]). [Lease.Release] closes them with [ErrReleased].
 //
+// # Options
+//
+// [WithWait], [WithRetry], [WithKeepAlive] and [WithDetached] configure one
+// acquisition. An option that does not apply is an error matching
+// [ErrInvalidOption], never silently dropped: WithWait or WithRetry with
+// TryAcquire (one attempt), WithDetached with WithKeepAlive.
+// [ResolveOptions] is that check, for other implementations of [Locker].
+//
+// # The same code against a fenced server
+//
+// [Locker] is Acquire and TryAcquire with these options. [*Client]
+// implements it over a lease store in this process; *client.Client (package
+// client) over a fenced server's HTTP API, with the same *[Lease]. Code that
+// takes a Locker moves between the two unchanged.
+//
 // # Leases held elsewhere
 //
 // A server that hands the lease id to a remote holder acquires with
 // [WithDetached] (no goroutine per lease) and serves refresh and release by
-// id ([Client.RefreshID], [Client.ReleaseID]). The other way round,
-// [Client.Adopt] gives a lease taken elsewhere (package client: through a
-// fenced server) this package's Lease, with its validity, keep-alive and
-// Done.
+// id ([Client.RefreshID], [Client.ReleaseID]). The other way round, a
+// [LeaseSet] gives a lease taken elsewhere this package's Lease, with its
+// validity, keep-alive and Done: a Lease needs only a [LeaseKeeper], which
+// refreshes and releases by lease id (package client's goes through the
+// API).
 //
 // # Errors
 //

@@ -17,7 +17,7 @@ import (
 // once, when the lease is lost (a refresh finds it taken or gone, or the
 // deadline passes without a refresh) or released. Err says which.
 type Lease struct {
-	c     *Client
+	set   *LeaseSet // refreshes and releases it, and tracks it
 	name  string
 	id    string
 	token fence.Token
@@ -43,8 +43,8 @@ type Lease struct {
 }
 
 // newLease is a lease granted g by a request sent at start.
-func newLease(ctx context.Context, c *Client, name, id string, g Grant, start time.Time, keepAlive bool) *Lease {
-	l := &Lease{c: c, name: name, id: id, token: g.Token, ttl: g.TTL,
+func newLease(ctx context.Context, set *LeaseSet, name, id string, g Grant, start time.Time, keepAlive bool) *Lease {
+	l := &Lease{set: set, name: name, id: id, token: g.Token, ttl: g.TTL,
 		deadline: start.Add(g.TTL - Drift(g.TTL)), next: start.Add(g.TTL / 3),
 		keepAlive: keepAlive, poke: make(chan struct{}, 1)}
 	// The lease outlives the acquiring call's cancellation but keeps its
@@ -117,7 +117,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	g, err := l.c.store.Refresh(ctx, l.name, l.id, ttl)
+	g, err := l.set.keeper.Refresh(ctx, l.name, l.id, ttl)
 	if err != nil {
 		if errors.Is(err, ErrLost) {
 			l.lose(ErrLost)
@@ -149,9 +149,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	l.halt()
 	lostBefore := l.Err()
-	err := l.c.store.Release(ctx, l.name, l.id)
+	err := l.set.keeper.Release(ctx, l.name, l.id)
 	l.lose(ErrReleased)
-	l.c.forget(l)
+	l.set.forget(l)
 	if lostBefore != nil && !errors.Is(lostBefore, ErrReleased) {
 		return lostBefore
 	}
@@ -185,7 +185,7 @@ func (l *Lease) schedule() (deadline, next time.Time) {
 // Any refresh moves both times; poke makes the monitor read them again.
 func (l *Lease) monitor() {
 	defer l.wg.Done()
-	defer l.c.forget(l)
+	defer l.set.forget(l)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {

@@ -21,6 +21,14 @@ func startRedlock(t *testing.T) ([]*testenv.RedisProc, *lock.RedlockStore) {
 		procs[i] = testenv.StartRedis(t)
 		clients[i] = procs[i].Client()
 	}
+	// Dial every node before the store's first call, which is bounded by
+	// the 50ms node timeout: on a busy machine under -race a fresh
+	// connection to a redis-server just started can take longer.
+	for _, c := range clients {
+		if err := c.Ping(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s, err := lock.NewRedlockStore(clients, newSequencer(t))
 	if err != nil {
 		t.Fatal(err)

@@ -10,23 +10,186 @@ import (
 	"net/http"
 	"os"
 	"strings"
+
+	"github.com/fenced/fenced/lock"
 )
 
-// MinTokenLen is the shortest bearer token LoadTokens and New accept.
+// MinTokenLen is the shortest bearer token accepted.
 const MinTokenLen = 16
 
-// LoadTokens reads bearer tokens from a file: one token per line; leading
-// and trailing white space is ignored, and so are blank lines and lines
-// whose first non-blank character is #. It is an error if the file has no
-// token, or a token is shorter than MinTokenLen bytes or has a character
-// outside printable ASCII (0x21 to 0x7e). Errors name the line, never the
-// token.
-func LoadTokens(path string) ([][]byte, error) {
+// Permission is what a bearer token may do. Permissions combine with |.
+type Permission uint8
+
+// The permissions a token may have.
+const (
+	// PermAcquire: acquire, refresh and release leases (the holder's
+	// operations).
+	PermAcquire Permission = 1 << iota
+	// PermInspect: read a lock's state (GET /v1/locks/{name}).
+	PermInspect
+	// PermForceRelease: release a lease the caller does not hold, as an
+	// operator (reserved for DELETE /v1/locks/{name}).
+	PermForceRelease
+	// PermMetrics: read GET /metrics. Lock names do not limit it.
+	PermMetrics
+
+	// PermAll is every permission: a token on a line of its own.
+	PermAll = PermAcquire | PermInspect | PermForceRelease | PermMetrics
+)
+
+var permNames = []struct {
+	p    Permission
+	name string
+}{{PermAcquire, "acquire"}, {PermInspect, "inspect"}, {PermForceRelease, "force-release"}, {PermMetrics, "metrics"}}
+
+// String lists the permissions by name, comma-separated, as a token file
+// writes them: "acquire,inspect".
+func (p Permission) String() string {
+	var names []string
+	for _, n := range permNames {
+		if p&n.p != 0 {
+			names = append(names, n.name)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ",")
+}
+
+// ParsePermissions reads a comma-separated list of permission names:
+// acquire, inspect, force-release, metrics.
+func ParsePermissions(s string) (Permission, error) {
+	var p Permission
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		found := false
+		for _, n := range permNames {
+			if f == n.name {
+				p |= n.p
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("unknown permission %q; want acquire, inspect, force-release or metrics, comma-separated", f)
+		}
+	}
+	return p, nil
+}
+
+// Token is a bearer token and what it may do, as etcd's roles and Consul's
+// ACL policies limit a credential to key prefixes and operations.
+type Token struct {
+	// Name identifies the token in logs and in 403 answers; the secret
+	// never appears there. Default "token N" (its position, from 1).
+	Name string
+	// Secret is the bearer token: at least MinTokenLen bytes of printable
+	// ASCII without spaces.
+	Secret []byte
+	// Prefixes limits the lock names the token may touch to those starting
+	// with one of these (each 1 to 200 characters of a lock name). nil:
+	// every lock name.
+	Prefixes []string
+	// Allow is what the token may do. 0 means PermAll.
+	Allow Permission
+}
+
+// Tokens is a set of bearer tokens, each with its permissions. It does not
+// change once made; Server.SetTokens swaps in a new set.
+type Tokens struct {
+	entries []tokenEntry
+}
+
+type tokenEntry struct {
+	name     string
+	digest   [sha256.Size]byte
+	prefixes []string // nil: every name
+	allow    Permission
+}
+
+// NewTokens checks ts and returns them as a set. Errors name the token by
+// its Name or position, never by its secret.
+func NewTokens(ts ...Token) (*Tokens, error) {
+	if len(ts) == 0 {
+		return nil, errors.New("server: no token")
+	}
+	t := &Tokens{}
+	names := map[string]int{}
+	digests := map[[sha256.Size]byte]int{}
+	for i, tok := range ts {
+		e := tokenEntry{name: tok.Name, prefixes: tok.Prefixes, allow: tok.Allow}
+		if e.name == "" {
+			e.name = fmt.Sprintf("token %d", i+1)
+		}
+		if err := checkToken(tok.Secret); err != nil {
+			return nil, fmt.Errorf("server: token %q: %w", e.name, err)
+		}
+		if e.allow == 0 {
+			e.allow = PermAll
+		}
+		if e.allow&^PermAll != 0 {
+			return nil, fmt.Errorf("server: token %q: unknown permission bits %#x", e.name, uint8(e.allow&^PermAll))
+		}
+		if tok.Prefixes != nil && len(tok.Prefixes) == 0 {
+			return nil, fmt.Errorf("server: token %q: an empty list of prefixes allows no lock; leave Prefixes nil for every lock name", e.name)
+		}
+		for _, p := range tok.Prefixes {
+			if err := lock.ValidateName(p); err != nil {
+				return nil, fmt.Errorf("server: token %q: prefix %q: %w", e.name, p, err)
+			}
+		}
+		if j, dup := names[e.name]; dup {
+			return nil, fmt.Errorf("server: tokens %d and %d are both named %q", j+1, i+1, e.name)
+		}
+		names[e.name] = i
+		e.digest = sha256.Sum256(tok.Secret)
+		if j, dup := digests[e.digest]; dup {
+			return nil, fmt.Errorf("server: token %q repeats the secret of token %q", e.name, t.entries[j].name)
+		}
+		digests[e.digest] = i
+		t.entries = append(t.entries, e)
+	}
+	return t, nil
+}
+
+// Len is the number of tokens.
+func (t *Tokens) Len() int { return len(t.entries) }
+
+// LoadTokens reads a token file (see ParseTokens).
+func LoadTokens(path string) (*Tokens, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("server: auth tokens: %w", err)
 	}
-	var tokens [][]byte
+	t, err := ParseTokens(data)
+	if err != nil {
+		return nil, fmt.Errorf("server: auth tokens: %s %w", path, err)
+	}
+	return t, nil
+}
+
+// ParseTokens reads a token file: one token per line, which alone on its
+// line has every permission on every lock. Attributes after the token,
+// separated by white space, narrow it:
+//
+//	# the operators: everything
+//	3f1c0b7e5a9d2c4e8f6a1b3d5c7e9f0a
+//	# CI may take build: and deploy: locks and look at them
+//	9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d  name=ci  prefixes=build:,deploy:  allow=acquire,inspect
+//	# Prometheus
+//	5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b  name=prometheus  allow=metrics
+//
+// name= names the token in logs and 403 answers (default "line N");
+// prefixes= limits it to lock names starting with one of the
+// comma-separated prefixes (default every name); allow= lists its
+// permissions: acquire (with refresh and release), inspect, force-release,
+// metrics (default all). Leading and trailing white space is ignored, and
+// so are blank lines and lines whose first non-blank character is #. A
+// token must have at least MinTokenLen bytes of printable ASCII. Errors
+// name the line, never the token.
+func ParseTokens(data []byte) (*Tokens, error) {
+	var ts []Token
+	var lines []int
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), len(data)+1)
 	for n := 1; sc.Scan(); n++ {
@@ -34,18 +197,55 @@ func LoadTokens(path string) ([][]byte, error) {
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
-		if err := checkToken(line); err != nil {
-			return nil, fmt.Errorf("server: auth tokens: %s line %d: %w", path, n, err)
+		fields := strings.Fields(string(line))
+		tok := Token{Secret: []byte(fields[0]), Name: fmt.Sprintf("line %d", n)}
+		if err := checkToken(tok.Secret); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
-		tokens = append(tokens, bytes.Clone(line))
+		seen := map[string]bool{}
+		for _, attr := range fields[1:] {
+			k, v, ok := strings.Cut(attr, "=")
+			if !ok || v == "" {
+				return nil, fmt.Errorf("line %d: %q after the token: want name=, prefixes= or allow= with a value", n, excerpt([]byte(attr)))
+			}
+			if seen[k] {
+				return nil, fmt.Errorf("line %d: %s= appears twice", n, k)
+			}
+			seen[k] = true
+			switch k {
+			case "name":
+				tok.Name = v
+			case "prefixes":
+				tok.Prefixes = strings.Split(v, ",")
+				for _, p := range tok.Prefixes {
+					if err := lock.ValidateName(p); err != nil {
+						return nil, fmt.Errorf("line %d: prefixes=: %q: want the start of a lock name, 1 to 200 characters of A-Z a-z 0-9 . _ - :", n, excerpt([]byte(p)))
+					}
+				}
+			case "allow":
+				p, err := ParsePermissions(v)
+				if err != nil {
+					return nil, fmt.Errorf("line %d: allow=: %w", n, err)
+				}
+				tok.Allow = p
+			default:
+				return nil, fmt.Errorf("line %d: unknown attribute %q; want name=, prefixes= or allow=", n, excerpt([]byte(k)))
+			}
+		}
+		ts = append(ts, tok)
+		lines = append(lines, n)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("server: auth tokens: %s: %w", path, err)
+		return nil, err
 	}
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("server: auth tokens: %s has no token (one per line; # starts a comment)", path)
+	if len(ts) == 0 {
+		return nil, errors.New("has no token (one per line; # starts a comment)")
 	}
-	return tokens, nil
+	t, err := NewTokens(ts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "server: "))
+	}
+	return t, nil
 }
 
 func checkToken(tok []byte) error {
@@ -60,51 +260,62 @@ func checkToken(tok []byte) error {
 	return nil
 }
 
-// authenticator checks bearer tokens. It keeps their SHA-256 digests and
-// compares digests with subtle.ConstantTimeCompare against every token, so
-// that neither a token's content nor its length nor its position in the
-// list shows in the time taken.
-type authenticator struct {
-	digests [][sha256.Size]byte
-}
-
-func newAuthenticator(tokens [][]byte) (*authenticator, error) {
-	if len(tokens) == 0 {
-		return nil, nil
-	}
-	a := &authenticator{}
-	for i, t := range tokens {
-		if err := checkToken(t); err != nil {
-			return nil, fmt.Errorf("server: Config.AuthTokens[%d]: %w", i, err)
-		}
-		a.digests = append(a.digests, sha256.Sum256(t))
-	}
-	return a, nil
-}
-
 var errNoCredentials = errors.New("missing Authorization header; want Authorization: Bearer <token>")
 
-// check returns nil if r carries one of the tokens.
-func (a *authenticator) check(r *http.Request) error {
+// authenticate returns the entry of the token r carries. It compares the
+// token's SHA-256 digest with every token's in constant time, so that
+// neither a token's content nor its length nor its position in the set
+// shows in the time taken.
+func (t *Tokens) authenticate(r *http.Request) (*tokenEntry, error) {
 	vs := r.Header.Values("Authorization")
 	switch len(vs) {
 	case 0:
-		return errNoCredentials
+		return nil, errNoCredentials
 	case 1:
 	default:
-		return errors.New("more than one Authorization header")
+		return nil, errors.New("more than one Authorization header")
 	}
 	scheme, tok, ok := strings.Cut(vs[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return errors.New("Authorization header: want the Bearer scheme")
+		return nil, errors.New("Authorization header: want the Bearer scheme")
 	}
 	d := sha256.Sum256([]byte(strings.TrimLeft(tok, " ")))
-	match := 0
-	for i := range a.digests {
-		match |= subtle.ConstantTimeCompare(d[:], a.digests[i][:])
+	found := -1
+	for i := range t.entries {
+		if subtle.ConstantTimeCompare(d[:], t.entries[i].digest[:]) == 1 {
+			found = i
+		}
 	}
-	if match != 1 {
-		return errors.New("the bearer token is not one of the configured tokens")
+	if found < 0 {
+		return nil, errors.New("the bearer token is not one of the configured tokens")
 	}
-	return nil
+	return &t.entries[found], nil
+}
+
+// authorize says whether the token may do perm to the lock name ("" for an
+// operation on no lock). The refusal says what the token may do instead.
+func (e *tokenEntry) authorize(perm Permission, op, name string) *apiError {
+	if e.allow&perm == 0 {
+		return &apiError{status: http.StatusForbidden, code: codeForbidden,
+			message: fmt.Sprintf("token %q may not %s: its permissions are %s", e.name, op, e.allow)}
+	}
+	if name == "" || e.prefixes == nil {
+		return nil
+	}
+	for _, p := range e.prefixes {
+		if strings.HasPrefix(name, p) {
+			return nil
+		}
+	}
+	return &apiError{status: http.StatusForbidden, code: codeForbidden, field: fieldName,
+		message: fmt.Sprintf("token %q may not %s lock %q: its lock names must start with %s", e.name, op, name, quoteOr(e.prefixes))}
+}
+
+// quoteOr is "a", "a" or "b", "a", "b" or "c".
+func quoteOr(ss []string) string {
+	q := quoteAll(ss)
+	if len(q) == 1 {
+		return q[0]
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }

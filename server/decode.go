@@ -8,9 +8,12 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fenced/fenced/api"
 )
 
 // Request bodies, after decoding and validation.
@@ -29,12 +32,23 @@ type releaseRequest struct {
 	leaseID string
 }
 
-// The fields of each request body, as api/openapi.yaml lists them.
+// The fields of each request body: the JSON fields of package api's
+// request types, which the OpenAPI test checks against the document.
 var (
-	acquireFields = []string{"ttl_ms", "wait_ms"}
-	refreshFields = []string{"lease_id", "ttl_ms"}
-	releaseFields = []string{"lease_id"}
+	acquireFields = jsonFields(api.AcquireRequest{})
+	refreshFields = jsonFields(api.RefreshRequest{})
+	releaseFields = jsonFields(api.ReleaseRequest{})
 )
+
+// jsonFields lists the JSON names of a struct's fields.
+func jsonFields(v any) []string {
+	t := reflect.TypeOf(v)
+	var f []string
+	for i := 0; i < t.NumField(); i++ {
+		f = append(f, strings.Split(t.Field(i).Tag.Get("json"), ",")[0])
+	}
+	return f
+}
 
 // limits are what a request may ask for.
 type limits struct {
@@ -53,12 +67,12 @@ func (l limits) decodeAcquire(body []byte) (acquireRequest, *apiError) {
 		}
 	}
 	if raw, ok := fields["wait_ms"]; ok {
-		ms, aerr := integer("wait_ms", raw)
+		ms, aerr := integer(fieldWaitMs, raw)
 		if aerr != nil {
 			return acquireRequest{}, aerr
 		}
 		if ms < 0 || ms > l.maxWait.Milliseconds() {
-			return acquireRequest{}, invalid(fmt.Sprintf("wait_ms %d: want 0 to %d (milliseconds; 0 makes one attempt)", ms, l.maxWait.Milliseconds()))
+			return acquireRequest{}, invalid(fieldWaitMs, fmt.Sprintf("wait_ms %d: want 0 to %d (milliseconds; 0 makes one attempt)", ms, l.maxWait.Milliseconds()))
 		}
 		req.wait = time.Duration(ms) * time.Millisecond
 	}
@@ -95,13 +109,13 @@ func (l limits) decodeRelease(body []byte) (releaseRequest, *apiError) {
 }
 
 func (l limits) ttl(raw json.RawMessage) (time.Duration, *apiError) {
-	ms, aerr := integer("ttl_ms", raw)
+	ms, aerr := integer(fieldTTLMs, raw)
 	if aerr != nil {
 		return 0, aerr
 	}
 	lo, hi := l.minTTL.Milliseconds(), l.maxTTL.Milliseconds()
 	if ms < lo || ms > hi {
-		return 0, invalid(fmt.Sprintf("ttl_ms %d: want %d to %d (milliseconds)", ms, lo, hi))
+		return 0, invalid(fieldTTLMs, fmt.Sprintf("ttl_ms %d: want %d to %d (milliseconds)", ms, lo, hi))
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -111,17 +125,17 @@ func (l limits) ttl(raw json.RawMessage) (time.Duration, *apiError) {
 func leaseID(fields map[string]json.RawMessage) (string, *apiError) {
 	raw, ok := fields["lease_id"]
 	if !ok {
-		return "", invalid(`lease_id is missing: send {"lease_id":"…"} with the lease id that acquire returned`)
+		return "", invalid(fieldLeaseID, `lease_id is missing: send {"lease_id":"…"} with the lease id that acquire returned`)
 	}
 	if len(raw) == 0 || raw[0] != '"' {
-		return "", invalid(fmt.Sprintf("lease_id: want a string, got %s", excerpt(raw)))
+		return "", invalid(fieldLeaseID, fmt.Sprintf("lease_id: want a string, got %s", excerpt(raw)))
 	}
 	var id string
 	if err := json.Unmarshal(raw, &id); err != nil {
-		return "", invalid(fmt.Sprintf("lease_id: want a string, got %s", excerpt(raw)))
+		return "", invalid(fieldLeaseID, fmt.Sprintf("lease_id: want a string, got %s", excerpt(raw)))
 	}
 	if id == "" {
-		return "", invalid("lease_id is empty: want the 32 hex digits that acquire returned")
+		return "", invalid(fieldLeaseID, "lease_id is empty: want the 32 hex digits that acquire returned")
 	}
 	return id, nil
 }
@@ -130,11 +144,11 @@ func leaseID(fields map[string]json.RawMessage) (string, *apiError) {
 // null, within int64.
 func integer(field string, raw json.RawMessage) (int64, *apiError) {
 	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
-		return 0, invalid(fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
+		return 0, invalid(field, fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
 	}
 	var n int64
 	if err := json.Unmarshal(raw, &n); err != nil {
-		return 0, invalid(fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
+		return 0, invalid(field, fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
 	}
 	return n, nil
 }
@@ -151,37 +165,37 @@ func decodeObject(body []byte, allowed ...string) (map[string]json.RawMessage, *
 	dec := json.NewDecoder(bytes.NewReader(body))
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, invalid(fmt.Sprintf("request body is not valid JSON (%v); want %s", err, want))
+		return nil, invalid("", fmt.Sprintf("request body is not valid JSON (%v); want %s", err, want))
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, invalid("request body: want " + want)
+		return nil, invalid("", "request body: want "+want)
 	}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, invalid(fmt.Sprintf("request body is not valid JSON (%v)", err))
+			return nil, invalid("", fmt.Sprintf("request body is not valid JSON (%v)", err))
 		}
 		key, ok := tok.(string)
 		if !ok { // the decoder only returns strings here, but be sure
-			return nil, invalid("request body: want an object key")
+			return nil, invalid("", "request body: want an object key")
 		}
 		if !slices.Contains(allowed, key) {
-			return nil, invalid(fmt.Sprintf("request body: unknown field %s; allowed are %s", excerpt([]byte(fmt.Sprintf("%q", key))), strings.Join(quoteAll(allowed), ", ")))
+			return nil, invalid("", fmt.Sprintf("request body: unknown field %s; allowed are %s", excerpt([]byte(fmt.Sprintf("%q", key))), strings.Join(quoteAll(allowed), ", ")))
 		}
 		if _, dup := fields[key]; dup {
-			return nil, invalid(fmt.Sprintf("request body: field %q appears twice", key))
+			return nil, invalid("", fmt.Sprintf("request body: field %q appears twice", key))
 		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return nil, invalid(fmt.Sprintf("request body is not valid JSON (%v)", err))
+			return nil, invalid("", fmt.Sprintf("request body is not valid JSON (%v)", err))
 		}
 		fields[key] = raw
 	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return nil, invalid("request body is not valid JSON: the object does not end")
+		return nil, invalid("", "request body is not valid JSON: the object does not end")
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, invalid("request body: trailing data after the JSON object; send exactly one object")
+		return nil, invalid("", "request body: trailing data after the JSON object; send exactly one object")
 	}
 	return fields, nil
 }

@@ -44,13 +44,16 @@
 //
 // # Errors
 //
-// Every error is {"error":{"code":"…","message":"…"}} with one of these
-// codes: invalid_argument (400), unauthenticated (401, with
-// WWW-Authenticate: Bearer), not_found (404), method_not_allowed (405, with
-// Allow), held (409), lost (410: the lease id does not hold the lease),
-// payload_too_large (413), unsupported_media_type (415) and unavailable
-// (503: Redis or etcd failed or did not answer within
-// Config.BackendTimeout, or the server is shutting down).
+// Every error is {"error":{"code":"…","message":"…","field":"…"}}
+// ([api.ErrorBody]) with one of these codes: invalid_argument (400),
+// unauthenticated (401, with WWW-Authenticate: Bearer), forbidden (403),
+// not_found (404), method_not_allowed (405, with Allow), held (409), lost
+// (410: the lease id does not hold the lease), payload_too_large (413),
+// unsupported_media_type (415) and unavailable (503: Redis or etcd failed or
+// did not answer within Config.BackendTimeout, or the server is shutting
+// down). field names the part of the request refused (name, ttl_ms,
+// wait_ms, lease_id), so that clients decide by code and field, never by
+// the message.
 //
 // When a request's context ends before the lease store answers (the
 // client went away), the server logs it at debug level, counts it as
@@ -64,10 +67,18 @@
 //
 // # Authentication
 //
-// With Config.AuthTokens set, every path but GET /healthz and GET /readyz
-// (probes) needs Authorization: Bearer <token>, /metrics included. Tokens
-// are compared by SHA-256 digest in constant time against every configured
-// token. [LoadTokens] reads them from a file.
+// With Config.Tokens set, every path but GET /healthz, GET /readyz (probes)
+// and GET /v1/openapi.yaml needs Authorization: Bearer <token>, /metrics
+// included. Tokens are compared by SHA-256 digest in constant time against
+// every configured token; an unknown one is a 401. Each token has
+// [Permission]s (acquire, with refresh and release; inspect; force-release;
+// metrics) and may be limited to lock names starting with given prefixes,
+// as etcd's roles and Consul's ACLs limit credentials to key prefixes: a
+// known token that may not do what it asks is a 403 forbidden that names
+// the token (never its secret) and says what it may do. [LoadTokens] reads
+// them from a file (one token per line has every permission, as before;
+// name=, prefixes= and allow= narrow it), and [Server.SetTokens] replaces
+// them while the server runs (fenced reloads the file on SIGHUP).
 //
 // # Metrics
 //
@@ -80,6 +91,9 @@
 //	fenced_leases_lost_total                 refresh or release answered 410
 //	fenced_backend_errors_total{op="acquire|refresh|release|inspect|ready"}
 //	fenced_http_requests_total{route,code}   route is the OpenAPI path
+//	fenced_http_request_duration_seconds{route}
+//	fenced_waiters                           acquire requests with wait_ms > 0 in progress
+//	fenced_auth_refused_total{code="unauthenticated|forbidden"}
 //
 // fenced_active_leases counts leases acquired or refreshed through this
 // server that it has not seen released or lost and whose TTL has not run

@@ -3,48 +3,46 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/fenced/fenced/api"
 )
 
-// Error codes of the v1 API, the "code" of {"error":{"code","message"}}.
-// api/openapi.yaml lists the same set.
+// Error codes of the v1 API (package api), the "code" of
+// {"error":{"code","message","field"}}.
 const (
-	codeInvalidArgument      = "invalid_argument"       // 400
-	codeUnauthenticated      = "unauthenticated"        // 401
-	codeNotFound             = "not_found"              // 404
-	codeMethodNotAllowed     = "method_not_allowed"     // 405
-	codeHeld                 = "held"                   // 409
-	codeLost                 = "lost"                   // 410
-	codePayloadTooLarge      = "payload_too_large"      // 413
-	codeUnsupportedMediaType = "unsupported_media_type" // 415
-	codeUnavailable          = "unavailable"            // 503
+	codeInvalidArgument      = api.CodeInvalidArgument
+	codeUnauthenticated      = api.CodeUnauthenticated
+	codeForbidden            = api.CodeForbidden
+	codeNotFound             = api.CodeNotFound
+	codeMethodNotAllowed     = api.CodeMethodNotAllowed
+	codeHeld                 = api.CodeHeld
+	codeLost                 = api.CodeLost
+	codePayloadTooLarge      = api.CodePayloadTooLarge
+	codeUnsupportedMediaType = api.CodeUnsupportedMediaType
+	codeUnavailable          = api.CodeUnavailable
 )
 
-// errorCodes is every code the server writes, for the OpenAPI test.
-var errorCodes = []string{
-	codeInvalidArgument, codeUnauthenticated, codeNotFound, codeMethodNotAllowed,
-	codeHeld, codeLost, codePayloadTooLarge, codeUnsupportedMediaType, codeUnavailable,
-}
+// The fields an error can name (package api).
+const (
+	fieldName    = api.FieldName
+	fieldTTLMs   = api.FieldTTLMs
+	fieldWaitMs  = api.FieldWaitMs
+	fieldLeaseID = api.FieldLeaseID
+)
 
 // apiError is an error the API reports to the caller as is.
 type apiError struct {
 	status  int
-	code    string
+	code    api.ErrorCode
 	message string
+	field   string // the request field refused, or ""
 }
 
-func (e *apiError) Error() string { return e.code + ": " + e.message }
+func (e *apiError) Error() string { return string(e.code) + ": " + e.message }
 
-func invalid(msg string) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: codeInvalidArgument, message: msg}
-}
-
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+// invalid is a 400 about field ("" for the body as a whole).
+func invalid(field, msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: codeInvalidArgument, message: msg, field: field}
 }
 
 // writeJSON writes v with status. API responses carry lease ids, so they
@@ -72,5 +70,5 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", retryAfter)
 	}
-	writeJSON(w, e.status, errorBody{Error: errorDetail{Code: e.code, Message: e.message}})
+	writeJSON(w, e.status, api.ErrorBody{Error: api.Error{Code: e.code, Message: e.message, Field: e.field}})
 }

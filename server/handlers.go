@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/lock"
 )
 
@@ -21,23 +22,12 @@ const (
 	opReady   = "ready"
 )
 
-type leaseResponse struct {
-	Name    string `json:"name"`
-	LeaseID string `json:"lease_id"`
-	Token   uint64 `json:"token"`
-	TTLMs   int64  `json:"ttl_ms"`
-}
-
-type stateResponse struct {
-	Name  string `json:"name"`
-	Held  bool   `json:"held"`
-	Token uint64 `json:"token"`
-	TTLMs int64  `json:"ttl_ms"`
-}
-
-type statusResponse struct {
-	Status string `json:"status"`
-}
+// The answers, as package api defines them.
+type (
+	leaseResponse  = api.Lease
+	stateResponse  = api.LockState
+	statusResponse = api.Status
+)
 
 // body checks the Content-Type and reads at most maxBody bytes of the
 // request body.
@@ -52,7 +42,7 @@ func (s *Server) body(w http.ResponseWriter, r *http.Request) ([]byte, *apiError
 			message: fmt.Sprintf("request body over %d bytes", s.maxBody)}
 	}
 	if err != nil {
-		return nil, invalid(fmt.Sprintf("reading the request body: %v", err))
+		return nil, invalid("", fmt.Sprintf("reading the request body: %v", err))
 	}
 	return b, nil
 }
@@ -81,6 +71,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), req.wait+s.backendTimeout)
 	defer cancel()
+	if req.wait > 0 {
+		s.metrics.waiters.Inc()
+		defer s.metrics.waiters.Dec()
+	}
 	start := time.Now()
 	var (
 		l   *lock.Lease
@@ -124,7 +118,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	s.metrics.acquisitions.WithLabelValues(resultAcquired).Inc()
 	s.leases.held(name, l.ID(), l.Deadline())
-	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: uint64(l.Token()), TTLMs: l.TTL().Milliseconds()})
+	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds()})
 }
 
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
@@ -153,7 +147,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	s.metrics.refreshes.WithLabelValues(resultRefreshed).Inc()
 	s.leases.held(name, req.leaseID, start.Add(g.TTL))
-	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: req.leaseID, Token: uint64(g.Token), TTLMs: g.TTL.Milliseconds()})
+	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: req.leaseID, Token: g.Token, TTLMs: g.TTL.Milliseconds()})
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
@@ -181,7 +175,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	s.metrics.releases.WithLabelValues(resultReleased).Inc()
 	s.leases.gone(name, req.leaseID)
-	writeJSON(w, http.StatusOK, struct{}{})
+	writeJSON(w, http.StatusOK, api.Empty{})
 }
 
 // inspect reports a lock's state, never its lease id: the lease id is the
@@ -196,7 +190,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 		writeError(w, aerr)
 		return
 	}
-	writeJSON(w, http.StatusOK, stateResponse{Name: name, Held: st.Held, Token: uint64(st.Token), TTLMs: st.Remaining.Milliseconds()})
+	writeJSON(w, http.StatusOK, stateResponse{Name: name, Held: st.Held, Token: st.Token, TTLMs: st.Remaining.Milliseconds()})
 }
 
 // failure maps an error of the lock client to the API error and the result
@@ -205,12 +199,16 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 // call began.
 func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, start time.Time, err error) (*apiError, string) {
 	switch {
-	case errors.Is(err, lock.ErrInvalidName), errors.Is(err, lock.ErrInvalidTTL), errors.Is(err, lock.ErrInvalidLeaseID):
-		return invalid(err.Error()), resultInvalid
+	case errors.Is(err, lock.ErrInvalidName):
+		return invalid(fieldName, err.Error()), resultInvalid
+	case errors.Is(err, lock.ErrInvalidTTL):
+		return invalid(fieldTTLMs, err.Error()), resultInvalid
+	case errors.Is(err, lock.ErrInvalidLeaseID):
+		return invalid(fieldLeaseID, err.Error()), resultInvalid
 	case errors.Is(err, lock.ErrLost):
 		s.metrics.leasesLost.Inc()
 		return &apiError{status: http.StatusGone, code: codeLost,
-			message: fmt.Sprintf("this lease id does not hold lock %q: its lease expired or was taken over, or it never held it; acquire again", name)}, resultLost
+			message: fmt.Sprintf("this lease id does not hold lock %q: the lease expired or was taken over, or the id never held it; stop writing with its token and acquire again", name)}, resultLost
 	case r.Context().Err() != nil:
 		// The client went away (or the server's base context ended): the
 		// store is not at fault. Whoever still listens learns the truth.
@@ -273,7 +271,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ string) {
 		if ctx.Err() == nil {
 			msg = fmt.Sprintf("not ready: %s failed; the fenced log has the details", backend)
 		}
-		if s.auth == nil || s.auth.check(r) == nil {
+		if tokens := s.tokens.Load(); tokens == nil {
+			msg = fmt.Sprintf("not ready: %v", err)
+		} else if _, aerr := tokens.authenticate(r); aerr == nil {
 			msg = fmt.Sprintf("not ready: %v", err)
 		}
 		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: msg})

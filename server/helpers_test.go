@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
@@ -137,9 +138,9 @@ func (r response) decode(t *testing.T, v any) {
 
 // errCode checks that r is an error response with status and code and
 // returns its message.
-func (r response) errCode(t *testing.T, status int, code string) string {
+func (r response) errCode(t *testing.T, status int, code api.ErrorCode) string {
 	t.Helper()
-	var eb errorBody
+	var eb api.ErrorBody
 	dec := json.NewDecoder(bytes.NewReader(r.body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&eb); err != nil {

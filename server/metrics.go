@@ -31,6 +31,9 @@ type metrics struct {
 	leasesLost      prometheus.Counter
 	backendErrors   *prometheus.CounterVec
 	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
+	waiters         prometheus.Gauge
+	authRefused     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, leases *leaseTracker) (*metrics, error) {
@@ -68,13 +71,26 @@ func newMetrics(reg prometheus.Registerer, leases *leaseTracker) (*metrics, erro
 			Name: "fenced_http_requests_total",
 			Help: "HTTP requests by route (the OpenAPI path, or \"unmatched\") and status code.",
 		}, []string{"route", "code"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fenced_http_request_duration_seconds",
+			Help:    "Time to answer HTTP requests, by route (the OpenAPI path, or \"unmatched\"); an acquire's includes its wait.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"route"}),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenced_waiters",
+			Help: "Acquire requests with wait_ms > 0 in progress now: waiting for a held lock, or about to get it.",
+		}),
+		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_auth_refused_total",
+			Help: "Requests refused by authentication (code unauthenticated: 401) or by a token's permissions (forbidden: 403).",
+		}, []string{"code"}),
 	}
 	activeLeases := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_active_leases",
 		Help: "Leases acquired through this server that, as far as it knows, are still held: not released, not answered lost, and not past their TTL since the last acquire or refresh through it.",
 	}, func() float64 { return float64(leases.count(time.Now())) })
 	for _, c := range []prometheus.Collector{m.acquisitions, m.acquireDuration, m.tokensIssued, m.refreshes,
-		m.releases, m.leasesLost, m.backendErrors, m.requests, activeLeases} {
+		m.releases, m.leasesLost, m.backendErrors, m.requests, m.requestDuration, m.waiters, m.authRefused, activeLeases} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -91,6 +107,12 @@ func newMetrics(reg prometheus.Registerer, leases *leaseTracker) (*metrics, erro
 	}
 	for _, op := range []string{opAcquire, opRefresh, opRelease, opInspect, opReady} {
 		m.backendErrors.WithLabelValues(op)
+	}
+	for _, c := range []string{string(codeUnauthenticated), string(codeForbidden)} {
+		m.authRefused.WithLabelValues(c)
+	}
+	for _, rt := range routes {
+		m.requestDuration.WithLabelValues(rt.pattern)
 	}
 	return m, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fenced/fenced/lock"
@@ -36,11 +37,12 @@ type Config struct {
 	// Gatherer is what GET /metrics serves. nil means the private registry,
 	// or Registerer if it is also a Gatherer (as *prometheus.Registry is).
 	Gatherer prometheus.Gatherer
-	// AuthTokens are the bearer tokens that may use the API and /metrics
-	// (GET /healthz and /readyz stay open for probes). Empty means no
-	// authentication. Each must have at least MinTokenLen bytes of printable
-	// ASCII; see LoadTokens.
-	AuthTokens [][]byte
+	// Tokens are the bearer tokens that may use the API and /metrics, each
+	// with its permissions and lock name prefixes (GET /healthz, /readyz
+	// and /v1/openapi.yaml stay open). nil means no authentication.
+	// LoadTokens reads them from a file; Server.SetTokens replaces them
+	// while the server runs.
+	Tokens *Tokens
 	// MaxBodyBytes bounds a request body; a larger one is a 413. Default
 	// 64 KiB.
 	MaxBodyBytes int64
@@ -80,7 +82,7 @@ type Server struct {
 	locks          *lock.Client
 	ready          func(context.Context) error
 	log            *slog.Logger
-	auth           *authenticator // nil: no authentication
+	tokens         atomic.Pointer[Tokens] // nil: no authentication
 	maxBody        int64
 	limits         limits
 	backendTimeout time.Duration
@@ -90,11 +92,14 @@ type Server struct {
 	metricsHandler http.Handler
 }
 
-// New checks cfg and returns a Server. An invalid field is an error that
-// names it.
+// New checks cfg and returns a Server. An invalid field is a *ConfigError
+// that names it.
 func New(cfg Config) (*Server, error) {
 	if cfg.Locks == nil {
-		return nil, errors.New("server: Config.Locks: required")
+		return nil, &ConfigError{Field: "Locks", Want: "required"}
+	}
+	if err := cfg.Check(); err != nil {
+		return nil, err
 	}
 	s := &Server{
 		locks:          cfg.Locks,
@@ -107,19 +112,14 @@ func New(cfg Config) (*Server, error) {
 			defaultTTL: cfg.DefaultTTL, maxWait: cfg.MaxWait},
 		leases: newLeaseTracker(),
 	}
+	s.applyDefaults()
 	if s.ready == nil {
 		s.ready = cfg.Locks.Store().Ping
 	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if err := s.setLimits(); err != nil {
-		return nil, err
-	}
-	var err error
-	if s.auth, err = newAuthenticator(cfg.AuthTokens); err != nil {
-		return nil, err
-	}
+	s.tokens.Store(cfg.Tokens)
 
 	reg, gath := cfg.Registerer, cfg.Gatherer
 	if reg == nil {
@@ -138,10 +138,11 @@ func New(cfg Config) (*Server, error) {
 	if gath == nil {
 		g, ok := reg.(prometheus.Gatherer)
 		if !ok {
-			return nil, errors.New("server: Config.Gatherer: required when Config.Registerer is not a prometheus.Gatherer")
+			return nil, &ConfigError{Field: "Gatherer", Want: "required when Config.Registerer is not a prometheus.Gatherer"}
 		}
 		gath = g
 	}
+	var err error
 	if s.metrics, err = newMetrics(reg, s.leases); err != nil {
 		return nil, fmt.Errorf("server: Config.Registerer: %w", err)
 	}
@@ -152,12 +153,76 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) setLimits() error {
+// SetTokens replaces the bearer tokens, for example after the token file
+// changed: requests that arrive afterwards are checked against t. nil is an
+// error, since it would turn authentication off; a server started without
+// tokens begins to require them.
+func (s *Server) SetTokens(t *Tokens) error {
+	if t == nil {
+		return errors.New("server: SetTokens(nil) would turn authentication off; restart without tokens for that")
+	}
+	s.tokens.Store(t)
+	return nil
+}
+
+// ConfigError is a Config field that New refuses: Field is its name
+// ("MaxTTL"), Value what it was, Want what it may be.
+type ConfigError struct {
+	Field string
+	Value any
+	Want  string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Value == nil {
+		return fmt.Sprintf("server: Config.%s: %s", e.Field, e.Want)
+	}
+	return fmt.Sprintf("server: Config.%s %v: %s", e.Field, e.Value, e.Want)
+}
+
+// Check checks the limits and timeouts of cfg, as New does (New also needs
+// Locks): a caller can check its configuration before it has a lock
+// client. An invalid field is a *ConfigError.
+func (cfg Config) Check() error {
+	s := &Server{maxBody: cfg.MaxBodyBytes, backendTimeout: cfg.BackendTimeout, readyTimeout: cfg.ReadyTimeout,
+		limits: limits{minTTL: cfg.MinTTL, maxTTL: cfg.MaxTTL, defaultTTL: cfg.DefaultTTL, maxWait: cfg.MaxWait}}
+	if s.maxBody < 0 {
+		return &ConfigError{"MaxBodyBytes", s.maxBody, fmt.Sprintf("want > 0 (0 means %d)", DefaultMaxBodyBytes)}
+	}
+	if s.limits.maxWait < 0 {
+		return &ConfigError{"MaxWait", s.limits.maxWait, fmt.Sprintf("want > 0 (0 means %s)", DefaultMaxWait)}
+	}
+	if s.backendTimeout < 0 {
+		return &ConfigError{"BackendTimeout", s.backendTimeout, fmt.Sprintf("want > 0 (0 means %s)", DefaultBackendTimeout)}
+	}
+	if s.readyTimeout < 0 {
+		return &ConfigError{"ReadyTimeout", s.readyTimeout, fmt.Sprintf("want > 0 (0 means %s)", DefaultReadyTimeout)}
+	}
+	s.applyDefaults()
+	l := &s.limits
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"MinTTL", l.minTTL}, {"MaxTTL", l.maxTTL}, {"DefaultTTL", l.defaultTTL}, {"MaxWait", l.maxWait}} {
+		if f.d%time.Millisecond != 0 {
+			return &ConfigError{f.name, f.d, "want whole milliseconds"}
+		}
+	}
+	switch {
+	case l.minTTL < lock.MinTTL || l.minTTL > lock.MaxTTL:
+		return &ConfigError{"MinTTL", l.minTTL, fmt.Sprintf("want %s to %s", lock.MinTTL, lock.MaxTTL)}
+	case l.maxTTL < l.minTTL || l.maxTTL > lock.MaxTTL:
+		return &ConfigError{"MaxTTL", l.maxTTL, fmt.Sprintf("want %s to %s", l.minTTL, lock.MaxTTL)}
+	case l.defaultTTL < l.minTTL || l.defaultTTL > l.maxTTL:
+		return &ConfigError{"DefaultTTL", l.defaultTTL, fmt.Sprintf("want %s to %s (MinTTL to MaxTTL)", l.minTTL, l.maxTTL)}
+	}
+	return nil
+}
+
+// applyDefaults replaces zero values by their defaults.
+func (s *Server) applyDefaults() {
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
-	}
-	if s.maxBody < 0 {
-		return fmt.Errorf("server: Config.MaxBodyBytes %d: want > 0 (0 means %d)", s.maxBody, DefaultMaxBodyBytes)
 	}
 	l := &s.limits
 	if l.minTTL == 0 {
@@ -178,49 +243,26 @@ func (s *Server) setLimits() error {
 	if s.readyTimeout == 0 {
 		s.readyTimeout = DefaultReadyTimeout
 	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"MinTTL", l.minTTL}, {"MaxTTL", l.maxTTL}, {"DefaultTTL", l.defaultTTL}, {"MaxWait", l.maxWait}} {
-		if f.d%time.Millisecond != 0 {
-			return fmt.Errorf("server: Config.%s %s: want whole milliseconds", f.name, f.d)
-		}
-	}
-	switch {
-	case l.minTTL < lock.MinTTL || l.minTTL > lock.MaxTTL:
-		return fmt.Errorf("server: Config.MinTTL %s: want %s to %s", l.minTTL, lock.MinTTL, lock.MaxTTL)
-	case l.maxTTL < l.minTTL || l.maxTTL > lock.MaxTTL:
-		return fmt.Errorf("server: Config.MaxTTL %s: want MinTTL (%s) to %s", l.maxTTL, l.minTTL, lock.MaxTTL)
-	case l.defaultTTL < l.minTTL || l.defaultTTL > l.maxTTL:
-		return fmt.Errorf("server: Config.DefaultTTL %s: want MinTTL (%s) to MaxTTL (%s)", l.defaultTTL, l.minTTL, l.maxTTL)
-	case l.maxWait < 0:
-		return fmt.Errorf("server: Config.MaxWait %s: want > 0 (0 means %s)", l.maxWait, DefaultMaxWait)
-	case s.backendTimeout < 0:
-		return fmt.Errorf("server: Config.BackendTimeout %s: want > 0 (0 means %s)", s.backendTimeout, DefaultBackendTimeout)
-	case s.readyTimeout < 0:
-		return fmt.Errorf("server: Config.ReadyTimeout %s: want > 0 (0 means %s)", s.readyTimeout, DefaultReadyTimeout)
-	}
-	return nil
 }
 
 // A route of the API. pattern is its path as in api/openapi.yaml.
 type route struct {
 	pattern string
-	method  string // GET routes also answer HEAD
-	open    bool   // served without authentication (probes)
-	op      string // the operation, for metrics
+	method  string     // GET routes also answer HEAD
+	perm    Permission // what a token needs; 0: open, served without authentication
+	op      string     // the operation, for metrics and 403 answers
 	handle  func(s *Server, w http.ResponseWriter, r *http.Request, name string)
 }
 
 var (
-	routeHealthz = &route{"/healthz", http.MethodGet, true, "", (*Server).healthz}
-	routeReadyz  = &route{"/readyz", http.MethodGet, true, "", (*Server).readyz}
-	routeMetrics = &route{"/metrics", http.MethodGet, false, "", (*Server).serveMetrics}
-	routeInspect = &route{"/v1/locks/{name}", http.MethodGet, false, opInspect, (*Server).inspect}
-	routeAcquire = &route{"/v1/locks/{name}/acquire", http.MethodPost, false, opAcquire, (*Server).acquire}
-	routeRefresh = &route{"/v1/locks/{name}/refresh", http.MethodPost, false, opRefresh, (*Server).refresh}
-	routeRelease = &route{"/v1/locks/{name}/release", http.MethodPost, false, opRelease, (*Server).release}
-	routeOpenAPI = &route{"/v1/openapi.yaml", http.MethodGet, true, "", (*Server).serveOpenAPI}
+	routeHealthz = &route{"/healthz", http.MethodGet, 0, "", (*Server).healthz}
+	routeReadyz  = &route{"/readyz", http.MethodGet, 0, "", (*Server).readyz}
+	routeMetrics = &route{"/metrics", http.MethodGet, PermMetrics, "read metrics", (*Server).serveMetrics}
+	routeInspect = &route{"/v1/locks/{name}", http.MethodGet, PermInspect, opInspect, (*Server).inspect}
+	routeAcquire = &route{"/v1/locks/{name}/acquire", http.MethodPost, PermAcquire, opAcquire, (*Server).acquire}
+	routeRefresh = &route{"/v1/locks/{name}/refresh", http.MethodPost, PermAcquire, opRefresh, (*Server).refresh}
+	routeRelease = &route{"/v1/locks/{name}/release", http.MethodPost, PermAcquire, opRelease, (*Server).release}
+	routeOpenAPI = &route{"/v1/openapi.yaml", http.MethodGet, 0, "", (*Server).serveOpenAPI}
 
 	routes = []*route{routeHealthz, routeReadyz, routeMetrics, routeInspect, routeAcquire, routeRefresh, routeRelease, routeOpenAPI}
 )
@@ -267,10 +309,10 @@ func match(path, method string) (rt *route, rawName string) {
 func lockName(rawName string) (string, *apiError) {
 	name, err := url.PathUnescape(rawName)
 	if err != nil {
-		return "", invalid(fmt.Sprintf("lock name %s: %v", excerpt([]byte(rawName)), err))
+		return "", invalid(fieldName, fmt.Sprintf("lock name %s: %v", excerpt([]byte(rawName)), err))
 	}
 	if err := lock.ValidateName(name); err != nil {
-		return "", invalid(err.Error())
+		return "", invalid(fieldName, err.Error())
 	}
 	return name, nil
 }
@@ -279,6 +321,7 @@ func lockName(rawName string) (string, *apiError) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w}
+	var tok *tokenEntry // the caller's token, once authenticated
 	rt, rawName := match(r.URL.EscapedPath(), r.Method)
 	label := "unmatched"
 	if rt != nil {
@@ -292,14 +335,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if status >= 500 && r.Context().Err() != nil {
 			status = 499 // nginx's "client closed request": nobody got the answer
 		}
+		took := time.Since(start)
 		s.metrics.requests.WithLabelValues(label, fmt.Sprint(status)).Inc()
-		s.log.LogAttrs(r.Context(), slog.LevelDebug, "http request",
-			slog.String("method", r.Method), slog.String("path", r.URL.EscapedPath()),
+		s.metrics.requestDuration.WithLabelValues(label).Observe(took.Seconds())
+		attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.EscapedPath()),
 			slog.String("route", label), slog.Int("status", status),
-			slog.Duration("duration", time.Since(start)), slog.String("remote", r.RemoteAddr))
+			slog.String("duration", took.String()), slog.String("remote", r.RemoteAddr)}
+		if tok != nil {
+			attrs = append(attrs, slog.String("token", tok.name))
+		}
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "http request", attrs...)
 	}()
-	if (rt == nil || !rt.open) && s.auth != nil {
-		if err := s.auth.check(r); err != nil {
+	tokens := s.tokens.Load()
+	if (rt == nil || rt.perm != 0) && tokens != nil {
+		var err error
+		if tok, err = tokens.authenticate(r); err != nil {
+			s.metrics.authRefused.WithLabelValues(string(codeUnauthenticated)).Inc()
 			rec.Header().Set("WWW-Authenticate", `Bearer realm="fenced"`)
 			writeError(rec, &apiError{status: http.StatusUnauthorized, code: codeUnauthenticated, message: err.Error()})
 			return
@@ -325,6 +376,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var aerr *apiError
 		if name, aerr = lockName(rawName); aerr != nil {
 			s.countInvalid(rt.op)
+			writeError(rec, aerr)
+			return
+		}
+	}
+	if tok != nil {
+		if aerr := tok.authorize(rt.perm, rt.op, name); aerr != nil {
+			s.metrics.authRefused.WithLabelValues(string(codeForbidden)).Inc()
+			attrs := []slog.Attr{slog.String("token", tok.name), slog.String("op", rt.op), slog.String("allow", tok.allow.String())}
+			if name != "" {
+				attrs = append(attrs, slog.String("lock", name))
+			}
+			s.log.LogAttrs(r.Context(), slog.LevelInfo, "forbidden", attrs...)
 			writeError(rec, aerr)
 			return
 		}

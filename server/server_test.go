@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	"github.com/redis/go-redis/v9"
@@ -92,7 +94,7 @@ func TestTokensIncreaseAcrossHolders(t *testing.T) {
 			ws := &watchSignal{LeaseStore: b.store, watching: make(chan string, 1)}
 			e := newEnv(t, ws, nil)
 			name := testenv.Name(t)
-			var last uint64
+			var last fence.Token
 			for i := 0; i < 10; i++ {
 				l := e.mustAcquire(name, `{"ttl_ms":10000}`)
 				if l.Token <= last {
@@ -184,7 +186,8 @@ func TestInvalidRequestsTouchNoKey(t *testing.T) {
 			cases := []struct {
 				method, path, body, ctype string
 				status                    int
-				code, msg                 string
+				code                      api.ErrorCode
+				msg                       string
 			}{
 				// Lock names.
 				{"POST", "/v1/locks/a%2Fb/acquire", "", "", 400, codeInvalidArgument, "allowed are"},
@@ -335,7 +338,7 @@ func TestBodyTooLarge(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	tokens := [][]byte{[]byte("first-token-0123456789"), []byte("second-token-abcdefgh")}
-	e := newEnv(t, backends(t)[1].store, func(c *Config) { c.AuthTokens = tokens })
+	e := newEnv(t, backends(t)[1].store, func(c *Config) { c.Tokens = fullAccess(t, string(tokens[0]), string(tokens[1])) })
 	name := testenv.Name(t)
 	for _, hdr := range [][]string{
 		nil,
@@ -425,7 +428,7 @@ func TestReadyzWithAuth(t *testing.T) {
 	}
 	t.Cleanup(func() { rs.Close() })
 	token := strings.Repeat("k", 32)
-	e := newEnv(t, rs, func(c *Config) { c.AuthTokens = [][]byte{[]byte(token)} })
+	e := newEnv(t, rs, func(c *Config) { c.Tokens = fullAccess(t, token) })
 	if r := e.do("GET", "/readyz", ""); r.status != http.StatusOK {
 		t.Fatalf("readyz: %d %s", r.status, r.body)
 	}

@@ -50,6 +50,9 @@ var spec = sync.OnceValues(func() (*specDoc, error) {
 		if statusOf[c.(string)] == 0 {
 			return nil, fmt.Errorf("api/openapi.yaml: ErrorCode %s: its description states no status", c)
 		}
+		if want := api.ErrorCode(c.(string)).Status(); statusOf[c.(string)] != want {
+			return nil, fmt.Errorf("api/openapi.yaml: ErrorCode %s has status %d, package api says %d", c, statusOf[c.(string)], want)
+		}
 	}
 	return &specDoc{doc: doc, router: router, statusOf: statusOf}, nil
 })

@@ -64,27 +64,36 @@ func (v tokenValue) Set(s string) error {
 	return nil
 }
 
-func runFloor(ctx context.Context, sub string, args []string, stdout io.Writer) error {
+type floorOpts struct {
+	ef      etcdFlags
+	prefix  string
+	min     fence.Token
+	timeout time.Duration
+}
+
+// newFloorCommand is admin floor or admin raise-floor (sub).
+func newFloorCommand(sub string) (*command, *floorOpts) {
 	summary := "Print the token floor: a lower bound on the next token, the floor offset and etcd's revision."
 	if sub == "raise-floor" {
 		summary = adminSummary
 	}
 	cmd := newCommand("fenced admin "+sub, "", summary)
-	var (
-		ef      etcdFlags
-		prefix  string
-		min     fence.Token
-		timeout time.Duration
-	)
-	ef.register(cmd.fs, "The etcd cluster fenced takes tokens from: `endpoints` http(s)://host:port,... (required).")
-	registerPrefix(cmd.fs, &prefix)
+	o := &floorOpts{}
+	o.ef.register(cmd.fs, "The etcd cluster fenced takes tokens from: `endpoints` http(s)://host:port,... (required).")
+	registerPrefix(cmd.fs, &o.prefix)
 	if sub == "raise-floor" {
-		cmd.fs.Var(tokenValue{&min}, "min-token", "Every token issued from now on exceeds this `token`: the highest token your resources have seen.")
+		cmd.fs.Var(tokenValue{&o.min}, "min-token", "Every token issued from now on exceeds this `token`: the highest token your resources have seen.")
 	}
-	cmd.fs.DurationVar(&timeout, "timeout", 30*time.Second, "Give up after this long.")
+	cmd.fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "Give up after this long.")
+	return cmd, o
+}
+
+func runFloor(ctx context.Context, sub string, args []string, stdout io.Writer) error {
+	cmd, o := newFloorCommand(sub)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
+	ef, prefix, min, timeout := &o.ef, o.prefix, o.min, o.timeout
 	if err := firstErr(cmd.noArgs(), validatePrefix(cmd.name, prefix)); err != nil {
 		return err
 	}

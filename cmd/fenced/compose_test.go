@@ -103,8 +103,10 @@ func TestDockerCompose(t *testing.T) {
 			t.Errorf("fenced environment %s is not a flag of fenced serve", k)
 		}
 	}
-	if l := c.Services["ledger"]; l.Build == nil || l.Build.Target != "ledger" || l.Environment["DATABASE_URL"] == "" {
-		t.Errorf("ledger: build %+v, environment %v", l.Build, l.Environment)
+	// The ledger's fenced mode goes through the fenced service.
+	if l := c.Services["ledger"]; l.Build == nil || l.Build.Target != "ledger" || l.Environment["DATABASE_URL"] == "" ||
+		l.Environment["FENCED_URL"] != "http://fenced:7070" {
+		t.Errorf("ledger: build %+v, environment %v; want FENCED_URL the fenced service", l.Build, l.Environment)
 	}
 
 	// The Dockerfile has the stages compose builds.

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -27,6 +28,14 @@ func TestDev(t *testing.T) {
 	out, err := exec.Command("sh", "-c", strings.TrimPrefix(l, "try: ")+" -s").Output()
 	if err != nil || !strings.Contains(string(out), `"name":"demo"`) || !strings.Contains(string(out), `"token":`) {
 		t.Fatalf("the printed curl line: %s, %v; want a granted lease", out, err)
+	}
+	// Where the SDK finds etcd, and the quickstart's command line
+	// (examples/quickstart's test runs it).
+	if l := p.line(5 * time.Second); l != "etcd: "+etcdURL+" (tokens and leases)" {
+		t.Fatalf("third line %q, want the etcd endpoint", l)
+	}
+	if l := p.line(5 * time.Second); l != "sdk: go run ./examples/quickstart --etcd "+etcdURL {
+		t.Fatalf("fourth line %q, want the quickstart's command", l)
 	}
 	a := newAPI(t, url)
 	name := testenv.Name(t)
@@ -96,9 +105,13 @@ func TestDev(t *testing.T) {
 	if code := p.wait(20 * time.Second); code != 0 {
 		t.Fatalf("exit status %d after SIGTERM, want 0", code)
 	}
-	if !strings.Contains(p.stderr.String(), `"msg":"shutting down`) {
-		t.Fatalf("no JSON shutdown log (FENCED_LOG_FORMAT=json):\n%s", p.stderr.String())
+	if !strings.Contains(p.stderr.String(), `"msg":"shutting down`) || !strings.Contains(p.stderr.String(), `"grace":"10s"`) {
+		t.Fatalf("no JSON shutdown log with the grace as text (FENCED_LOG_FORMAT=json):\n%s", p.stderr.String())
 	}
+	if !strings.Contains(p.stderr.String(), `"msg":"fenced dev ready","version":"`) {
+		t.Fatalf("the ready line does not say the version:\n%s", p.stderr.String())
+	}
+	checkJSONLines(t, p.stderr.String())
 }
 
 // TestDevRestartKeepsTokensIncreasing kills fenced dev with SIGKILL and
@@ -128,4 +141,79 @@ func TestDevRestartKeepsTokensIncreasing(t *testing.T) {
 		}
 		last = l.token
 	}
+}
+
+// checkJSONLines fails unless every line of log is a JSON object: a JSON
+// log stream that a collector can parse line by line.
+func checkJSONLines(t *testing.T, log string) {
+	t.Helper()
+	for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("a log line that is not JSON: %q\n%s", l, log)
+		}
+	}
+}
+
+// TestDevRedis runs fenced dev with its leases in Redis: millisecond TTLs,
+// the endpoints an SDK user needs on stdout, the latency of etcd and Redis
+// calls and the build info in /metrics.
+func TestDevRedis(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	prefix := testenv.Name(t) + ":"
+	p, url := startDev(t, nil, "--redis-addr", testenv.RedisAddr(), "--redis-prefix", prefix)
+	p.line(5 * time.Second) // try: curl
+	etcdLine := p.line(5 * time.Second)
+	etcdURL, ok := strings.CutSuffix(strings.TrimPrefix(etcdLine, "etcd: "), " (tokens)")
+	if !ok || !strings.HasPrefix(etcdURL, "http://127.0.0.1:") {
+		t.Fatalf("third line %q, want etcd: URL (tokens)", etcdLine)
+	}
+	if l := p.line(5 * time.Second); l != "redis: "+testenv.RedisAddr()+" (leases)" {
+		t.Fatalf("fourth line %q, want the Redis address", l)
+	}
+	want := "sdk: go run ./examples/quickstart --etcd " + etcdURL + " --redis " + testenv.RedisAddr() + " --redis-prefix " + prefix
+	if l := p.line(5 * time.Second); l != want {
+		t.Fatalf("fifth line %q, want %q", l, want)
+	}
+	a := newAPI(t, url)
+	name := testenv.Name(t)
+	l := a.acquire(name, 250)
+	if l.ttlMs != 250 {
+		t.Fatalf("ttl_ms %d: Redis leases keep the TTL asked", l.ttlMs)
+	}
+	if n, err := rdb.Exists(t.Context(), prefix+"{"+name+"}:lease").Result(); err != nil || n != 1 {
+		t.Fatalf("lease key in Redis: %d, %v", n, err)
+	}
+	a.release(name, l.id)
+	_, body := a.text("/metrics")
+	for _, m := range []string{
+		`fenced_build_info{goversion="go`,
+		`fenced_redis_command_duration_seconds_count{command="evalsha"}`,
+		`fenced_etcd_request_duration_seconds_count{method="KV/Txn"}`,
+		`fenced_http_request_duration_seconds_count{route="/v1/locks/{name}/acquire"} 1`,
+		"fenced_waiters 0",
+	} {
+		if !strings.Contains(body, m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+}
+
+// TestDevRedisDownLogsJSON: with Redis unreachable, go-redis's own log
+// lines go through slog and keep the log JSON; /readyz says Redis.
+func TestDevRedisDownLogsJSON(t *testing.T) {
+	t.Parallel()
+	dead := strings.TrimPrefix(testenv.FreeURL(t), "http://")
+	p, url := startDev(t, []string{"FENCED_LOG_FORMAT=json"}, "--redis-addr", dead)
+	a := newAPI(t, url)
+	if code, body := a.text("/readyz"); code != 503 || !strings.Contains(body, "redis") {
+		t.Fatalf("readyz with Redis down: %d %s", code, body)
+	}
+	eventually(t, 20*time.Second, "a go-redis line in the log", func() bool {
+		return strings.Contains(p.stderr.String(), `"component":"go-redis"`)
+	})
+	p.signal(syscall.SIGTERM)
+	p.wait(20 * time.Second)
+	checkJSONLines(t, p.stderr.String())
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,22 +15,23 @@ import (
 	"github.com/fenced/fenced/sequencer"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // etcdFlags configure a client of an external etcd cluster.
 type etcdFlags struct {
 	endpoints          string
-	ca, cert, key      string
+	tlsFiles           tlsFiles
 	username, password string
-	prefix             string
 	dialTimeout        time.Duration
 }
 
 func (e *etcdFlags) register(fs *flag.FlagSet, endpointsHelp string) {
+	e.tlsFiles.caFlag, e.tlsFiles.certFlag, e.tlsFiles.keyFlag = "--etcd-ca", "--etcd-cert", "--etcd-key"
 	fs.StringVar(&e.endpoints, "etcd-endpoints", "", endpointsHelp)
-	fs.StringVar(&e.ca, "etcd-ca", "", "PEM CA `file` to verify the etcd servers' certificates (https endpoints).")
-	fs.StringVar(&e.cert, "etcd-cert", "", "PEM client certificate `file` for etcd (needs --etcd-key).")
-	fs.StringVar(&e.key, "etcd-key", "", "PEM private key `file` of --etcd-cert.")
+	fs.StringVar(&e.tlsFiles.ca, "etcd-ca", "", "PEM CA `file` to verify the etcd servers' certificates (https endpoints).")
+	fs.StringVar(&e.tlsFiles.cert, "etcd-cert", "", "PEM client certificate `file` for etcd (needs --etcd-key).")
+	fs.StringVar(&e.tlsFiles.key, "etcd-key", "", "PEM private key `file` of --etcd-cert.")
 	fs.StringVar(&e.username, "etcd-username", "", "etcd user name, when etcd has authentication on (needs --etcd-password).")
 	fs.StringVar(&e.password, "etcd-password", "", "etcd password; prefer the environment variable to keep it out of ps.")
 	fs.DurationVar(&e.dialTimeout, "etcd-dial-timeout", 5*time.Second, "How long to wait for the first connection to etcd.")
@@ -49,8 +49,8 @@ func (e *etcdFlags) validate(cmd string) ([]string, error) {
 	if err != nil {
 		return nil, usagef(cmd, "--etcd-endpoints %q: %v", e.endpoints, strings.TrimPrefix(err.Error(), "sequencer: "))
 	}
-	if (e.cert == "") != (e.key == "") {
-		return nil, usagef(cmd, "--etcd-cert and --etcd-key go together: give both or neither")
+	if err := e.tlsFiles.check(cmd); err != nil {
+		return nil, err
 	}
 	if (e.username == "") != (e.password == "") {
 		return nil, usagef(cmd, "--etcd-username and --etcd-password go together: give both or neither")
@@ -62,33 +62,36 @@ func (e *etcdFlags) validate(cmd string) ([]string, error) {
 }
 
 // client returns a client of the external cluster; the caller closes it.
-func (e *etcdFlags) client(eps []string) (*clientv3.Client, error) {
+// dial adds gRPC options (the daemon's metrics).
+func (e *etcdFlags) client(eps []string, dial ...grpc.DialOption) (*clientv3.Client, error) {
 	cfg := clientv3.Config{
 		Endpoints: eps, DialTimeout: e.dialTimeout,
 		Username: e.username, Password: e.password,
-		Logger: zap.NewNop(),
+		Logger: zap.NewNop(), DialOptions: dial,
 	}
-	if e.ca != "" || e.cert != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if e.ca != "" {
-			pool, err := loadCertPool(e.ca)
-			if err != nil {
-				return nil, fmt.Errorf("--etcd-ca: %w", err)
-			}
-			tc.RootCAs = pool
-		}
-		if e.cert != "" {
-			c, err := tls.LoadX509KeyPair(e.cert, e.key)
-			if err != nil {
-				return nil, fmt.Errorf("--etcd-cert %s, --etcd-key %s: %w", e.cert, e.key, err)
-			}
-			tc.Certificates = []tls.Certificate{c}
+	if e.tlsFiles.ca != "" || e.tlsFiles.cert != "" {
+		tc, err := e.tlsFiles.client()
+		if err != nil {
+			return nil, err
 		}
 		cfg.TLS = tc
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client of %s: %w", strings.Join(eps, ","), err)
+	}
+	return cli, nil
+}
+
+// embeddedClient returns a client of an embedded member, with gRPC
+// options; the caller closes it.
+func embeddedClient(e *sequencer.Embedded, dial ...grpc.DialOption) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{e.ClientURL()}, DialTimeout: 5 * time.Second,
+		Logger: zap.NewNop(), DialOptions: dial,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("client of the embedded etcd at %s: %w", e.ClientURL(), err)
 	}
 	return cli, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,18 +16,31 @@ import (
 	"github.com/fenced/fenced/lock"
 )
 
-const execSummary = `Run CMD while holding the lock NAME through a fenced server. fenced exec
-acquires the lease (one attempt, or waiting up to --wait), runs CMD with
-FENCED_LOCK, FENCED_LEASE_ID and FENCED_TOKEN in its environment, keeps the
-lease alive (a refresh every TTL/3), and releases it when CMD exits. Pass
-$FENCED_TOKEN to the protected resource with every write.
+const execSummary = `Hold the lock NAME through a fenced server, as etcdctl lock does: wait until
+it is acquired (--wait bounds the wait, --try makes one attempt), keep the
+lease alive (a refresh every TTL/3), and release it at the end.
+
+With a command, run CMD with FENCED_LOCK, FENCED_LEASE_ID and FENCED_TOKEN in
+its environment (and the rest of this environment, less fenced's own
+secrets: FENCED_CLIENT_TOKEN and the other passwords), and release the lock
+when CMD exits. Pass $FENCED_TOKEN to the protected resource with every
+write. Without a command, print the token and hold the lock until
+interrupted (SIGINT or SIGTERM).
+
+--url takes several fenced servers, separated by commas: a request goes to
+the next when one cannot be reached or answers 503.
 
 If the lease is lost (a refresh answered lost, or no successful refresh
 before the deadline), CMD gets SIGTERM, then SIGKILL after --grace, and
 fenced exec exits 1. SIGTERM and SIGINT sent to fenced exec are passed on to
 CMD. Exit status: CMD's (128+N when a signal N ended it); 1 when fenced exec
-itself failed (the lock is held, the server is unreachable, the lease was
-lost); 2 for a usage error; 127 when CMD cannot be started.`
+itself failed (the lock is still held after --wait or at --try, the server
+is unreachable, the lease was lost); 2 for a usage error; 127 when CMD
+cannot be started; 128+N when signal N interrupted the wait.
+
+Its environment variables are its own, distinct from fenced serve's:
+FENCED_URL, FENCED_CLIENT_TOKEN, FENCED_CLIENT_TOKEN_FILE,
+FENCED_CLIENT_TLS_CA, ... (see the flags below).`
 
 // ExitError ends fenced with a status: main exits with Code and prints
 // Err if it is not nil. fenced exec returns one with the child's status.
@@ -46,90 +58,115 @@ func (e *ExitError) Error() string {
 
 func (e *ExitError) Unwrap() error { return e.Err }
 
+type execOpts struct {
+	url, token, tokenFile    string
+	tls                      tlsFiles
+	ttl, wait, grace, maxReq time.Duration
+	try                      bool
+}
+
+func newExecCommand() (*command, *execOpts) {
+	cmd := newCommand("fenced exec", " NAME [-- CMD [ARG...]]", execSummary)
+	o := &execOpts{}
+	fs := cmd.fs
+	fs.StringVar(&o.url, "url", "http://127.0.0.1:7070", "`URL` of the fenced server, or several separated by commas (tried in turn).")
+	fs.DurationVar(&o.ttl, "ttl", 15*time.Second, "Lease TTL; the lease is refreshed every TTL/3 while it is held.")
+	fs.DurationVar(&o.wait, "wait", 0, "Longest wait for a held lock; then exit 1. 0: wait until it is acquired.")
+	fs.BoolVar(&o.try, "try", false, "Make one attempt: exit 1 at once if the lock is held.")
+	fs.DurationVar(&o.grace, "grace", 5*time.Second, "After the lease is lost, how long CMD has between SIGTERM and SIGKILL.")
+	fs.StringVar(&o.token, "client-token", "", "Bearer `token` for the server; prefer FENCED_CLIENT_TOKEN or --client-token-file to keep it out of ps.")
+	fs.StringVar(&o.tokenFile, "client-token-file", "", "Read the bearer token from this `file` (its first line that is not blank or a # comment).")
+	o.tls.caFlag, o.tls.certFlag, o.tls.keyFlag = "--client-tls-ca", "--client-tls-cert", "--client-tls-key"
+	fs.StringVar(&o.tls.ca, "client-tls-ca", "", "PEM CA `file` to verify the server's certificate. Empty: the system's roots.")
+	fs.StringVar(&o.tls.cert, "client-tls-cert", "", "PEM client certificate `file` for mutual TLS (needs --client-tls-key).")
+	fs.StringVar(&o.tls.key, "client-tls-key", "", "PEM private key `file` of --client-tls-cert.")
+	fs.DurationVar(&o.maxReq, "max-request-wait", client.DefaultMaxRequestWait, "Longest wait_ms of one acquire request; keep it within the server's --max-wait.")
+	return cmd, o
+}
+
+// secretEnv are environment variables the child of fenced exec does not
+// inherit: fenced's own secrets (exec's, serve's, and the name fenced exec
+// used for its token before), and the variables exec sets itself.
+var secretEnv = []string{
+	"FENCED_CLIENT_TOKEN", "FENCED_CLIENT_TOKEN_FILE", "FENCED_AUTH_TOKEN", "FENCED_AUTH_TOKEN_FILE",
+	"FENCED_REDIS_PASSWORD", "FENCED_REDIS_SENTINEL_PASSWORD", "FENCED_ETCD_PASSWORD",
+	"FENCED_LOCK", "FENCED_LEASE_ID", "FENCED_TOKEN",
+}
+
+// childEnv is env without secretEnv, with the lease's variables.
+func childEnv(env []string, l *client.Lease) []string {
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		secret := false
+		for _, s := range secretEnv {
+			secret = secret || k == s
+		}
+		if !secret {
+			out = append(out, kv)
+		}
+	}
+	return append(out, "FENCED_LOCK="+l.Name(), "FENCED_LEASE_ID="+l.ID(), "FENCED_TOKEN="+l.Token().String())
+}
+
 func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmd := newCommand("fenced exec", " NAME -- CMD [ARG...]", execSummary)
-	var (
-		addr, token, tokenFile   string
-		tlsCA, tlsCert, tlsKey   string
-		ttl, wait, grace, maxReq time.Duration
-	)
-	cmd.fs.StringVar(&addr, "addr", "http://127.0.0.1:7070", "`URL` of the fenced server.")
-	cmd.fs.DurationVar(&ttl, "ttl", 15*time.Second, "Lease TTL; the lease is refreshed every TTL/3 while CMD runs.")
-	cmd.fs.DurationVar(&wait, "wait", 0, "How long to wait for a held lock. 0: one attempt, exit 1 at once if held.")
-	cmd.fs.DurationVar(&grace, "grace", 5*time.Second, "After the lease is lost, how long CMD has between SIGTERM and SIGKILL.")
-	cmd.fs.StringVar(&token, "auth-token", "", "Bearer `token` for the server; prefer FENCED_AUTH_TOKEN or --auth-token-file to keep it out of ps.")
-	cmd.fs.StringVar(&tokenFile, "auth-token-file", "", "Read the bearer token from this `file` (its first non-blank, non-# line).")
-	cmd.fs.StringVar(&tlsCA, "tls-ca", "", "PEM CA `file` to verify the server's certificate. Empty: the system's roots.")
-	cmd.fs.StringVar(&tlsCert, "tls-cert", "", "PEM client certificate `file` for mutual TLS (needs --tls-key).")
-	cmd.fs.StringVar(&tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert.")
-	cmd.fs.DurationVar(&maxReq, "max-request-wait", client.DefaultMaxRequestWait, "Longest wait_ms of one acquire request; keep it within the server's --max-wait.")
+	cmd, o := newExecCommand()
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
 	rest := cmd.fs.Args()
 	if len(rest) == 0 {
-		return usagef(cmd.name, "missing the lock NAME and the command: fenced exec [flags] NAME -- CMD [ARG...]")
+		return usagef(cmd.name, "missing the lock NAME: fenced exec [flags] NAME [-- CMD [ARG...]]")
 	}
 	name, argv := rest[0], rest[1:]
 	if len(argv) > 0 && argv[0] == "--" {
 		argv = argv[1:]
-	}
-	if len(argv) == 0 {
-		return usagef(cmd.name, "missing the command to run after %s --", name)
+	} else if len(argv) > 0 {
+		return usagef(cmd.name, "%q after the lock NAME: put -- before the command, fenced exec [flags] %s -- CMD [ARG...]", argv[0], name)
 	}
 	if err := lock.ValidateName(name); err != nil {
 		return usagef(cmd.name, "lock NAME: %v", err)
 	}
 	switch {
-	case lock.ValidateTTL(ttl) != nil || ttl%time.Millisecond != 0:
-		return usagef(cmd.name, "--ttl %s: want %s to %s in whole milliseconds", ttl, lock.MinTTL, lock.MaxTTL)
-	case wait < 0:
-		return usagef(cmd.name, "--wait %s: want >= 0", wait)
-	case grace < 0:
-		return usagef(cmd.name, "--grace %s: want >= 0", grace)
-	case token != "" && tokenFile != "":
-		return usagef(cmd.name, "--auth-token and --auth-token-file: give one")
-	case (tlsCert == "") != (tlsKey == ""):
-		return usagef(cmd.name, "--tls-cert and --tls-key go together: give both or neither")
+	case lock.ValidateTTL(o.ttl) != nil || o.ttl%time.Millisecond != 0:
+		return usagef(cmd.name, "--ttl %s: want %s to %s in whole milliseconds", o.ttl, lock.MinTTL, lock.MaxTTL)
+	case o.wait < 0:
+		return usagef(cmd.name, "--wait %s: want >= 0 (0 waits until the lock is acquired)", o.wait)
+	case o.try && cmd.set["wait"]:
+		return usagef(cmd.name, "--try and --wait: --try makes one attempt, --wait bounds a wait; give one")
+	case o.grace < 0:
+		return usagef(cmd.name, "--grace %s: want >= 0", o.grace)
+	case o.token != "" && o.tokenFile != "":
+		return usagef(cmd.name, "--client-token and --client-token-file: give one")
+	case o.maxReq < time.Millisecond:
+		return usagef(cmd.name, "--max-request-wait %s: want at least 1ms", o.maxReq)
 	}
-	if maxReq < time.Millisecond {
-		return usagef(cmd.name, "--max-request-wait %s: want at least 1ms", maxReq)
+	if err := o.tls.check(cmd.name); err != nil {
+		return err
 	}
-
-	if _, err := client.New(addr); err != nil {
-		return usagef(cmd.name, "--addr: %v", err)
+	if _, err := client.New(o.url); err != nil {
+		return usagef(cmd.name, "--url: %v", err)
 	}
-	opts := []client.ClientOption{client.WithMaxRequestWait(maxReq)}
-	if tokenFile != "" {
+	opts := []client.Option{client.WithMaxRequestWait(o.maxReq)}
+	if o.tokenFile != "" {
 		var err error
-		if token, err = readTokenFile(tokenFile); err != nil {
-			return fmt.Errorf("--auth-token-file: %w", err)
+		if o.token, err = readTokenFile(o.tokenFile); err != nil {
+			return fmt.Errorf("--client-token-file: %w", err)
 		}
 	}
-	if token != "" {
-		opts = append(opts, client.WithBearerToken(token))
+	if o.token != "" {
+		opts = append(opts, client.WithBearerToken(o.token))
 	}
-	if tlsCA != "" || tlsCert != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if tlsCA != "" {
-			pool, err := loadCertPool(tlsCA)
-			if err != nil {
-				return fmt.Errorf("--tls-ca: %w", err)
-			}
-			tc.RootCAs = pool
-		}
-		if tlsCert != "" {
-			c, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
-			if err != nil {
-				return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", tlsCert, tlsKey, err)
-			}
-			tc.Certificates = []tls.Certificate{c}
+	if o.tls.ca != "" || o.tls.cert != "" {
+		tc, err := o.tls.client()
+		if err != nil {
+			return err
 		}
 		opts = append(opts, client.WithTLSConfig(tc))
 	}
-	c, err := client.New(addr, opts...)
+	c, err := client.New(o.url, opts...)
 	if err != nil {
-		return usagef(cmd.name, "%v", err) // the address is good: a bad token
+		return usagef(cmd.name, "%v", err) // the URL is good: a bad token
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -143,17 +180,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	var lease *client.Lease
-	if wait == 0 {
-		lease, err = c.TryAcquire(ctx, name, ttl, client.WithKeepAlive())
-	} else {
-		lease, err = c.Acquire(ctx, name, ttl, client.WithKeepAlive(), client.WithWait(wait))
-	}
+	lease, err := acquireForExec(ctx, c, name, o, stderr)
 	if err != nil {
-		if errors.Is(err, lock.ErrNotAcquired) {
-			return &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: lock %q is held by another holder (waited %s)", name, wait)}
-		}
-		return &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: %w", err)}
+		return err
 	}
 	release := func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -162,14 +191,13 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stderr, "fenced exec: release %q: %v (the lease expires after its TTL)\n", name, err)
 		}
 	}
+	if len(argv) == 0 {
+		return holdUntilInterrupted(ctx, lease, release, stdout)
+	}
 
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
-	child.Env = append(os.Environ(),
-		"FENCED_LOCK="+name,
-		"FENCED_LEASE_ID="+lease.ID(),
-		"FENCED_TOKEN="+lease.Token().String(),
-	)
+	child.Env = childEnv(os.Environ(), lease)
 	if err := child.Start(); err != nil {
 		release()
 		return &ExitError{Code: 127, Err: fmt.Errorf("fenced exec: start %s: %w", argv[0], err)}
@@ -184,10 +212,10 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		leaseEnd = lease.Done()
 	)
 	stop := func(why string) {
-		fmt.Fprintf(stderr, "fenced exec: %s; stopping %s: SIGTERM, SIGKILL after %s\n", why, argv[0], grace)
+		fmt.Fprintf(stderr, "fenced exec: %s; stopping %s: SIGTERM, SIGKILL after %s\n", why, argv[0], o.grace)
 		_ = child.Process.Signal(syscall.SIGTERM) // it may have exited already
 		if kill == nil {
-			kill = time.After(grace)
+			kill = time.After(o.grace)
 		}
 	}
 	for {
@@ -221,6 +249,59 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 }
 
+// acquireForExec takes the lock as the flags say: one attempt with --try;
+// otherwise one attempt, and if the lock is held a line on stderr and a
+// wait, bounded by --wait if given.
+func acquireForExec(ctx context.Context, c *client.Client, name string, o *execOpts, stderr io.Writer) (*client.Lease, error) {
+	lease, err := c.TryAcquire(ctx, name, o.ttl, lock.WithKeepAlive())
+	if errors.Is(err, lock.ErrNotAcquired) && !o.try {
+		bound := "until it is free (interrupt to give up)"
+		var opts []lock.Option
+		if o.wait > 0 {
+			bound = "up to --wait " + o.wait.String()
+			opts = append(opts, lock.WithWait(o.wait))
+		}
+		fmt.Fprintf(stderr, "fenced exec: lock %q is held; waiting %s\n", name, bound)
+		lease, err = c.Acquire(ctx, name, o.ttl, append(opts, lock.WithKeepAlive())...)
+	}
+	switch {
+	case err == nil:
+		return lease, nil
+	case isSignalCause(ctx):
+		var se *signalError
+		errors.As(context.Cause(ctx), &se)
+		code := 130
+		if s, ok := se.sig.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+		return nil, &ExitError{Code: code, Err: fmt.Errorf("fenced exec: %v while waiting for lock %q", se, name)}
+	case errors.Is(err, lock.ErrNotAcquired) && o.try:
+		return nil, &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: lock %q is held by another holder (--try: one attempt)", name)}
+	case errors.Is(err, lock.ErrNotAcquired):
+		return nil, &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: lock %q is still held by another holder after --wait %s", name, o.wait)}
+	}
+	return nil, &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: %w", err)}
+}
+
+// holdUntilInterrupted holds the lease with no command: it prints the token
+// and waits for SIGINT or SIGTERM (exit 0, released) or the loss of the
+// lease (exit 1).
+func holdUntilInterrupted(ctx context.Context, lease *client.Lease, release func(), stdout io.Writer) error {
+	fmt.Fprintf(stdout, "holding lock %q with token %d; interrupt (Ctrl-C) to release\n", lease.Name(), lease.Token())
+	select {
+	case <-ctx.Done():
+		release()
+		if isSignalCause(ctx) {
+			return nil
+		}
+		return &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: %w", context.Cause(ctx))}
+	case <-lease.Done():
+		lost := lease.Err()
+		release()
+		return &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: the lease of %q was lost: %w", lease.Name(), lost)}
+	}
+}
+
 // isSignalCause tells a context ended by a signal (see signalContext) from
 // one cancelled otherwise.
 func isSignalCause(ctx context.Context) bool {
@@ -245,7 +326,8 @@ func exitCode(err error) int {
 }
 
 // readTokenFile returns the first line that is neither blank nor a
-// comment, trimmed.
+// comment, trimmed, up to the first white space (a server's token file,
+// with name=, prefixes= and allow= after the token, can be read as is).
 func readTokenFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -254,7 +336,7 @@ func readTokenFile(path string) (string, error) {
 	for _, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line != "" && !strings.HasPrefix(line, "#") {
-			return line, nil
+			return strings.Fields(line)[0], nil
 		}
 	}
 	return "", fmt.Errorf("%s has no token", path)

@@ -178,11 +178,20 @@ func (l *logFlags) validate(cmd string) error {
 func (l *logFlags) logger(w io.Writer) *slog.Logger {
 	var lv slog.Level
 	_ = lv.UnmarshalText([]byte(l.level)) // validated
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationsAsText}
 	if l.format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationsAsText writes durations as Go writes them ("1.5s"), in JSON
+// too, where slog would write nanoseconds.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 func oneOf(s string, allowed ...string) bool { return slices.Contains(allowed, s) }

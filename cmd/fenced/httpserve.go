@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,30 +11,38 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/server"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // httpFlags configure the HTTP API of dev and serve.
 type httpFlags struct {
 	listen                       string
-	tlsCert, tlsKey, tlsCA       string
+	tls                          tlsFiles
 	authTokenFile                string
 	defaultTTL, maxTTL, maxWait  time.Duration
 	backendTimeout, readyTimeout time.Duration
 	maxBodyBytes                 int64
 	shutdownGrace                time.Duration
+
+	// Loaded by load.
+	tlsConfig *tls.Config
+	tokens    *server.Tokens
 }
 
 func (h *httpFlags) register(fs *flag.FlagSet) {
+	h.tls.certFlag, h.tls.keyFlag, h.tls.caFlag = "--tls-cert", "--tls-key", "--tls-client-ca"
 	fs.StringVar(&h.listen, "listen", "127.0.0.1:7070", "Where the HTTP API listens, `host:port`; port 0 picks a free one. Use 0.0.0.0:7070 to accept other machines.")
-	fs.StringVar(&h.tlsCert, "tls-cert", "", "Serve HTTPS with this PEM certificate `file` (needs --tls-key).")
-	fs.StringVar(&h.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert.")
-	fs.StringVar(&h.tlsCA, "tls-client-ca", "", "Mutual TLS: require a client certificate signed by a CA in this PEM `file` (needs --tls-cert).")
-	fs.StringVar(&h.authTokenFile, "auth-token-file", "", "Require Authorization: Bearer <token> with one of the tokens in this `file`:\none per line, at least 16 printable characters, # starts a comment.\n/healthz and /readyz stay open for probes. Empty: no authentication.")
+	fs.StringVar(&h.tls.cert, "tls-cert", "", "Serve HTTPS with this PEM certificate `file` (needs --tls-key).")
+	fs.StringVar(&h.tls.key, "tls-key", "", "PEM private key `file` of --tls-cert.")
+	fs.StringVar(&h.tls.ca, "tls-client-ca", "", "Mutual TLS: require a client certificate signed by a CA in this PEM `file` (needs --tls-cert).")
+	fs.StringVar(&h.authTokenFile, "auth-token-file", "", "Require Authorization: Bearer <token> with one of the tokens in this `file`:\none per line, at least 16 printable characters, # starts a comment. A token alone on\nits line may do everything; name=NAME prefixes=P1,P2 allow=acquire,inspect,force-release,metrics\nafter it narrow it. Reloaded on SIGHUP. /healthz and /readyz stay open. Empty: no authentication.")
 	fs.DurationVar(&h.defaultTTL, "default-ttl", server.DefaultTTL, "TTL of an acquire or refresh request without ttl_ms.")
 	fs.DurationVar(&h.maxTTL, "max-ttl", lock.MaxTTL, "Longest ttl_ms a request may ask for (10ms to 24h).")
 	fs.DurationVar(&h.maxWait, "max-wait", server.DefaultMaxWait, "Longest wait_ms an acquire request may ask for.")
@@ -45,89 +52,169 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.shutdownGrace, "shutdown-grace", 10*time.Second, "On SIGTERM or SIGINT, how long in-flight requests may take to finish before they are cut off.")
 }
 
+// configFlags maps server.Config's fields to the flags that set them.
+var configFlags = map[string]string{
+	"MaxTTL": "--max-ttl", "DefaultTTL": "--default-ttl", "MaxWait": "--max-wait",
+	"BackendTimeout": "--backend-timeout", "ReadyTimeout": "--ready-timeout", "MaxBodyBytes": "--max-body-bytes",
+}
+
+// validate checks the flags of the HTTP API. The limits are server.New's
+// to judge: its *server.ConfigError is told in terms of the flag.
 func (h *httpFlags) validate(cmd string) error {
 	if _, _, err := net.SplitHostPort(h.listen); err != nil {
 		return usagef(cmd, "--listen %q: want host:port, e.g. 127.0.0.1:7070 or :7070 (%v)", h.listen, err)
 	}
-	if (h.tlsCert == "") != (h.tlsKey == "") {
-		return usagef(cmd, "--tls-cert and --tls-key go together: give both or neither")
+	if err := h.tls.check(cmd); err != nil {
+		return err
 	}
-	if h.tlsCA != "" && h.tlsCert == "" {
+	if h.tls.ca != "" && h.tls.cert == "" {
 		return usagef(cmd, "--tls-client-ca needs --tls-cert and --tls-key: mutual TLS is TLS")
 	}
-	durations := []struct {
-		name string
+	if h.shutdownGrace < 0 {
+		return usagef(cmd, "--shutdown-grace %s: want >= 0", h.shutdownGrace)
+	}
+	for _, f := range []struct {
+		flag string
 		d    time.Duration
-	}{{"default-ttl", h.defaultTTL}, {"max-ttl", h.maxTTL}, {"max-wait", h.maxWait}}
-	for _, f := range durations {
-		if f.d%time.Millisecond != 0 {
-			return usagef(cmd, "--%s %s: want whole milliseconds", f.name, f.d)
+	}{{"--max-wait", h.maxWait}, {"--backend-timeout", h.backendTimeout}, {"--ready-timeout", h.readyTimeout}} {
+		if f.d == 0 { // 0 would mean the server's default: say so rather than surprise
+			return usagef(cmd, "%s 0: want > 0", f.flag)
 		}
 	}
-	switch {
-	case h.maxTTL < lock.MinTTL || h.maxTTL > lock.MaxTTL:
-		return usagef(cmd, "--max-ttl %s: want %s to %s", h.maxTTL, lock.MinTTL, lock.MaxTTL)
-	case h.defaultTTL < lock.MinTTL || h.defaultTTL > h.maxTTL:
-		return usagef(cmd, "--default-ttl %s: want %s to --max-ttl (%s)", h.defaultTTL, lock.MinTTL, h.maxTTL)
-	case h.maxWait <= 0:
-		return usagef(cmd, "--max-wait %s: want > 0", h.maxWait)
-	case h.backendTimeout <= 0:
-		return usagef(cmd, "--backend-timeout %s: want > 0", h.backendTimeout)
-	case h.readyTimeout <= 0:
-		return usagef(cmd, "--ready-timeout %s: want > 0", h.readyTimeout)
-	case h.maxBodyBytes < 256:
-		return usagef(cmd, "--max-body-bytes %d: want at least 256", h.maxBodyBytes)
-	case h.shutdownGrace < 0:
-		return usagef(cmd, "--shutdown-grace %s: want >= 0", h.shutdownGrace)
+	if h.maxBodyBytes == 0 {
+		return usagef(cmd, "--max-body-bytes 0: want > 0")
+	}
+	var ce *server.ConfigError
+	if err := h.serverConfig(nil, nil, nil).Check(); errors.As(err, &ce) {
+		name := configFlags[ce.Field]
+		if name == "" {
+			name = "Config." + ce.Field
+		}
+		return usagef(cmd, "%s %v: %s", name, ce.Value, ce.Want)
+	} else if err != nil {
+		return usagef(cmd, "%v", err)
 	}
 	return nil
 }
 
 // load reads the files the flags name: TLS certificate and key, client
 // CA, auth tokens. Errors name the flag.
-func (h *httpFlags) load() (*tls.Config, [][]byte, error) {
-	var tokens [][]byte
+func (h *httpFlags) load() error {
 	if h.authTokenFile != "" {
-		var err error
-		if tokens, err = server.LoadTokens(h.authTokenFile); err != nil {
-			return nil, nil, fmt.Errorf("--auth-token-file: %w", err)
-		}
-	}
-	if h.tlsCert == "" {
-		return nil, tokens, nil
-	}
-	cert, err := tls.LoadX509KeyPair(h.tlsCert, h.tlsKey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", h.tlsCert, h.tlsKey, err)
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	if h.tlsCA != "" {
-		pool, err := loadCertPool(h.tlsCA)
+		t, err := server.LoadTokens(h.authTokenFile)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--tls-client-ca: %w", err)
+			return fmt.Errorf("--auth-token-file: %w", err)
 		}
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		h.tokens = t
 	}
-	return cfg, tokens, nil
+	if h.tls.cert != "" {
+		c, err := h.tls.server()
+		if err != nil {
+			return err
+		}
+		h.tlsConfig = c
+	}
+	return nil
 }
 
-func loadCertPool(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s has no PEM certificate", path)
-	}
-	return pool, nil
-}
-
-func (h *httpFlags) serverConfig(locks *lock.Client, log *slog.Logger, tokens [][]byte) server.Config {
-	return server.Config{
-		Locks: locks, Logger: log, AuthTokens: tokens,
+func (h *httpFlags) serverConfig(locks *lock.Client, log *slog.Logger, reg *prometheus.Registry) server.Config {
+	cfg := server.Config{
+		Locks: locks, Logger: log, Tokens: h.tokens,
 		MaxBodyBytes: h.maxBodyBytes, MaxTTL: h.maxTTL, DefaultTTL: h.defaultTTL,
 		MaxWait: h.maxWait, BackendTimeout: h.backendTimeout, ReadyTimeout: h.readyTimeout,
+	}
+	if reg != nil {
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	return cfg
+}
+
+// startup is what dev or serve built before serving: the lease store, and
+// what to tell the user and the log.
+type startup struct {
+	cmd   string          // "dev" or "serve"
+	store lock.LeaseStore //
+	ready func(context.Context) error
+	fatal <-chan error // the embedded etcd's failure; nil without one
+	lines []string     // printed after the curl line
+	attrs []any        // of the ready log line
+}
+
+// serveLocks is the startup tail of dev and serve: a lock client over the
+// store, the API server, the listener, the lines on stdout and the ready
+// log line; then it serves until ctx ends or fatal reports, reloading the
+// auth tokens on SIGHUP.
+func serveLocks(ctx context.Context, c *closer, h *httpFlags, m *daemonMetrics, log *slog.Logger, stdout io.Writer, st startup) error {
+	locks, err := lock.New(st.store)
+	if err != nil {
+		return err
+	}
+	c.add("lock client", func() error { return locks.Close(context.Background()) })
+	cfg := h.serverConfig(locks, log, m.reg)
+	cfg.Ready = st.ready
+	srv, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+	checkBackends(ctx, log, st.store)
+	stopReload := h.reloadOnHUP(log, srv)
+	defer stopReload()
+	a, err := listen(h, srv, log)
+	if err != nil {
+		return err
+	}
+	a.announce(stdout, st.lines)
+	log.Info("fenced "+st.cmd+" ready", append([]any{"version", buildVersion(), "url", a.url}, st.attrs...)...)
+	return a.run(ctx, st.fatal)
+}
+
+// checkBackends checks the backends once at start and warns if they do not
+// answer: fenced still starts, and /readyz reports them until they do.
+func checkBackends(ctx context.Context, log *slog.Logger, store lock.LeaseStore) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := store.Ping(ctx); err != nil {
+		log.Warn("a backend does not answer yet; GET /readyz is 503 until it does", "err", err)
+	}
+}
+
+// reloadOnHUP reloads --auth-token-file on every SIGHUP until stop is
+// called. A file that does not load leaves the tokens in force as they
+// were, and the log says why. Without --auth-token-file, SIGHUP is logged
+// and otherwise ignored (it does not end fenced).
+func (h *httpFlags) reloadOnHUP(log *slog.Logger, srv *server.Server) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned by stop
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+			}
+			if h.authTokenFile == "" {
+				log.Info("SIGHUP: nothing to reload (no --auth-token-file)")
+				continue
+			}
+			t, err := server.LoadTokens(h.authTokenFile)
+			if err == nil {
+				err = srv.SetTokens(t)
+			}
+			if err != nil {
+				log.Error("SIGHUP: auth tokens not reloaded; the tokens loaded before stay in force", "file", h.authTokenFile, "err", err)
+				continue
+			}
+			log.Info("SIGHUP: auth tokens reloaded", "file", h.authTokenFile, "tokens", t.Len())
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		wg.Wait()
 	}
 }
 
@@ -142,7 +229,7 @@ type api struct {
 }
 
 // listen binds the API's address and starts serving handler.
-func listen(h *httpFlags, handler http.Handler, tlsCfg *tls.Config, log *slog.Logger) (*api, error) {
+func listen(h *httpFlags, handler http.Handler, log *slog.Logger) (*api, error) {
 	ln, err := net.Listen("tcp", h.listen)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -151,8 +238,8 @@ func listen(h *httpFlags, handler http.Handler, tlsCfg *tls.Config, log *slog.Lo
 		return nil, fmt.Errorf("--listen %s: %w", h.listen, err)
 	}
 	scheme := "http"
-	if tlsCfg != nil {
-		ln, scheme = tls.NewListener(ln, tlsCfg), "https"
+	if h.tlsConfig != nil {
+		ln, scheme = tls.NewListener(ln, h.tlsConfig), "https"
 	}
 	a := &api{
 		ln: ln, url: scheme + "://" + ln.Addr().String(), errc: make(chan error, 1), log: log, h: h,
@@ -171,21 +258,24 @@ func listen(h *httpFlags, handler http.Handler, tlsCfg *tls.Config, log *slog.Lo
 	return a, nil
 }
 
-// announce prints the first line, where the API listens, and a curl line
-// to try.
-func (a *api) announce(w io.Writer) {
+// announce prints the first line, where the API listens, a curl line to
+// try, and lines.
+func (a *api) announce(w io.Writer, lines []string) {
 	fmt.Fprintf(w, "fenced listening on %s\n", a.url)
 	extra := ""
 	if a.h.authTokenFile != "" {
 		extra += ` -H "Authorization: Bearer $TOKEN"`
 	}
-	if a.h.tlsCert != "" {
+	if a.h.tls.cert != "" {
 		extra += " --cacert CA.pem"
-		if a.h.tlsCA != "" {
+		if a.h.tls.ca != "" {
 			extra += " --cert CLIENT.pem --key CLIENT-KEY.pem"
 		}
 	}
 	fmt.Fprintf(w, "try: curl -X POST%s %s/v1/locks/demo/acquire -d '{\"ttl_ms\":10000}'\n", extra, a.url)
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
 }
 
 // run serves until ctx ends (a signal: a clean shutdown), the HTTP server

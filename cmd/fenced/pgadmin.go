@@ -52,9 +52,7 @@ func (p *pgFlags) options(cmd string) ([]postgres.Option, error) {
 }
 
 func runPgSQL(args []string, stdout io.Writer) error {
-	cmd := newCommand("fenced admin pg-sql", "", pgSQLSummary)
-	var p pgFlags
-	p.register(cmd.fs)
+	cmd, p := newPgSQLCommand()
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
@@ -73,19 +71,34 @@ func runPgSQL(args []string, stdout io.Writer) error {
 	return err
 }
 
-func runPgMigrate(ctx context.Context, args []string, stdout io.Writer) error {
-	cmd := newCommand("fenced admin pg-migrate", "", pgMigrateSummary)
-	var (
-		p       pgFlags
-		dbURL   string
-		timeout time.Duration
-	)
-	cmd.fs.StringVar(&dbURL, "database-url", "", "The Postgres to migrate: `URL` postgres://user:password@host:5432/db (or a key=value DSN). Required.\nPrefer the environment variable to keep a password out of ps.")
+func newPgSQLCommand() (*command, *pgFlags) {
+	cmd := newCommand("fenced admin pg-sql", "", pgSQLSummary)
+	p := &pgFlags{}
 	p.register(cmd.fs)
-	cmd.fs.DurationVar(&timeout, "timeout", 30*time.Second, "Give up after this long, waiting for another migrator included.")
+	return cmd, p
+}
+
+type pgMigrateOpts struct {
+	p       pgFlags
+	dbURL   string
+	timeout time.Duration
+}
+
+func newPgMigrateCommand() (*command, *pgMigrateOpts) {
+	cmd := newCommand("fenced admin pg-migrate", "", pgMigrateSummary)
+	o := &pgMigrateOpts{}
+	cmd.fs.StringVar(&o.dbURL, "database-url", "", "The Postgres to migrate: `URL` postgres://user:password@host:5432/db (or a key=value DSN). Required.\nPrefer the environment variable to keep a password out of ps.")
+	o.p.register(cmd.fs)
+	cmd.fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "Give up after this long, waiting for another migrator included.")
+	return cmd, o
+}
+
+func runPgMigrate(ctx context.Context, args []string, stdout io.Writer) error {
+	cmd, o := newPgMigrateCommand()
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
+	p, dbURL, timeout := &o.p, o.dbURL, o.timeout
 	if err := cmd.noArgs(); err != nil {
 		return err
 	}

@@ -11,8 +11,9 @@ import (
 	"syscall"
 )
 
-// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
-// Empty means the module version from the build info.
+// version is set at build time: go build -ldflags "-X main.version=v1.2.3"
+// (make install, make dist). Empty means the module version from the build
+// info: (devel) for a build in the repository.
 var version = ""
 
 const topUsage = `fenced: fencing-token locks. A lease (Redis or etcd) makes contention cheap;
@@ -20,17 +21,21 @@ a fencing token from an etcd revision lets the protected resource reject
 stale writers.
 
 Usage:
-  fenced dev [flags]                      one process, nothing else needed: embedded etcd, leases in etcd
-  fenced serve [flags]                    real deployments: leases in Redis (or etcd), tokens from etcd
-  fenced exec [flags] NAME -- CMD [ARG...] run CMD while holding the lock NAME, with FENCED_TOKEN set
-  fenced admin raise-floor [flags]        after an etcd restore: make new tokens exceed all before
-  fenced admin floor [flags]              print the token floor
-  fenced admin pg-sql [flags]             print the Postgres fence's migrations as SQL (for psql)
-  fenced admin pg-migrate [flags]         apply them to --database-url
-  fenced version                          print the version
+  fenced dev [flags]                        one process, nothing else needed: embedded etcd (leases in etcd, or --redis-addr)
+  fenced serve [flags]                      real deployments: leases in Redis (or etcd), tokens from etcd
+  fenced exec [flags] NAME [-- CMD [ARG...]] hold the lock NAME (waiting for it) while CMD runs, with FENCED_TOKEN set;
+                                            without CMD, until interrupted
+  fenced admin raise-floor [flags]          after an etcd restore: make new tokens exceed all before
+  fenced admin floor [flags]                print the token floor
+  fenced admin pg-sql [flags]               print the Postgres fence's migrations as SQL (for psql)
+  fenced admin pg-migrate [flags]           apply them to --database-url
+  fenced completion bash|zsh|fish           print a shell completion script
+  fenced version                            print the version
 
 Every flag can also be set by an environment variable: --max-ttl is
 FENCED_MAX_TTL. A flag on the command line overrides the environment.
+fenced exec's variables (FENCED_URL, FENCED_CLIENT_TOKEN, ...) are distinct
+from those of dev and serve (FENCED_LISTEN, FENCED_AUTH_TOKEN_FILE, ...).
 Run 'fenced COMMAND --help' for the flags of a command.
 `
 
@@ -53,6 +58,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		err = runExec(ctx, args[1:], stdout, stderr)
 	case "admin":
 		err = runAdmin(ctx, args[1:], stdout, stderr)
+	case "completion":
+		err = runCompletion(args[1:], stdout)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "-help", "--help":
@@ -61,7 +68,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprint(stdout, topUsage)
 	default:
-		return usagef("fenced", "unknown command %q: want dev, serve, exec, admin or version", args[0])
+		return usagef("fenced", "unknown command %q: want dev, serve, exec, admin, completion or version", args[0])
 	}
 	if err == errHelp {
 		return nil
@@ -69,12 +76,23 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
+// buildVersion is the version stamped at build time, else the module's
+// version, else "(devel)".
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+// versionString is the line of fenced version: the version, the VCS
+// revision if the build recorded it, the Go version and the platform.
 func versionString() string {
-	v, rev := version, ""
+	v, rev := buildVersion(), ""
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
-			v = bi.Main.Version
-		}
 		var modified bool
 		for _, s := range bi.Settings {
 			switch s.Key {
@@ -90,9 +108,6 @@ func versionString() string {
 		if rev != "" && modified {
 			rev += "-dirty"
 		}
-	}
-	if v == "" {
-		v = "(devel)"
 	}
 	s := "fenced " + v
 	if rev != "" {

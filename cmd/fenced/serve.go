@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"time"
 
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
-	"github.com/fenced/fenced/server"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -26,7 +22,8 @@ member embedded in this process (--etcd-data-dir), so that three fenced
 nodes form one Raft cluster. fenced waits for etcd at start, to set the
 token floor of a new cluster before any token is issued; a Redis that does
 not answer is not fatal: GET /readyz reports it. The first line on stdout is
-"fenced listening on URL"; logs go to stderr.`
+"fenced listening on URL"; logs go to stderr. SIGHUP reloads
+--auth-token-file; SIGTERM or SIGINT shut down gracefully.`
 
 // The Raft timing of embedded members unless flags say otherwise: etcd's own.
 const (
@@ -34,155 +31,44 @@ const (
 	defaultElection  = time.Second
 )
 
-// redisFlags configure the Redis client of --lease-store=redis.
-type redisFlags struct {
-	addr, sentinelAddrs, master, clusterAddrs string
-	username, password, sentinelPassword      string
-	db                                        int
-	tls                                       bool
-	tlsCA, tlsCert, tlsKey, tlsServerName     string
-	prefix                                    string
+type serveOpts struct {
+	h          httpFlags
+	lf         logFlags
+	rf         redisFlags
+	ef         etcdFlags
+	member     embedFlags
+	prefix     string
+	leaseStore string
 }
 
-func (r *redisFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&r.addr, "redis-addr", "", "A single Redis server, `host:port`.")
-	fs.StringVar(&r.sentinelAddrs, "redis-sentinel-addrs", "", "Redis Sentinel: the sentinels, `host:port,...` (needs --redis-master).")
-	fs.StringVar(&r.master, "redis-master", "", "Redis Sentinel: the master `name` the sentinels watch.")
-	fs.StringVar(&r.clusterAddrs, "redis-cluster-addrs", "", "Redis Cluster: some of its nodes, `host:port,...`.")
-	fs.StringVar(&r.username, "redis-username", "", "Redis ACL user name.")
-	fs.StringVar(&r.password, "redis-password", "", "Redis password; prefer the environment variable to keep it out of ps.")
-	fs.StringVar(&r.sentinelPassword, "redis-sentinel-password", "", "Password of the sentinels themselves, if they have one.")
-	fs.IntVar(&r.db, "redis-db", 0, "Redis database `number` (single server and Sentinel; Cluster has only 0).")
-	fs.BoolVar(&r.tls, "redis-tls", false, "Connect to Redis over TLS (implied by --redis-tls-ca or --redis-tls-cert).")
-	fs.StringVar(&r.tlsCA, "redis-tls-ca", "", "PEM CA `file` to verify Redis's certificate. Empty: the system's roots.")
-	fs.StringVar(&r.tlsCert, "redis-tls-cert", "", "PEM client certificate `file` for Redis (needs --redis-tls-key).")
-	fs.StringVar(&r.tlsKey, "redis-tls-key", "", "PEM private key `file` of --redis-tls-cert.")
-	fs.StringVar(&r.tlsServerName, "redis-tls-server-name", "", "Server `name` to verify in Redis's certificate. Empty: the host of the address.")
-	fs.StringVar(&r.prefix, "redis-prefix", "fenced:", "Redis key `prefix`.")
-}
-
-var redisFlagNames = []string{"redis-addr", "redis-sentinel-addrs", "redis-master", "redis-cluster-addrs", "redis-username",
-	"redis-password", "redis-sentinel-password", "redis-db", "redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key",
-	"redis-tls-server-name", "redis-prefix"}
-
-func (r *redisFlags) validate(cmd string) (*redis.UniversalOptions, error) {
-	var given []string
-	for _, f := range []struct{ name, v string }{{"--redis-addr", r.addr}, {"--redis-sentinel-addrs", r.sentinelAddrs}, {"--redis-cluster-addrs", r.clusterAddrs}} {
-		if f.v != "" {
-			given = append(given, f.name)
-		}
-	}
-	switch {
-	case len(given) == 0:
-		return nil, usagef(cmd, "--lease-store=redis needs Redis: one of --redis-addr (single server), --redis-sentinel-addrs with --redis-master (Sentinel), or --redis-cluster-addrs (Cluster); or use --lease-store=etcd")
-	case len(given) > 1:
-		return nil, usagef(cmd, "%s: give only one Redis topology", strings.Join(given, " and "))
-	case (r.sentinelAddrs != "") != (r.master != ""):
-		return nil, usagef(cmd, "--redis-sentinel-addrs and --redis-master go together: Sentinel needs both")
-	case r.db < 0:
-		return nil, usagef(cmd, "--redis-db %d: want >= 0", r.db)
-	case r.db != 0 && r.clusterAddrs != "":
-		return nil, usagef(cmd, "--redis-db %d with --redis-cluster-addrs: Redis Cluster has only database 0", r.db)
-	case (r.tlsCert == "") != (r.tlsKey == ""):
-		return nil, usagef(cmd, "--redis-tls-cert and --redis-tls-key go together: give both or neither")
-	case r.prefix == "":
-		return nil, usagef(cmd, "--redis-prefix: want a non-empty prefix")
-	}
-	o := &redis.UniversalOptions{
-		MasterName: r.master, Username: r.username, Password: r.password,
-		SentinelPassword: r.sentinelPassword, DB: r.db,
-		IsClusterMode: r.clusterAddrs != "",
-	}
-	flagName, list := "--redis-addr", r.addr
-	if r.sentinelAddrs != "" {
-		flagName, list = "--redis-sentinel-addrs", r.sentinelAddrs
-	} else if r.clusterAddrs != "" {
-		flagName, list = "--redis-cluster-addrs", r.clusterAddrs
-	}
-	for _, a := range strings.Split(list, ",") {
-		a = strings.TrimSpace(a)
-		if a == "" {
-			continue
-		}
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return nil, usagef(cmd, "%s: address %q: want host:port", flagName, a)
-		}
-		o.Addrs = append(o.Addrs, a)
-	}
-	if len(o.Addrs) == 0 {
-		return nil, usagef(cmd, "%s %q: no address", flagName, list)
-	}
-	if flagName == "--redis-addr" && len(o.Addrs) > 1 {
-		return nil, usagef(cmd, "--redis-addr %q: one server; for several use --redis-sentinel-addrs or --redis-cluster-addrs", list)
-	}
-	return o, nil
-}
-
-// client builds the Redis client: a single-server, Sentinel (failover) or
-// Cluster client, each a redis.UniversalClient.
-func (r *redisFlags) client(o *redis.UniversalOptions) (redis.UniversalClient, error) {
-	if r.tls || r.tlsCA != "" || r.tlsCert != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.tlsServerName}
-		if r.tlsCA != "" {
-			pool, err := loadCertPool(r.tlsCA)
-			if err != nil {
-				return nil, fmt.Errorf("--redis-tls-ca: %w", err)
-			}
-			tc.RootCAs = pool
-		}
-		if r.tlsCert != "" {
-			c, err := tls.LoadX509KeyPair(r.tlsCert, r.tlsKey)
-			if err != nil {
-				return nil, fmt.Errorf("--redis-tls-cert %s, --redis-tls-key %s: %w", r.tlsCert, r.tlsKey, err)
-			}
-			tc.Certificates = []tls.Certificate{c}
-		}
-		o.TLSConfig = tc
-	}
-	return redis.NewUniversalClient(o), nil
-}
-
-func (r *redisFlags) topology() string {
-	switch {
-	case r.sentinelAddrs != "":
-		return "sentinel"
-	case r.clusterAddrs != "":
-		return "cluster"
-	}
-	return "single"
+func newServeCommand() (*command, *serveOpts) {
+	cmd := newCommand("fenced serve", "", serveSummary)
+	o := &serveOpts{}
+	cmd.fs.StringVar(&o.leaseStore, "lease-store", "redis", "Where leases live, `store`: redis (fast; tokens still from etcd) or etcd (no Redis needed).")
+	o.h.register(cmd.fs)
+	o.rf.register(cmd.fs)
+	o.ef.register(cmd.fs, "External etcd cluster for tokens (and leases with --lease-store=etcd): `endpoints`\nhttp(s)://host:port,... Exactly one of --etcd-endpoints and --etcd-data-dir.")
+	o.member.register(cmd.fs)
+	registerPrefix(cmd.fs, &o.prefix)
+	o.lf.register(cmd.fs)
+	return cmd, o
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmd := newCommand("fenced serve", "", serveSummary)
-	var (
-		h          httpFlags
-		lf         logFlags
-		rf         redisFlags
-		ef         etcdFlags
-		member     embedFlags
-		prefix     string
-		leaseStore string
-	)
-	cmd.fs.StringVar(&leaseStore, "lease-store", "redis", "Where leases live, `store`: redis (fast; tokens still from etcd) or etcd (no Redis needed).")
-	h.register(cmd.fs)
-	rf.register(cmd.fs)
-	ef.register(cmd.fs, "External etcd cluster for tokens (and leases with --lease-store=etcd): `endpoints`\nhttp(s)://host:port,... Exactly one of --etcd-endpoints and --etcd-data-dir.")
-	member.register(cmd.fs)
-	registerPrefix(cmd.fs, &prefix)
-	lf.register(cmd.fs)
+	cmd, o := newServeCommand()
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
-	if err := firstErr(cmd.noArgs(), h.validate(cmd.name), lf.validate(cmd.name), validatePrefix(cmd.name, prefix)); err != nil {
+	if err := firstErr(cmd.noArgs(), o.h.validate(cmd.name), o.lf.validate(cmd.name), validatePrefix(cmd.name, o.prefix)); err != nil {
 		return err
 	}
 
 	// Leases.
 	var redisOpts *redis.UniversalOptions
-	switch leaseStore {
+	switch o.leaseStore {
 	case "redis":
 		var err error
-		if redisOpts, err = rf.validate(cmd.name); err != nil {
+		if redisOpts, err = o.rf.validate(cmd.name); err != nil {
 			return err
 		}
 	case "etcd":
@@ -190,131 +76,96 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usagef(cmd.name, "--%s is set, but --lease-store=etcd keeps leases in etcd: drop it, or use --lease-store=redis", f)
 		}
 	default:
-		return usagef(cmd.name, "--lease-store %q: want redis or etcd", leaseStore)
+		return usagef(cmd.name, "--lease-store %q: want redis or etcd", o.leaseStore)
 	}
 
 	// Tokens.
 	var eps []string
 	switch {
-	case ef.endpoints != "" && member.dataDir != "":
+	case o.ef.endpoints != "" && o.member.dataDir != "":
 		return usagef(cmd.name, "--etcd-endpoints and --etcd-data-dir: give one, an external etcd cluster or an embedded member")
-	case ef.endpoints != "":
+	case o.ef.endpoints != "":
 		if f := cmd.anySet(embedFlagNames); f != "" {
 			return usagef(cmd.name, "--%s configures an embedded etcd member, but --etcd-endpoints uses an external cluster: drop one", f)
 		}
 		var err error
-		if eps, err = ef.validate(cmd.name); err != nil {
+		if eps, err = o.ef.validate(cmd.name); err != nil {
 			return err
 		}
-	case member.dataDir != "":
+	case o.member.dataDir != "":
 		if f := cmd.anySet(externalFlagNames); f != "" {
 			return usagef(cmd.name, "--%s configures a client of an external etcd cluster, but --etcd-data-dir runs an embedded member: drop one", f)
 		}
-		if err := member.validate(cmd.name); err != nil {
+		if err := o.member.validate(cmd.name); err != nil {
 			return err
 		}
 	default:
 		return usagef(cmd.name, "serve needs etcd for tokens: --etcd-endpoints for an external cluster, or --etcd-data-dir (with --etcd-name, --etcd-peer-url, --etcd-client-url, --etcd-initial-cluster for several nodes) for an embedded member; or run fenced dev")
 	}
 
-	log := lf.logger(stderr)
-	tlsCfg, tokens, err := h.load()
+	log := o.lf.logger(stderr)
+	if err := o.h.load(); err != nil {
+		return err
+	}
+	m, err := newDaemonMetrics()
 	if err != nil {
 		return err
 	}
-	var rdb redis.UniversalClient
-	if redisOpts != nil {
-		if rdb, err = rf.client(redisOpts); err != nil {
-			return err
-		}
-	}
-
 	c := &closer{log: log}
 	defer c.close()
-	if rdb != nil {
-		c.add("redis client", rdb.Close)
-	}
-	var (
-		cli   *clientv3.Client
-		fatal <-chan error
-	)
-	if eps != nil {
-		if cli, err = ef.client(eps); err != nil {
+	var rdb redis.UniversalClient
+	if redisOpts != nil {
+		if rdb, err = o.rf.client(redisOpts, m, log); err != nil {
 			return err
 		}
+		c.add("redis client", rdb.Close)
+	}
+	st := startup{cmd: "serve", attrs: []any{"lease_store", o.leaseStore}}
+	var cli *clientv3.Client
+	if eps != nil {
+		if cli, err = o.ef.client(eps, m.etcdDialOptions()...); err != nil {
+			return err
+		}
+		st.attrs = append(st.attrs, "etcd_endpoints", strings.Join(eps, ","))
 	} else {
-		e, err := member.start(ctx, log)
+		e, err := o.member.start(ctx, log)
 		if err != nil {
 			return err
 		}
 		c.add("embedded etcd", e.Close)
-		fatal = e.Err()
-		if cli, err = e.Client(); err != nil {
+		st.fatal = e.Err()
+		if cli, err = embeddedClient(e, m.etcdDialOptions()...); err != nil {
 			return err
 		}
+		st.attrs = append(st.attrs, "etcd", "embedded", "etcd_name", o.member.name)
 	}
 	c.add("etcd client", cli.Close)
-	if err := ensureFloor(ctx, log, cli, prefix); err != nil {
+	if err := ensureFloor(ctx, log, cli, o.prefix); err != nil {
 		return err
 	}
 
-	var store lock.LeaseStore
 	if rdb != nil {
-		seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix(prefix), sequencer.WithLogger(log))
+		seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix(o.prefix), sequencer.WithLogger(log))
 		if err != nil {
 			return err
 		}
 		c.add("sequencer", seq.Close)
-		rs, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(rf.prefix))
+		rs, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(o.rf.prefix))
 		if err != nil {
 			return err
 		}
 		c.add("redis lease store", rs.Close)
-		store = rs // its Ping checks Redis and the sequencer's etcd
+		st.store = rs // its Ping checks Redis and the sequencer's etcd
+		st.attrs = append(st.attrs, "redis", o.rf.topology(), "redis_addrs", strings.Join(redisOpts.Addrs, ","))
 	} else {
-		es, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(prefix), lock.WithEtcdLogger(log))
+		es, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(o.prefix), lock.WithEtcdLogger(log))
 		if err != nil {
 			return err
 		}
 		c.add("etcd lease store", es.Close)
-		store = es
+		st.store = es
 	}
-	locks, err := lock.New(store)
-	if err != nil {
-		return err
-	}
-	c.add("lock client", func() error { return locks.Close(context.Background()) })
-	srv, err := server.New(h.serverConfig(locks, log, tokens))
-	if err != nil {
-		return err
-	}
-	checkBackends(ctx, log, store)
-	a, err := listen(&h, srv, tlsCfg, log)
-	if err != nil {
-		return err
-	}
-	a.announce(stdout)
-	attrs := []any{"url", a.url, "lease_store", leaseStore}
-	if rdb != nil {
-		attrs = append(attrs, "redis", rf.topology(), "redis_addrs", strings.Join(redisOpts.Addrs, ","))
-	}
-	if eps != nil {
-		attrs = append(attrs, "etcd_endpoints", strings.Join(eps, ","))
-	} else {
-		attrs = append(attrs, "etcd", "embedded", "etcd_name", member.name)
-	}
-	log.Info("fenced serve ready", attrs...)
-	return a.run(ctx, fatal)
-}
-
-// checkBackends pings the backends once at start and warns if they do not
-// answer: fenced still starts, and /readyz reports them until they do.
-func checkBackends(ctx context.Context, log *slog.Logger, store lock.LeaseStore) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := store.Ping(ctx); err != nil {
-		log.Warn("a backend does not answer yet; GET /readyz is 503 until it does", "err", err)
-	}
+	return serveLocks(ctx, c, &o.h, m, log, stdout, st)
 }
 
 // ensureFloor sets the token floor of a cluster that never had one before

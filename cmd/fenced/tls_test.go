@@ -128,10 +128,10 @@ func TestTLSAndAuth(t *testing.T) {
 			t.Fatal("a client without the CA was served")
 		}
 		// fenced exec with the CA and a token file.
-		if code, _, stderr := run(t, nil, "exec", "--addr", url, "--tls-ca", p.caFile, "--auth-token-file", tokens, testenv.Name(t), "--", "true"); code != 0 {
+		if code, _, stderr := run(t, nil, "exec", "--url", url, "--client-tls-ca", p.caFile, "--client-token-file", tokens, testenv.Name(t), "--", "true"); code != 0 {
 			t.Fatalf("fenced exec over TLS: exit %d\n%s", code, stderr)
 		}
-		if code, _, _ := run(t, nil, "exec", "--addr", url, "--tls-ca", p.caFile, testenv.Name(t), "--", "true"); code != 1 {
+		if code, _, _ := run(t, nil, "exec", "--url", url, "--client-tls-ca", p.caFile, testenv.Name(t), "--", "true"); code != 1 {
 			t.Fatalf("fenced exec without a token: exit %d, want 1", code)
 		}
 	})
@@ -145,8 +145,8 @@ func TestTLSAndAuth(t *testing.T) {
 		a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}})
 		a.must(200, "GET", "/healthz", "")
 		a.acquire(testenv.Name(t), 5000)
-		if code, _, stderr := run(t, []string{"FENCED_TLS_CERT=" + p.clientCert, "FENCED_TLS_KEY=" + p.clientKey},
-			"exec", "--addr", url, "--tls-ca", p.caFile, testenv.Name(t), "--", "true"); code != 0 {
+		if code, _, stderr := run(t, []string{"FENCED_CLIENT_TLS_CERT=" + p.clientCert, "FENCED_CLIENT_TLS_KEY=" + p.clientKey},
+			"exec", "--url", url, "--client-tls-ca", p.caFile, testenv.Name(t), "--", "true"); code != 0 {
 			t.Fatalf("fenced exec with a client certificate: exit %d\n%s", code, stderr)
 		}
 	})

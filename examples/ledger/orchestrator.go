@@ -17,6 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenced/fenced/adapters/postgres"
+	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
 )
@@ -28,7 +30,7 @@ const openingBalance = 1000
 // etcd, and the plan that every mode runs.
 type session struct {
 	cfg    config
-	log    io.Writer // the story of each mode: stdout, or stderr with -json
+	log    io.Writer // the story of each mode: stdout, or stderr with --json
 	stderr io.Writer
 	exe    string // this binary, re-executed as the workers
 	runID  string // makes lock names unique to this run
@@ -37,39 +39,65 @@ type session struct {
 	conn  *pgx.Conn
 	rdb   *redis.Client
 	etcd  *sequencer.Embedded
-	store *lock.RedisStore // to watch fenced's lease
+	store *lock.RedisStore // to watch fenced's lease: in this Redis
+	svc   *client.Client   // or through the fenced service (--fenced-url)
 }
 
 // plan is the work of a mode, the same for every mode: each worker's
-// transfers in order, the one the first worker pauses in, and the amount of
-// the conflicting transfer.
+// transfers in order, the one the first worker pauses in, and the
+// conflicting transfer another worker makes during the pause.
+//
+// The outcome does not depend on timing: the paused transfer is between
+// accounts 1 and 2, which no other worker's planned transfer touches, so
+// that while worker 1 is frozen only the conflicting transfer changes them.
+// It moves money from another account into the account worker 1 takes
+// from; worker 1's late write, computed before the pause, overwrites it.
+// Under a Redis-only lock that loses exactly the conflicting transfer's
+// amount, and the balances no longer match the log; under fenced the late
+// write is rejected. The seed picks amounts and accounts, not the outcome.
 type plan struct {
-	queues         [][]command
-	pauseID        string
-	pauseCmd       command
-	conflictAmount int64
+	queues   [][]command
+	pauseID  string
+	pauseCmd command
+	conflict command // the transfer worker 2 makes while worker 1 is frozen
 }
 
 func makePlan(seed uint64, workers, transfers, accounts int) plan {
 	rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	p := plan{queues: make([][]command, workers)}
-	for w := range workers {
-		for k := 1; k <= transfers; k++ {
-			from := 1 + rng.IntN(accounts)
-			to := 1 + rng.IntN(accounts-1)
-			if to >= from {
-				to++
-			}
-			p.queues[w] = append(p.queues[w], command{Op: opTransfer, Transfer: fmt.Sprintf("w%d-t%d", w+1, k),
-				From: from, To: to, Amount: 1 + rng.Int64N(100)})
+	// pair is two different accounts from lo to accounts.
+	pair := func(lo int) (int, int) {
+		from := lo + rng.IntN(accounts-lo+1)
+		to := lo + rng.IntN(accounts-lo)
+		if to >= from {
+			to++
 		}
+		return from, to
 	}
+	p := plan{queues: make([][]command, workers)}
 	// Worker 1 pauses in the middle of its work, so that others are
 	// contending for the lock before and after.
 	at := (transfers - 1) / 2
-	p.queues[0][at].Pause = true
-	p.pauseID, p.pauseCmd = p.queues[0][at].Transfer, p.queues[0][at]
-	p.conflictAmount = 1 + rng.Int64N(100)
+	for w := range workers {
+		for k := 1; k <= transfers; k++ {
+			c := command{Op: opTransfer, Transfer: fmt.Sprintf("w%d-t%d", w+1, k), Amount: 1 + rng.Int64N(100)}
+			switch {
+			case w == 0 && k-1 == at:
+				c.From, c.To, c.Pause = 1, 2, true
+				if rng.IntN(2) == 1 {
+					c.From, c.To = 2, 1
+				}
+			case w == 0: // before or after the pause: any accounts
+				c.From, c.To = pair(1)
+			default: // never accounts 1 and 2
+				c.From, c.To = pair(3)
+			}
+			p.queues[w] = append(p.queues[w], c)
+		}
+	}
+	p.pauseCmd = p.queues[0][at]
+	p.pauseID = p.pauseCmd.Transfer
+	p.conflict = command{Op: opTransfer, Transfer: "w2-conflict", From: 3 + rng.IntN(accounts-2), To: p.pauseCmd.From,
+		Amount: 1 + rng.Int64N(100)}
 	return p
 }
 
@@ -93,7 +121,7 @@ func orchestrate(ctx context.Context, cfg config, stdout, stderr io.Writer) (err
 	s.runID = hex.EncodeToString(b[:])
 	seed := cfg.seed
 	if seed == 0 {
-		seed = mrand.Uint64()
+		seed = 1 + mrand.Uint64N(1<<32)
 	}
 	s.plan = makePlan(seed, cfg.workers, cfg.transfers, cfg.accounts)
 
@@ -109,7 +137,12 @@ func orchestrate(ctx context.Context, cfg config, stdout, stderr io.Writer) (err
 		return err
 	}
 	defer s.rdb.Close()
-	if slices.Contains(cfg.modes, modeFenced) {
+	if slices.Contains(cfg.modes, modeFenced) && cfg.fencedURL != "" {
+		if s.svc, err = client.New(cfg.fencedURL); err != nil {
+			return err
+		}
+		defer s.svc.Close(context.WithoutCancel(ctx))
+	} else if slices.Contains(cfg.modes, modeFenced) {
 		if s.etcd, err = startEtcd(ctx); err != nil {
 			return err
 		}
@@ -189,10 +222,12 @@ func (s *session) runMode(ctx context.Context, mode string) (modeResult, error) 
 		if err := f.Migrate(ctx); err != nil {
 			return r, err
 		}
-		wc.etcd = s.etcd.ClientURL()
+		if s.svc == nil {
+			wc.etcd = s.etcd.ClientURL()
+		}
 	}
 
-	env := append(os.Environ(), "DATABASE_URL="+s.cfg.databaseURL, "FENCED_REDIS_ADDR="+s.cfg.redisAddr)
+	env := append(os.Environ(), "DATABASE_URL="+s.cfg.databaseURL, "FENCED_REDIS_ADDR="+s.cfg.redisAddr, "FENCED_URL="+s.cfg.fencedURL)
 	f, err := startFleet(s.exe, s.cfg.workers, func(i int) []string {
 		c := wc
 		c.id = i
@@ -258,20 +293,20 @@ func verdict(a audit) string {
 //  1. Every worker works through its transfers; they contend for the lock.
 //  2. Worker 1, in its paused transfer, reports that it has read the
 //     balances under the lock and blocks; the orchestrator freezes it with
-//     SIGSTOP right there, and queues a transfer on the same two accounts
-//     first for worker 2.
+//     SIGSTOP right there, and queues the conflicting transfer, into one
+//     of the two accounts worker 1 read, first for worker 2.
 //  3. The orchestrator polls the lock's key until it no longer holds worker
 //     1's lease (expired, or already taken), and waits for worker 2 to
-//     commit the conflicting transfer, and for the pause time (-pause).
+//     commit the conflicting transfer, and for the pause time (--pause).
 //  4. SIGCONT, and "go": worker 1 writes what it computed before the pause.
 //  5. When every worker has done all its transfers, their stdin is closed
 //     and they exit.
 func (s *session) drive(ctx context.Context, mode, lockName string, f *fleet, r *modeResult) error {
 	victim, rival := f.procs[0], f.procs[1]
-	conflictID := fmt.Sprintf("w%d-conflict", rival.n)
+	conflict := s.plan.conflict
+	conflictID := conflict.Transfer
 	var (
 		read          *report // the victim's read, once reported
-		conflict      command // the transfer worker 2 makes on the same accounts
 		frozenAt      time.Time
 		leaseGone     bool
 		conflictDone  bool
@@ -316,7 +351,7 @@ func (s *session) drive(ctx context.Context, mode, lockName string, f *fleet, r 
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return fmt.Errorf("waiting for the workers: %w (see -timeout)", ctx.Err())
+				return fmt.Errorf("waiting for the workers: %w (see --timeout)", ctx.Err())
 			}
 			return fmt.Errorf("waiting for the workers: %w", ctx.Err())
 
@@ -324,7 +359,7 @@ func (s *session) drive(ctx context.Context, mode, lockName string, f *fleet, r 
 			pauseOver, pauseC = true, nil
 
 		case <-pollC:
-			held, err := s.leaseHeldBy(ctx, mode, lockName, read.Holder)
+			held, err := s.leaseHeldBy(ctx, mode, lockName, read.Holder, read.Token)
 			if err != nil {
 				return fmt.Errorf("watch worker %d's lease: %w", victim.n, err)
 			}
@@ -358,12 +393,6 @@ func (s *session) drive(ctx context.Context, mode, lockName string, f *fleet, r 
 				read = &rep
 				fmt.Fprintf(s.log, "%s: worker %d holds the lock%s and has read accounts %d (%d) and %d (%d) for %s: SIGSTOP\n",
 					mode, victim.n, tokenNote(rep.Token), rep.From, rep.FromBalance, rep.To, rep.ToBalance, rep.Transfer)
-				// The conflicting transfer: the same two accounts, money
-				// moving out of the richer one.
-				conflict = command{Op: opTransfer, Transfer: conflictID, From: rep.From, To: rep.To, Amount: s.plan.conflictAmount}
-				if rep.ToBalance > rep.FromBalance {
-					conflict.From, conflict.To = rep.To, rep.From
-				}
 				rival.queue = append([]command{conflict}, rival.queue...)
 				if err := f.next(rival); err != nil {
 					return err
@@ -400,8 +429,8 @@ func (s *session) drive(ctx context.Context, mode, lockName string, f *fleet, r 
 						break
 					}
 					conflictDone = true
-					fmt.Fprintf(s.log, "%s: worker %d took the lock%s and committed %s, moving %d from account %d to %d\n",
-						mode, e.n, tokenNote(e.rep.Token), e.rep.Transfer, s.plan.conflictAmount, e.rep.From, e.rep.To)
+					fmt.Fprintf(s.log, "%s: worker %d took the lock%s and committed %s, moving %d from account %d into account %d, which worker %d read\n",
+						mode, e.n, tokenNote(e.rep.Token), e.rep.Transfer, conflict.Amount, e.rep.From, e.rep.To, victim.n)
 				case s.plan.pauseID:
 					if read == nil {
 						// Rejected at its read: worker 1 was slower than its
@@ -449,10 +478,15 @@ func allIdle(f *fleet) bool {
 }
 
 // leaseHeldBy reports whether the lock's key in Redis still holds holder.
-func (s *session) leaseHeldBy(ctx context.Context, mode, lockName, holder string) (bool, error) {
+func (s *session) leaseHeldBy(ctx context.Context, mode, lockName, holder string, token uint64) (bool, error) {
 	if mode == modeRedisOnly {
 		v, err := (&redisLock{rdb: s.rdb, key: redisOnlyKey(lockName)}).holder(ctx)
 		return v == holder, err
+	}
+	if s.svc != nil {
+		// The service never tells a lease id; a token is one lease's.
+		st, err := s.svc.Inspect(ctx, lockName)
+		return st.Held && st.Token == fence.Token(token), err
 	}
 	st, err := s.store.Inspect(ctx, lockName)
 	return st.Held && st.LeaseID == holder, err

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fenced/fenced/adapters/postgres"
+	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
@@ -31,16 +32,17 @@ type workerConfig struct {
 	schema      string
 	lockName    string
 	ttl         time.Duration
-	etcd        string // fenced: the etcd client URL
+	etcd        string // fenced: the etcd client URL, when it takes leases with package lock
 	databaseURL string
 	redisAddr   string
+	fencedURL   string // fenced: the fenced service, when it takes leases through it
 }
 
 func (c workerConfig) args() []string {
-	a := []string{workerCommand, "-mode", c.mode, "-id", fmt.Sprint(c.id), "-schema", c.schema,
-		"-lock", c.lockName, "-ttl", c.ttl.String()}
+	a := []string{workerCommand, "--mode", c.mode, "--id", fmt.Sprint(c.id), "--schema", c.schema,
+		"--lock", c.lockName, "--ttl", c.ttl.String()}
 	if c.etcd != "" {
-		a = append(a, "-etcd", c.etcd)
+		a = append(a, "--etcd", c.etcd)
 	}
 	return a
 }
@@ -61,12 +63,13 @@ func runWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&c.etcd, "etcd", "", "etcd client URL (fenced)")
 	fs.StringVar(&c.databaseURL, "database-url", envOr(defaultDatabaseURL, "DATABASE_URL"), "Postgres URL")
 	fs.StringVar(&c.redisAddr, "redis-addr", envOr(defaultRedisAddr, "FENCED_REDIS_ADDR", "REDIS_ADDR"), "Redis address")
+	fs.StringVar(&c.fencedURL, "fenced-url", os.Getenv("FENCED_URL"), "fenced service URL")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if c.mode != modeRedisOnly && c.mode != modeFenced || c.id <= 0 || c.schema == "" || c.lockName == "" || c.ttl <= 0 ||
-		c.mode == modeFenced && c.etcd == "" {
-		return errors.New("worker: -mode, -id, -schema, -lock, -ttl (and -etcd for fenced) are required; the worker role is started by the orchestrator")
+		c.mode == modeFenced && c.etcd == "" && c.fencedURL == "" {
+		return errors.New("worker: --mode, --id, --schema, --lock, --ttl (and --etcd or FENCED_URL for fenced) are required; the worker role is started by the orchestrator")
 	}
 	w, err := newWorker(ctx, c)
 	if err != nil {
@@ -115,11 +118,19 @@ type worker struct {
 
 	redisOnly *redisLock // Redis-only mode
 
-	etcd   *clientv3.Client // fenced mode
+	etcd   *clientv3.Client // fenced mode with package lock
 	seq    *sequencer.Etcd
 	store  *lock.RedisStore
-	client *lock.Client
+	client locker // a *lock.Client, or a *client.Client of the fenced service
 	fence  *postgres.Fence
+}
+
+// locker is what the fenced mode takes leases from: the same code whether
+// the lease comes from package lock in this process or from a fenced
+// server (package client).
+type locker interface {
+	lock.Locker
+	Close(context.Context) error
 }
 
 func newWorker(ctx context.Context, c workerConfig) (_ *worker, err error) {
@@ -139,6 +150,18 @@ func newWorker(ctx context.Context, c workerConfig) (_ *worker, err error) {
 		w.redisOnly = &redisLock{rdb: w.rdb, key: redisOnlyKey(c.lockName)}
 		return w, nil
 	}
+	// The fence table is in the ledger's schema; the orchestrator migrated it.
+	if w.fence, err = postgres.NewFence(w.conn, postgres.WithSchema(c.schema)); err != nil {
+		return nil, err
+	}
+	if c.fencedURL != "" {
+		svc, err := client.New(c.fencedURL)
+		if err != nil {
+			return nil, err
+		}
+		w.client = svc
+		return w, nil
+	}
 	w.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{c.etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("etcd at %s: %w", c.etcd, err)
@@ -149,13 +172,11 @@ func newWorker(ctx context.Context, c workerConfig) (_ *worker, err error) {
 	if w.store, err = lock.NewRedisStore(w.rdb, w.seq); err != nil {
 		return nil, err
 	}
-	if w.client, err = lock.New(w.store); err != nil {
+	locks, err := lock.New(w.store)
+	if err != nil {
 		return nil, err
 	}
-	// The fence table is in the ledger's schema; the orchestrator migrated it.
-	if w.fence, err = postgres.NewFence(w.conn, postgres.WithSchema(c.schema)); err != nil {
-		return nil, err
-	}
+	w.client = locks
 	return w, nil
 }
 

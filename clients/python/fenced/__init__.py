@@ -36,6 +36,7 @@ __all__ = [
     "FencedError",
     "InvalidArgumentError",
     "UnauthenticatedError",
+    "ForbiddenError",
     "NotFoundError",
     "MethodNotAllowedError",
     "HeldError",
@@ -102,6 +103,13 @@ class UnauthenticatedError(FencedError):
     code = "unauthenticated"
 
 
+class ForbiddenError(FencedError):
+    """403 forbidden: the bearer token is known but may not do this, or not
+    to this lock (its permissions or lock name prefixes); the message says
+    what it may do."""
+    code = "forbidden"
+
+
 class NotFoundError(FencedError):
     """404 not_found: no such path (a wrong base URL, or an older fenced)."""
     code = "not_found"
@@ -150,7 +158,7 @@ class TransportError(FencedError):
 
 
 _ERRORS = {cls.code: cls for cls in (
-    InvalidArgumentError, UnauthenticatedError, NotFoundError, MethodNotAllowedError,
+    InvalidArgumentError, UnauthenticatedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
     HeldError, LostError, PayloadTooLargeError, UnsupportedMediaTypeError, UnavailableError,
 )}
 

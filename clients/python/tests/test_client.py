@@ -131,6 +131,7 @@ class RedisTest(unittest.TestCase):
 
     daemon: Daemon
     bearer = "py-client-test-token-0123456789abcdef"
+    reader = "py-client-test-reader-0123456789abcdef"
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -138,6 +139,7 @@ class RedisTest(unittest.TestCase):
         tokens = os.path.join(cls.tmp.name, "tokens")
         with open(tokens, "w") as f:
             f.write(cls.bearer + "\n")
+            f.write(cls.reader + " name=reader prefixes=ro: allow=inspect\n")
         run = unique("py")
         cls.daemon = Daemon("serve", "--redis-addr", os.environ.get("FENCED_TEST_REDIS", "127.0.0.1:6379"),
                             "--redis-prefix", f"fenced-{run}:", "--etcd-data-dir", os.path.join(cls.tmp.name, "etcd"),
@@ -150,6 +152,14 @@ class RedisTest(unittest.TestCase):
 
     def setUp(self) -> None:
         self.client = fenced.Client(self.daemon.url, bearer_token=self.bearer)
+
+    def test_forbidden(self) -> None:
+        reader = fenced.Client(self.daemon.url, bearer_token=self.reader)
+        self.assertFalse(reader.inspect("ro:" + unique()).held)
+        with self.assertRaises(fenced.ForbiddenError) as cm:
+            reader.acquire("ro:" + unique())
+        self.assertEqual((cm.exception.status, cm.exception.code), (403, "forbidden"))
+        self.assertIn('"reader"', cm.exception.message)
 
     def test_unauthenticated(self) -> None:
         with self.assertRaises(fenced.UnauthenticatedError) as cm:

@@ -64,6 +64,10 @@ export class InvalidArgumentError extends FencedError {
 export class UnauthenticatedError extends FencedError {
   static override readonly code = "unauthenticated";
 }
+/** 403 forbidden: the bearer token is known but may not do this, or not to this lock; the message says what it may do. */
+export class ForbiddenError extends FencedError {
+  static override readonly code = "forbidden";
+}
 /** 404 not_found: no such path (a wrong base URL, or an older fenced). */
 export class NotFoundError extends FencedError {
   static override readonly code = "not_found";
@@ -109,6 +113,7 @@ export class TransportError extends FencedError {
 const errorClasses: Record<string, new (m: string, s: number, c: string, r?: number) => FencedError> = {
   invalid_argument: InvalidArgumentError,
   unauthenticated: UnauthenticatedError,
+  forbidden: ForbiddenError,
   not_found: NotFoundError,
   method_not_allowed: MethodNotAllowedError,
   held: HeldError,

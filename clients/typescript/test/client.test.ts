@@ -18,6 +18,7 @@ import {
   NotFoundError,
   TransportError,
   UnauthenticatedError,
+  ForbiddenError,
   parseAnswer,
   setFencingToken,
   validityMs,
@@ -143,9 +144,10 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
   let client: Client;
   let tmp: string;
   const bearer = "ts-client-test-token-0123456789abcdef";
+  const reader = "ts-client-test-reader-0123456789abcdef";
   before(async () => {
     tmp = mkdtempSync(join(tmpdir(), "fenced-ts-"));
-    writeFileSync(join(tmp, "tokens"), bearer + "\n");
+    writeFileSync(join(tmp, "tokens"), bearer + "\n" + reader + " name=reader prefixes=ro: allow=inspect\n");
     const run = unique();
     daemon = await Daemon.start(
       "serve",
@@ -161,6 +163,13 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
   after(async () => {
     await daemon?.stop();
     rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it("says what a scoped token may not do", async () => {
+    const r = new Client(daemon.url, { bearerToken: reader });
+    assert.equal((await r.inspect("ro:" + unique())).held, false);
+    await assert.rejects(r.acquire("ro:" + unique()), (e: unknown) =>
+      e instanceof ForbiddenError && e.status === 403 && e.code === "forbidden" && e.message.includes('"reader"'));
   });
 
   it("needs the bearer token", async () => {

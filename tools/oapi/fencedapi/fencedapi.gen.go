@@ -18,8 +18,33 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for ErrorErrorField.
+const (
+	ErrorErrorFieldLeaseId ErrorErrorField = "lease_id"
+	ErrorErrorFieldName    ErrorErrorField = "name"
+	ErrorErrorFieldTtlMs   ErrorErrorField = "ttl_ms"
+	ErrorErrorFieldWaitMs  ErrorErrorField = "wait_ms"
+)
+
+// Valid indicates whether the value is a known member of the ErrorErrorField enum.
+func (e ErrorErrorField) Valid() bool {
+	switch e {
+	case ErrorErrorFieldLeaseId:
+		return true
+	case ErrorErrorFieldName:
+		return true
+	case ErrorErrorFieldTtlMs:
+		return true
+	case ErrorErrorFieldWaitMs:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErrorCode.
 const (
+	ErrorCodeForbidden            ErrorCode = "forbidden"
 	ErrorCodeHeld                 ErrorCode = "held"
 	ErrorCodeInvalidArgument      ErrorCode = "invalid_argument"
 	ErrorCodeLost                 ErrorCode = "lost"
@@ -34,6 +59,8 @@ const (
 // Valid indicates whether the value is a known member of the ErrorCode enum.
 func (e ErrorCode) Valid() bool {
 	switch e {
+	case ErrorCodeForbidden:
+		return true
 	case ErrorCodeHeld:
 		return true
 	case ErrorCodeInvalidArgument:
@@ -87,19 +114,31 @@ type Empty = map[string]interface{}
 // Error defines model for Error.
 type Error struct {
 	Error struct {
-		// Code invalid_argument 400, unauthenticated 401, not_found 404 (any path
-		// not listed here), method_not_allowed 405, held 409, lost 410,
-		// payload_too_large 413, unsupported_media_type 415, unavailable 503.
+		// Code invalid_argument 400, unauthenticated 401, forbidden 403,
+		// not_found 404 (any path not listed here), method_not_allowed 405,
+		// held 409, lost 410, payload_too_large 413,
+		// unsupported_media_type 415, unavailable 503.
 		Code ErrorCode `json:"code"`
 
-		// Message What was wrong and, where it helps, what to do.
+		// Field The part of the request that was refused: name (the lock name
+		// in the path), ttl_ms, wait_ms or lease_id. Absent when the
+		// request as a whole was refused.
+		Field *ErrorErrorField `json:"field,omitempty"`
+
+		// Message What was wrong and, where it helps, what to do. For people; clients decide by code and field.
 		Message string `json:"message"`
 	} `json:"error"`
 }
 
-// ErrorCode invalid_argument 400, unauthenticated 401, not_found 404 (any path
-// not listed here), method_not_allowed 405, held 409, lost 410,
-// payload_too_large 413, unsupported_media_type 415, unavailable 503.
+// ErrorErrorField The part of the request that was refused: name (the lock name
+// in the path), ttl_ms, wait_ms or lease_id. Absent when the
+// request as a whole was refused.
+type ErrorErrorField string
+
+// ErrorCode invalid_argument 400, unauthenticated 401, forbidden 403,
+// not_found 404 (any path not listed here), method_not_allowed 405,
+// held 409, lost 410, payload_too_large 413,
+// unsupported_media_type 415, unavailable 503.
 type ErrorCode string
 
 // Lease defines model for Lease.
@@ -168,6 +207,9 @@ type Token = int64
 
 // Name defines model for Name.
 type Name = string
+
+// Forbidden defines model for Forbidden.
+type Forbidden = Error
 
 // Held defines model for Held.
 type Held = Error
@@ -292,11 +334,16 @@ type ClientInterface interface {
 	// Metrics Prometheus metrics
 	//
 	// fenced_acquisitions_total{result}, fenced_acquire_duration_seconds,
-	// fenced_tokens_issued_total, fenced_active_leases,
+	// fenced_tokens_issued_total, fenced_active_leases, fenced_waiters,
 	// fenced_refreshes_total{result}, fenced_releases_total{result},
 	// fenced_leases_lost_total, fenced_backend_errors_total{op},
-	// fenced_http_requests_total{route,code}, and the Go and process
-	// collectors.
+	// fenced_http_requests_total{route,code},
+	// fenced_http_request_duration_seconds{route},
+	// fenced_auth_refused_total{code}, and the Go and process collectors.
+	// The fenced daemon adds fenced_build_info{version,goversion},
+	// fenced_etcd_request_duration_seconds{method} and
+	// fenced_redis_command_duration_seconds{command}. Needs the metrics
+	// permission when tokens are configured.
 	//
 	// Corresponds with GET /metrics (the `Metrics` operationId).
 	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -440,11 +487,16 @@ func (c *Client) HealthzHead(ctx context.Context, reqEditors ...RequestEditorFn)
 // Metrics Prometheus metrics
 //
 // fenced_acquisitions_total{result}, fenced_acquire_duration_seconds,
-// fenced_tokens_issued_total, fenced_active_leases,
+// fenced_tokens_issued_total, fenced_active_leases, fenced_waiters,
 // fenced_refreshes_total{result}, fenced_releases_total{result},
 // fenced_leases_lost_total, fenced_backend_errors_total{op},
-// fenced_http_requests_total{route,code}, and the Go and process
-// collectors.
+// fenced_http_requests_total{route,code},
+// fenced_http_request_duration_seconds{route},
+// fenced_auth_refused_total{code}, and the Go and process collectors.
+// The fenced daemon adds fenced_build_info{version,goversion},
+// fenced_etcd_request_duration_seconds{method} and
+// fenced_redis_command_duration_seconds{command}. Needs the metrics
+// permission when tokens are configured.
 //
 // Corresponds with GET /metrics (the `Metrics` operationId).
 func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1180,11 +1232,16 @@ type ClientWithResponsesInterface interface {
 	// MetricsWithResponse Prometheus metrics
 	//
 	// fenced_acquisitions_total{result}, fenced_acquire_duration_seconds,
-	// fenced_tokens_issued_total, fenced_active_leases,
+	// fenced_tokens_issued_total, fenced_active_leases, fenced_waiters,
 	// fenced_refreshes_total{result}, fenced_releases_total{result},
 	// fenced_leases_lost_total, fenced_backend_errors_total{op},
-	// fenced_http_requests_total{route,code}, and the Go and process
-	// collectors.
+	// fenced_http_requests_total{route,code},
+	// fenced_http_request_duration_seconds{route},
+	// fenced_auth_refused_total{code}, and the Go and process collectors.
+	// The fenced daemon adds fenced_build_info{version,goversion},
+	// fenced_etcd_request_duration_seconds{method} and
+	// fenced_redis_command_duration_seconds{command}. Needs the metrics
+	// permission when tokens are configured.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1437,6 +1494,8 @@ type MetricsResponse struct {
 	HTTPResponse *http.Response
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON405 the response for an HTTP 405 `application/json` response
@@ -1450,6 +1509,11 @@ type MetricsResponse struct {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r MetricsResponse) GetJSON401() *Unauthenticated {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r MetricsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -1696,6 +1760,8 @@ type InspectResponse struct {
 	JSON400 *InvalidArgument
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON405 the response for an HTTP 405 `application/json` response
@@ -1723,6 +1789,11 @@ func (r InspectResponse) GetJSON400() *InvalidArgument {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r InspectResponse) GetJSON401() *Unauthenticated {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r InspectResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -1849,6 +1920,8 @@ type AcquireResponse struct {
 	JSON400 *InvalidArgument
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON405 the response for an HTTP 405 `application/json` response
@@ -1882,6 +1955,11 @@ func (r AcquireResponse) GetJSON400() *InvalidArgument {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r AcquireResponse) GetJSON401() *Unauthenticated {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r AcquireResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -1967,6 +2045,8 @@ type RefreshResponse struct {
 	JSON400 *InvalidArgument
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON405 the response for an HTTP 405 `application/json` response
@@ -2000,6 +2080,11 @@ func (r RefreshResponse) GetJSON400() *InvalidArgument {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r RefreshResponse) GetJSON401() *Unauthenticated {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r RefreshResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -2085,6 +2170,8 @@ type ReleaseResponse struct {
 	JSON400 *InvalidArgument
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON405 the response for an HTTP 405 `application/json` response
@@ -2118,6 +2205,11 @@ func (r ReleaseResponse) GetJSON400() *InvalidArgument {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ReleaseResponse) GetJSON401() *Unauthenticated {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ReleaseResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -2319,11 +2411,16 @@ func (c *ClientWithResponses) HealthzHeadWithResponse(ctx context.Context, reqEd
 // MetricsWithResponse Prometheus metrics
 //
 // fenced_acquisitions_total{result}, fenced_acquire_duration_seconds,
-// fenced_tokens_issued_total, fenced_active_leases,
+// fenced_tokens_issued_total, fenced_active_leases, fenced_waiters,
 // fenced_refreshes_total{result}, fenced_releases_total{result},
 // fenced_leases_lost_total, fenced_backend_errors_total{op},
-// fenced_http_requests_total{route,code}, and the Go and process
-// collectors.
+// fenced_http_requests_total{route,code},
+// fenced_http_request_duration_seconds{route},
+// fenced_auth_refused_total{code}, and the Go and process collectors.
+// The fenced daemon adds fenced_build_info{version,goversion},
+// fenced_etcd_request_duration_seconds{method} and
+// fenced_redis_command_duration_seconds{command}. Needs the metrics
+// permission when tokens are configured.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2653,6 +2750,13 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2902,6 +3006,13 @@ func ParseInspectResponse(rsp *http.Response) (*InspectResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3052,6 +3163,13 @@ func ParseAcquireResponse(rsp *http.Response) (*AcquireResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3167,6 +3285,13 @@ func ParseRefreshResponse(rsp *http.Response) (*RefreshResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3281,6 +3406,13 @@ func ParseReleaseResponse(rsp *http.Response) (*ReleaseResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound

@@ -1,0 +1,132 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/fenced/fenced/fence"
+)
+
+// The wire types of the v1 API, as openapi.yaml in this directory
+// specifies them. Package server writes them and package client reads them;
+// server's tests check that their JSON fields are the document's.
+
+// AcquireRequest is the body of POST /v1/locks/{name}/acquire. A missing
+// field takes the server's default: ttl_ms its default TTL (30s), wait_ms 0
+// (one attempt).
+type AcquireRequest struct {
+	TTLMs  *int64 `json:"ttl_ms,omitempty"`
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
+
+// RefreshRequest is the body of POST /v1/locks/{name}/refresh. A missing
+// ttl_ms asks for the server's default TTL.
+type RefreshRequest struct {
+	LeaseID string `json:"lease_id"`
+	TTLMs   *int64 `json:"ttl_ms,omitempty"`
+}
+
+// ReleaseRequest is the body of POST /v1/locks/{name}/release.
+type ReleaseRequest struct {
+	LeaseID string `json:"lease_id"`
+}
+
+// Lease is the answer to acquire and refresh: a held lease. TTLMs is the
+// TTL the lease store really granted.
+type Lease struct {
+	Name    string      `json:"name"`
+	LeaseID string      `json:"lease_id"`
+	Token   fence.Token `json:"token"`
+	TTLMs   int64       `json:"ttl_ms"`
+}
+
+// LockState is the answer to GET /v1/locks/{name}. It never carries the
+// lease id. Token and TTLMs are 0 when the lock is not held.
+type LockState struct {
+	Name  string      `json:"name"`
+	Held  bool        `json:"held"`
+	Token fence.Token `json:"token"`
+	TTLMs int64       `json:"ttl_ms"`
+}
+
+// Empty is the answer to release: {}.
+type Empty struct{}
+
+// Status is the answer of GET /healthz and /readyz when they succeed.
+type Status struct {
+	Status string `json:"status"` // "ok"
+}
+
+// ErrorBody is every error answer: {"error":{"code","message"[,"field"]}}.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}
+
+// Error says what went wrong. Clients decide by Code and Field, never by
+// Message, which is for people.
+type Error struct {
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
+	// Field is the part of the request that was refused: one of the Field
+	// constants. Empty when the request as a whole was (a body that is not
+	// JSON, a missing token).
+	Field string `json:"field,omitempty"`
+}
+
+// Fields of a request that an Error can name.
+const (
+	FieldName    = "name"     // the lock name in the path
+	FieldTTLMs   = "ttl_ms"   // the TTL
+	FieldWaitMs  = "wait_ms"  // the wait
+	FieldLeaseID = "lease_id" // the lease id
+)
+
+// ErrorCode is the code of an Error. Each has one HTTP status.
+type ErrorCode string
+
+// The error codes of the v1 API.
+const (
+	CodeInvalidArgument      ErrorCode = "invalid_argument"       // 400: a bad lock name, body, ttl_ms, wait_ms or lease id
+	CodeUnauthenticated      ErrorCode = "unauthenticated"        // 401: a missing or unknown bearer token
+	CodeForbidden            ErrorCode = "forbidden"              // 403: the token may not do this to this lock
+	CodeNotFound             ErrorCode = "not_found"              // 404: no such path
+	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // 405
+	CodeHeld                 ErrorCode = "held"                   // 409: another holder has the lease
+	CodeLost                 ErrorCode = "lost"                   // 410: this lease id does not hold the lease
+	CodePayloadTooLarge      ErrorCode = "payload_too_large"      // 413
+	CodeUnsupportedMediaType ErrorCode = "unsupported_media_type" // 415
+	CodeUnavailable          ErrorCode = "unavailable"            // 503: a backend failed, or the server is shutting down
+)
+
+// ErrorCodes lists every code, in the order of their statuses.
+var ErrorCodes = []ErrorCode{
+	CodeInvalidArgument, CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeMethodNotAllowed,
+	CodeHeld, CodeLost, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable,
+}
+
+// Status is the HTTP status of the code; 0 for a code this package does
+// not know (a newer server's).
+func (c ErrorCode) Status() int {
+	switch c {
+	case CodeInvalidArgument:
+		return http.StatusBadRequest
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case CodeHeld:
+		return http.StatusConflict
+	case CodeLost:
+		return http.StatusGone
+	case CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeUnsupportedMediaType:
+		return http.StatusUnsupportedMediaType
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return 0
+}

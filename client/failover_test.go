@@ -1,0 +1,164 @@
+package client_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+)
+
+// counted is an HTTP server that counts its requests and answers each with
+// answer.
+func counted(t *testing.T, answer http.HandlerFunc) (string, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		answer(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	return hs.URL, &n
+}
+
+// unavailable answers 503, as a fenced node whose backends fail does.
+func unavailable(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	io.WriteString(w, `{"error":{"code":"unavailable","message":"injected"}}`)
+}
+
+// vanishing reads the whole request, then drops the connection without an
+// answer, as a node killed after the request reached it: the request may
+// have taken effect.
+func vanishing(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		conn.Close()
+	}
+}
+
+// deadURL is a URL where nothing listens: a request cannot be written.
+func deadURL(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "http://" + l.Addr().String()
+	l.Close()
+	return u
+}
+
+// TestFailover: a client of several servers moves on from one that cannot
+// be reached or answers 503, stays with the one that answered, and sends a
+// request that may have reached a server again only when that is safe.
+func TestFailover(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+
+	t.Run("DeadAndUnavailable", func(t *testing.T) {
+		u503, n503 := counted(t, unavailable)
+		c := newClient(t, deadURL(t)+", "+u503+","+f.url)
+		if got := c.URLs(); len(got) != 3 || got[2] != f.url {
+			t.Fatalf("URLs %q", got)
+		}
+		name := testenv.Name(t)
+		l, err := c.TryAcquire(ctx, name, 5*time.Second) // not written to the dead one; 503 from the next
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n503.Load() != 1 {
+			t.Fatalf("the 503 server saw %d requests, want 1", n503.Load())
+		}
+		// The client stays with the server that answered.
+		if err := l.Refresh(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n503.Load() != 1 {
+			t.Fatalf("the 503 server saw %d requests after the client moved on, want 1", n503.Load())
+		}
+	})
+
+	t.Run("AllFail", func(t *testing.T) {
+		u503, _ := counted(t, unavailable)
+		dead := deadURL(t)
+		c := newClient(t, dead+","+u503)
+		_, err := c.TryAcquire(ctx, testenv.Name(t), time.Second)
+		var se *client.ServerError
+		var ae *client.APIError
+		if !errors.As(err, &se) || !errors.As(err, &ae) || ae.Status != 503 || !strings.Contains(err.Error(), dead) {
+			t.Fatalf("every server failed: %v, want a ServerError per server", err)
+		}
+	})
+
+	t.Run("LostAnswer", func(t *testing.T) {
+		uGone, nGone := counted(t, vanishing)
+		c := newClient(t, uGone+","+f.url)
+		name := testenv.Name(t)
+		// One attempt whose request reached a server is not sent again: it
+		// may have been granted there.
+		_, err := c.TryAcquire(ctx, name, time.Second)
+		if err == nil || errors.Is(err, lock.ErrNotAcquired) || nGone.Load() != 1 {
+			t.Fatalf("TryAcquire whose answer was lost: %v (%d requests), want the transport error", err, nGone.Load())
+		}
+		if st, err := c.Inspect(ctx, name); err != nil || st.Held { // a safe request moves on
+			t.Fatalf("inspect: %+v, %v", st, err)
+		}
+		// A waiting Acquire moves on: at worst a lease granted unseen holds
+		// the lock until its TTL, and the waiter gets it then.
+		c2 := newClient(t, uGone+","+f.url)
+		l, err := c2.Acquire(ctx, name, time.Second, lock.WithKeepAlive())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestLockerOptions: the client takes lock.Options, and refuses those that
+// do not apply as lock.Client does.
+func TestLockerOptions(t *testing.T) {
+	f := newFixture(t)
+	var locks lock.Locker = newClient(t, f.url)
+	ctx := t.Context()
+	for _, c := range []struct {
+		try  bool
+		opts []lock.Option
+	}{
+		{true, []lock.Option{lock.WithWait(time.Second)}},
+		{false, []lock.Option{lock.WithRetry(lock.NoRetry())}},
+		{false, []lock.Option{lock.WithKeepAlive(), lock.WithDetached()}},
+	} {
+		var err error
+		if c.try {
+			_, err = locks.TryAcquire(ctx, "x", time.Second, c.opts...)
+		} else {
+			_, err = locks.Acquire(ctx, "x", time.Second, c.opts...)
+		}
+		if !errors.Is(err, lock.ErrInvalidOption) {
+			t.Errorf("try %v, %d options: %v, want ErrInvalidOption", c.try, len(c.opts), err)
+		}
+	}
+	l, err := locks.Acquire(ctx, testenv.Name(t), time.Second, lock.WithDetached(), lock.WithWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"flag"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisFlags configure the Redis client of the Redis lease store: serve's
+// --lease-store=redis, and dev's --redis-addr.
+type redisFlags struct {
+	addr, sentinelAddrs, master, clusterAddrs string
+	username, password, sentinelPassword      string
+	db                                        int
+	tls                                       bool
+	tlsFiles                                  tlsFiles
+	prefix                                    string
+}
+
+func (r *redisFlags) register(fs *flag.FlagSet) {
+	r.registerAddr(fs, "A single Redis server, `host:port`.")
+	fs.StringVar(&r.sentinelAddrs, "redis-sentinel-addrs", "", "Redis Sentinel: the sentinels, `host:port,...` (needs --redis-master).")
+	fs.StringVar(&r.master, "redis-master", "", "Redis Sentinel: the master `name` the sentinels watch.")
+	fs.StringVar(&r.clusterAddrs, "redis-cluster-addrs", "", "Redis Cluster: some of its nodes, `host:port,...`.")
+	fs.StringVar(&r.username, "redis-username", "", "Redis ACL user name.")
+	fs.StringVar(&r.password, "redis-password", "", "Redis password; prefer the environment variable to keep it out of ps.")
+	fs.StringVar(&r.sentinelPassword, "redis-sentinel-password", "", "Password of the sentinels themselves, if they have one.")
+	fs.IntVar(&r.db, "redis-db", 0, "Redis database `number` (single server and Sentinel; Cluster has only 0).")
+	fs.BoolVar(&r.tls, "redis-tls", false, "Connect to Redis over TLS (implied by --redis-tls-ca or --redis-tls-cert).")
+	r.tlsFiles.caFlag, r.tlsFiles.certFlag, r.tlsFiles.keyFlag = "--redis-tls-ca", "--redis-tls-cert", "--redis-tls-key"
+	fs.StringVar(&r.tlsFiles.ca, "redis-tls-ca", "", "PEM CA `file` to verify Redis's certificate. Empty: the system's roots.")
+	fs.StringVar(&r.tlsFiles.cert, "redis-tls-cert", "", "PEM client certificate `file` for Redis (needs --redis-tls-key).")
+	fs.StringVar(&r.tlsFiles.key, "redis-tls-key", "", "PEM private key `file` of --redis-tls-cert.")
+	fs.StringVar(&r.tlsFiles.serverName, "redis-tls-server-name", "", "Server `name` to verify in Redis's certificate. Empty: the host of the address.")
+	r.registerPrefix(fs)
+}
+
+func (r *redisFlags) registerAddr(fs *flag.FlagSet, help string) {
+	fs.StringVar(&r.addr, "redis-addr", "", help)
+}
+
+func (r *redisFlags) registerPrefix(fs *flag.FlagSet) {
+	fs.StringVar(&r.prefix, "redis-prefix", "fenced:", "Redis key `prefix`.")
+}
+
+var redisFlagNames = []string{"redis-addr", "redis-sentinel-addrs", "redis-master", "redis-cluster-addrs", "redis-username",
+	"redis-password", "redis-sentinel-password", "redis-db", "redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key",
+	"redis-tls-server-name", "redis-prefix"}
+
+func (r *redisFlags) validate(cmd string) (*redis.UniversalOptions, error) {
+	var given []string
+	for _, f := range []struct{ name, v string }{{"--redis-addr", r.addr}, {"--redis-sentinel-addrs", r.sentinelAddrs}, {"--redis-cluster-addrs", r.clusterAddrs}} {
+		if f.v != "" {
+			given = append(given, f.name)
+		}
+	}
+	switch {
+	case len(given) == 0:
+		return nil, usagef(cmd, "--lease-store=redis needs Redis: one of --redis-addr (single server), --redis-sentinel-addrs with --redis-master (Sentinel), or --redis-cluster-addrs (Cluster); or use --lease-store=etcd")
+	case len(given) > 1:
+		return nil, usagef(cmd, "%s: give only one Redis topology", strings.Join(given, " and "))
+	case (r.sentinelAddrs != "") != (r.master != ""):
+		return nil, usagef(cmd, "--redis-sentinel-addrs and --redis-master go together: Sentinel needs both")
+	case r.db < 0:
+		return nil, usagef(cmd, "--redis-db %d: want >= 0", r.db)
+	case r.db != 0 && r.clusterAddrs != "":
+		return nil, usagef(cmd, "--redis-db %d with --redis-cluster-addrs: Redis Cluster has only database 0", r.db)
+	case r.prefix == "":
+		return nil, usagef(cmd, "--redis-prefix: want a non-empty prefix")
+	}
+	if err := r.tlsFiles.check(cmd); err != nil {
+		return nil, err
+	}
+	o := &redis.UniversalOptions{
+		MasterName: r.master, Username: r.username, Password: r.password,
+		SentinelPassword: r.sentinelPassword, DB: r.db,
+		IsClusterMode: r.clusterAddrs != "",
+	}
+	flagName, list := "--redis-addr", r.addr
+	if r.sentinelAddrs != "" {
+		flagName, list = "--redis-sentinel-addrs", r.sentinelAddrs
+	} else if r.clusterAddrs != "" {
+		flagName, list = "--redis-cluster-addrs", r.clusterAddrs
+	}
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return nil, usagef(cmd, "%s: address %q: want host:port", flagName, a)
+		}
+		o.Addrs = append(o.Addrs, a)
+	}
+	if len(o.Addrs) == 0 {
+		return nil, usagef(cmd, "%s %q: no address", flagName, list)
+	}
+	if flagName == "--redis-addr" && len(o.Addrs) > 1 {
+		return nil, usagef(cmd, "--redis-addr %q: one server; for several use --redis-sentinel-addrs or --redis-cluster-addrs", list)
+	}
+	return o, nil
+}
+
+// client builds the Redis client: a single-server, Sentinel (failover) or
+// Cluster client, each a redis.UniversalClient. Its commands are timed in
+// m, and go-redis's own log lines go to log.
+func (r *redisFlags) client(o *redis.UniversalOptions, m *daemonMetrics, log *slog.Logger) (redis.UniversalClient, error) {
+	if r.tls || r.tlsFiles.ca != "" || r.tlsFiles.cert != "" {
+		tc, err := r.tlsFiles.client()
+		if err != nil {
+			return nil, err
+		}
+		o.TLSConfig = tc
+	}
+	redis.SetLogger(redisLogger{log})
+	rdb := redis.NewUniversalClient(o)
+	rdb.AddHook(redisHook{m.redis})
+	return rdb, nil
+}
+
+func (r *redisFlags) topology() string {
+	switch {
+	case r.sentinelAddrs != "":
+		return "sentinel"
+	case r.clusterAddrs != "":
+		return "cluster"
+	}
+	return "single"
+}

@@ -1,0 +1,75 @@
+package main_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+)
+
+// TestScopedTokensReloadOnSIGHUP: a token limited to a prefix gets a 403
+// that says which prefixes it has; SIGHUP reloads the token file without a
+// restart; a file that does not load keeps the tokens in force, and the
+// log says why.
+func TestScopedTokensReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
+	const (
+		admin = "admin-token-0123456789abcdef"
+		ci    = "ci-token-0123456789abcdef"
+	)
+	file := filepath.Join(t.TempDir(), "tokens")
+	write := func(content string) {
+		t.Helper()
+		// Replace the file whole, as an operator's editor or a Secret
+		// update does: a reload never sees half a file.
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("# operators\n" + admin + "\n" + ci + " name=ci prefixes=build: allow=acquire,inspect\n")
+	p, url := startDev(t, []string{"FENCED_AUTH_TOKEN_FILE=" + file})
+	asCI := newAPI(t, url).withToken(ci)
+	name := testenv.Name(t)
+
+	m := asCI.must(403, "POST", "/v1/locks/prod:"+name+"/acquire", `{"ttl_ms":1000}`)
+	e, _ := m["error"].(map[string]any)
+	if e["code"] != "forbidden" || e["field"] != "name" || !strings.Contains(e["message"].(string), `must start with "build:"`) {
+		t.Fatalf("ci on prod: %v, want a 403 naming the prefix it has", m)
+	}
+	l := asCI.acquire("build:"+name, 1000)
+	asCI.release("build:"+name, l.id)
+	asCI.must(403, "GET", "/metrics", "")
+
+	reloaded := func(n int) {
+		t.Helper()
+		eventually(t, 20*time.Second, "the reload in the log", func() bool {
+			return strings.Count(p.stderr.String(), "SIGHUP: auth tokens reloaded") == n
+		})
+	}
+	write(admin + "\n" + ci + " name=ci prefixes=prod: allow=acquire\n")
+	p.signal(syscall.SIGHUP)
+	reloaded(1)
+	l = asCI.acquire("prod:"+name, 1000)
+	asCI.release("prod:"+name, l.id)
+	asCI.must(403, "POST", "/v1/locks/build:"+name+"/acquire", `{}`)
+
+	// A broken file: the old tokens stay, the log says why.
+	write(admin + "\n" + ci + " name=ci allow=acquire,fly\n")
+	p.signal(syscall.SIGHUP)
+	eventually(t, 20*time.Second, "the failed reload in the log", func() bool {
+		return strings.Contains(p.stderr.String(), "auth tokens not reloaded") && strings.Contains(p.stderr.String(), `unknown permission \"fly\"`)
+	})
+	l = asCI.acquire("prod:"+name, 1000)
+	asCI.release("prod:"+name, l.id)
+	if strings.Contains(p.stderr.String(), ci) || strings.Contains(p.stderr.String(), admin) {
+		t.Fatal("the log shows a token")
+	}
+}

@@ -1,0 +1,129 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// LeaseKeeper refreshes and releases leases by lease id: all that a Lease
+// needs of the place its lease is held. Every LeaseStore is one; package
+// client's keeper goes through a fenced server's API.
+type LeaseKeeper interface {
+	// Refresh extends the lease if leaseID still holds it, and returns its
+	// token and the TTL it now has. ErrLost if not held.
+	Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error)
+	// Release deletes the lease if leaseID holds it. ErrLost if not held;
+	// releasing again by the lease id that released it succeeds.
+	Release(ctx context.Context, name, leaseID string) error
+}
+
+var _ LeaseKeeper = LeaseStore(nil)
+
+// LeaseSet holds the leases kept through one LeaseKeeper: it makes Leases
+// of leases granted elsewhere (Adopt), tracks those that are not detached,
+// and releases the ones still held on Close. A Client has one over its
+// store; package client has one over a fenced server's API.
+type LeaseSet struct {
+	keeper LeaseKeeper
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+	closed bool
+}
+
+// NewLeaseSet returns an empty set of leases kept through k.
+func NewLeaseSet(k LeaseKeeper) (*LeaseSet, error) {
+	if k == nil {
+		return nil, errors.New("lock: nil lease keeper")
+	}
+	return &LeaseSet{keeper: k, leases: make(map[*Lease]struct{})}, nil
+}
+
+// Adopt makes a Lease of a lease granted elsewhere, for example by a fenced
+// server: g is what was granted and start when the request was sent, so
+// that validity = g.TTL - elapsed - Drift. The set's keeper refreshes and
+// releases it by its lease id. Options: WithKeepAlive or WithDetached;
+// WithWait and WithRetry do not apply (the lease is already held). A lease
+// with no validity left is released, and Adopt returns ErrNotAcquired.
+func (s *LeaseSet) Adopt(ctx context.Context, name, leaseID string, g Grant, start time.Time, opts ...Option) (*Lease, error) {
+	o, err := ResolveOptions(false, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if o.Wait != 0 || o.Retry != nil {
+		return nil, fmt.Errorf("%w: WithWait and WithRetry do not apply to Adopt: the lease is already held", ErrInvalidOption)
+	}
+	if err := validateID(name, leaseID); err != nil {
+		return nil, err
+	}
+	if g.Token == 0 || g.TTL <= 0 {
+		return nil, fmt.Errorf("lock: adopt %q: a grant needs a token and a TTL, got %d and %s", name, g.Token, g.TTL)
+	}
+	l, err := s.adopt(ctx, name, leaseID, g, start, o)
+	if errors.Is(err, errNoValidity) {
+		return nil, fmt.Errorf("%w: %q: %v", ErrNotAcquired, name, err)
+	}
+	return l, err
+}
+
+func (s *LeaseSet) adopt(ctx context.Context, name, id string, g Grant, start time.Time, o AcquireOptions) (*Lease, error) {
+	validity := g.TTL - time.Since(start) - Drift(g.TTL)
+	if validity <= 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = s.keeper.Release(rctx, name, id) // the lease expires anyway; releasing only frees it sooner
+		return nil, errNoValidity
+	}
+	l := newLease(ctx, s, name, id, g, start, o.KeepAlive)
+	if o.Detached {
+		return l, nil
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Release(context.WithoutCancel(ctx))
+		return nil, ErrClosed
+	}
+	s.leases[l] = struct{}{}
+	s.mu.Unlock()
+	l.start()
+	return l, nil
+}
+
+func (s *LeaseSet) checkOpen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *LeaseSet) forget(l *Lease) {
+	s.mu.Lock()
+	delete(s.leases, l)
+	s.mu.Unlock()
+}
+
+// Close releases every lease of the set still held and waits for their
+// keep-alive goroutines. Later adoptions return ErrClosed. Close is
+// idempotent.
+func (s *LeaseSet) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	leases := make([]*Lease, 0, len(s.leases))
+	for l := range s.leases {
+		leases = append(leases, l)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, l := range leases {
+		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLost) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,125 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+)
+
+// TestOptionsThatDoNotApply: an option that does not apply to the call is
+// an error that says what is allowed, and nothing reaches the store.
+func TestOptionsThatDoNotApply(t *testing.T) {
+	cs := &counting{LeaseStore: etcdBackend(t).store}
+	c := newClient(t, cs)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	for _, tc := range []struct {
+		call string
+		opts []lock.Option
+		want string
+	}{
+		{"try", []lock.Option{lock.WithWait(time.Second)}, "WithWait does not apply to TryAcquire"},
+		{"try", []lock.Option{lock.WithWait(0)}, "WithWait does not apply to TryAcquire"},
+		{"try", []lock.Option{lock.WithRetry(lock.NoRetry())}, "WithRetry does not apply to TryAcquire"},
+		{"try", []lock.Option{lock.WithDetached(), lock.WithKeepAlive()}, "WithDetached and WithKeepAlive together"},
+		{"acquire", []lock.Option{lock.WithKeepAlive(), lock.WithDetached()}, "WithDetached and WithKeepAlive together"},
+		{"acquire", []lock.Option{lock.WithWait(-time.Second)}, "want >= 0"},
+		{"acquire", []lock.Option{lock.WithRetry(nil)}, "WithRetry(nil)"},
+		{"acquire", []lock.Option{nil}, "nil Option"},
+	} {
+		var err error
+		if tc.call == "try" {
+			_, err = c.TryAcquire(ctx, name, time.Second, tc.opts...)
+		} else {
+			_, err = c.Acquire(ctx, name, time.Second, tc.opts...)
+		}
+		if !errors.Is(err, lock.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s with %d options: %v, want ErrInvalidOption saying %q", tc.call, len(tc.opts), err, tc.want)
+		}
+	}
+	if n := cs.calls.Load(); n != 0 {
+		t.Fatalf("%d calls reached the store", n)
+	}
+	// The same options on the call they apply to are fine.
+	l, err := c.Acquire(ctx, name, time.Second, lock.WithWait(time.Second), lock.WithRetry(lock.NoRetry()), lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Adopt(ctx, name, l.ID(), lock.Grant{Token: l.Token(), TTL: time.Second}, time.Now(), lock.WithWait(time.Second)); !errors.Is(err, lock.ErrInvalidOption) {
+		t.Fatalf("Adopt with WithWait: %v, want ErrInvalidOption", err)
+	}
+}
+
+func TestResolveOptions(t *testing.T) {
+	s := lock.LinearBackoff(time.Millisecond)
+	o, err := lock.ResolveOptions(false, lock.WithWait(time.Second), lock.WithRetry(s), lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o != (lock.AcquireOptions{Wait: time.Second, Retry: s, KeepAlive: true}) {
+		t.Fatalf("resolved %+v", o)
+	}
+	o, err = lock.ResolveOptions(true, lock.WithDetached())
+	if err != nil || o != (lock.AcquireOptions{Try: true, Detached: true}) {
+		t.Fatalf("resolved %+v, %v", o, err)
+	}
+}
+
+// keeperOnly is a LeaseKeeper and nothing more: what a Lease needs.
+type keeperOnly struct{ k lock.LeaseKeeper }
+
+func (k keeperOnly) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+	return k.k.Refresh(ctx, name, id, ttl)
+}
+
+func (k keeperOnly) Release(ctx context.Context, name, id string) error {
+	return k.k.Release(ctx, name, id)
+}
+
+// TestLeaseSet adopts a lease granted by one client into a set that can
+// only refresh and release: keep-alive, Close and ErrClosed work as for a
+// Client's own leases.
+func TestLeaseSet(t *testing.T) {
+	b := redisBackend(t)
+	taker := newClient(t, b.store)
+	set, err := lock.NewLeaseSet(keeperOnly{b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	name := testenv.Name(t)
+	start := time.Now()
+	d, err := taker.Acquire(ctx, name, b.ttl, lock.WithDetached())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := set.Adopt(ctx, name, d.ID(), lock.Grant{Token: d.Token(), TTL: d.TTL()}, start, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l.Deadline()
+	waitUntil(t, func() bool { return l.Deadline().After(first.Add(b.ttl)) }) // kept alive through the keeper
+	if err := set.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(l.Err(), lock.ErrReleased) {
+		t.Fatalf("Err after Close = %v, want ErrReleased", l.Err())
+	}
+	if st, err := taker.Inspect(ctx, name); err != nil || st.Held {
+		t.Fatalf("after Close: %+v, %v", st, err)
+	}
+	if _, err := set.Adopt(ctx, name, d.ID(), lock.Grant{Token: d.Token(), TTL: d.TTL()}, time.Now()); !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("Adopt after Close = %v, want ErrClosed", err)
+	}
+	if _, err := lock.NewLeaseSet(nil); err == nil {
+		t.Fatal("NewLeaseSet(nil) accepted")
+	}
+}
