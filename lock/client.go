@@ -63,37 +63,59 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if err := ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
+	began := time.Now()
 	if o.Wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, o.Wait, errWaitBudget)
 		defer cancel()
 	}
+	req := AcquireRequest{Name: name, TTL: ttl, Owner: o.Owner, Holder: o.Holder}
+	if !o.Unfair {
+		// A place in the queue, the same across this acquisition's attempts.
+		var err error
+		if req.Waiter, err = newLeaseID(); err != nil {
+			return nil, err
+		}
+		req.WaiterTTL = DefaultWaiterTTL
+	}
 	var (
 		notify   <-chan struct{}
 		stopWait func()
 		busy     error // the last attempt's reason it did not get the lease
+		acquired bool
 	)
 	defer func() {
 		if stopWait != nil {
 			stopWait()
+		}
+		if req.Waiter != "" && !acquired && busy != nil {
+			// Give up the place, so that those behind need not wait for it
+			// to expire.
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = c.store.Leave(lctx, name, req.Waiter)
 		}
 	}()
 	for {
 		if err := c.set.checkOpen(); err != nil {
 			return nil, err
 		}
-		l, err := c.attempt(ctx, name, ttl, o)
+		l, err := c.attempt(ctx, req, o)
 		if err == nil {
+			acquired = true
 			return l, nil
 		}
 		var held *HeldError
 		if !errors.As(err, &held) && !errors.Is(err, ErrLost) && !errors.Is(err, errNoValidity) {
-			return nil, c.fail(ctx, name, err, busy)
+			return nil, c.fail(ctx, name, err, busy, began)
 		}
 		busy = err
 		d := o.Retry.NextBackoff()
 		if d <= 0 {
 			return nil, notAcquired(name, busy)
+		}
+		if req.Waiter != "" {
+			d = min(d, req.WaiterTTL/3) // keep the place
 		}
 		if notify == nil {
 			// Subscribe, then try once more at once: a release between the
@@ -103,17 +125,17 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			// re-established) leaves the waiter to the retry strategy, and
 			// the next round subscribes again (docs/design.md, defect 2).
 			wctx, cancel := context.WithTimeout(ctx, d)
-			notify, stopWait, err = c.store.Watch(wctx, name)
+			notify, stopWait, err = c.store.Watch(wctx, name, req.Waiter)
 			if err != nil {
 				if errors.Is(err, ErrClosed) {
 					cancel()
-					return nil, c.fail(ctx, name, err, busy)
+					return nil, c.fail(ctx, name, err, busy, began)
 				}
 				<-wctx.Done() // the rest of this round's backoff: never a busy loop
 			}
 			cancel()
 			if ctx.Err() != nil {
-				return nil, c.fail(ctx, name, ctx.Err(), busy)
+				return nil, c.fail(ctx, name, ctx.Err(), busy, began)
 			}
 			continue
 		}
@@ -126,7 +148,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, c.fail(ctx, name, ctx.Err(), busy)
+			return nil, c.fail(ctx, name, ctx.Err(), busy, began)
 		}
 		t.Stop()
 	}
@@ -138,13 +160,18 @@ var (
 )
 
 // fail explains why an acquisition stopped. The end of the wait budget is
-// ErrNotAcquired only if an attempt found the lease taken; if the store never
-// answered in time, that is the error. Every other context error matches
-// ctx.Err().
-func (c *Client) fail(ctx context.Context, name string, err, busy error) error {
+// a *WaitError (ErrNotAcquired) only if an attempt found the lease taken;
+// if the store never answered in time, that is the error. Every other
+// context error matches ctx.Err().
+func (c *Client) fail(ctx context.Context, name string, err, busy error, began time.Time) error {
 	if ctx.Err() != nil && context.Cause(ctx) == errWaitBudget {
 		if busy != nil {
-			return fmt.Errorf("%w: %q still held when the wait budget ran out", ErrNotAcquired, name)
+			we := &WaitError{Name: name, Waited: time.Since(began)}
+			var held *HeldError
+			if errors.As(busy, &held) {
+				we.Position = held.Position
+			}
+			return we
 		}
 		return fmt.Errorf("lock: acquire %q: the lease store did not answer within the wait budget: %w", name, err)
 	}
@@ -153,6 +180,25 @@ func (c *Client) fail(ctx context.Context, name string, err, busy error) error {
 	}
 	return fmt.Errorf("lock: acquire %q: %w", name, err)
 }
+
+// WaitError is ErrNotAcquired after a wait: the lock was still held when
+// the wait budget ran out. It says how long the caller waited and, for a
+// fair waiter, its place in the queue then (1 at the head; 0 unknown).
+type WaitError struct {
+	Name     string
+	Waited   time.Duration
+	Position int
+}
+
+func (e *WaitError) Error() string {
+	if e.Position > 0 {
+		return fmt.Sprintf("lock: not acquired: %q still held after waiting %s; this waiter was number %d in the queue", e.Name, e.Waited.Round(time.Millisecond), e.Position)
+	}
+	return fmt.Sprintf("lock: not acquired: %q still held when the wait budget ran out after %s", e.Name, e.Waited.Round(time.Millisecond))
+}
+
+// Is makes errors.Is(err, ErrNotAcquired) true.
+func (e *WaitError) Is(target error) bool { return target == ErrNotAcquired }
 
 // notAcquired is ErrNotAcquired with the last attempt's reason.
 func notAcquired(name string, busy error) error {
@@ -164,18 +210,22 @@ func notAcquired(name string, busy error) error {
 }
 
 // attempt is one pass of the acquisition protocol (docs/design.md,
-// "Acquisition protocol").
-func (c *Client) attempt(ctx context.Context, name string, ttl time.Duration, o AcquireOptions) (*Lease, error) {
+// "Acquisition protocol"), with a new lease id.
+func (c *Client) attempt(ctx context.Context, req AcquireRequest, o AcquireOptions) (*Lease, error) {
 	id, err := newLeaseID()
 	if err != nil {
 		return nil, err
 	}
+	req.LeaseID = id
 	start := time.Now()
-	g, err := c.store.Acquire(ctx, name, id, ttl)
+	g, err := c.store.Acquire(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	return c.set.adopt(ctx, name, id, g, start, o)
+	if g.LeaseID != "" {
+		id = g.LeaseID // a reentrant holder's lease
+	}
+	return c.set.adopt(ctx, req.Name, id, g, start, o)
 }
 
 // Adopt makes a Lease of a lease taken elsewhere, for example through a
@@ -189,12 +239,37 @@ func (c *Client) Adopt(ctx context.Context, name, leaseID string, g Grant, start
 // keep-alive goroutines. Later calls return ErrClosed. Close is idempotent.
 func (c *Client) Close(ctx context.Context) error { return c.set.Close(ctx) }
 
-// Inspect reports who holds name.
+// Inspect reports who holds name, and who waits.
 func (c *Client) Inspect(ctx context.Context, name string) (State, error) {
 	if err := ValidateName(name); err != nil {
 		return State{}, err
 	}
 	return c.store.Inspect(ctx, name)
+}
+
+// List returns one page of the locks held now whose names start with
+// prefix: at most limit (1 to MaxListLimit), from cursor ("" for the
+// first page; then the previous page's Next).
+func (c *Client) List(ctx context.Context, prefix string, limit int, cursor string) (ListPage, error) {
+	if err := ValidateNamePrefix(prefix); err != nil {
+		return ListPage{}, err
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return ListPage{}, fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalidOption, limit, MaxListLimit)
+	}
+	return c.store.List(ctx, ListRequest{Prefix: prefix, Limit: limit, Cursor: cursor})
+}
+
+// ForceRelease deletes the lease of name whoever holds it, and wakes the
+// next waiter: an operator's act, for a holder known to be gone. The
+// holder learns of it at its next refresh (ErrLost), or not at all if it
+// never refreshes; its token still fences its late writes. It returns the
+// state the lock had (Held false if nobody held it).
+func (c *Client) ForceRelease(ctx context.Context, name string) (State, error) {
+	if err := ValidateName(name); err != nil {
+		return State{}, err
+	}
+	return c.store.ForceRelease(ctx, name)
 }
 
 // RefreshID refreshes the lease of name held by leaseID, for a holder that

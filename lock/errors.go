@@ -25,6 +25,8 @@ var (
 	ErrInvalidTTL = errors.New("lock: invalid ttl")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("lock: client closed")
+	// ErrInvalidCursor: a List cursor this store did not return.
+	ErrInvalidCursor = errors.New("lock: invalid list cursor")
 )
 
 // HeldError is returned by a LeaseStore's Acquire when another holder has
@@ -33,6 +35,9 @@ var (
 // again when the lease expires rather than later.
 type HeldError struct {
 	Remaining time.Duration
+	// Position is the waiter's place in the lock's queue, 1 at the head;
+	// 0 for an unfair attempt, or when the store does not say.
+	Position int
 }
 
 func (e *HeldError) Error() string {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,8 @@ import (
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/groupcommit"
 	"github.com/fenced/fenced/sequencer"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -53,6 +57,7 @@ type EtcdStore struct {
 	granting map[int64]chan struct{} // closed when a grant of that class ends
 	held     map[string]*holding     // locks this store granted or took over
 	released map[string]tombstone    // lease ids released here, for a retried release
+	places   map[placeKey]int64      // fair waiters' places: their queue key's create revision
 	events   eventHeap               // deadlines and tombstone expiries
 	loop     bool                    // the store's goroutine runs
 	closed   bool
@@ -94,6 +99,7 @@ type holding struct {
 
 type tombstone struct {
 	id    string
+	token fence.Token
 	until time.Time
 }
 
@@ -107,7 +113,14 @@ type etcdOp struct {
 	sess   *session      // create: the session to attach to
 	start  time.Time     // create: when the acquisition began here
 	ttl    time.Duration // create
-	modRev int64         // expire: only the lock as this store wrote it
+	owner  string        // create
+	holder string        // create: reentrant holder
+	waiter string        // create: fair waiter
+	// create: the waiter's place, the create revision of its queue key; 0
+	// when it has none yet, and then waiterSess is the session to join on.
+	waiterRev  int64
+	waiterSess *session
+	modRev     int64 // expire: only the lock as this store wrote it
 }
 
 const (
@@ -121,6 +134,21 @@ type createResult struct {
 	token   fence.Token
 	modRev  int64
 	granted time.Duration
+}
+
+// heldResult is what a create that did not take the lock learnt.
+type heldResult struct {
+	joinedRev int64 // the waiter's place, if it joined the queue now
+	placeLost bool  // the waiter's place is gone (its session expired)
+	cur       sequencer.LockState
+	curHeld   bool // cur was read (a holder's attempt)
+}
+
+// countResult is what a release of a reentrant lock learnt: it counts
+// down rather than deletes.
+type countResult struct {
+	count int
+	lease clientv3.LeaseID
 }
 
 var errHeld = errors.New("lock: held")
@@ -160,7 +188,7 @@ func WithEtcdLogger(l *slog.Logger) EtcdOption {
 }
 
 // WithEtcdMaxBatch bounds how many creates and deletes share one Txn.
-// Default 126, for etcd's default --max-txn-ops of 128 (each lock's
+// Default 120, for etcd's default --max-txn-ops of 128 (each lock's
 // nested Txn counts against the limit with the batch around it). Allowed 1
 // to 10000. A batch the server refuses as too large is split in halves and
 // the bound halved, so no caller fails because of batching.
@@ -181,7 +209,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 	if cli == nil {
 		return nil, errors.New("lock: nil etcd client")
 	}
-	c := etcdConfig{prefix: sequencer.DefaultPrefix, log: slog.Default(), maxBatch: 126}
+	c := etcdConfig{prefix: sequencer.DefaultPrefix, log: slog.Default(), maxBatch: 120}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return nil, err
@@ -190,7 +218,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 	ks := sequencer.NewKeyspace(c.prefix)
 	s := &EtcdStore{
 		cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log), log: c.log,
-		sessions: map[int64]*session{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{},
+		sessions: map[int64]*session{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{}, places: map[placeKey]int64{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	s.gc.Commit = s.commit
@@ -227,31 +255,84 @@ func (s *EtcdStore) Close() error {
 	return nil
 }
 
+type placeKey struct{ name, waiter string }
+
 // Acquire implements LeaseStore. The TTL is honoured to the millisecond:
 // the store deletes the lock at its deadline unless refreshed. The
 // granted TTL is shorter only when the session lease is not known to live
-// that long (renewals failing).
-func (s *EtcdStore) Acquire(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
+// that long (renewals failing). A fair waiter's place is a key on a
+// session of this store, ordered by its create revision; the lock goes to
+// the oldest.
+func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
 	start := time.Now()
-	sess, err := s.sessionFor(ctx, ttl, start)
+	sess, err := s.sessionFor(ctx, req.TTL, start)
 	if err != nil {
 		return Grant{}, err
 	}
-	v, err := s.gc.Do(ctx, name, etcdOp{kind: opCreate, name: name, id: leaseID, sess: sess, start: start, ttl: ttl})
+	op := etcdOp{kind: opCreate, name: req.Name, id: req.LeaseID, sess: sess, start: start, ttl: req.TTL,
+		owner: req.Owner, holder: req.Holder, waiter: req.Waiter}
+	pk := placeKey{req.Name, req.Waiter}
+	if req.Waiter != "" {
+		s.mu.Lock()
+		op.waiterRev = s.places[pk]
+		s.mu.Unlock()
+		// The place rides on the session the lock would: it goes when the
+		// waiter leaves, or with its process.
+		op.waiterSess = sess
+	}
+	v, err := s.gc.Do(ctx, req.Name, op)
 	switch {
 	case errors.Is(err, errHeld):
-		return Grant{}, &HeldError{Remaining: s.remaining(name)}
+		hr, _ := v.(heldResult)
+		if req.Waiter != "" {
+			s.mu.Lock()
+			if hr.joinedRev > 0 {
+				s.places[pk] = hr.joinedRev
+			}
+			if hr.placeLost {
+				delete(s.places, pk)
+			}
+			s.mu.Unlock()
+		}
+		if req.Holder != "" && hr.curHeld && hr.cur.Holder == req.Holder {
+			return s.reenter(ctx, req, hr.cur)
+		}
+		return Grant{}, &HeldError{Remaining: s.remaining(req.Name)}
 	case errors.Is(err, sequencer.ErrRestored):
 		return Grant{}, ErrLost // the lock was deleted again; the client tries once more
 	case err != nil:
 		// The create may yet commit: free it rather than wait for its
 		// deadline.
-		s.abandon(name, leaseID)
+		s.abandon(req.Name, req.LeaseID)
 		return Grant{}, backendErr("etcd", "acquire", err)
 	}
+	if req.Waiter != "" {
+		s.mu.Lock()
+		delete(s.places, pk) // the create deleted its queue key
+		s.mu.Unlock()
+	}
 	cr := v.(createResult)
-	return Grant{Token: cr.token, TTL: cr.granted}, nil
+	return Grant{Token: cr.token, TTL: cr.granted, LeaseID: req.LeaseID, Count: 1}, nil
+}
+
+// reenter counts one more hold of a lock its holder holds, and extends it
+// to the new TTL, under the lease id it holds it by.
+func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequencer.LockState) (Grant, error) {
+	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountIs(req.Name, cur.Count)).
+		Then(s.ks.PutCount(req.Name, cur.Count+1, cur.Lease)).Commit()
+	if err != nil {
+		return Grant{}, backendErr("etcd", "acquire", err)
+	}
+	if !resp.Succeeded {
+		return Grant{}, &HeldError{} // released or reentered meanwhile: the client tries again
+	}
+	s.txns.Add(1)
+	g, err := s.Refresh(ctx, req.Name, cur.LeaseID, req.TTL)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count + 1}, nil
 }
 
 // abandon releases a lock whose acquisition failed in a way that may have
@@ -352,7 +433,7 @@ func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, st
 	}
 	h.deadline = start.Add(granted)
 	s.scheduleLocked(name, h)
-	return Grant{Token: h.token, TTL: granted}, nil
+	return Grant{Token: h.token, TTL: granted, LeaseID: h.id}, nil
 }
 
 // takeOver moves a lock held by leaseID onto this store's session, keeping
@@ -374,20 +455,21 @@ func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *se
 	}
 	s.txns.Add(1)
 	n := len(resp.Responses)
-	st, held, err := s.ks.ParseLock(resp.Responses[n-2].GetResponseRange(), resp.Responses[n-1].GetResponseRange())
+	st, held, err := s.ks.ParseLock(resp.Responses[n-3].GetResponseRange(), resp.Responses[n-2].GetResponseRange(), resp.Responses[n-1].GetResponseRange())
 	if err != nil || !held {
 		return Grant{}, backendErr("etcd", "refresh", fmt.Errorf("the lock vanished in its own Txn: %v", err))
 	}
 	granted := s.hold(name, leaseID, st.Token, resp.Header.Revision, sess, start, ttl)
-	return Grant{Token: st.Token, TTL: granted}, nil
+	return Grant{Token: st.Token, TTL: granted, LeaseID: leaseID}, nil
 }
 
 // Release implements LeaseStore. Releasing a lease that this store
 // released, while it would still have been valid, succeeds (a retry after
-// a lost reply).
+// a lost reply). A reentrant holder's release counts down; the last frees
+// the lock.
 func (s *EtcdStore) Release(ctx context.Context, name, leaseID string) error {
 	ctx = clientv3.WithRequireLeader(ctx)
-	_, err := s.gc.Do(ctx, name, etcdOp{kind: opDelete, name: name, id: leaseID})
+	v, err := s.gc.Do(ctx, name, etcdOp{kind: opDelete, name: name, id: leaseID})
 	switch {
 	case errors.Is(err, errHeld):
 		s.mu.Lock()
@@ -402,7 +484,44 @@ func (s *EtcdStore) Release(ctx context.Context, name, leaseID string) error {
 	case err != nil:
 		return backendErr("etcd", "release", err)
 	}
+	if cr, ok := v.(countResult); ok {
+		return s.countDown(ctx, name, leaseID, cr)
+	}
 	return nil
+}
+
+// countDown releases one hold of a reentrant lock: the count goes down,
+// and the last release frees it.
+func (s *EtcdStore) countDown(ctx context.Context, name, leaseID string, cr countResult) error {
+	for range 8 { // a concurrent reentry changes the count: read it again
+		then := []clientv3.Op{s.ks.PutCount(name, cr.count-1, cr.lease)}
+		if cr.count <= 1 {
+			then = s.ks.DeleteLock(name)
+		}
+		resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID), s.ks.CountIs(name, cr.count)).
+			Then(then...).Else(s.ks.GetLock(name)...).Commit()
+		if err != nil {
+			return backendErr("etcd", "release", err)
+		}
+		s.txns.Add(1)
+		if resp.Succeeded {
+			if cr.count <= 1 {
+				s.mu.Lock()
+				s.releasedLocked(name, leaseID)
+				s.mu.Unlock()
+			}
+			return nil
+		}
+		st, held, err := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange(), resp.Responses[2].GetResponseRange())
+		if err != nil {
+			return backendErr("etcd", "release", err)
+		}
+		if !held || st.LeaseID != leaseID {
+			return ErrLost
+		}
+		cr = countResult{count: st.Count, lease: st.Lease}
+	}
+	return backendErr("etcd", "release", errors.New("the reentrancy count kept changing"))
 }
 
 // released books a release: the holding goes, and a tombstone remembers
@@ -414,7 +533,7 @@ func (s *EtcdStore) releasedLocked(name, leaseID string) {
 	}
 	s.dropLocked(name, h)
 	if h.deadline.After(time.Now()) {
-		s.released[name] = tombstone{id: leaseID, until: h.deadline}
+		s.released[name] = tombstone{id: leaseID, token: h.token, until: h.deadline}
 		heap.Push(&s.events, event{at: h.deadline, name: name, tomb: true})
 		s.startLoopLocked()
 	}
@@ -423,34 +542,163 @@ func (s *EtcdStore) releasedLocked(name, leaseID string) {
 // Inspect implements LeaseStore. Remaining is the lock's own deadline when
 // this store enforces it, else its session lease's remaining TTL (the
 // latest the lock can outlive a holder that stopped refreshing); never 0
-// while the lock is held.
+// while the lock is held. A free lock's LastToken is known to the store
+// that released it, until the lease would have run out.
 func (s *EtcdStore) Inspect(ctx context.Context, name string) (State, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
-	resp, err := s.cli.Txn(ctx).Then(s.ks.GetLock(name)...).Commit()
+	qp := s.ks.QueuePrefix(name)
+	ops := append(s.ks.GetLock(name),
+		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)))
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return State{}, backendErr("etcd", "inspect", err)
 	}
-	lk, held, err := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
+	r := func(i int) *pb.RangeResponse { return resp.Responses[i].GetResponseRange() }
+	st := State{Name: name, Waiters: int(r(3).Count)}
+	if kvs := r(4).Kvs; len(kvs) == 1 {
+		if ms, err := strconv.ParseInt(string(kvs[0].Value), 10, 64); err == nil {
+			st.OldestWait = max(time.Since(time.UnixMilli(ms)), 0)
+		}
+	}
+	lk, held, err := s.ks.ParseLock(r(0), r(1), r(2))
 	if err != nil {
 		return State{}, backendErr("etcd", "inspect", err)
 	}
 	if !held {
-		return State{}, nil
+		s.mu.Lock()
+		if t, ok := s.released[name]; ok && time.Now().Before(t.until) {
+			st.LastToken = t.token
+		}
+		s.mu.Unlock()
+		return st, nil
 	}
-	st := State{Held: true, LeaseID: lk.LeaseID, Token: lk.Token}
+	st.Held, st.LeaseID, st.Token, st.Owner, st.Holder, st.Count = true, lk.LeaseID, lk.Token, lk.Owner, lk.Holder, lk.Count
+	st.Remaining = s.remainingOf(ctx, name, lk, map[clientv3.LeaseID]time.Duration{})
+	return st, nil
+}
+
+// remainingOf is how long lock lk has left: its deadline if this store
+// enforces it, else its session lease's TTL (looked up once per lease in
+// ttls); at least 1ms.
+func (s *EtcdStore) remainingOf(ctx context.Context, name string, lk sequencer.LockState, ttls map[clientv3.LeaseID]time.Duration) time.Duration {
 	s.mu.Lock()
 	h := s.held[name]
-	if h != nil && h.id == lk.LeaseID {
-		st.Remaining = time.Until(h.deadline)
+	var rem time.Duration
+	local := h != nil && h.id == lk.LeaseID
+	if local {
+		rem = time.Until(h.deadline)
 	}
 	s.mu.Unlock()
-	if h == nil && lk.Lease != 0 {
-		if ttl, err := s.cli.TimeToLive(ctx, lk.Lease); err == nil && ttl.TTL > 0 {
-			st.Remaining = time.Duration(ttl.TTL) * time.Second
+	if !local && lk.Lease != 0 {
+		d, ok := ttls[lk.Lease]
+		if !ok {
+			if ttl, err := s.cli.TimeToLive(ctx, lk.Lease); err == nil && ttl.TTL > 0 {
+				d = time.Duration(ttl.TTL) * time.Second
+			}
+			ttls[lk.Lease] = d
+		}
+		rem = d
+	}
+	return max(rem, time.Millisecond)
+}
+
+// List implements LeaseStore: a range over the lock keys, in name order;
+// the cursor is the last name of the page before.
+func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error) {
+	ctx = clientv3.WithRequireLeader(ctx)
+	from := s.ks.LockKey(req.Prefix)
+	if req.Cursor != "" {
+		if err := ValidateName(req.Cursor); err != nil || !strings.HasPrefix(req.Cursor, req.Prefix) {
+			return ListPage{}, fmt.Errorf("%w: %q: want the next_cursor a previous page returned", ErrInvalidCursor, req.Cursor)
+		}
+		from = s.ks.LockKey(req.Cursor) + "\x00"
+	}
+	end := clientv3.GetPrefixRangeEnd(s.ks.LockKey(req.Prefix))
+	locks, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(req.Limit)))
+	if err != nil {
+		return ListPage{}, backendErr("etcd", "list", err)
+	}
+	var page ListPage
+	if len(locks.Kvs) == 0 {
+		return page, nil
+	}
+	names := make([]string, len(locks.Kvs))
+	for i, kv := range locks.Kvs {
+		names[i] = strings.TrimPrefix(string(kv.Key), s.ks.LocksPrefix())
+	}
+	first, last := names[0], names[len(names)-1]
+	rest, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.ks.InfoKey(first), clientv3.WithRange(s.ks.InfoKey(last)+"\x00")),
+		clientv3.OpGet(s.ks.CountKey(first), clientv3.WithRange(s.ks.CountKey(last)+"\x00")),
+	).Commit()
+	if err != nil {
+		return ListPage{}, backendErr("etcd", "list", err)
+	}
+	infos := map[string]*mvccpb.KeyValue{}
+	for _, kv := range rest.Responses[0].GetResponseRange().Kvs {
+		infos[strings.TrimPrefix(string(kv.Key), s.ks.InfoKey(""))] = kv
+	}
+	counts := map[string]*mvccpb.KeyValue{}
+	for _, kv := range rest.Responses[1].GetResponseRange().Kvs {
+		counts[strings.TrimPrefix(string(kv.Key), s.ks.CountKey(""))] = kv
+	}
+	ttls := map[clientv3.LeaseID]time.Duration{}
+	for i, kv := range locks.Kvs {
+		rr := func(kv *mvccpb.KeyValue) *pb.RangeResponse {
+			if kv == nil {
+				return &pb.RangeResponse{}
+			}
+			return &pb.RangeResponse{Kvs: []*mvccpb.KeyValue{kv}}
+		}
+		lk, held, err := s.ks.ParseLock(rr(kv), rr(infos[names[i]]), rr(counts[names[i]]))
+		if err != nil || !held {
+			continue
+		}
+		page.Locks = append(page.Locks, State{Name: names[i], Held: true, LeaseID: lk.LeaseID, Token: lk.Token,
+			Owner: lk.Owner, Holder: lk.Holder, Count: lk.Count, Remaining: s.remainingOf(ctx, names[i], lk, ttls)})
+	}
+	if locks.More {
+		page.Next = last
+	}
+	return page, nil
+}
+
+// ForceRelease implements LeaseStore.
+func (s *EtcdStore) ForceRelease(ctx context.Context, name string) (State, error) {
+	ctx = clientv3.WithRequireLeader(ctx)
+	for range 8 { // a lock that changes hands meanwhile: read it again
+		before, err := s.Inspect(ctx, name)
+		if err != nil || !before.Held {
+			return before, err
+		}
+		resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, before.LeaseID)).Then(s.ks.DeleteLock(name)...).Commit()
+		if err != nil {
+			return State{}, backendErr("etcd", "force-release", err)
+		}
+		if resp.Succeeded {
+			s.txns.Add(1)
+			s.mu.Lock()
+			if h := s.held[name]; h != nil && h.id == before.LeaseID {
+				s.dropLocked(name, h)
+			}
+			s.mu.Unlock()
+			return before, nil
 		}
 	}
-	st.Remaining = max(st.Remaining, time.Millisecond)
-	return st, nil
+	return State{}, backendErr("etcd", "force-release", errors.New("the lock kept changing hands"))
+}
+
+// Leave implements LeaseStore: the waiter's queue key goes.
+func (s *EtcdStore) Leave(ctx context.Context, name, waiter string) error {
+	pk := placeKey{name, waiter}
+	s.mu.Lock()
+	delete(s.places, pk)
+	s.mu.Unlock()
+	if _, err := s.cli.Delete(clientv3.WithRequireLeader(ctx), s.ks.QueueKey(name, waiter)); err != nil {
+		return backendErr("etcd", "leave", err)
+	}
+	return nil
 }
 
 // Ping implements LeaseStore: a linearizable read, which needs a leader.
@@ -461,14 +709,25 @@ func (s *EtcdStore) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Watch implements LeaseStore with an etcd watch on the lock key; it
-// returns once etcd has confirmed the watch.
-func (s *EtcdStore) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+// Watch implements LeaseStore with an etcd watch; it returns once etcd has
+// confirmed the watch. A fair waiter with a place behind another watches
+// the place just ahead of it, as etcd's Mutex does, so that a release wakes
+// the head alone (no thundering herd); when that place goes, the watch
+// moves on to the next one ahead, or to the lock key. Anyone else watches
+// the lock key.
+func (s *EtcdStore) Watch(ctx context.Context, name, waiter string) (<-chan struct{}, func(), error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
-	wch := s.cli.Watch(wctx, s.ks.LockKey(name), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	target, from, err := s.watchTarget(ctx, name, waiter, 0)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	one, stopOne := context.WithCancel(wctx)
+	wch := s.cli.Watch(one, target, clientv3.WithRev(from), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	select {
 	case wr, ok := <-wch:
 		if !ok || wr.Err() != nil {
+			stopOne()
 			cancel()
 			err := wr.Err()
 			if err == nil {
@@ -477,25 +736,45 @@ func (s *EtcdStore) Watch(ctx context.Context, name string) (<-chan struct{}, fu
 			return nil, nil, backendErr("etcd", "watch", err)
 		}
 	case <-ctx.Done():
+		stopOne()
 		cancel()
 		return nil, nil, ctx.Err()
 	}
 	ch := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // owned by stop
 		defer wg.Done()
-		for range wch {
-			select {
-			case ch <- struct{}{}:
-			default:
+		defer signal() // the watch ended (etcd lost its leader, or stop): let the waiter look for itself
+		lockKey := s.ks.LockKey(name)
+		for {
+			var gone int64 // the revision at which the watched place went
+			for wr := range wch {
+				if len(wr.Events) == 0 {
+					continue
+				}
+				signal()
+				if target != lockKey {
+					gone = wr.Events[len(wr.Events)-1].Kv.ModRevision
+					break
+				}
 			}
-		}
-		// The watch ended (etcd lost its leader, or stop): a deletion may
-		// have been missed, so wake the waiter to look for itself.
-		select {
-		case ch <- struct{}{}:
-		default:
+			stopOne()
+			if gone == 0 || wctx.Err() != nil {
+				return
+			}
+			var err error
+			if target, from, err = s.watchTarget(wctx, name, waiter, gone+1); err != nil {
+				return
+			}
+			one, stopOne = context.WithCancel(wctx)
+			wch = s.cli.Watch(one, target, clientv3.WithRev(from), clientv3.WithFilterPut())
 		}
 	}()
 	var once sync.Once
@@ -506,6 +785,31 @@ func (s *EtcdStore) Watch(ctx context.Context, name string) (<-chan struct{}, fu
 		})
 	}
 	return ch, stop, nil
+}
+
+// watchTarget is the key a waiter watches, and the revision to watch it
+// from: the place just ahead of its own, or the lock key. since, if not 0,
+// is the oldest revision whose events matter.
+func (s *EtcdStore) watchTarget(ctx context.Context, name, waiter string, since int64) (string, int64, error) {
+	s.mu.Lock()
+	rev := s.places[placeKey{name, waiter}]
+	s.mu.Unlock()
+	if waiter == "" || rev == 0 {
+		return s.ks.LockKey(name), since, nil
+	}
+	r, err := s.cli.Get(clientv3.WithRequireLeader(ctx), s.ks.QueuePrefix(name), clientv3.WithPrefix(),
+		clientv3.WithMaxCreateRev(rev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+	if err != nil {
+		return "", 0, backendErr("etcd", "watch", err)
+	}
+	from := r.Header.Revision + 1
+	if since > 0 {
+		from = since
+	}
+	if len(r.Kvs) == 1 {
+		return string(r.Kvs[0].Key), from, nil
+	}
+	return s.ks.LockKey(name), from, nil
 }
 
 // Sessions.
@@ -828,14 +1132,14 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 	for _, r := range batch {
 		creates = creates || r.Arg.kind == opCreate
 	}
-	if len(batch) == 1 {
-		return s.commitOne(ctx, batch[0], creates)
+	if len(batch) == 1 && !creates {
+		return s.commitOne(ctx, batch[0])
 	}
 	then := func(offset uint64) []clientv3.Op {
 		ops := make([]clientv3.Op, len(batch))
 		for i, r := range batch {
-			cmps, ops2 := s.opTxn(r.Arg, offset)
-			ops[i] = clientv3.OpTxn(cmps, ops2, nil)
+			t := s.opTxn(r.Arg, offset)
+			ops[i] = clientv3.OpTxn(t.cmps, t.then, t.els)
 		}
 		return ops
 	}
@@ -856,63 +1160,96 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 	s.ops.Add(uint64(len(batch)))
 	restored := errors.Is(err, sequencer.ErrRestored)
 	for i, r := range batch {
-		ok := resp.Responses[i].GetResponseTxn().Succeeded
-		s.answer(ctx, r, ok, tok, resp.Header.Revision, restored)
+		sub := resp.Responses[i].GetResponseTxn()
+		s.answer(ctx, r, sub.Succeeded, sub.Responses, tok, resp.Header.Revision, restored)
 	}
 	return nil
 }
 
-// commitOne sends a batch of one as a plain Txn.
-func (s *EtcdStore) commitOne(ctx context.Context, r *groupcommit.Request[etcdOp], create bool) error {
-	var (
-		resp *clientv3.TxnResponse
-		tok  fence.Token
-		ok   bool
-		err  error
-	)
-	if create {
-		cmps, _ := s.opTxn(r.Arg, 0)
-		resp, tok, ok, err = s.issuer.Issue(ctx, cmps, func(offset uint64) []clientv3.Op {
-			_, ops := s.opTxn(r.Arg, offset)
-			return ops
-		})
-	} else {
-		cmps, ops := s.opTxn(r.Arg, 0)
-		resp, err = s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-		ok = err == nil && resp.Succeeded
-	}
-	if err != nil && !errors.Is(err, sequencer.ErrRestored) {
+// commitOne sends a batch of one release or expiry as a plain Txn. (A
+// create always goes nested through the issuer: an Else of the issuer's
+// Txn also runs when only its floor guard failed, so it must not hold a
+// create's queue join.)
+func (s *EtcdStore) commitOne(ctx context.Context, r *groupcommit.Request[etcdOp]) error {
+	t := s.opTxn(r.Arg, 0)
+	resp, err := s.cli.Txn(ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
+	if err != nil {
 		return err
 	}
 	s.txns.Add(1)
 	s.ops.Add(1)
-	s.answer(ctx, r, ok, tok, resp.Header.Revision, errors.Is(err, sequencer.ErrRestored))
+	s.answer(ctx, r, resp.Succeeded, resp.Responses, 0, resp.Header.Revision, false)
 	return nil
 }
 
-// opTxn is one request's compares and operations.
-func (s *EtcdStore) opTxn(op etcdOp, offset uint64) ([]clientv3.Cmp, []clientv3.Op) {
+// opTxnParts is one request's part of a Txn.
+type opTxnParts struct {
+	cmps      []clientv3.Cmp
+	then, els []clientv3.Op
+}
+
+// opTxn is one request's compares and operations. A create of a fair
+// waiter takes the lock only if it is free and the waiter heads the queue
+// (or the queue is empty and it has no place yet); otherwise it joins the
+// queue, or checks that its place is still there. A holder's create reads
+// the lock when it is held, to see whether it holds it already. A release
+// of a reentrant lock (one with a count) only reads its count; the caller
+// counts down.
+func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
+	name := op.name
 	switch op.kind {
 	case opCreate:
-		return []clientv3.Cmp{s.ks.LockFree(op.name)}, s.ks.PutLock(op.name, op.id, op.sess.id, offset)
+		t := opTxnParts{
+			cmps: []clientv3.Cmp{s.ks.LockFree(name)},
+			then: s.ks.PutLock(name, op.id, op.sess.id, sequencer.LockInfo{Offset: offset, Owner: op.owner, Holder: op.holder}),
+		}
+		switch {
+		case op.waiter == "":
+		case op.waiterRev == 0:
+			t.cmps = append(t.cmps, s.ks.QueueEmpty(name))
+			t.els = append(t.els, s.ks.JoinQueue(name, op.waiter, op.waiterSess.id, op.start),
+				clientv3.OpGet(s.ks.QueueKey(name, op.waiter)))
+		default:
+			t.cmps = append(t.cmps, s.ks.QueueHeadIs(name, op.waiterRev))
+			t.then = append(t.then, clientv3.OpDelete(s.ks.QueueKey(name, op.waiter)))
+			t.els = append(t.els, clientv3.OpGet(s.ks.QueueKey(name, op.waiter), clientv3.WithCountOnly()))
+		}
+		if op.holder != "" {
+			t.els = append(t.els, s.ks.GetLock(name)...)
+		}
+		return t
 	case opExpire:
-		return []clientv3.Cmp{s.ks.LockHeldBy(op.name, op.id),
-			clientv3.Compare(clientv3.ModRevision(s.ks.LockKey(op.name)), "=", op.modRev)}, s.ks.DeleteLock(op.name)
+		return opTxnParts{
+			cmps: []clientv3.Cmp{s.ks.LockHeldBy(name, op.id), clientv3.Compare(clientv3.ModRevision(s.ks.LockKey(name)), "=", op.modRev)},
+			then: s.ks.DeleteLock(name),
+		}
 	default:
-		return []clientv3.Cmp{s.ks.LockHeldBy(op.name, op.id)}, s.ks.DeleteLock(op.name)
+		return opTxnParts{
+			cmps: []clientv3.Cmp{s.ks.LockHeldBy(name, op.id)},
+			then: []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{s.ks.NotReentered(name)}, s.ks.DeleteLock(name), s.ks.GetLock(name))},
+		}
 	}
 }
 
 // answer tells a request what its part of the Txn did, and books it: a
 // created lock's deadline is enforced from here, even if its caller left.
-// A create whose token does not exceed one issued before (etcd went back)
-// is deleted again and answered ErrRestored.
-func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], ok bool, tok fence.Token, rev int64, restored bool) {
+// resps are the responses of the branch that ran. A create whose token does
+// not exceed one issued before (etcd went back) is deleted again and
+// answered ErrRestored.
+func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], ok bool, resps []*pb.ResponseOp, tok fence.Token, rev int64, restored bool) {
 	op := r.Arg
 	switch {
+	case !ok && op.kind == opCreate:
+		r.Done(s.heldResult(op, resps), errHeld)
 	case !ok:
 		r.Done(nil, errHeld)
 	case op.kind == opDelete:
+		if inner := resps[0].GetResponseTxn(); inner != nil && !inner.Succeeded {
+			// Reentrant: the caller counts down.
+			lk, _, _ := s.ks.ParseLock(inner.Responses[0].GetResponseRange(), inner.Responses[1].GetResponseRange(), inner.Responses[2].GetResponseRange())
+			r.Done(countResult{count: lk.Count, lease: lk.Lease}, nil)
+			return
+		}
 		s.mu.Lock()
 		s.releasedLocked(op.name, op.id)
 		s.mu.Unlock()
@@ -926,4 +1263,28 @@ func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], 
 		granted := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl)
 		r.Done(createResult{token: tok, modRev: rev, granted: granted}, nil)
 	}
+}
+
+// heldResult reads the Else branch of a create that did not take the lock
+// (see opTxn).
+func (s *EtcdStore) heldResult(op etcdOp, resps []*pb.ResponseOp) heldResult {
+	var hr heldResult
+	i := 0
+	switch {
+	case op.waiter == "":
+	case op.waiterRev == 0:
+		if kvs := resps[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			hr.joinedRev = kvs[0].CreateRevision
+		}
+		i = 2
+	default:
+		hr.placeLost = resps[0].GetResponseRange().GetCount() == 0
+		i = 1
+	}
+	if op.holder != "" && len(resps) >= i+3 {
+		var err error
+		hr.cur, hr.curHeld, err = s.ks.ParseLock(resps[i].GetResponseRange(), resps[i+1].GetResponseRange(), resps[i+2].GetResponseRange())
+		hr.curHeld = hr.curHeld && err == nil
+	}
+	return hr
 }

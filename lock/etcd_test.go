@@ -61,7 +61,7 @@ func TestEtcdDeadStoresLocksFree(t *testing.T) {
 	_, cli := testenv.Etcd(t)
 	dead := newEtcdStore(t, cli)
 	name := testenv.Name(t)
-	if _, err := dead.Acquire(t.Context(), name, "0123456789abcdef0123456789abcdef", time.Second); err != nil {
+	if _, err := dead.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: "0123456789abcdef0123456789abcdef", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	dead.Close()
@@ -81,7 +81,7 @@ func TestEtcdRefreshThroughAnotherStore(t *testing.T) {
 	a, b := newEtcdStore(t, cli), newEtcdStore(t, cli)
 	name := testenv.Name(t)
 	id := "0123456789abcdef0123456789abcdef"
-	g, err := a.Acquire(t.Context(), name, id, 300*time.Millisecond)
+	g, err := a.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestEtcdBatchOverMaxTxnOps(t *testing.T) {
 			<-start
 			id := fmt.Sprintf("%032x", i+1)
 			name := fmt.Sprint(prefix, "-", i)
-			_, err := s.Acquire(context.Background(), name, id, 5*time.Second)
+			_, err := s.Acquire(context.Background(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: 5 * time.Second})
 			if err == nil {
 				err = s.Release(context.Background(), name, id)
 			}
@@ -174,7 +174,7 @@ func TestEtcdReleaseAfterExpiry(t *testing.T) {
 	s := newEtcdStore(t, cli)
 	name := testenv.Name(t)
 	id := "0123456789abcdef0123456789abcdef"
-	if _, err := s.Acquire(t.Context(), name, id, 50*time.Millisecond); err != nil {
+	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: 50 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, func() bool { st, _ := s.Inspect(t.Context(), name); return !st.Held })

@@ -217,8 +217,8 @@ type heldSignal struct {
 	held chan struct{}
 }
 
-func (h *heldSignal) Acquire(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
-	g, err := h.LeaseStore.Acquire(ctx, name, id, ttl)
+func (h *heldSignal) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+	g, err := h.LeaseStore.Acquire(ctx, req)
 	if errors.Is(err, lock.ErrNotAcquired) {
 		select {
 		case h.held <- struct{}{}:

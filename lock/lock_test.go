@@ -107,8 +107,8 @@ type watchSignal struct {
 	once     sync.Once
 }
 
-func (w *watchSignal) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	ch, stop, err := w.LeaseStore.Watch(ctx, name)
+func (w *watchSignal) Watch(ctx context.Context, name, waiter string) (<-chan struct{}, func(), error) {
+	ch, stop, err := w.LeaseStore.Watch(ctx, name, waiter)
 	w.once.Do(func() { close(w.watching) })
 	return ch, stop, err
 }
@@ -119,9 +119,9 @@ type counting struct {
 	calls atomic.Int64
 }
 
-func (c *counting) Acquire(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+func (c *counting) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
 	c.calls.Add(1)
-	return c.LeaseStore.Acquire(ctx, name, id, ttl)
+	return c.LeaseStore.Acquire(ctx, req)
 }
 
 func (c *counting) Inspect(ctx context.Context, name string) (lock.State, error) {
@@ -129,9 +129,9 @@ func (c *counting) Inspect(ctx context.Context, name string) (lock.State, error)
 	return c.LeaseStore.Inspect(ctx, name)
 }
 
-func (c *counting) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+func (c *counting) Watch(ctx context.Context, name, waiter string) (<-chan struct{}, func(), error) {
 	c.calls.Add(1)
-	return c.LeaseStore.Watch(ctx, name)
+	return c.LeaseStore.Watch(ctx, name, waiter)
 }
 
 func TestMutualExclusionUnderContention(t *testing.T) {

@@ -34,6 +34,18 @@ func ValidateName(name string) error {
 	return nil
 }
 
+// ValidateNamePrefix checks a prefix of lock names, as List takes: "" or
+// up to MaxNameLen characters of A-Z a-z 0-9 . _ - :.
+func ValidateNamePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	if err := ValidateName(prefix); err != nil {
+		return fmt.Errorf("prefix: %w", err)
+	}
+	return nil
+}
+
 // ValidateTTL checks a TTL against MinTTL and MaxTTL.
 func ValidateTTL(ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {

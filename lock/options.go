@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Locker takes leases: *Client with a lease store in this process, and
@@ -34,6 +36,11 @@ type acquireOpts struct {
 	waitSet   bool
 	keepAlive bool
 	detached  bool
+	unfair    bool
+	owner     string
+	ownerSet  bool
+	holder    string
+	holderSet bool
 	nilOption bool
 }
 
@@ -64,6 +71,36 @@ func WithKeepAlive() Option { return func(o *acquireOpts) { o.keepAlive = true }
 // Default off. Not with WithKeepAlive.
 func WithDetached() Option { return func(o *acquireOpts) { o.detached = true } }
 
+// WithUnfair makes Acquire wait without a place in the lock's queue: it
+// takes the lock whenever it finds it free, whoever has waited longer, as
+// TryAcquire does. Default off: a waiting Acquire is fair, and the waiter
+// that has waited longest gets the lock next. Acquire only.
+func WithUnfair() Option { return func(o *acquireOpts) { o.unfair = true } }
+
+// WithOwner stores a label with the lease, shown by Inspect, List and the
+// server's GET: who holds the lock, for people (a host, a job). 1 to
+// MaxLabelLen printable characters. Default none.
+func WithOwner(label string) Option {
+	return func(o *acquireOpts) { o.owner, o.ownerSet = label, true }
+}
+
+// WithHolder makes the acquisition reentrant for holder, an identity of the
+// caller's choosing (a worker id, a request id; never a goroutine id): an
+// Acquire by the holder that holds the lock now gets the same lease id and
+// token at once, and the lock is freed by as many releases as it was
+// acquired. 1 to MaxLabelLen printable characters. Default: not reentrant.
+func WithHolder(id string) Option {
+	return func(o *acquireOpts) { o.holder, o.holderSet = id, true }
+}
+
+// MaxLabelLen bounds owner labels and holder identities.
+const MaxLabelLen = 128
+
+// DefaultWaiterTTL is how long a fair waiter's place lasts without another
+// attempt: a waiter that died leaves the queue within it. Waiters attempt
+// at least every third of it.
+const DefaultWaiterTTL = 3 * time.Second
+
 // ErrInvalidOption: an option that does not apply to the call, or an
 // invalid value. The message says what is allowed.
 var ErrInvalidOption = errors.New("lock: invalid option")
@@ -81,6 +118,10 @@ type AcquireOptions struct {
 	Retry RetryStrategy
 	// KeepAlive and Detached are WithKeepAlive and WithDetached.
 	KeepAlive, Detached bool
+	// Unfair is WithUnfair; TryAcquire is always unfair.
+	Unfair bool
+	// Owner and Holder are WithOwner's label and WithHolder's identity.
+	Owner, Holder string
 }
 
 // ResolveOptions applies opts for Acquire (try false) or TryAcquire (try
@@ -97,7 +138,8 @@ func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 		}
 		f(&o)
 	}
-	r := AcquireOptions{Try: try, Wait: o.wait, Retry: o.retry, KeepAlive: o.keepAlive, Detached: o.detached}
+	r := AcquireOptions{Try: try, Wait: o.wait, Retry: o.retry, KeepAlive: o.keepAlive, Detached: o.detached,
+		Unfair: o.unfair || try, Owner: o.owner, Holder: o.holder}
 	switch {
 	case o.nilOption:
 		return r, fmt.Errorf("%w: a nil Option", ErrInvalidOption)
@@ -109,8 +151,33 @@ func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 		return r, fmt.Errorf("%w: WithWait(%s): want >= 0 (0 waits until the context ends)", ErrInvalidOption, o.wait)
 	case o.retrySet && o.retry == nil:
 		return r, fmt.Errorf("%w: WithRetry(nil): want a strategy, such as ExponentialBackoff(4*time.Millisecond, 256*time.Millisecond)", ErrInvalidOption)
+	case try && o.unfair:
+		return r, fmt.Errorf("%w: WithUnfair does not apply to TryAcquire, which takes a free lock whoever waits", ErrInvalidOption)
+	case o.ownerSet && ValidateLabel(o.owner) != nil:
+		return r, fmt.Errorf("%w: WithOwner: %v", ErrInvalidOption, ValidateLabel(o.owner))
+	case o.holderSet && ValidateLabel(o.holder) != nil:
+		return r, fmt.Errorf("%w: WithHolder: %v", ErrInvalidOption, ValidateLabel(o.holder))
 	case o.keepAlive && o.detached:
 		return r, fmt.Errorf("%w: WithDetached and WithKeepAlive together: a detached lease has no goroutine to keep it alive; its remote holder refreshes it by lease id (RefreshID). Give one of them", ErrInvalidOption)
 	}
 	return r, nil
+}
+
+// ValidateLabel checks an owner label or a holder identity: 1 to
+// MaxLabelLen bytes of printable UTF-8.
+func ValidateLabel(s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("empty; want 1 to %d printable characters", MaxLabelLen)
+	case len(s) > MaxLabelLen:
+		return fmt.Errorf("%d bytes; want at most %d", len(s), MaxLabelLen)
+	case !utf8.ValidString(s):
+		return errors.New("not UTF-8")
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("has %q; want printable characters", r)
+		}
+	}
+	return nil
 }

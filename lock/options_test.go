@@ -68,7 +68,7 @@ func TestResolveOptions(t *testing.T) {
 		t.Fatalf("resolved %+v", o)
 	}
 	o, err = lock.ResolveOptions(true, lock.WithDetached())
-	if err != nil || o != (lock.AcquireOptions{Try: true, Detached: true}) {
+	if err != nil || o != (lock.AcquireOptions{Try: true, Detached: true, Unfair: true}) {
 		t.Fatalf("resolved %+v, %v", o, err)
 	}
 }

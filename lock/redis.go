@@ -4,7 +4,10 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,30 +27,42 @@ var (
 	releaseLua string
 	//go:embed scripts/inspect.lua
 	inspectLua string
+	//go:embed scripts/force.lua
+	forceLua string
+	//go:embed scripts/leave.lua
+	leaveLua string
 
 	acquireScript = redis.NewScript(acquireLua)
 	confirmScript = redis.NewScript(confirmLua)
 	refreshScript = redis.NewScript(refreshLua)
 	releaseScript = redis.NewScript(releaseLua)
 	inspectScript = redis.NewScript(inspectLua)
+	forceScript   = redis.NewScript(forceLua)
+	leaveScript   = redis.NewScript(leaveLua)
 )
 
 // RedisStore keeps leases in Redis and takes tokens from a Sequencer. Any
 // redis.UniversalClient works: a single node, Sentinel (a failover client)
 // or Cluster. A lock's keys share the hash tag {name}, so they live in one
-// Cluster slot and its scripts run on one node.
+// Cluster slot and its scripts run on one node. Redis 5 or later.
 //
 // Give the client ContextTimeoutEnabled (redis.Options and friends): without
 // it go-redis bounds each call by its own read and write timeouts, not by
 // the context, and a wait budget cannot cut a call to a Redis that hangs.
 //
-// Keys: <prefix>{name}:lease holds the lease id with the lease's expiry,
-// <prefix>{name}:token the token beside it, and <prefix>{name}:last the id
-// of the lease released last, for as long as that lease had left (so a
-// retried release succeeds). The release script publishes on
-// <prefix>{name}:released, which waiters subscribe to. No key outlives its
-// lease. Every script is safe to run twice, as go-redis does after a lost
-// reply (docs/design.md, defect 4).
+// Keys, under the prefix and the hash tag {name}:
+//
+//	lease   the lease id, with the lease's expiry
+//	token   a hash beside it: t the token, o the owner, h the holder, c the count
+//	last    the lease id released last and its token, for as long as that
+//	        lease had left (a retried release succeeds; Inspect's LastToken)
+//	queue   fair waiters by arrival (a sorted set)
+//	places  fair waiters by when their place expires (a sorted set)
+//
+// The release script publishes on <prefix>{name}:released the id of the
+// waiter at the head of the queue, which alone then tries. No key outlives
+// its lease or its longest waiter's place. Every script is safe to run
+// twice, as go-redis does after a lost reply (docs/design.md, defect 4).
 type RedisStore struct {
 	rdb    redis.UniversalClient
 	seq    sequencer.Sequencer
@@ -87,67 +102,110 @@ func NewRedisStore(rdb redis.UniversalClient, seq sequencer.Sequencer, opts ...R
 	return s, nil
 }
 
-// keys are a lock's keys: lease, token, and the last released lease id.
+// Keys of a lock, in the order the scripts take them.
+const (
+	kLease = iota
+	kToken
+	kLast
+	kQueue
+	kPlaces
+)
+
 func (s *RedisStore) keys(name string) []string {
 	base := s.prefix + "{" + name + "}:"
-	return []string{base + "lease", base + "token", base + "last"}
+	return []string{base + "lease", base + "token", base + "last", base + "queue", base + "places"}
 }
 
 func (s *RedisStore) channel(name string) string { return s.prefix + "{" + name + "}:released" }
 
 // The steps of the protocol on one Redis, shared with RedlockStore.
 
-// take is step 2: SET NX PX. held is the holder's remaining TTL (0 if
-// unknown) when another lease id has the lock.
-func (s *RedisStore) take(ctx context.Context, name, leaseID string, ttl time.Duration) (ok bool, held time.Duration, err error) {
-	ms, err := acquireScript.Run(ctx, s.rdb, s.keys(name)[:1], leaseID, ttl.Milliseconds()).Int64()
+// taken is what the acquire script found.
+type taken struct {
+	ok       bool          // this lease id holds the lease now
+	reentry  bool          // the holder held it already: leaseID, token, count say how
+	leaseID  string        // reentry
+	token    fence.Token   // reentry
+	count    int           // reentry
+	held     time.Duration // not ok: the holder's remaining TTL, 0 if unknown
+	position int           // not ok: the waiter's place in the queue, 1 at the head; 0 if none
+}
+
+// take is step 2: the lease if it is free (and the waiter's turn), or a
+// place in the queue.
+func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error) {
+	k := s.keys(req.Name)
+	v, err := acquireScript.Run(ctx, s.rdb, []string{k[kLease], k[kToken], k[kQueue], k[kPlaces]}, req.LeaseID, req.TTL.Milliseconds(),
+		req.Waiter, req.WaiterTTL.Milliseconds(), req.Holder).Slice()
 	if err != nil {
-		return false, 0, err
+		return taken{}, err
 	}
-	if ms >= 0 {
-		return false, time.Duration(ms) * time.Millisecond, nil
+	code, _ := v[0].(int64)
+	switch code {
+	case 0:
+		return taken{ok: true}, nil
+	case 1:
+		t := taken{reentry: true, count: int(asInt(v[3]))}
+		t.leaseID, _ = v[1].(string)
+		tok, _ := strconv.ParseUint(asString(v[2]), 10, 64)
+		t.token = fence.Token(tok)
+		return t, nil
 	}
-	return true, 0, nil
+	return taken{held: time.Duration(asInt(v[1])) * time.Millisecond, position: int(asInt(v[2])) + 1}, nil
 }
 
 // confirm is step 4: record the token if the lease is still leaseID's.
-func (s *RedisStore) confirm(ctx context.Context, name, leaseID string, tok fence.Token) (ok bool, err error) {
-	pttl, err := confirmScript.Run(ctx, s.rdb, s.keys(name)[:2], leaseID, uint64(tok)).Int64()
+func (s *RedisStore) confirm(ctx context.Context, req AcquireRequest, tok fence.Token) (ok bool, err error) {
+	pttl, err := confirmScript.Run(ctx, s.rdb, s.keys(req.Name)[:2], req.LeaseID, uint64(tok), req.Owner, req.Holder).Int64()
 	return err == nil && pttl >= 0, err
 }
 
-// release deletes the lease if leaseID holds it or was the last to.
+// release deletes the lease if leaseID holds it or was the last to; a
+// reentrant holder's release only counts down.
 func (s *RedisStore) release(ctx context.Context, name, leaseID string) (ok bool, err error) {
 	n, err := releaseScript.Run(ctx, s.rdb, s.keys(name), leaseID, s.channel(name)).Int64()
-	return err == nil && n == 1, err
+	return err == nil && n != 0, err
 }
 
-// Acquire implements LeaseStore: SET NX PX, a token from the sequencer, and
-// the confirm script.
-func (s *RedisStore) Acquire(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
-	ok, held, err := s.take(ctx, name, leaseID, ttl)
+// Acquire implements LeaseStore: SET NX PX (or the queue's turn), a token
+// from the sequencer, and the confirm script.
+func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+	t, err := s.take(ctx, req)
 	if err != nil {
 		// The SET may have happened with its reply lost: free it if so.
-		s.abandon(ctx, name, leaseID)
+		s.abandon(ctx, req.Name, req.LeaseID)
 		return Grant{}, backendErr("redis", "acquire", err)
 	}
-	if !ok {
-		return Grant{}, &HeldError{Remaining: held}
+	switch {
+	case t.reentry:
+		return s.reentered(ctx, req, t)
+	case !t.ok:
+		return Grant{}, &HeldError{Remaining: t.held, Position: t.position}
 	}
-	tok, err := s.seq.Next(ctx, name)
+	tok, err := s.seq.Next(ctx, req.Name)
 	if err != nil {
-		s.abandon(ctx, name, leaseID)
+		s.abandon(ctx, req.Name, req.LeaseID)
 		return Grant{}, backendErr("etcd", "token", err)
 	}
-	ok, err = s.confirm(ctx, name, leaseID, tok)
+	ok, err := s.confirm(ctx, req, tok)
 	if err != nil {
-		s.abandon(ctx, name, leaseID)
+		s.abandon(ctx, req.Name, req.LeaseID)
 		return Grant{}, backendErr("redis", "confirm", err)
 	}
 	if !ok {
 		return Grant{}, ErrLost
 	}
-	return Grant{Token: tok, TTL: ttl}, nil
+	return Grant{Token: tok, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil
+}
+
+// reentered extends a lease its holder took again, to the new TTL, and
+// grants it once more under its own lease id.
+func (s *RedisStore) reentered(ctx context.Context, req AcquireRequest, t taken) (Grant, error) {
+	g, err := s.Refresh(ctx, req.Name, t.leaseID, req.TTL)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{Token: t.token, TTL: g.TTL, LeaseID: t.leaseID, Count: t.count}, nil
 }
 
 // abandon frees a lease whose token could not be taken or confirmed, so
@@ -167,11 +225,12 @@ func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time
 	if err != nil {
 		return Grant{}, backendErr("redis", "refresh", err)
 	}
-	return Grant{Token: fence.Token(tok), TTL: ttl}, nil
+	return Grant{Token: fence.Token(tok), TTL: ttl, LeaseID: leaseID}, nil
 }
 
 // Release implements LeaseStore. Releasing a lease that this lease id
-// already released, while it would still have been valid, succeeds.
+// already released, while it would still have been valid, succeeds. A
+// reentrant holder's lease is freed by its last release.
 func (s *RedisStore) Release(ctx context.Context, name, leaseID string) error {
 	ok, err := s.release(ctx, name, leaseID)
 	if err != nil {
@@ -183,29 +242,204 @@ func (s *RedisStore) Release(ctx context.Context, name, leaseID string) error {
 	return nil
 }
 
+// Leave implements LeaseStore.
+func (s *RedisStore) Leave(ctx context.Context, name, waiter string) error {
+	k := s.keys(name)
+	if err := leaveScript.Run(ctx, s.rdb, []string{k[kQueue], k[kPlaces], k[kLease]}, waiter, s.channel(name)).Err(); err != nil {
+		return backendErr("redis", "leave", err)
+	}
+	return nil
+}
+
 // Inspect implements LeaseStore.
 func (s *RedisStore) Inspect(ctx context.Context, name string) (State, error) {
-	v, err := inspectScript.Run(ctx, s.rdb, s.keys(name)[:2]).Slice()
+	v, err := inspectScript.Run(ctx, s.rdb, s.keys(name)).Slice()
 	if err != nil {
 		return State{}, backendErr("redis", "inspect", err)
 	}
-	id, _ := v[0].(string)
+	return parseInspect(name, v), nil
+}
+
+// parseInspect reads the inspect script's answer.
+func parseInspect(name string, v []any) State {
+	st := State{Name: name, Waiters: int(asInt(v[6]))}
+	now := asInt(v[8])
+	if oldest := asInt(v[7]); st.Waiters > 0 && oldest > 0 && now >= oldest {
+		st.OldestWait = time.Duration(now-oldest) * time.Millisecond
+	}
+	id := asString(v[0])
 	if id == "" {
-		return State{}, nil
+		if id, tok, ok := strings.Cut(asString(v[9]), " "); ok && id != "" {
+			n, _ := strconv.ParseUint(tok, 10, 64)
+			st.LastToken = fence.Token(n)
+		}
+		return st
 	}
 	// A lease about to expire has a PTTL of 0 ms: it is still held, so
 	// Remaining is never 0 for a held lock.
-	st := State{Held: true, LeaseID: id, Remaining: time.Millisecond}
-	if ms, ok := v[1].(int64); ok && ms > 0 {
+	st.Held, st.LeaseID, st.Remaining, st.Count = true, id, time.Millisecond, 1
+	if ms := asInt(v[1]); ms > 0 {
 		st.Remaining = time.Duration(ms) * time.Millisecond
 	}
-	if t, ok := v[2].(string); ok {
-		n, err := strconv.ParseUint(t, 10, 64)
-		if err == nil {
-			st.Token = fence.Token(n)
+	n, _ := strconv.ParseUint(asString(v[2]), 10, 64)
+	st.Token = fence.Token(n)
+	st.Owner, st.Holder = asString(v[3]), asString(v[4])
+	if c := asInt(v[5]); c > 0 {
+		st.Count = int(c)
+	}
+	return st
+}
+
+// ForceRelease implements LeaseStore.
+func (s *RedisStore) ForceRelease(ctx context.Context, name string) (State, error) {
+	before, err := s.Inspect(ctx, name)
+	if err != nil {
+		return State{}, err
+	}
+	v, err := forceScript.Run(ctx, s.rdb, s.keys(name), s.channel(name)).Slice()
+	if err != nil {
+		return State{}, backendErr("redis", "force-release", err)
+	}
+	if id := asString(v[0]); id != before.LeaseID {
+		// Released or taken over between the two calls: report what was removed.
+		before = State{Name: name}
+		if id != "" {
+			n, _ := strconv.ParseUint(asString(v[1]), 10, 64)
+			before = State{Name: name, Held: true, LeaseID: id, Token: fence.Token(n), Count: 1}
 		}
 	}
-	return st, nil
+	return before, nil
+}
+
+// List implements LeaseStore by scanning for lease keys with SCAN; the
+// page cursor says where the scan stopped. On a Cluster every master is
+// scanned in turn.
+func (s *RedisStore) List(ctx context.Context, req ListRequest) (ListPage, error) {
+	nodes, err := s.scanNodes(ctx)
+	if err != nil {
+		return ListPage{}, backendErr("redis", "list", err)
+	}
+	at, err := parseListCursor(req.Cursor, len(nodes))
+	if err != nil {
+		return ListPage{}, err
+	}
+	match := globEscape(s.prefix) + "{" + globEscape(req.Prefix) + "*}:lease"
+	var page ListPage
+	for at.node < len(nodes) {
+		keys, next, err := nodes[at.node].Scan(ctx, at.cursor, match, int64(max(req.Limit, 100))).Result()
+		if err != nil {
+			return ListPage{}, backendErr("redis", "list", err)
+		}
+		for i := at.skip; i < len(keys); i++ {
+			if len(page.Locks) == req.Limit {
+				// Full: the next page scans from the same cursor again and
+				// skips what this one took.
+				page.Next = listCursor{node: at.node, cursor: at.cursor, skip: i}.String()
+				return page, nil
+			}
+			name := strings.TrimSuffix(strings.TrimPrefix(keys[i], s.prefix+"{"), "}:lease")
+			st, err := s.Inspect(ctx, name)
+			if err != nil {
+				return ListPage{}, err
+			}
+			if st.Held {
+				page.Locks = append(page.Locks, st)
+			}
+		}
+		at = listCursor{node: at.node, cursor: next}
+		if next == 0 {
+			at.node++
+		}
+		if len(page.Locks) == req.Limit && at.node < len(nodes) {
+			page.Next = at.String()
+			return page, nil
+		}
+	}
+	return page, nil
+}
+
+// listCursor is where a List stopped: a node, its SCAN cursor, and how many
+// keys of that SCAN call were already listed.
+type listCursor struct {
+	node   int
+	cursor uint64
+	skip   int
+}
+
+func (c listCursor) String() string { return fmt.Sprintf("%d-%d-%d", c.node, c.cursor, c.skip) }
+
+// parseListCursor reads a cursor of List; "" is the start.
+func parseListCursor(c string, nodes int) (listCursor, error) {
+	if c == "" {
+		return listCursor{}, nil
+	}
+	var at listCursor
+	parts := strings.Split(c, "-")
+	var errs [3]error
+	if len(parts) == 3 {
+		at.node, errs[0] = strconv.Atoi(parts[0])
+		at.cursor, errs[1] = strconv.ParseUint(parts[1], 10, 64)
+		at.skip, errs[2] = strconv.Atoi(parts[2])
+	}
+	if len(parts) != 3 || errs[0] != nil || errs[1] != nil || errs[2] != nil || at.node < 0 || at.node >= nodes || at.skip < 0 {
+		return listCursor{}, fmt.Errorf("%w: %q: want the next_cursor a previous page returned", ErrInvalidCursor, c)
+	}
+	return at, nil
+}
+
+// scanNodes are the Redis servers a List scans: every master of a Cluster,
+// in address order so that a cursor names the same one; else the client.
+func (s *RedisStore) scanNodes(ctx context.Context) ([]redis.UniversalClient, error) {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return []redis.UniversalClient{s.rdb}, nil
+	}
+	var (
+		mu      sync.Mutex
+		masters []*redis.Client
+	)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		masters = append(masters, c)
+		mu.Unlock()
+		return nil
+	})
+	slices.SortFunc(masters, func(a, b *redis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
+	nodes := make([]redis.UniversalClient, len(masters))
+	for i, m := range masters {
+		nodes[i] = m
+	}
+	return nodes, err
+}
+
+// globEscape quotes the glob characters of a SCAN MATCH pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\^-`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func asInt(v any) int64 {
+	switch v := v.(type) {
+	case int64:
+		return v
+	case string:
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func asString(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return ""
 }
 
 // Ping implements LeaseStore: Redis, and the sequencer if it can be pinged.
@@ -223,161 +457,11 @@ func (s *RedisStore) Ping(ctx context.Context) error {
 
 // Watch implements LeaseStore with Redis pub/sub. All waiters of a store
 // share one subscriber connection; a channel stays subscribed while anyone
-// waits on it.
-func (s *RedisStore) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return s.n.watch(ctx, s.channel(name))
+// waits on it. A fair waiter is woken only by a release that names it (or
+// names nobody).
+func (s *RedisStore) Watch(ctx context.Context, name, waiter string) (<-chan struct{}, func(), error) {
+	return s.n.watch(ctx, s.channel(name), waiter)
 }
 
 // Close stops the notification subscriber. It is idempotent.
 func (s *RedisStore) Close() error { return s.n.close() }
-
-// notifier multiplexes release notifications over one PubSub connection.
-// Watch returns only once Redis has confirmed the channel's subscription,
-// so a release published after it cannot be missed.
-//
-// go-redis reconnects a dropped PubSub connection by itself and subscribes
-// again to every channel it still tracks; confirmations of SUBSCRIBEs sent
-// on the dropped connection never arrive. So a subscription waits for any
-// confirmation of its channel rather than counting them, stays in the table
-// until one arrives even when its waiters left (so the next waiter of the
-// name does not wait for a confirmation that was lost), and a confirmation
-// of a subscription already active means a reconnect: its waiters are woken,
-// since a release published meanwhile was lost (docs/design.md, defect 2).
-type notifier struct {
-	rdb redis.UniversalClient
-
-	mu     sync.Mutex
-	ps     *redis.PubSub
-	subs   map[string]*subscription
-	closed bool
-	wg     sync.WaitGroup
-}
-
-type subscription struct {
-	waiters   map[chan struct{}]struct{}
-	confirmed bool
-	active    chan struct{} // closed when Redis first confirms the subscription
-}
-
-func (n *notifier) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
-	ch := make(chan struct{}, 1)
-	stop, err := n.watchInto(ctx, channel, ch)
-	if err != nil {
-		return nil, nil, err
-	}
-	return ch, stop, nil
-}
-
-// watchInto signals ch (buffered) on every release published on channel,
-// until stop is called. Several notifiers may signal one ch.
-func (n *notifier) watchInto(ctx context.Context, channel string, ch chan struct{}) (func(), error) {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if n.ps == nil {
-		n.ps = n.rdb.Subscribe(context.WithoutCancel(ctx))
-		n.subs = make(map[string]*subscription)
-		msgs := n.ps.ChannelWithSubscriptions()
-		n.wg.Add(1)
-		go n.dispatch(msgs)
-	}
-	sub := n.subs[channel]
-	if sub == nil {
-		sub = &subscription{waiters: make(map[chan struct{}]struct{}), active: make(chan struct{})}
-		n.subs[channel] = sub
-		// SUBSCRIBE and UNSUBSCRIBE are sent under mu, so they reach Redis
-		// in the order the table changes. go-redis tracks the channel even
-		// when the send fails, and subscribes it on its next connection:
-		// the entry stays until that confirmation comes.
-		if err := n.ps.Subscribe(ctx, channel); err != nil {
-			n.mu.Unlock()
-			return nil, backendErr("redis", "watch", err)
-		}
-	}
-	sub.waiters[ch] = struct{}{}
-	n.mu.Unlock()
-
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			delete(sub.waiters, ch)
-			n.dropIdle(channel, sub)
-		})
-	}
-	select {
-	case <-sub.active:
-		return stop, nil
-	case <-ctx.Done():
-		stop()
-		return nil, ctx.Err()
-	}
-}
-
-// dropIdle unsubscribes a confirmed subscription nobody waits on. An
-// unconfirmed one stays until its confirmation arrives. Called with mu.
-func (n *notifier) dropIdle(channel string, sub *subscription) {
-	if len(sub.waiters) > 0 || !sub.confirmed || n.closed || n.subs[channel] != sub {
-		return
-	}
-	delete(n.subs, channel)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	// A failed unsubscribe only leaves a channel nobody listens to.
-	_ = n.ps.Unsubscribe(ctx, channel)
-}
-
-// dispatch is the notifier's goroutine; close stops it by closing the
-// PubSub, which closes msgs.
-func (n *notifier) dispatch(msgs <-chan interface{}) {
-	defer n.wg.Done()
-	for m := range msgs {
-		n.mu.Lock()
-		switch m := m.(type) {
-		case *redis.Subscription:
-			if sub := n.subs[m.Channel]; sub != nil && m.Kind == "subscribe" {
-				if !sub.confirmed {
-					sub.confirmed = true
-					close(sub.active)
-					n.dropIdle(m.Channel, sub)
-				} else {
-					wake(sub) // subscribed again after a reconnect
-				}
-			}
-		case *redis.Message:
-			if sub := n.subs[m.Channel]; sub != nil {
-				wake(sub)
-			}
-		}
-		n.mu.Unlock()
-	}
-}
-
-func wake(sub *subscription) {
-	for ch := range sub.waiters {
-		select {
-		case ch <- struct{}{}:
-		default: // already signalled
-		}
-	}
-}
-
-func (n *notifier) close() error {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil
-	}
-	n.closed = true
-	ps := n.ps
-	n.mu.Unlock()
-	var err error
-	if ps != nil {
-		err = ps.Close()
-	}
-	n.wg.Wait()
-	return err
-}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -162,45 +164,52 @@ func nodeErr(i int, err error) error {
 }
 
 // Acquire implements LeaseStore: the lease on a majority, one token, and a
-// confirm on a majority.
-func (s *RedlockStore) Acquire(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
-	remaining := make([]time.Duration, len(s.nodes))
-	taken := s.each(ctx, "acquire", func(ctx context.Context, i int, n *RedisStore) error {
-		ok, held, err := n.take(ctx, name, leaseID, ttl)
+// confirm on a majority. Fair waiters queue on every node; a holder that
+// reenters must do so on a majority.
+func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+	takes := make([]taken, len(s.nodes))
+	o := s.each(ctx, "acquire", func(ctx context.Context, i int, n *RedisStore) error {
+		t, err := n.take(ctx, req)
 		if err != nil {
 			return nodeErr(i, err)
 		}
-		if !ok {
-			remaining[i] = held
-			return &HeldError{Remaining: held}
+		takes[i] = t
+		if t.reentry {
+			return errReentered
+		}
+		if !t.ok {
+			return &HeldError{Remaining: t.held, Position: t.position}
 		}
 		return nil
 	})
-	if ok, _ := taken.count(nil); ok < s.quorum {
-		s.abandon(ctx, name, leaseID)
+	if _, re := o.count(errReentered); re >= s.quorum {
+		return s.reentered(ctx, req, takes, o)
+	}
+	if ok, _ := o.count(nil); ok < s.quorum {
+		s.abandon(ctx, req.Name, req.LeaseID)
 		if err := ctx.Err(); err != nil {
 			return Grant{}, err
 		}
 		// Held somewhere: wait like any waiter. Held nowhere: the nodes
 		// did not answer, which waiting will not fix.
 		var held *HeldError
-		for i, err := range taken.errs {
-			if errors.Is(err, ErrNotAcquired) && (held == nil || remaining[i] < held.Remaining) {
-				held = &HeldError{Remaining: remaining[i]}
+		for i, err := range o.errs {
+			if errors.Is(err, ErrNotAcquired) && (held == nil || takes[i].held < held.Remaining) {
+				held = &HeldError{Remaining: takes[i].held, Position: takes[i].position}
 			}
 		}
 		if held == nil {
-			return Grant{}, s.quorumErr(taken)
+			return Grant{}, s.quorumErr(o)
 		}
 		return Grant{}, held
 	}
-	tok, err := s.seq.Next(ctx, name)
+	tok, err := s.seq.Next(ctx, req.Name)
 	if err != nil {
-		s.abandon(ctx, name, leaseID)
+		s.abandon(ctx, req.Name, req.LeaseID)
 		return Grant{}, backendErr("etcd", "token", err)
 	}
 	confirmed := s.each(ctx, "confirm", func(ctx context.Context, i int, n *RedisStore) error {
-		ok, err := n.confirm(ctx, name, leaseID, tok)
+		ok, err := n.confirm(ctx, req, tok)
 		if err != nil {
 			return nodeErr(i, err)
 		}
@@ -210,10 +219,29 @@ func (s *RedlockStore) Acquire(ctx context.Context, name, leaseID string, ttl ti
 		return nil
 	})
 	if ok, _ := confirmed.count(nil); ok < s.quorum {
-		s.abandon(ctx, name, leaseID)
+		s.abandon(ctx, req.Name, req.LeaseID)
 		return Grant{}, ErrLost
 	}
-	return Grant{Token: tok, TTL: ttl}, nil
+	return Grant{Token: tok, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil
+}
+
+var errReentered = errors.New("lock: reentered")
+
+// reentered grants a lease its holder took again on a majority, extended
+// to the new TTL.
+func (s *RedlockStore) reentered(ctx context.Context, req AcquireRequest, takes []taken, o outcome) (Grant, error) {
+	var t taken
+	for i, err := range o.errs {
+		if errors.Is(err, errReentered) {
+			t = takes[i]
+			break
+		}
+	}
+	g, err := s.Refresh(ctx, req.Name, t.leaseID, req.TTL)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{Token: t.token, TTL: g.TTL, LeaseID: t.leaseID, Count: t.count}, nil
 }
 
 func (s *RedlockStore) abandon(ctx context.Context, name, leaseID string) {
@@ -252,7 +280,7 @@ func (s *RedlockStore) Refresh(ctx context.Context, name, leaseID string, ttl ti
 			tok = toks[i]
 		}
 	}
-	return Grant{Token: tok, TTL: ttl}, nil
+	return Grant{Token: tok, TTL: ttl, LeaseID: leaseID}, nil
 }
 
 // Release implements LeaseStore: it deletes the lease wherever it is.
@@ -275,6 +303,7 @@ func (s *RedlockStore) Release(ctx context.Context, name, leaseID string) error 
 }
 
 // Inspect implements LeaseStore: held when a majority agree on a lease id.
+// The waiters are the most any node counts.
 func (s *RedlockStore) Inspect(ctx context.Context, name string) (State, error) {
 	states := make([]State, len(s.nodes))
 	o := s.each(ctx, "inspect", func(ctx context.Context, i int, n *RedisStore) error {
@@ -285,15 +314,105 @@ func (s *RedlockStore) Inspect(ctx context.Context, name string) (State, error) 
 	if ok, _ := o.count(nil); ok < s.quorum {
 		return State{}, s.quorumErr(o)
 	}
+	free := State{Name: name}
 	votes := map[string]int{}
 	for i, st := range states {
-		if o.errs[i] == nil && st.Held {
+		if o.errs[i] != nil {
+			continue
+		}
+		if st.Waiters > free.Waiters {
+			free.Waiters, free.OldestWait = st.Waiters, st.OldestWait
+		}
+		free.LastToken = max(free.LastToken, st.LastToken)
+		if st.Held {
 			if votes[st.LeaseID]++; votes[st.LeaseID] >= s.quorum {
+				st.Waiters, st.OldestWait = free.Waiters, free.OldestWait
 				return st, nil
 			}
 		}
 	}
-	return State{}, nil
+	return free, nil
+}
+
+// Leave implements LeaseStore: the waiter leaves every node's queue.
+func (s *RedlockStore) Leave(ctx context.Context, name, waiter string) error {
+	o := s.each(ctx, "leave", func(ctx context.Context, i int, n *RedisStore) error { return nodeErr(i, n.Leave(ctx, name, waiter)) })
+	if ok, _ := o.count(nil); ok < s.quorum {
+		return s.quorumErr(o) // its place expires on the others anyway
+	}
+	return nil
+}
+
+// ForceRelease implements LeaseStore: the lease goes from every node.
+func (s *RedlockStore) ForceRelease(ctx context.Context, name string) (State, error) {
+	before, err := s.Inspect(ctx, name)
+	if err != nil {
+		return State{}, err
+	}
+	o := s.each(ctx, "force-release", func(ctx context.Context, i int, n *RedisStore) error {
+		_, err := n.ForceRelease(ctx, name)
+		return nodeErr(i, err)
+	})
+	if ok, _ := o.count(nil); ok < s.quorum {
+		return State{}, s.quorumErr(o)
+	}
+	return before, nil
+}
+
+// List implements LeaseStore: each node's locks in turn, each checked to
+// be held on a majority; a lock also on an earlier node was listed with
+// that node's. The cursor is the node and that node's own cursor.
+func (s *RedlockStore) List(ctx context.Context, req ListRequest) (ListPage, error) {
+	node, inner := 0, ""
+	if req.Cursor != "" {
+		n, c, ok := strings.Cut(req.Cursor, ":")
+		i, err := strconv.Atoi(n)
+		if !ok || err != nil || i < 0 || i >= len(s.nodes) {
+			return ListPage{}, fmt.Errorf("%w: %q: want the next_cursor a previous page returned", ErrInvalidCursor, req.Cursor)
+		}
+		node, inner = i, c
+	}
+	var page ListPage
+	for node < len(s.nodes) {
+		p, err := s.nodes[node].List(ctx, ListRequest{Prefix: req.Prefix, Limit: req.Limit - len(page.Locks), Cursor: inner})
+		if err != nil && !errors.Is(err, ErrInvalidCursor) {
+			// A node that does not answer: its locks are on a majority of the others.
+			p = ListPage{}
+		} else if err != nil {
+			return ListPage{}, err
+		}
+		for _, st := range p.Locks {
+			if s.onEarlierNode(ctx, node, st.Name) {
+				continue
+			}
+			if q, err := s.Inspect(ctx, st.Name); err == nil && q.Held {
+				page.Locks = append(page.Locks, q)
+			}
+		}
+		if p.Next != "" {
+			page.Next = fmt.Sprintf("%d:%s", node, p.Next)
+			return page, nil
+		}
+		node, inner = node+1, ""
+		if len(page.Locks) >= req.Limit && node < len(s.nodes) {
+			page.Next = fmt.Sprintf("%d:", node)
+			return page, nil
+		}
+	}
+	return page, nil
+}
+
+// onEarlierNode reports whether a node before node holds a lease of name.
+func (s *RedlockStore) onEarlierNode(ctx context.Context, node int, name string) bool {
+	for i := 0; i < node; i++ {
+		nctx, cancel := context.WithTimeout(ctx, s.nodeTimeout)
+		n, err := s.nodes[i].rdb.Exists(nctx, s.nodes[i].keys(name)[kLease]).Result()
+		cancel()
+		if err == nil && n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Ping implements LeaseStore: a majority must answer.
@@ -308,11 +427,11 @@ func (s *RedlockStore) Ping(ctx context.Context) error {
 // Watch implements LeaseStore: a release published on any node wakes the
 // waiter. Nodes subscribe at once, each within the node timeout; those
 // that cannot are skipped while a majority can.
-func (s *RedlockStore) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+func (s *RedlockStore) Watch(ctx context.Context, name, waiter string) (<-chan struct{}, func(), error) {
 	ch := make(chan struct{}, 1)
 	stops := make([]func(), len(s.nodes))
 	o := s.each(ctx, "watch", func(ctx context.Context, i int, n *RedisStore) error {
-		stop, err := n.n.watchInto(ctx, n.channel(name), ch)
+		stop, err := n.n.watchInto(ctx, n.channel(name), ch, waiter)
 		stops[i] = stop
 		return nodeErr(i, err)
 	})

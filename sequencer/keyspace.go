@@ -2,11 +2,13 @@ package sequencer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/fenced/fenced/fence"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -19,8 +21,10 @@ import (
 //
 //	<prefix>floor           the offset added to every revision (RaiseFloor)
 //	<prefix>counter         written by every token Txn of the sequencer
-//	<prefix>locks/<name>    a lock held with an etcd lease; value: the lease id
-//	<prefix>offsets/<name>  the floor offset that lock was granted under
+//	<prefix>locks/<name>          a lock held with an etcd lease; value: the lease id
+//	<prefix>info/<name>           its floor offset, owner and holder (LockInfo, JSON)
+//	<prefix>count/<name>          its reentrancy count, when it has a holder
+//	<prefix>queue/<name>/<waiter> a fair waiter's place; value: when it arrived
 //
 // Nothing is kept per lock name once its lock is free: the state is bounded
 // by the locks held now.
@@ -46,10 +50,22 @@ func (k Keyspace) CounterKey() string { return k.Prefix() + "counter" }
 // LockKey is the key of a lock held with an etcd lease.
 func (k Keyspace) LockKey(name string) string { return k.Prefix() + "locks/" + name }
 
-// OffsetKey records the floor offset a lock held with an etcd lease was
-// granted under, so that its token never changes (defect 5 in
-// docs/design.md).
-func (k Keyspace) OffsetKey(name string) string { return k.Prefix() + "offsets/" + name }
+// LocksPrefix is the prefix of every LockKey.
+func (k Keyspace) LocksPrefix() string { return k.Prefix() + "locks/" }
+
+// InfoKey records the floor offset a lock held with an etcd lease was
+// granted under (so that its token never changes: defect 5 in
+// docs/design.md) and its owner and holder labels, as JSON (LockInfo).
+func (k Keyspace) InfoKey(name string) string { return k.Prefix() + "info/" + name }
+
+// CountKey is a reentrant lock's count, when it has a holder.
+func (k Keyspace) CountKey(name string) string { return k.Prefix() + "count/" + name }
+
+// QueuePrefix is the prefix of lock name's fair-waiting queue.
+func (k Keyspace) QueuePrefix(name string) string { return k.Prefix() + "queue/" + name + "/" }
+
+// QueueKey is waiter's place in lock name's queue.
+func (k Keyspace) QueueKey(name, waiter string) string { return k.QueuePrefix(name) + waiter }
 
 // norm makes the zero Keyspace the default one.
 func (k Keyspace) norm() Keyspace {
@@ -101,8 +117,10 @@ func (i *Issuer) Keyspace() Keyspace { return i.ks }
 // Issue commits one Txn: if every cmp holds, then(offset) runs and its
 // revision plus offset is the token; offset is the floor offset the token
 // is made with, for ops that record it. ok is false when a cmp of the
-// caller's failed; resp.Responses then start with the results of els.
-// Requests fail fast when the etcd member has no leader.
+// caller's failed; resp.Responses then start with the results of els. els
+// also run when only the floor guard failed (the Txn is then sent again),
+// so they must be reads. Requests fail fast when the etcd member has no
+// leader.
 func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offset uint64) []clientv3.Op, els ...clientv3.Op) (resp *clientv3.TxnResponse, tok fence.Token, ok bool, err error) {
 	ctx = clientv3.WithRequireLeader(ctx)
 	floorKey := i.ks.FloorKey()
@@ -179,6 +197,14 @@ func (i *Issuer) restored(ctx context.Context, tok, highest fence.Token) error {
 // keyspace hands out the compares and ops, as etcd's Mutex.IsOwner does,
 // so that the store never re-derives keys or token arithmetic.
 
+// LockInfo is what a lock held with an etcd lease records beside its key:
+// the floor offset its token was made with, and the labels of its holder.
+type LockInfo struct {
+	Offset uint64 `json:"offset"`
+	Owner  string `json:"owner,omitempty"`  // a label for people: who holds it
+	Holder string `json:"holder,omitempty"` // the holder's identity, for reentrancy
+}
+
 // LockFree is the compare that lock name is not held.
 func (k Keyspace) LockFree(name string) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(k.LockKey(name)), "=", 0)
@@ -189,32 +215,57 @@ func (k Keyspace) LockHeldBy(name, leaseID string) clientv3.Cmp {
 	return clientv3.Compare(clientv3.Value(k.LockKey(name)), "=", leaseID)
 }
 
-// PutLock takes lock name for leaseID on the etcd lease: the lock key, and
-// the floor offset its token is made with, both attached to the lease so
-// they go together. Use it as Issue's then.
-func (k Keyspace) PutLock(name, leaseID string, lease clientv3.LeaseID, offset uint64) []clientv3.Op {
-	return []clientv3.Op{
-		clientv3.OpPut(k.LockKey(name), leaseID, clientv3.WithLease(lease)),
-		clientv3.OpPut(k.OffsetKey(name), strconv.FormatUint(offset, 10), clientv3.WithLease(lease)),
-	}
+// NotReentered is the compare that lock name has no reentrancy count: a
+// release then frees it at once.
+func (k Keyspace) NotReentered(name string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Version(k.CountKey(name)), "=", 0)
 }
 
-// GetLock reads lock name; ParseLock reads the two responses.
+// CountIs is the compare that lock name's reentrancy count is n.
+func (k Keyspace) CountIs(name string, n int) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Value(k.CountKey(name)), "=", strconv.Itoa(n))
+}
+
+// PutLock takes lock name for leaseID on the etcd lease: the lock key, its
+// info (the floor offset its token is made with), and for a holder a
+// reentrancy count of 1, all attached to the lease so they go together.
+// Use it in Issue's then.
+func (k Keyspace) PutLock(name, leaseID string, lease clientv3.LeaseID, info LockInfo) []clientv3.Op {
+	b, _ := json.Marshal(info) // a struct of strings and a number
+	ops := []clientv3.Op{
+		clientv3.OpPut(k.LockKey(name), leaseID, clientv3.WithLease(lease)),
+		clientv3.OpPut(k.InfoKey(name), string(b), clientv3.WithLease(lease)),
+	}
+	if info.Holder != "" {
+		ops = append(ops, clientv3.OpPut(k.CountKey(name), "1", clientv3.WithLease(lease)))
+	}
+	return ops
+}
+
+// PutCount sets lock name's reentrancy count, on the lease the lock is on.
+func (k Keyspace) PutCount(name string, n int, lease clientv3.LeaseID) clientv3.Op {
+	return clientv3.OpPut(k.CountKey(name), strconv.Itoa(n), clientv3.WithLease(lease))
+}
+
+// GetLock reads lock name; ParseLock reads the three responses.
 func (k Keyspace) GetLock(name string) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpGet(k.LockKey(name)), clientv3.OpGet(k.OffsetKey(name))}
+	return []clientv3.Op{clientv3.OpGet(k.LockKey(name)), clientv3.OpGet(k.InfoKey(name)), clientv3.OpGet(k.CountKey(name))}
 }
 
 // DeleteLock frees lock name.
 func (k Keyspace) DeleteLock(name string) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name)), clientv3.OpDelete(k.OffsetKey(name))}
+	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name)), clientv3.OpDelete(k.InfoKey(name)), clientv3.OpDelete(k.CountKey(name))}
 }
 
-// MoveLock moves lock name, value and token unchanged, onto the etcd lease
-// lease: a holder refreshing through another store.
+// MoveLock moves lock name, values and token unchanged, onto the etcd lease
+// lease: a holder refreshing through another store. Its count moves too
+// when it has one.
 func (k Keyspace) MoveLock(name string, lease clientv3.LeaseID) []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpPut(k.LockKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease)),
-		clientv3.OpPut(k.OffsetKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease)),
+		clientv3.OpPut(k.InfoKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease)),
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Version(k.CountKey(name)), ">", 0)},
+			[]clientv3.Op{clientv3.OpPut(k.CountKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease))}, nil),
 	}
 }
 
@@ -223,24 +274,56 @@ type LockState struct {
 	LeaseID string           // the holder's lease id
 	Token   fence.Token      // the token it was granted; it never changes
 	Lease   clientv3.LeaseID // the etcd lease the keys are attached to
+	Owner   string
+	Holder  string
+	Count   int // reentrancy count; 1 when not reentrant
+	ModRev  int64
 }
 
 // ParseLock reads the responses of GetLock; held is false when the lock is
 // free. The token is the lock key's create revision plus the offset
 // recorded when it was granted, not today's floor: RaiseFloor does not
 // change a held lock's token.
-func (k Keyspace) ParseLock(lock, offset *pb.RangeResponse) (st LockState, held bool, err error) {
-	if lock == nil || len(lock.Kvs) == 0 {
+func (k Keyspace) ParseLock(rs ...*pb.RangeResponse) (st LockState, held bool, err error) {
+	if len(rs) == 0 || rs[0] == nil || len(rs[0].Kvs) == 0 {
 		return LockState{}, false, nil
 	}
-	kv := lock.Kvs[0]
-	var off uint64
-	if offset != nil && len(offset.Kvs) == 1 {
-		if off, err = strconv.ParseUint(string(offset.Kvs[0].Value), 10, 64); err != nil {
-			return LockState{}, false, fmt.Errorf("sequencer: offset key %q holds %q, not a number", offset.Kvs[0].Key, offset.Kvs[0].Value)
+	kv := rs[0].Kvs[0]
+	st = LockState{LeaseID: string(kv.Value), Lease: clientv3.LeaseID(kv.Lease), Count: 1, ModRev: kv.ModRevision}
+	var info LockInfo
+	if len(rs) > 1 && rs[1] != nil && len(rs[1].Kvs) == 1 {
+		if err := json.Unmarshal(rs[1].Kvs[0].Value, &info); err != nil {
+			return LockState{}, false, fmt.Errorf("sequencer: info key %q holds %q: %v", rs[1].Kvs[0].Key, rs[1].Kvs[0].Value, err)
 		}
 	}
-	// No offset key only if it was written by hand: offset 0 then makes a
+	// No info key only if it was written by hand: offset 0 then makes a
 	// token every fence rejects, never one it wrongly admits.
-	return LockState{LeaseID: string(kv.Value), Token: Token(kv.CreateRevision, off), Lease: clientv3.LeaseID(kv.Lease)}, true, nil
+	st.Token, st.Owner, st.Holder = Token(kv.CreateRevision, info.Offset), info.Owner, info.Holder
+	if len(rs) > 2 && rs[2] != nil && len(rs[2].Kvs) == 1 {
+		if n, err := strconv.Atoi(string(rs[2].Kvs[0].Value)); err == nil && n > 0 {
+			st.Count = n
+		}
+	}
+	return st, true, nil
+}
+
+// Fair waiting: a waiter's place is a key under the lock's queue prefix,
+// attached to its store's session lease, so it goes if its process dies.
+// Its create revision orders the queue; its value is when it arrived (Unix
+// ms).
+
+// QueueEmpty is the compare that nobody waits in lock name's queue.
+func (k Keyspace) QueueEmpty(name string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Version(k.QueuePrefix(name)), "=", 0).WithPrefix()
+}
+
+// QueueHeadIs is the compare that the waiter whose place was created at
+// revision rev is the oldest in lock name's queue.
+func (k Keyspace) QueueHeadIs(name string, rev int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(k.QueuePrefix(name)), ">", rev-1).WithPrefix()
+}
+
+// JoinQueue gives waiter a place in lock name's queue.
+func (k Keyspace) JoinQueue(name, waiter string, lease clientv3.LeaseID, arrived time.Time) clientv3.Op {
+	return clientv3.OpPut(k.QueueKey(name, waiter), strconv.FormatInt(arrived.UnixMilli(), 10), clientv3.WithLease(lease))
 }

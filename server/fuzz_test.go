@@ -124,12 +124,12 @@ func (s *fakeStore) check(name, id string) {
 	}
 }
 
-func (s *fakeStore) Acquire(_ context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
-	s.check(name, id)
-	if strings.HasPrefix(name, "held") {
+func (s *fakeStore) Acquire(_ context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+	s.check(req.Name, req.LeaseID)
+	if strings.HasPrefix(req.Name, "held") {
 		return lock.Grant{}, &lock.HeldError{}
 	}
-	return lock.Grant{Token: 7, TTL: ttl}, nil
+	return lock.Grant{Token: 7, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil
 }
 
 func (s *fakeStore) Refresh(_ context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
@@ -142,9 +142,23 @@ func (s *fakeStore) Release(_ context.Context, name, id string) error {
 	return lock.ErrLost
 }
 
-func (s *fakeStore) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+func (s *fakeStore) Watch(ctx context.Context, name, _ string) (<-chan struct{}, func(), error) {
 	s.check(name, "")
 	return make(chan struct{}), func() {}, nil
+}
+
+func (s *fakeStore) Leave(_ context.Context, name, _ string) error {
+	s.check(name, "")
+	return nil
+}
+
+func (s *fakeStore) List(context.Context, lock.ListRequest) (lock.ListPage, error) {
+	return lock.ListPage{}, nil
+}
+
+func (s *fakeStore) ForceRelease(_ context.Context, name string) (lock.State, error) {
+	s.check(name, "")
+	return lock.State{Name: name}, nil
 }
 
 func (s *fakeStore) Inspect(_ context.Context, name string) (lock.State, error) {

@@ -246,9 +246,9 @@ type counting struct {
 	calls atomic.Int64
 }
 
-func (c *counting) Acquire(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+func (c *counting) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
 	c.calls.Add(1)
-	return c.LeaseStore.Acquire(ctx, name, id, ttl)
+	return c.LeaseStore.Acquire(ctx, req)
 }
 
 func (c *counting) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
@@ -266,9 +266,9 @@ func (c *counting) Inspect(ctx context.Context, name string) (lock.State, error)
 	return c.LeaseStore.Inspect(ctx, name)
 }
 
-func (c *counting) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+func (c *counting) Watch(ctx context.Context, name, waiter string) (<-chan struct{}, func(), error) {
 	c.calls.Add(1)
-	return c.LeaseStore.Watch(ctx, name)
+	return c.LeaseStore.Watch(ctx, name, waiter)
 }
 
 // watchSignal wraps a store and says when a waiter has started watching.
@@ -277,8 +277,8 @@ type watchSignal struct {
 	watching chan string // receives the lock name of each Watch call
 }
 
-func (w *watchSignal) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	ch, stop, err := w.LeaseStore.Watch(ctx, name)
+func (w *watchSignal) Watch(ctx context.Context, name, waiter string) (<-chan struct{}, func(), error) {
+	ch, stop, err := w.LeaseStore.Watch(ctx, name, waiter)
 	select {
 	case w.watching <- name:
 	default:

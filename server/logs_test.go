@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fenced/fenced/lock"
 )
@@ -19,7 +18,7 @@ type failingStore struct{ fakeStore }
 
 var errUnreachable = errors.New("dial tcp 10.0.0.1:6379: connect: connection refused")
 
-func (s *failingStore) Acquire(context.Context, string, string, time.Duration) (lock.Grant, error) {
+func (s *failingStore) Acquire(context.Context, lock.AcquireRequest) (lock.Grant, error) {
 	return lock.Grant{}, errUnreachable
 }
 

@@ -560,8 +560,8 @@ type hookStore struct {
 	after func()
 }
 
-func (h *hookStore) Acquire(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
-	g, err := h.LeaseStore.Acquire(ctx, name, id, ttl)
+func (h *hookStore) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+	g, err := h.LeaseStore.Acquire(ctx, req)
 	if err == nil {
 		h.after()
 	}

@@ -28,10 +28,11 @@ func EtcdClusterTimed(t testing.TB, n int, tickMs, electionMs uint) []*sequencer
 	t.Helper()
 	cfgs := make([]sequencer.EmbedConfig, n)
 	var initial []string
+	urls := distinctURLs(t, 2*n)
 	for i := range cfgs {
 		cfgs[i] = sequencer.EmbedConfig{
 			Dir: t.TempDir(), Name: fmt.Sprint("m", i),
-			ClientURL: FreeURL(t), PeerURL: FreeURL(t),
+			ClientURL: urls[2*i], PeerURL: urls[2*i+1],
 			TickMs: tickMs, ElectionMs: electionMs, UnsafeNoFsync: true,
 		}
 		initial = append(initial, cfgs[i].Name+"="+cfgs[i].PeerURL)
@@ -87,4 +88,19 @@ func Leader(members []*sequencer.Embedded) *sequencer.Embedded {
 		}
 	}
 	return nil
+}
+
+// distinctURLs returns n loopback URLs on ports free a moment ago, no two
+// alike: the system may hand the same free port to calls in a row.
+func distinctURLs(t testing.TB, n int) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var urls []string
+	for len(urls) < n {
+		if u := FreeURL(t); !seen[u] {
+			seen[u] = true
+			urls = append(urls, u)
+		}
+	}
+	return urls
 }

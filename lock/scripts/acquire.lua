@@ -1,15 +1,53 @@
 -- Step 2 of the acquisition protocol: take the lease if it is free.
--- KEYS[1] lease key; ARGV[1] lease id; ARGV[2] ttl in ms.
--- Returns -1 when taken, else the holder's remaining ttl in ms (0 if unknown).
--- Safe to run twice: a client library that retries after a lost reply
--- finds its own lease id and is told it has the lease (docs/design.md,
--- defect 4), rather than leaving an orphan that blocks a free lock.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return -1
+-- KEYS: 1 lease, 2 token (hash: t token, o owner, h holder, c count),
+--       3 queue (zset: waiter by arrival), 4 places (zset: waiter by expiry).
+-- ARGV: 1 lease id, 2 ttl ms, 3 waiter ('' takes a free lock whatever the
+--       queue: unfair), 4 a place's ttl ms, 5 holder ('' not reentrant).
+-- Returns {0} when this lease id now holds the lease (to be confirmed);
+-- {1, lease id, token, count} when the holder already held it (reentry);
+-- {2, holder's remaining ms or 0, place in the queue or -1} when not.
+-- Safe to run twice: a retry after a lost reply finds its own lease id
+-- (docs/design.md, defect 4).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Waiters whose place expired (they gave up or died) leave the queue.
+local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+if #gone > 0 then
+  redis.call('ZREM', KEYS[3], unpack(gone))
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return -1
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then return {0} end
+if cur and ARGV[5] ~= '' then
+  local h = redis.call('HMGET', KEYS[2], 'h', 't')
+  if h[1] == ARGV[5] and h[2] then
+    local c = redis.call('HINCRBY', KEYS[2], 'c', 1)
+    return {1, cur, h[2], c}
+  end
 end
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl < 0 then return 0 end
-return pttl
+if not cur then
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if ARGV[3] == '' or head == nil or head == ARGV[3] then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    if ARGV[3] ~= '' then
+      redis.call('ZREM', KEYS[3], ARGV[3])
+      redis.call('ZREM', KEYS[4], ARGV[3])
+    end
+    return {0}
+  end
+end
+local pos = -1
+if ARGV[3] ~= '' then
+  if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then
+    redis.call('ZADD', KEYS[3], now, ARGV[3])
+  end
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[3])
+  -- The queue lives as long as its longest place.
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[3], last[2])
+  redis.call('PEXPIREAT', KEYS[4], last[2])
+  pos = redis.call('ZRANK', KEYS[3], ARGV[3])
+end
+local pttl = 0
+if cur then pttl = math.max(redis.call('PTTL', KEYS[1]), 0) end
+return {2, pttl, pos}

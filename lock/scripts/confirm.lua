@@ -1,13 +1,15 @@
--- Step 4: if the lease is still ours, record the token beside it with the
--- same expiry and return the remaining ttl in ms; -1 if the lease was lost
--- while the token was being taken.
--- KEYS[1] lease key, KEYS[2] token key; ARGV[1] lease id, ARGV[2] token.
+-- Step 4: if the lease is still ours, record its token (and owner and
+-- holder) beside it with the same expiry and return the remaining ttl in
+-- ms; -1 if the lease was lost while the token was being taken.
+-- KEYS: 1 lease, 2 token (hash). ARGV: 1 lease id, 2 token, 3 owner,
+-- 4 holder.
 -- A lease's token never changes: a second confirm with the same token (a
 -- retry) succeeds, with another token it fails.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl <= 0 then return -1 end
-local tok = redis.call('GET', KEYS[2])
+local tok = redis.call('HGET', KEYS[2], 't')
 if tok and tok ~= ARGV[2] then return -1 end
-redis.call('SET', KEYS[2], ARGV[2], 'PX', pttl)
+redis.call('HSET', KEYS[2], 't', ARGV[2], 'o', ARGV[3], 'h', ARGV[4], 'c', 1)
+redis.call('PEXPIRE', KEYS[2], pttl)
 return pttl

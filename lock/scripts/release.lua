@@ -1,15 +1,34 @@
--- Delete the lease and its token if ARGV[1] holds it, and tell waiters on
--- channel ARGV[2]. KEYS[1] lease key, KEYS[2] token key, KEYS[3] the
--- released marker. Returns 1, or 0 if not held.
--- Safe to run twice: the marker remembers the released lease id for as
--- long as the lease had left, so a retry after a lost reply is a success,
--- not "lost" (docs/design.md, defect 4). No key outlives its lease.
+-- Release the lease if ARGV[1] holds it. KEYS: 1 lease, 2 token (hash),
+-- 3 last (the last released lease id and its token), 4 queue, 5 places.
+-- ARGV: 1 lease id, 2 the release channel.
+-- Returns 1 when released, 2 when a reentrant holder still holds it (its
+-- count went down by one), 0 when not held.
+-- A release publishes the id of the waiter at the head of the queue (or
+-- '' if none), so that only it tries (no thundering herd); unfair waiters
+-- try on any release.
+-- Safe to run twice: the last-released record, kept for as long as the
+-- lease had left, makes a retry a success (docs/design.md, defect 4). No
+-- key outlives its lease.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local h = redis.call('HMGET', KEYS[2], 'c', 't')
+  local c = tonumber(h[1] or '1')
+  if c > 1 then
+    redis.call('HINCRBY', KEYS[2], 'c', -1)
+    return 2
+  end
   local pttl = redis.call('PTTL', KEYS[1])
   redis.call('DEL', KEYS[1], KEYS[2])
-  if pttl > 0 then redis.call('SET', KEYS[3], ARGV[1], 'PX', pttl) end
-  redis.call('PUBLISH', ARGV[2], ARGV[1])
+  if pttl > 0 then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. (h[2] or '0'), 'PX', pttl) end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
+  if #gone > 0 then
+    redis.call('ZREM', KEYS[4], unpack(gone))
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+  end
+  redis.call('PUBLISH', ARGV[2], redis.call('ZRANGE', KEYS[4], 0, 0)[1] or '')
   return 1
 end
-if redis.call('GET', KEYS[3]) == ARGV[1] then return 1 end
+local last = redis.call('GET', KEYS[3])
+if last and string.sub(last, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then return 1 end
 return 0

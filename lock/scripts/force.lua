@@ -1,0 +1,12 @@
+-- Force-release (an operator's DELETE): delete the lease whoever holds it
+-- and wake the queue's head. KEYS: 1 lease, 2 token (hash), 3 last,
+-- 4 queue, 5 places. ARGV: 1 the release channel.
+-- Returns {lease id, token} of the holder it removed, or {false, false}.
+local id = redis.call('GET', KEYS[1])
+if not id then return {false, false} end
+local tok = redis.call('HGET', KEYS[2], 't')
+local pttl = redis.call('PTTL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[2])
+if pttl > 0 then redis.call('SET', KEYS[3], id .. ' ' .. (tok or '0'), 'PX', pttl) end
+redis.call('PUBLISH', ARGV[1], redis.call('ZRANGE', KEYS[4], 0, 0)[1] or '')
+return {id, tok}
