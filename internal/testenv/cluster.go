@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -26,6 +27,24 @@ func EtcdCluster(t testing.TB, n int) []*sequencer.Embedded {
 // timeout in milliseconds (etcd's defaults are 100 and 1000).
 func EtcdClusterTimed(t testing.TB, n int, tickMs, electionMs uint) []*sequencer.Embedded {
 	t.Helper()
+	// Ports are picked free, then bound by etcd: another process may take
+	// one in between. A bind failure writes nothing, so start again on
+	// other ports.
+	for attempt := 1; ; attempt++ {
+		members, err := startCluster(t, n, tickMs, electionMs)
+		if err == nil {
+			for _, m := range members {
+				t.Cleanup(func() { m.Close() })
+			}
+			return members
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+	}
+}
+
+func startCluster(t testing.TB, n int, tickMs, electionMs uint) ([]*sequencer.Embedded, error) {
 	cfgs := make([]sequencer.EmbedConfig, n)
 	var initial []string
 	urls := distinctURLs(t, 2*n)
@@ -39,30 +58,37 @@ func EtcdClusterTimed(t testing.TB, n int, tickMs, electionMs uint) []*sequencer
 	}
 	members := make([]*sequencer.Embedded, n)
 	errs := make([]error, n)
+	// A member that fails stops the others waiting for a quorum.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	var wg sync.WaitGroup
 	for i := range cfgs {
 		cfgs[i].InitialCluster = strings.Join(initial, ",")
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			members[i], errs[i] = sequencer.StartEmbedded(context.Background(), cfgs[i])
+			if members[i], errs[i] = sequencer.StartEmbedded(ctx, cfgs[i]); errs[i] != nil {
+				cancel()
+			}
 		}(i)
 	}
 	wg.Wait()
 	for i, err := range errs {
-		if err != nil {
+		if err != nil && !errors.Is(err, context.Canceled) {
 			for _, m := range members {
 				if m != nil {
 					m.Close()
 				}
 			}
-			t.Fatalf("etcd member %d: %v", i, err)
+			return nil, fmt.Errorf("etcd member %d: %w", i, err)
 		}
 	}
-	for _, m := range members {
-		t.Cleanup(func() { m.Close() })
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("etcd member %d: %w", i, err)
+		}
 	}
-	return members
+	return members, nil
 }
 
 // ClusterClient is a client of every member, closed by t.Cleanup.
