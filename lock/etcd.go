@@ -1149,7 +1149,18 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 		err  error
 	)
 	if creates {
-		resp, tok, _, err = s.issuer.Issue(ctx, nil, then)
+		// The token counts only if a create of the batch took its lock:
+		// a batch whose creates all found their locks held wrote nothing
+		// (or only queue places and deletes) and its revision is no token.
+		created := func(resp *clientv3.TxnResponse) bool {
+			for i, r := range batch {
+				if r.Arg.kind == opCreate && resp.Responses[i].GetResponseTxn().Succeeded {
+					return true
+				}
+			}
+			return false
+		}
+		resp, tok, _, err = s.issuer.Issue(ctx, nil, then, created)
 	} else {
 		resp, err = s.cli.Txn(ctx).Then(then(0)...).Commit()
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -183,5 +184,40 @@ func TestEtcdReleaseAfterExpiry(t *testing.T) {
 	}
 	if _, err := s.Refresh(t.Context(), name, id, time.Second); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("refresh after the lock expired: %v, want ErrLost", err)
+	}
+}
+
+// A batch whose creates all find their locks held writes nothing, and its
+// header's revision is the last write's: it must not be taken for etcd
+// going back in time (which raises the floor).
+func TestEtcdHeldAttemptsLeaveTheFloorAlone(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	prefix := "/" + testenv.Name(t) + "/"
+	s := newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix))
+	c := newClient(t, s)
+	name := testenv.Name(t)
+	l, err := c.Acquire(t.Context(), name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	before, err := sequencer.ReadFloor(t.Context(), cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.TryAcquire(context.Background(), name, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Errorf("TryAcquire on a held lock: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	after, err := sequencer.ReadFloor(t.Context(), cli, prefix)
+	if err != nil || after.Offset != before.Offset {
+		t.Fatalf("the floor moved from %d to %d (%v) after attempts on a held lock", before.Offset, after.Offset, err)
 	}
 }

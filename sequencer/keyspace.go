@@ -121,7 +121,12 @@ func (i *Issuer) Keyspace() Keyspace { return i.ks }
 // also run when only the floor guard failed (the Txn is then sent again),
 // so they must be reads. Requests fail fast when the etcd member has no
 // leader.
-func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offset uint64) []clientv3.Op, els ...clientv3.Op) (resp *clientv3.TxnResponse, tok fence.Token, ok bool, err error) {
+//
+// A Txn that wrote nothing has no revision of its own (the header carries
+// the last write's), so its "token" is no token. used says whether the
+// Txn's writes make a token that someone will use (nil: whenever ok); only
+// those are checked against the tokens issued before, and counted.
+func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offset uint64) []clientv3.Op, used func(*clientv3.TxnResponse) bool, els ...clientv3.Op) (resp *clientv3.TxnResponse, tok fence.Token, ok bool, err error) {
 	ctx = clientv3.WithRequireLeader(ctx)
 	floorKey := i.ks.FloorKey()
 	// Each pass that does not return read a newer floor; more than a few in
@@ -154,6 +159,9 @@ func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offse
 			continue
 		}
 		tok = Token(resp.Header.Revision, offset)
+		if used != nil && !used(resp) {
+			return resp, tok, true, nil
+		}
 		if tok <= highest {
 			if err := i.restored(ctx, tok, highest); err != nil {
 				return nil, 0, false, err

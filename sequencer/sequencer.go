@@ -206,7 +206,7 @@ func (s *Etcd) commit(batch []*groupcommit.Request[struct{}]) {
 		err error
 	)
 	for range 3 { // a restore detected costs one more Txn
-		if _, tok, _, err = s.issuer.Issue(ctx, nil, func(uint64) []clientv3.Op { return put }); !errors.Is(err, ErrRestored) {
+		if _, tok, _, err = s.issuer.Issue(ctx, nil, func(uint64) []clientv3.Op { return put }, nil); !errors.Is(err, ErrRestored) {
 			break
 		}
 	}

@@ -1,0 +1,238 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+)
+
+// Fair waiting, reentrancy, owners, List and ForceRelease, on each store.
+
+// TestFairWaitingInArrivalOrder: waiters that arrive one after another get
+// the lock in that order, not in whatever order they happen to retry.
+func TestFairWaitingInArrivalOrder(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			holder, err := c.Acquire(t.Context(), name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 5
+			var (
+				mu    sync.Mutex
+				order []int
+				wg    sync.WaitGroup
+				errs  = make(chan error, n)
+			)
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l, err := c.Acquire(context.Background(), name, 30*time.Second, lock.WithWait(30*time.Second))
+					if err != nil {
+						errs <- fmt.Errorf("waiter %d: %w", i, err)
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					errs <- l.Release(context.Background())
+				}()
+				// The next waiter arrives once this one has its place.
+				waitUntil(t, func() bool { st, err := c.Inspect(t.Context(), name); return err == nil && st.Waiters == i+1 })
+			}
+			st, err := c.Inspect(t.Context(), name)
+			if err != nil || st.Waiters != n || st.OldestWait <= 0 {
+				t.Fatalf("inspect with %d waiting: %+v, %v", n, st, err)
+			}
+			if err := holder.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, w := range order {
+				if w != i {
+					t.Fatalf("the lock went to the waiters in the order %v, want arrival order", order)
+				}
+			}
+		})
+	}
+}
+
+// TestWaiterThatGivesUpLeaves: a waiter that gives up leaves the queue at
+// once; one that dies leaves it when its place expires. Neither blocks
+// those behind it for long.
+func TestWaiterThatGivesUpLeaves(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			holder, err := c.Acquire(t.Context(), name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Acquire(t.Context(), name, time.Second, lock.WithWait(300*time.Millisecond))
+			var we *lock.WaitError
+			if !errors.As(err, &we) || !errors.Is(err, lock.ErrNotAcquired) || we.Waited < 300*time.Millisecond {
+				t.Fatalf("a waiter whose budget ran out: %v, want a WaitError saying how long it waited", err)
+			}
+			if st, err := c.Inspect(t.Context(), name); err != nil || st.Waiters != 0 {
+				t.Fatalf("after the waiter gave up: %+v, %v; want nobody waiting", st, err)
+			}
+			// A waiter that died: its place stays until it expires.
+			dead := "00000000000000000000000000000dead"
+			_, err = b.store.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: "0123456789abcdef0123456789abcdef",
+				TTL: time.Second, Waiter: dead, WaiterTTL: 500 * time.Millisecond})
+			if !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("the dead waiter's attempt: %v", err)
+			}
+			next := make(chan error, 1)
+			go func() {
+				l, err := c.Acquire(context.Background(), name, time.Second, lock.WithWait(30*time.Second))
+				if err == nil {
+					err = l.Release(context.Background())
+				}
+				next <- err
+			}()
+			waitUntil(t, func() bool { st, _ := c.Inspect(t.Context(), name); return st.Waiters == 2 })
+			if err := holder.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if b.name == "etcd" {
+				// A dead waiter's place rides on its store's session: here the
+				// store lives, so the place must be given up for it.
+				if err := b.store.Leave(t.Context(), name, dead); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-next; err != nil {
+				t.Fatalf("the waiter behind a dead one: %v", err)
+			}
+		})
+	}
+}
+
+// TestReentrant: the same holder acquiring a lock it holds gets the same
+// lease and token and a count; each release counts down; another holder
+// waits.
+func TestReentrant(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			a, err := c.Acquire(t.Context(), name, 5*time.Second, lock.WithHolder("worker-1"), lock.WithOwner("host-a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := c.TryAcquire(t.Context(), name, 5*time.Second, lock.WithHolder("worker-1"))
+			if err != nil {
+				t.Fatalf("the holder acquiring again: %v", err)
+			}
+			if again.ID() != a.ID() || again.Token() != a.Token() {
+				t.Fatalf("reentry: lease %s token %d, want %s %d", again.ID(), again.Token(), a.ID(), a.Token())
+			}
+			st, err := c.Inspect(t.Context(), name)
+			if err != nil || st.Count != 2 || st.Holder != "worker-1" || st.Owner != "host-a" {
+				t.Fatalf("inspect after reentry: %+v, %v", st, err)
+			}
+			if _, err := c.TryAcquire(t.Context(), name, time.Second, lock.WithHolder("worker-2")); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("another holder: %v, want ErrNotAcquired", err)
+			}
+			if _, err := c.TryAcquire(t.Context(), name, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("no holder: %v, want ErrNotAcquired", err)
+			}
+			if err := again.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := c.Inspect(t.Context(), name); err != nil || !st.Held || st.Count != 1 {
+				t.Fatalf("after one release of two: %+v, %v; want held, count 1", st, err)
+			}
+			if err := a.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := c.Inspect(t.Context(), name); err != nil || st.Held || st.LastToken != a.Token() {
+				t.Fatalf("after the last release: %+v, %v; want free, last token %d", st, err, a.Token())
+			}
+		})
+	}
+}
+
+// TestListAndForceRelease: owners show in List, pages cover every held
+// lock once, and a force-release frees a lock whose holder then finds it
+// lost.
+func TestListAndForceRelease(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			prefix := testenv.Name(t) + ":"
+			held := map[string]*lock.Lease{}
+			for i := 0; i < 5; i++ {
+				name := fmt.Sprint(prefix, "job-", i)
+				l, err := c.Acquire(t.Context(), name, 30*time.Second, lock.WithOwner(fmt.Sprint("runner-", i)), lock.WithDetached())
+				if err != nil {
+					t.Fatal(err)
+				}
+				held[name] = l
+			}
+			other, err := c.Acquire(t.Context(), testenv.Name(t), 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Release(t.Context())
+			seen := map[string]bool{}
+			cursor := ""
+			for pages := 0; ; pages++ {
+				page, err := c.List(t.Context(), prefix, 2, cursor)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(page.Locks) > 2 || pages > 10 {
+					t.Fatalf("page %d: %d locks, next %q", pages, len(page.Locks), page.Next)
+				}
+				for _, st := range page.Locks {
+					l := held[st.Name]
+					if l == nil || seen[st.Name] || st.LeaseID != l.ID() || st.Token != l.Token() || st.Owner == "" || st.Remaining <= 0 {
+						t.Fatalf("listed %+v", st)
+					}
+					seen[st.Name] = true
+				}
+				if cursor = page.Next; cursor == "" {
+					break
+				}
+			}
+			if len(seen) != len(held) {
+				t.Fatalf("listed %d of %d held locks", len(seen), len(held))
+			}
+			if _, err := c.List(t.Context(), prefix, 2, "not a cursor"); !errors.Is(err, lock.ErrInvalidCursor) {
+				t.Fatalf("a made-up cursor: %v", err)
+			}
+			victim := prefix + "job-3"
+			st, err := c.ForceRelease(t.Context(), victim)
+			if err != nil || !st.Held || st.LeaseID != held[victim].ID() {
+				t.Fatalf("force-release: %+v, %v", st, err)
+			}
+			if st, err := c.Inspect(t.Context(), victim); err != nil || st.Held {
+				t.Fatalf("after force-release: %+v, %v", st, err)
+			}
+			if _, err := c.RefreshID(t.Context(), victim, held[victim].ID(), time.Second); !errors.Is(err, lock.ErrLost) {
+				t.Fatalf("the holder's refresh after a force-release: %v, want ErrLost", err)
+			}
+			if st, err := c.ForceRelease(t.Context(), victim); err != nil || st.Held {
+				t.Fatalf("force-release of a free lock: %+v, %v", st, err)
+			}
+		})
+	}
+}
