@@ -8,6 +8,10 @@
 -- {2, holder's remaining ms or 0, place in the queue or -1} when not.
 -- Safe to run twice: a retry after a lost reply finds its own lease id
 -- (docs/design.md, defect 4).
+-- The common case first: nobody waits, so a free lock goes to whoever asks.
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0} end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Waiters whose place expired (they gave up or died) leave the queue.
