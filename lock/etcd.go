@@ -50,7 +50,8 @@ type EtcdStore struct {
 	issuer *sequencer.Issuer
 	log    *slog.Logger
 
-	gc groupcommit.Committer[etcdOp]
+	gc     groupcommit.Committer[etcdOp] // creates and deletes
+	checks groupcommit.Committer[string] // refreshes' reads of their lock keys
 
 	mu       sync.Mutex
 	sessions map[int64]*session      // by TTL in seconds
@@ -65,7 +66,7 @@ type EtcdStore struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup // the goroutine and the work it started
 
-	txns, ops, sessionGrants atomic.Uint64
+	txns, ops, sessionGrants, reads atomic.Uint64
 }
 
 var _ LeaseStore = (*EtcdStore)(nil)
@@ -222,8 +223,9 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	s.gc.Commit = s.commit
-
 	s.gc.SetMaxBatch(c.maxBatch)
+	s.checks.Commit = s.check
+	s.checks.SetMaxBatch(c.maxBatch)
 	return s, nil
 }
 
@@ -232,11 +234,12 @@ type EtcdStats struct {
 	Txns          uint64 // write Txns committed (each one Raft write)
 	Ops           uint64 // creates and deletes they carried
 	SessionGrants uint64 // session leases granted (each one Raft write)
+	Reads         uint64 // read-only Txns checking refreshed locks (no Raft write)
 }
 
 // Stats returns counters since NewEtcdStore.
 func (s *EtcdStore) Stats() EtcdStats {
-	return EtcdStats{Txns: s.txns.Load(), Ops: s.ops.Load(), SessionGrants: s.sessionGrants.Load()}
+	return EtcdStats{Txns: s.txns.Load(), Ops: s.ops.Load(), SessionGrants: s.sessionGrants.Load(), Reads: s.reads.Load()}
 }
 
 // Close stops the store's goroutine and waits for the work it started.
@@ -411,18 +414,16 @@ func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, ttl time.
 // refreshHeld checks that the lock is still as this store wrote it and
 // moves its deadline.
 func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, start time.Time, ttl time.Duration) (Grant, error) {
-	resp, err := s.cli.Txn(ctx).If(
-		s.ks.LockHeldBy(name, h.id),
-		clientv3.Compare(clientv3.ModRevision(s.ks.LockKey(name)), "=", h.modRev),
-	).Commit()
+	v, err := s.checks.Do(ctx, name, name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h.refreshing--
+	kv, _ := v.(*mvccpb.KeyValue)
 	switch {
 	case err != nil:
 		s.scheduleLocked(name, h) // in case its deadline passed meanwhile
 		return Grant{}, backendErr("etcd", "refresh", err)
-	case !resp.Succeeded:
+	case kv == nil || string(kv.Value) != h.id || kv.ModRevision != h.modRev:
 		s.dropLocked(name, h)
 		return Grant{}, ErrLost
 	}
@@ -434,6 +435,31 @@ func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, st
 	h.deadline = start.Add(granted)
 	s.scheduleLocked(name, h)
 	return Grant{Token: h.token, TTL: granted, LeaseID: h.id}, nil
+}
+
+// check reads the lock keys of a batch of refreshes in one read-only Txn
+// (a linearizable read, no Raft write): many locks kept alive at once cost
+// a read per batch, not one each.
+func (s *EtcdStore) check(batch []*groupcommit.Request[string]) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ops := make([]clientv3.Op, len(batch))
+	for i, r := range batch {
+		ops[i] = clientv3.OpGet(s.ks.LockKey(r.Arg))
+	}
+	resp, err := s.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
+	s.reads.Add(1)
+	for i, r := range batch {
+		if err != nil {
+			r.Done(nil, err)
+			continue
+		}
+		var kv *mvccpb.KeyValue
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
+			kv = kvs[0]
+		}
+		r.Done(kv, nil)
+	}
 }
 
 // takeOver moves a lock held by leaseID onto this store's session, keeping

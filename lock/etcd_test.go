@@ -221,3 +221,37 @@ func TestEtcdHeldAttemptsLeaveTheFloorAlone(t *testing.T) {
 		t.Fatalf("the floor moved from %d to %d (%v) after attempts on a held lock", before.Offset, after.Offset, err)
 	}
 }
+
+// Many locks refreshed at once are checked by a few read-only Txns, not
+// one each, and none is a Raft write.
+func TestEtcdRefreshesShareReads(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newEtcdStore(t, cli)
+	c := newClient(t, s)
+	const n = 300
+	leases := make([]*lock.Lease, n)
+	for i := range leases {
+		l, err := c.Acquire(t.Context(), fmt.Sprint(testenv.Name(t), "-", i), 10*time.Second, lock.WithDetached())
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	before := s.Stats()
+	var wg sync.WaitGroup
+	for _, l := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.Refresh(context.Background(), 10*time.Second); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	after := s.Stats()
+	if reads := after.Reads - before.Reads; reads == 0 || reads >= n/2 || after.Txns != before.Txns {
+		t.Fatalf("%d refreshes: %d reads and %d write Txns; want them batched into reads", n, reads, after.Txns-before.Txns)
+	}
+	t.Logf("%d refreshes at once: %d read-only Txns", n, after.Reads-before.Reads)
+}
