@@ -1,0 +1,3 @@
+package compare
+
+func Chart(rep *Report, fault string) ([]byte, bool) { return nil, false }
