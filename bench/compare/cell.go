@@ -65,10 +65,10 @@ func (c *cell) mark(name string) { c.marks[name] = time.Now().UnixNano() }
 // affected is how many Redis nodes a Redis fault hits: one, or a majority
 // of Redlock's five.
 func (c *cell) affected() int {
-	if len(c.primaries) == 5 {
-		return 3
+	if n := c.s.redisNodes(); n < 5 {
+		return n
 	}
-	return len(c.primaries)
+	return 3
 }
 
 // setup starts the scenario's processes, proxies and ledger.
@@ -371,15 +371,11 @@ func (c *cell) holdFault(ctx context.Context) error {
 			return err
 		}
 	}
-	ok, err := c.j.waitFor(ctx, c.successorDeadline(), seen(2, t2, evAcquire, granted))
+	ok, err := c.successor(ctx, t2, c.successorDeadline())
 	if err != nil {
 		return err
 	}
-	if ok {
-		if done, err := c.waitDone(ctx, 2, t2, 20*time.Second); err != nil || !done {
-			return fmt.Errorf("worker 2 took the lock but did not finish (%v)", err)
-		}
-	} else {
+	if !ok {
 		c.note("worker 2 did not get the lock within %s of the fault while worker 1 held it", c.successorDeadline().Round(100*time.Millisecond))
 	}
 	if c.f.ID == FPause {
@@ -397,6 +393,98 @@ func (c *cell) holdFault(ctx context.Context) error {
 		return err
 	}
 	return c.waitAllDone(ctx, 40*time.Second)
+}
+
+// Where a transfer stands.
+const (
+	stTimeout = iota
+	stReached // held, or granted: what was waited for
+	stFailed  // done without reaching it: its acquisition failed
+)
+
+// until waits for worker w's transfer id to reach what (evHeld, or
+// evAcquire granted), or to be done without it.
+func (c *cell) until(ctx context.Context, w int, id, what string, timeout time.Duration) (int, string, error) {
+	st, why := stTimeout, ""
+	_, err := c.j.waitFor(ctx, timeout, func(es []event) bool {
+		for _, e := range es {
+			if e.Worker != w || e.Transfer != id || e.Inv {
+				continue
+			}
+			switch {
+			case e.What == what && (what != evAcquire || e.Outcome == outOK):
+				st = stReached
+				return true
+			case e.What == evDone:
+				st, why = stFailed, e.Err
+				return true
+			}
+		}
+		return false
+	})
+	return st, why, err
+}
+
+// successor waits until worker 2 has taken the lock and finished its
+// conflicting transfer t2. A failed acquisition (a backend that errs
+// during the fault) is tried again, with a new transfer, until timeout.
+func (c *cell) successor(ctx context.Context, t2 string, timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	failures := 0
+	for {
+		st, why, err := c.until(ctx, 2, t2, evAcquire, time.Until(deadline))
+		if err != nil {
+			return false, err
+		}
+		switch st {
+		case stReached:
+			if failures > 0 {
+				c.note("worker 2's acquisition failed %d time(s) during the fault (%s)", failures, why)
+			}
+			if done, err := c.waitDone(ctx, 2, t2, 20*time.Second); err != nil || !done {
+				return false, fmt.Errorf("worker 2 took the lock but did not finish (%v)", err)
+			}
+			return true, nil
+		case stFailed:
+			failures++
+			if time.Until(deadline) <= 0 {
+				c.note("worker 2's acquisition failed %d time(s) during the fault (%s)", failures, why)
+				return false, nil
+			}
+			if t2, err = c.transfer(2, 1, 2, false); err != nil {
+				return false, err
+			}
+		default:
+			if failures > 0 {
+				c.note("worker 2's acquisition failed %d time(s) during the fault (%s)", failures, why)
+			}
+			return false, nil
+		}
+	}
+}
+
+// holdAgain waits until worker w holds for transfer id; a failed
+// acquisition is tried again with a new held transfer. It returns the
+// transfer that holds.
+func (c *cell) holdAgain(ctx context.Context, w int, id string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, why, err := c.until(ctx, w, id, evHeld, time.Until(deadline))
+		if err != nil {
+			return id, err
+		}
+		switch st {
+		case stReached:
+			return id, nil
+		case stFailed:
+			c.note("worker %d's acquisition failed (%s); it tries again", w, why)
+			if id, err = c.transfer(w, 1, 2, true); err != nil {
+				return id, err
+			}
+		default:
+			return id, fmt.Errorf("worker %d did not take the lock in %s", w, timeout)
+		}
+	}
 }
 
 // inject does the fault while worker 1 holds.
@@ -539,8 +627,8 @@ func (c *cell) tokenPartition(ctx context.Context) error {
 	for _, p := range c.etcdProx[0] {
 		p.Hold(false)
 	}
-	if ok, err := c.j.waitFor(ctx, 20*time.Second, seen(1, t1, evHeld, nil)); err != nil || !ok {
-		return fmt.Errorf("worker 1 did not take the lock after the partition healed (%v)", err)
+	if _, err := c.holdAgain(ctx, 1, t1, 30*time.Second); err != nil {
+		return fmt.Errorf("after the partition healed: %w", err)
 	}
 	if err := c.goAhead(1); err != nil {
 		return err
@@ -578,13 +666,18 @@ func (c *cell) latency(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w2held, err := c.j.waitFor(ctx, lat+3*c.ttl+time.Second, seen(2, t2, evHeld, nil))
+	st2, _, err := c.until(ctx, 2, t2, evHeld, lat+3*c.ttl+time.Second)
 	if err != nil {
 		return err
 	}
-	w1held, err := c.j.waitFor(ctx, time.Until(start.Add(2*lat+2*c.ttl+time.Second)), seen(1, t1, evHeld, nil))
+	w2held := st2 == stReached
+	st1, why, err := c.until(ctx, 1, t1, evHeld, time.Until(start.Add(2*lat+2*c.ttl+time.Second)))
 	if err != nil {
 		return err
+	}
+	w1held := st1 == stReached
+	if st1 == stFailed {
+		c.note("worker 1's acquisition failed under the latency (%s)", why)
 	}
 	if w2held && w1held {
 		c.note("both workers held the lock and had read at once")
@@ -599,8 +692,13 @@ func (c *cell) latency(ctx context.Context) error {
 	}
 	set(0)
 	if !w1held {
-		if ok, err := c.j.waitFor(ctx, 30*time.Second, seen(1, t1, evHeld, nil)); err != nil || !ok {
-			return fmt.Errorf("worker 1 never took the lock (%v)", err)
+		if st1 == stFailed {
+			if t1, err = c.transfer(1, 1, 2, true); err != nil {
+				return err
+			}
+		}
+		if t1, err = c.holdAgain(ctx, 1, t1, 30*time.Second); err != nil {
+			return err
 		}
 	}
 	if err := c.goAhead(1); err != nil {
@@ -610,8 +708,13 @@ func (c *cell) latency(ctx context.Context) error {
 		return fmt.Errorf("worker 1 did not finish (%v)", err)
 	}
 	if !w2held {
-		if ok, err := c.j.waitFor(ctx, 30*time.Second, seen(2, t2, evHeld, nil)); err != nil || !ok {
-			return fmt.Errorf("worker 2 never took the lock (%v)", err)
+		if st2 == stFailed {
+			if t2, err = c.transfer(2, 1, 2, true); err != nil {
+				return err
+			}
+		}
+		if _, err = c.holdAgain(ctx, 2, t2, 30*time.Second); err != nil {
+			return err
 		}
 		if err := c.goAhead(2); err != nil {
 			return err

@@ -115,7 +115,7 @@ func newWorker(ctx context.Context, c workerConfig) (_ *worker, err error) {
 	}
 	for _, a := range c.Redis {
 		w.rdbs = append(w.rdbs, redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true,
-			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second}))
+			DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}))
 	}
 	if len(c.Etcd) > 0 {
 		w.etcd, err = clientv3.New(clientv3.Config{Endpoints: c.Etcd, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
