@@ -877,17 +877,18 @@ func (c *cell) restore(ctx context.Context) error {
 			break
 		}
 	}
-	id, err := c.transfer(second, 3, 4, false)
-	if err != nil {
-		return err
-	}
-	if ok, err := c.waitDone(ctx, second, id, 30*time.Second); err != nil || !ok {
-		return fmt.Errorf("worker %d after the restore (%v)", second, err)
-	}
+	// The frozen holder writes now: a repeated token admitted above lets
+	// its stale write through.
 	if err := c.ws[1].p.thaw(); err != nil {
 		return err
 	}
 	if err := c.goAhead(1); err != nil {
+		return err
+	}
+	if ok, err := c.waitDone(ctx, 1, t1, 20*time.Second); err != nil || !ok {
+		return fmt.Errorf("worker 1 did not finish its held transfer (%v)", err)
+	}
+	if _, err := c.transfer(second, 3, 4, false); err != nil {
 		return err
 	}
 	return c.waitAllDone(ctx, 40*time.Second)
