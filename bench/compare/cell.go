@@ -82,7 +82,9 @@ func (c *cell) setup(ctx context.Context) error {
 	n := c.s.redisNodes()
 	for i := range n {
 		faketime := c.f.ID == FClockJump && i < c.affected()
-		r, err := startRedis(ctx, filepath.Join(c.dir, fmt.Sprint("redis", i)), faketime)
+		// A replica syncs at once, not after Redis's default 5 s wait for
+		// more replicas.
+		r, err := startRedis(ctx, filepath.Join(c.dir, fmt.Sprint("redis", i)), faketime, "--repl-diskless-sync-delay", "0")
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	def := DefaultConfig()
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	short := fs.Bool("short", false, "every fault once with small counts (CI): -warm 3 -after 1 and shorter TTLs")
+	short := fs.Bool("short", false, "every fault once with small counts (CI): fenced and one peer per fault, -warm 3 -after 1 -parallel 2, shorter TTLs")
 	only := fs.String("schemes", "", "comma-separated schemes (default all): "+strings.Join(SchemeIDs(), ","))
 	onlyF := fs.String("faults", "", "comma-separated faults (default all): "+strings.Join(FaultIDs(), ","))
 	out := fs.String("out", "", "write results.md, results.json and the charts (pause.svg, failover.svg) to this directory")
@@ -34,7 +34,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	after := fs.Int("after", def.After, "transfers per worker after the fault")
 	seed := fs.Uint64("seed", 0, "seed of the transfer plan (default random)")
 	dsn := fs.String("dsn", benchkit.PostgresDefault(), "Postgres")
-	verbose := fs.Bool("v", false, "also print the workers' logs")
+	verbose := fs.Bool("v", false, "also print the workers' logs and every history")
+	parallel := fs.Int("parallel", def.Parallel, "scenarios at once (-short: 2)")
 	given, err := benchkit.Parse(fs, args, "FENCED_COMPARE_")
 	if err != nil {
 		return err
@@ -48,6 +49,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if given["after"] || !*short {
 		cfg.After = *after
+	}
+	if given["parallel"] || !*short {
+		cfg.Parallel = *parallel
 	}
 	if cfg.Warm < 1 || cfg.After < 0 {
 		return errors.New("-warm must be at least 1 and -after at least 0")

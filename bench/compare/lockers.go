@@ -11,8 +11,8 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -38,8 +38,8 @@ type held interface {
 }
 
 // Lock keys of the peers in Redis and etcd (fenced names its own).
-func peerKey(name string) string { return "cmp:{" + name + "}:lock" }
-func incrKey(name string) string { return "cmp:{" + name + "}:fence" }
+func peerKey(name string) string         { return "cmp:{" + name + "}:lock" }
+func incrKey(name string) string         { return "cmp:{" + name + "}:fence" }
 func etcdMutexPrefix(name string) string { return "/cmp/mutex/" + name }
 
 // keepAlive runs refresh every period until stop is called; a refresh that
