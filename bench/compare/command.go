@@ -96,7 +96,17 @@ func writeFiles(dir string, rep *Report) error {
 	var md bytes.Buffer
 	fmt.Fprintln(&md, "# Fault comparison: results")
 	fmt.Fprintln(&md, "\nWritten by `make compare` (`cd bench && go run ./cmd/compare`); see [bench/README.md](../../bench/README.md#fault-comparison-make-compare) for how to read it.")
+	fmt.Fprintln(&md, "\nOne row per scheme, one column per fault. Each cell: overlapping holders · stale writes admitted · stale rejected · lost updates, then ✓ when the history is linearizable (the fenced register and, with tokens, the fenced mutex) or ✗; bold where the ledger took a stale write or lost an update; † a known fenced defect (see the notes below); ‡ a control that skips a documented step. acq/s: acquisitions per second in the warm-up of the pause scenario (three worker processes contending, each transfer a Postgres read and write).")
 	fmt.Fprintln(&md)
+	WriteMatrix(&md, rep, "")
+	seen := map[string]bool{}
+	for _, r := range rep.Results {
+		if r.KnownDefect != "" && !seen[r.KnownDefect] {
+			seen[r.KnownDefect] = true
+			fmt.Fprintf(&md, "\n† Known fenced defect, reported, its fix outside this module: %s. The scenario stays as its regression test; the gate expects the violation until it is fixed.\n", r.KnownDefect)
+		}
+	}
+	fmt.Fprint(&md, "\n## Every scenario\n\n")
 	if err := WriteMarkdown(&md, rep, ""); err != nil {
 		return err
 	}

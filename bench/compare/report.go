@@ -122,3 +122,80 @@ func WriteJSON(w io.Writer, rep *Report) error {
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
 }
+
+// faultColumns are the matrix's columns, in the issue's order of faults.
+var faultColumns = []string{FPause, FFailover, FRestart, FLeaderKill, FLeaderFreeze, FPartRedis, FLatRedis,
+	FPartEtcd, FLatEtcd, FClockJump, FRestoreNewest, FRestoreOther, FRestoreNew, FRestoreRaise}
+
+// WriteMatrix writes the results as one row per scheme and one column per
+// fault. A cell is "overlapping holders · stale writes admitted · stale
+// rejected · lost updates" and ✓ or ✗ for the linearizability checks, and
+// links to the fault's description at descLink.
+func WriteMatrix(w io.Writer, rep *Report, descLink string) {
+	idx := map[[2]string]Result{}
+	for _, r := range rep.Results {
+		idx[[2]string{r.Scheme, r.Fault}] = r
+	}
+	var cols []string
+	for _, f := range faultColumns {
+		for _, r := range rep.Results {
+			if r.Fault == f {
+				cols = append(cols, f)
+				break
+			}
+		}
+	}
+	fmt.Fprint(w, "| scheme | acq/s |")
+	for _, f := range cols {
+		ft, _ := faultByID(f)
+		fmt.Fprintf(w, " %d. %s |", ft.Number, f)
+	}
+	fmt.Fprintf(w, "\n|---|---:|%s\n", strings.Repeat("---|", len(cols)))
+	for _, s := range schemes {
+		var rs []Result
+		for _, f := range cols {
+			if r, ok := idx[[2]string{s.ID, f}]; ok {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		name := s.ID
+		if s.Fenced {
+			name = "**" + name + "**"
+		}
+		acq := "-"
+		if r, ok := idx[[2]string{s.ID, FPause}]; ok {
+			acq = fmt.Sprintf("%.0f", r.AcqPerSec)
+		}
+		fmt.Fprintf(w, "| %s | %s |", name, acq)
+		for _, f := range cols {
+			r, ok := idx[[2]string{s.ID, f}]
+			if !ok {
+				fmt.Fprint(w, " — |")
+				continue
+			}
+			mark := "✓"
+			if r.Linearizable != "yes" {
+				mark = "✗"
+			}
+			cell := fmt.Sprintf("%d·%d·%d·%d %s", r.Overlaps, r.StaleAdmitted, r.StaleRejected, r.LostUpdates, mark)
+			if r.StaleAdmitted > 0 || r.LostUpdates > 0 {
+				cell = "**" + cell + "**"
+			}
+			if r.Error != "" {
+				cell += " (error)"
+			}
+			if r.KnownDefect != "" {
+				cell += " †"
+			}
+			if r.Control {
+				cell += " ‡"
+			}
+			ft, _ := faultByID(f)
+			fmt.Fprintf(w, " [%s](%s#%s) |", cell, descLink, anchor(ft))
+		}
+		fmt.Fprintln(w)
+	}
+}
