@@ -3,6 +3,7 @@ package compare
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,6 +35,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	after := fs.Int("after", def.After, "transfers per worker after the fault")
 	seed := fs.Uint64("seed", 0, "seed of the transfer plan (default random)")
 	dsn := fs.String("dsn", benchkit.PostgresDefault(), "Postgres")
+	render := fs.String("render", "", "run nothing: read this results.json and write results.md to -out again (the charts need a run)")
 	verbose := fs.Bool("v", false, "also print the workers' logs and every history")
 	parallel := fs.Int("parallel", def.Parallel, "scenarios at once (-short: 2)")
 	given, err := benchkit.Parse(fs, args, "FENCED_COMPARE_")
@@ -62,6 +64,20 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *onlyF != "" {
 		cfg.Faults = strings.Split(*onlyF, ",")
+	}
+	if *render != "" {
+		b, err := os.ReadFile(*render)
+		if err != nil {
+			return err
+		}
+		var rep Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return fmt.Errorf("%s: %w", *render, err)
+		}
+		if *out == "" {
+			return errors.New("-render needs -out")
+		}
+		return writeFiles(*out, &rep)
 	}
 	rep, err := Run(ctx, cfg)
 	if err != nil && rep == nil {
@@ -96,7 +112,7 @@ func writeFiles(dir string, rep *Report) error {
 	var md bytes.Buffer
 	fmt.Fprintln(&md, "# Fault comparison: results")
 	fmt.Fprintln(&md, "\nWritten by `make compare` (`cd bench && go run ./cmd/compare`); see [bench/README.md](../../bench/README.md#fault-comparison-make-compare) for how to read it.")
-	fmt.Fprintln(&md, "\nOne row per scheme, one column per fault. Each cell: overlapping holders · stale writes admitted · stale rejected · lost updates, then ✓ when the history is linearizable (the fenced register and, with tokens, the fenced mutex) or ✗; bold where the ledger took a stale write or lost an update; † a known fenced defect (see the notes below); ‡ a control that skips a documented step. acq/s: acquisitions per second in the warm-up of the pause scenario (three worker processes contending, each transfer a Postgres read and write).")
+	fmt.Fprintln(&md, "\nOne row per scheme, one column per fault. Each cell: overlapping holders · stale writes admitted · stale rejected · lost updates, then ✓ when the history is linearizable (the fenced register and, with tokens, the fenced mutex) or ✗; bold where the ledger took a stale write or lost an update; ⊘N: N reads or writes of the current holder rejected because tokens went back (a resource that turns new holders away); † a known fenced defect (see the notes below); ‡ a control that skips a documented step. acq/s: acquisitions per second in the warm-up of the pause scenario (three worker processes contending, each transfer a Postgres read and write).")
 	fmt.Fprintln(&md)
 	WriteMatrix(&md, rep, "")
 	seen := map[string]bool{}

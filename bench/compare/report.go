@@ -184,6 +184,9 @@ func WriteMatrix(w io.Writer, rep *Report, descLink string) {
 			if r.StaleAdmitted > 0 || r.LostUpdates > 0 {
 				cell = "**" + cell + "**"
 			}
+			if r.CurrentRejected > 0 {
+				cell += fmt.Sprintf(" ⊘%d", r.CurrentRejected)
+			}
 			if r.Error != "" {
 				cell += " (error)"
 			}
