@@ -55,7 +55,10 @@ type cell struct {
 }
 
 func (c *cell) note(format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
+	s := strings.Join(strings.Fields(fmt.Sprintf(format, args...)), " ")
+	if len(s) > 240 {
+		s = s[:240] + "…"
+	}
 	c.notes = append(c.notes, s)
 	fmt.Fprintf(c.log, "    %s %s: %s\n", c.s.ID, c.f.ID, s)
 }
@@ -432,11 +435,14 @@ func (c *cell) until(ctx context.Context, w int, id, what string, timeout time.D
 // during the fault) is tried again, with a new transfer, until timeout.
 func (c *cell) successor(ctx context.Context, t2 string, timeout time.Duration) (bool, error) {
 	deadline := time.Now().Add(timeout)
-	failures := 0
+	failures, why := 0, ""
 	for {
-		st, why, err := c.until(ctx, 2, t2, evAcquire, time.Until(deadline))
+		st, w, err := c.until(ctx, 2, t2, evAcquire, time.Until(deadline))
 		if err != nil {
 			return false, err
+		}
+		if st == stFailed {
+			why = w
 		}
 		switch st {
 		case stReached:
