@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -312,22 +313,12 @@ func (c *cell) run(ctx context.Context) error {
 		return fmt.Errorf("fault: %w", err)
 	}
 	c.mark("fault-end")
-	ids := slices.Sorted(mapsKeys(c.ws))
+	ids := slices.Sorted(maps.Keys(c.ws))
 	if err := c.load(ctx, c.cfg.After, ids...); err != nil {
 		return fmt.Errorf("after the fault: %w", err)
 	}
 	c.mark("end")
 	return nil
-}
-
-func mapsKeys(m map[int]*workerProc) func(func(int) bool) {
-	return func(yield func(int) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // successorDeadline is how long a scenario waits for worker 2 to take a

@@ -2,6 +2,7 @@ package compare
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -163,20 +164,11 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	defer p.mu.Unlock()
 	p.buf = append(p.buf, b...)
 	for {
-		i := indexByte(p.buf, '\n')
+		i := bytes.IndexByte(p.buf, '\n')
 		if i < 0 {
 			return len(b), nil
 		}
 		fmt.Fprintf(p.w, "%s%s\n", p.prefix, p.buf[:i])
 		p.buf = p.buf[i+1:]
 	}
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
