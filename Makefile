@@ -1,13 +1,19 @@
 # Targets:
-#   test        the README's test command
-#   install     go install ./cmd/fenced with the version stamped in
-#   dist        static binaries (CGO_ENABLED=0) of fenced for PLATFORMS into
-#               DIST, named fenced-VERSION-OS-ARCH, with SHA256SUMS;
-#               make dist PLATFORMS=linux/amd64 builds one
-#   bench       lock comparison (bench/cmd/lockbench; needs Redis on
-#               127.0.0.1:6379 or $FENCED_TEST_REDIS); BENCHFLAGS passes
-#               flags to it, e.g. make bench BENCHFLAGS='-short'
-#   bench-http  HTTP API against the SDK (bench/cmd/httpbench); BENCHFLAGS too
+#   test           the README's test command
+#   install        go install ./cmd/fenced with the version stamped in
+#   dist           static binaries (CGO_ENABLED=0) of fenced for PLATFORMS into
+#                  DIST, named fenced-VERSION-OS-ARCH, with SHA256SUMS;
+#                  make dist PLATFORMS=linux/amd64 builds one
+# and the benchmarks of the nested module bench (every program there is
+# bench/cmd/X over package bench/X; each needs Redis on 127.0.0.1:6379 or
+# $FENCED_TEST_REDIS and Postgres as the tests do):
+#   bench          lock comparison (bench/cmd/lockbench); BENCHFLAGS, e.g. BENCHFLAGS='-short'
+#   bench-http     HTTP API against the SDK (bench/cmd/httpbench); BENCHFLAGS too
+#   bench-pg       the Postgres fence's cost (bench/cmd/pgfence); BENCHFLAGS too
+#   compare        every lock scheme under every fault, checked (bench/cmd/compare):
+#                  the table, docs/compare/results.{md,json} and the charts; the JSON last
+#   compare-short  the same with small counts, as CI runs it; fails if fenced broke
+# COMPAREFLAGS passes flags to compare, e.g. COMPAREFLAGS='-faults pause -schemes redislock,fenced/redis'.
 #
 # VERSION defaults to git describe (a tag, or the commit), else "dev"; fenced
 # version and the startup log say it.
@@ -17,7 +23,7 @@ PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST      ?= dist
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 
-.PHONY: test install dist bench bench-http
+.PHONY: test install dist bench bench-http bench-pg compare compare-short
 
 test:
 	go test -race ./...
@@ -41,3 +47,12 @@ bench:
 
 bench-http:
 	cd bench && go run ./cmd/httpbench $(BENCHFLAGS)
+
+bench-pg:
+	cd bench && go run ./cmd/pgfence $(BENCHFLAGS)
+
+compare:
+	cd bench && go run ./cmd/compare -out ../docs/compare $(COMPAREFLAGS)
+
+compare-short:
+	cd bench && go run ./cmd/compare -short $(COMPAREFLAGS)

@@ -1,4 +1,4 @@
-package main
+package pgfence
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fenced/fenced/bench/internal/benchkit"
 )
 
 // BenchmarkUpdate runs each mode from parallel clients (16 with the default
@@ -18,7 +20,7 @@ func BenchmarkUpdate(b *testing.B) {
 	ctx := context.Background()
 	const parallelism = 8
 	clients := parallelism * runtime.GOMAXPROCS(0)
-	pool, err := connect(ctx, dsn(), clients, "")
+	pool, err := connect(ctx, benchkit.PostgresDefault(), clients, "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func BenchmarkUpdate(b *testing.B) {
 // benchmark's code.
 func TestModes(t *testing.T) {
 	ctx := t.Context()
-	pool, err := connect(ctx, dsn(), 2, "")
+	pool, err := connect(ctx, benchkit.PostgresDefault(), 2, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package pgfence
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -15,18 +14,6 @@ import (
 	"github.com/fenced/fenced/adapters/postgres"
 	"github.com/fenced/fenced/fence"
 )
-
-const defaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
-// dsn returns FENCED_TEST_POSTGRES, else DATABASE_URL, else a local server.
-func dsn() string {
-	for _, k := range []string{"FENCED_TEST_POSTGRES", "DATABASE_URL"} {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
-	}
-	return defaultDSN
-}
 
 // connect opens a pool of size conns; syncCommit "off" sets
 // synchronous_commit off on every connection, which takes the WAL flush out

@@ -1,18 +1,22 @@
-// Package benchkit holds what the benchmark programs share: run ids,
-// percentiles, CPU and load readings, error counting, number formats, and
-// flags from the environment.
+// Package benchkit holds what the benchmark programs share: their main,
+// run ids, percentiles, CPU and load readings, error counting, number
+// formats, and flags from the environment.
 package benchkit
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -133,4 +137,31 @@ func Parse(fs *flag.FlagSet, args []string, envPrefix string) (given map[string]
 	given = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	return given, nil
+}
+
+// Main is the main of every benchmark program: run gets the arguments,
+// stdout and stderr and a context that ends on ^C or SIGTERM; an error is
+// printed (not flag.ErrHelp, which the flag package has explained) and
+// the exit status is 1.
+func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		}
+		os.Exit(1)
+	}
+}
+
+// PostgresDefault is $FENCED_TEST_POSTGRES, else $DATABASE_URL, else the
+// local test database.
+func PostgresDefault() string {
+	for _, k := range []string{"FENCED_TEST_POSTGRES", "DATABASE_URL"} {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 }

@@ -1,8 +1,8 @@
-// Command pgfence measures the transactions per second of an UPDATE guarded
+// Package pgfence measures the transactions per second of an UPDATE guarded
 // by the Postgres adapter's column and fence-table modes against the same
 // UPDATE unguarded, and prints them side by side.
 //
-//	cd bench && go run ./pgfence [-clients 16] [-rows 1024] [-duration 1s] [-rounds 10] [-modes Unguarded,Column,...] [-synchronous-commit on|off]
+//	cd bench && go run ./cmd/pgfence [-clients 16] [-rows 1024] [-duration 1s] [-rounds 10] [-modes Unguarded,Column,...] [-synchronous-commit on|off]
 //
 // The modes take turns in short slices, in an order that rotates each
 // round, and the overhead is the median over rounds against the baseline
@@ -10,10 +10,10 @@
 // affects every mode alike. Each client writes its own rows, so the numbers
 // measure the guard and not waits for row locks.
 //
-// Every flag can also be set from the environment as FENCED_<FLAG> (dashes
-// as underscores). The database is FENCED_TEST_POSTGRES, else DATABASE_URL,
-// else postgres://postgres@127.0.0.1:5432/test.
-package main
+// Every flag can also be set from the environment as FENCED_PGFENCE_<FLAG>
+// (dashes as underscores). The database is FENCED_TEST_POSTGRES, else
+// DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test.
+package pgfence
 
 import (
 	"context"
@@ -21,52 +21,30 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fenced/fenced/bench/internal/benchkit"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "pgfence:", err)
-		}
-		os.Exit(1)
-	}
-}
-
-func run(ctx context.Context, args []string, out io.Writer) error {
+// Command is the pgfence program (bench/cmd/pgfence): it parses args, runs
+// the modes and prints the table to out; logw gets flag errors.
+func Command(ctx context.Context, args []string, out, logw io.Writer) error {
 	fs := flag.NewFlagSet("pgfence", flag.ContinueOnError)
-	dsnFlag := fs.String("dsn", dsn(), "Postgres DSN")
+	fs.SetOutput(logw)
+	dsnFlag := fs.String("dsn", benchkit.PostgresDefault(), "Postgres DSN")
 	clients := fs.Int("clients", 16, "parallel clients, one pool connection each")
 	rows := fs.Int("rows", 1024, "rows in the table, split between the clients")
 	duration := fs.Duration("duration", time.Second, "time per mode per round")
 	rounds := fs.Int("rounds", 10, "rounds; the modes take turns in each, in a rotating order, so that drift and background load hit them alike")
 	only := fs.String("modes", "", "comma-separated modes to run (default all); the first is the baseline")
 	syncCommit := fs.String("synchronous-commit", "", `synchronous_commit for the connections: "" (server default), "on" or "off"`)
-	if err := fs.Parse(args); err != nil {
+	if _, err := benchkit.Parse(fs, args, "FENCED_PGFENCE_"); err != nil {
 		return err
-	}
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		set := false // a flag on the command line wins over the environment
-		fs.Visit(func(g *flag.Flag) { set = set || g.Name == f.Name })
-		env := "FENCED_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok && !set {
-			if err := f.Value.Set(v); err != nil {
-				envErr = errors.Join(envErr, fmt.Errorf("%s: %w", env, err))
-			}
-		}
-	})
-	if envErr != nil {
-		return envErr
 	}
 	if *clients < 1 || *rows < *clients || *duration <= 0 || *rounds < 1 {
 		return fmt.Errorf("want clients >= 1, rows >= clients, duration > 0, rounds >= 1")
@@ -98,7 +76,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if derr := w.drop(dctx); derr != nil {
-			fmt.Fprintln(os.Stderr, "pgfence: drop schema:", derr)
+			fmt.Fprintln(logw, "pgfence: drop schema:", derr)
 		}
 	}()
 
