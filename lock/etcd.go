@@ -53,6 +53,8 @@ type EtcdStore struct {
 	gc     groupcommit.Committer[etcdOp] // creates and deletes
 	checks groupcommit.Committer[string] // refreshes' reads of their lock keys
 
+	unfollow func() // stops the issuer's watch of the counter key
+
 	mu       sync.Mutex
 	sessions map[int64]*session      // by TTL in seconds
 	granting map[int64]chan struct{} // closed when a grant of that class ends
@@ -226,6 +228,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 	s.gc.SetMaxBatch(c.maxBatch)
 	s.checks.Commit = s.check
 	s.checks.SetMaxBatch(c.maxBatch)
+	s.unfollow = s.issuer.Follow()
 	return s, nil
 }
 
@@ -254,6 +257,7 @@ func (s *EtcdStore) Close() error {
 	s.closed = true
 	close(s.stop)
 	s.mu.Unlock()
+	s.unfollow()
 	s.wg.Wait()
 	return nil
 }
@@ -1162,10 +1166,15 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 		return s.commitOne(ctx, batch[0])
 	}
 	then := func(offset uint64) []clientv3.Op {
-		ops := make([]clientv3.Op, len(batch))
+		ops := make([]clientv3.Op, len(batch), len(batch)+1)
 		for i, r := range batch {
 			t := s.opTxn(r.Arg, offset)
 			ops[i] = clientv3.OpTxn(t.cmps, t.then, t.els)
+		}
+		if creates {
+			// Every token Txn writes the counter key, which every issuer
+			// of the keyspace follows (sequencer.Issuer.Follow).
+			ops = append(ops, clientv3.OpPut(s.ks.CounterKey(), ""))
 		}
 		return ops
 	}

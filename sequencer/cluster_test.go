@@ -239,6 +239,17 @@ func TestSequencerNoticesEtcdWentBack(t *testing.T) {
 	}
 	defer cli.Close()
 	s := newSeq(t, cli)
+	// other issues tokens before the snapshot only: it must notice the
+	// restore through the tokens the others issued (it follows them).
+	cli2, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli2.Close()
+	other := newSeq(t, cli2)
+	if _, err := other.Next(ctx, "o"); err != nil {
+		t.Fatal(err)
+	}
 	var max fence.Token
 	issue := func(n int) {
 		for i := 0; i < n; i++ {
@@ -259,7 +270,10 @@ func TestSequencerNoticesEtcdWentBack(t *testing.T) {
 	}
 	issue(50)
 	direct.Close()
+	p.Refuse(true)
+	p.CutAll() // no stream keeps the member's graceful close waiting
 	e.Close()
+	p.Refuse(false)
 
 	restored := t.TempDir() + "/restored"
 	peer := testenv.FreeURL(t)
@@ -278,7 +292,15 @@ func TestSequencerNoticesEtcdWentBack(t *testing.T) {
 		t.Fatalf("the restored cluster would issue %d (%v), above %d anyway: the test does not exercise a restore", f.Next, err, max)
 	}
 	p.SetTarget(strings.TrimPrefix(e2.ClientURL(), "http://"))
-	p.CutAll() // the sequencer's connection now reaches the restored member
+	p.CutAll() // the sequencers' connections now reach the restored member
+	tok, err := other.Next(ctx, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok <= max {
+		t.Fatalf("a process that issued no token since the snapshot got %d from the restored cluster, at or below %d issued by another", tok, max)
+	}
+	max = tok
 	for i := 0; i < 3; i++ {
 		tok, err := s.Next(ctx, fmt.Sprint("r-", i))
 		if err != nil {
@@ -289,6 +311,9 @@ func TestSequencerNoticesEtcdWentBack(t *testing.T) {
 		}
 		max = tok
 	}
+	// Their watches end before the member closes.
+	s.Close()
+	other.Close()
 }
 
 func mustClient(t *testing.T, e *sequencer.Embedded) *clientv3.Client {

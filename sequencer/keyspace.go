@@ -114,6 +114,46 @@ func NewIssuer(cli *clientv3.Client, ks Keyspace, log *slog.Logger) *Issuer {
 // Keyspace is the issuer's keyspace.
 func (i *Issuer) Keyspace() Keyspace { return i.ks }
 
+// Follow watches the counter key, which every token Txn in the keyspace
+// writes (the sequencer's and lock.EtcdStore's), so that the issuer learns
+// the tokens other processes issue, not only its own. After etcd is
+// restored from an older snapshot, any process that was following then
+// sees its next token fall below one it has seen, and raises the floor:
+// not only the process that issued the newest tokens. A token the issuer
+// has not seen yet when the restore happens (a window of a watch event's
+// delivery) is not covered; the raise-floor step is. stop ends the watch
+// and waits for it.
+func (i *Issuer) Follow() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { // owned by stop
+		defer close(done)
+		for wr := range i.cli.Watch(ctx, i.ks.CounterKey()) {
+			for _, ev := range wr.Events {
+				i.observe(ev.Kv.ModRevision)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// observe counts a revision written to the counter key as a token issued,
+// with the floor offset known now: a Txn sent later has a larger revision
+// and, once it has read the floor, that same offset or a larger one.
+func (i *Issuer) observe(rev int64) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.modRev < 0 {
+		return // no floor read yet: nothing to add the revision to
+	}
+	if tok := Token(rev, i.offset); tok > i.highest {
+		i.highest = tok
+	}
+}
+
 // Issue commits one Txn: if every cmp holds, then(offset) runs and its
 // revision plus offset is the token; offset is the floor offset the token
 // is made with, for ops that record it. ok is false when a cmp of the

@@ -38,7 +38,8 @@ type Etcd struct {
 	inflight      int
 	commitTimeout time.Duration
 
-	gc groupcommit.Committer[struct{}]
+	gc       groupcommit.Committer[struct{}]
+	unfollow func() // stops the issuer's watch of the counter key
 
 	mu      sync.Mutex
 	closed  bool
@@ -136,6 +137,7 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 		}
 	}
 	s.issuer = NewIssuer(cli, s.ks, s.log)
+	s.unfollow = s.issuer.Follow()
 	s.gc.Commit, s.gc.Slots = s.commit, s.inflight
 	s.gc.SetMaxBatch(s.maxBatch)
 	return s, nil
@@ -187,9 +189,13 @@ func (s *Etcd) Next(ctx context.Context, name string) (fence.Token, error) {
 // flight. It is safe to call more than once.
 func (s *Etcd) Close() error {
 	s.mu.Lock()
+	closed := s.closed
 	s.closed = true
 	s.mu.Unlock()
 	s.commits.Wait()
+	if !closed {
+		s.unfollow()
+	}
 	return nil
 }
 
