@@ -53,19 +53,23 @@ func newProxiedRedis(t *testing.T) *proxiedRedis {
 	return &proxiedRedis{proxy: p, rdb: rdb, direct: direct, store: s, prefix: prefix}
 }
 
-// scriptSHA loads a script of the package into Redis and returns its SHA1,
-// which go-redis sends with EVALSHA: the bytes that identify the call on
-// the wire.
-func scriptSHA(t *testing.T, rdb *redis.Client, file string) string {
+// scriptSHA loads a script of the package (the files concatenated, as the
+// package embeds them) into Redis and returns its SHA1, which go-redis
+// sends with EVALSHA: the bytes that identify the call on the wire.
+func scriptSHA(t *testing.T, rdb *redis.Client, files ...string) string {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
+	var body []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = append(body, b...)
 	}
-	sum := sha1.Sum(b)
+	sum := sha1.Sum(body)
 	sha := hex.EncodeToString(sum[:])
-	if got, err := rdb.ScriptLoad(t.Context(), string(b)).Result(); err != nil || got != sha {
-		t.Fatalf("SCRIPT LOAD %s: %s, %v", file, got, err)
+	if got, err := rdb.ScriptLoad(t.Context(), string(body)).Result(); err != nil || got != sha {
+		t.Fatalf("SCRIPT LOAD %v: %s, %v", files, got, err)
 	}
 	return sha
 }
@@ -235,7 +239,7 @@ func TestLostAcquireReplyIsNotAnOrphan(t *testing.T) {
 	pr := newProxiedRedis(t)
 	c := newClient(t, pr.store)
 	name := testenv.Name(t)
-	sha := scriptSHA(t, pr.direct, "scripts/acquire.lua")
+	sha := scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/acquire.lua")
 	lost := pr.proxy.LoseReply([]byte(sha))
 	l, err := c.TryAcquire(t.Context(), name, 30*time.Second)
 	select {
@@ -266,7 +270,7 @@ func TestLostReleaseReplyIsSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sha := scriptSHA(t, pr.direct, "scripts/release.lua")
+	sha := scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/release.lua")
 	lost := pr.proxy.LoseReply([]byte(sha))
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatalf("Release after a lost reply: %v", err)

@@ -17,6 +17,8 @@ import (
 )
 
 var (
+	//go:embed scripts/prelude.lua
+	preludeLua string
 	//go:embed scripts/acquire.lua
 	acquireLua string
 	//go:embed scripts/confirm.lua
@@ -32,11 +34,11 @@ var (
 	//go:embed scripts/leave.lua
 	leaveLua string
 
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = redis.NewScript(preludeLua + acquireLua)
 	confirmScript = redis.NewScript(confirmLua)
 	refreshScript = redis.NewScript(refreshLua)
-	releaseScript = redis.NewScript(releaseLua)
-	inspectScript = redis.NewScript(inspectLua)
+	releaseScript = redis.NewScript(preludeLua + releaseLua)
+	inspectScript = redis.NewScript(preludeLua + inspectLua)
 	forceScript   = redis.NewScript(forceLua)
 	leaveScript   = redis.NewScript(leaveLua)
 )

@@ -106,27 +106,12 @@ func TestRaiseFloorAfterSnapshotRestore(t *testing.T) {
 		}
 	}
 	issue(s, 20)
-	snap := filepath.Join(t.TempDir(), "snap.db")
-	if _, err := snapshot.NewV3(zap.NewNop()).Save(ctx, clientv3.Config{Endpoints: []string{e.ClientURL()}, Logger: zap.NewNop()}, snap); err != nil {
-		t.Fatal(err)
-	}
+	snap := saveSnapshot(t, e)
 	issue(s, 50)
 	s.Close()
 	e.Close()
 
-	restored := t.TempDir() + "/restored"
-	peer := testenv.FreeURL(t)
-	if err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-		SnapshotPath: snap, Name: "fenced", OutputDataDir: restored,
-		PeerURLs: []string{peer}, InitialCluster: "fenced=" + peer, InitialClusterToken: "fenced",
-	}); err != nil {
-		t.Fatal(err)
-	}
-	e2, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{Dir: restored, PeerURL: peer, UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e2.Close()
+	e2 := restore(t, snap)
 	cli2, err := e2.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -264,10 +249,7 @@ func TestSequencerNoticesEtcdWentBack(t *testing.T) {
 		}
 	}
 	issue(20)
-	snap := filepath.Join(t.TempDir(), "snap.db")
-	if _, err := snapshot.NewV3(zap.NewNop()).Save(ctx, clientv3.Config{Endpoints: []string{e.ClientURL()}, Logger: zap.NewNop()}, snap); err != nil {
-		t.Fatal(err)
-	}
+	snap := saveSnapshot(t, e)
 	issue(50)
 	direct.Close()
 	p.Refuse(true)
@@ -275,19 +257,7 @@ func TestSequencerNoticesEtcdWentBack(t *testing.T) {
 	e.Close()
 	p.Refuse(false)
 
-	restored := t.TempDir() + "/restored"
-	peer := testenv.FreeURL(t)
-	if err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-		SnapshotPath: snap, Name: "fenced", OutputDataDir: restored,
-		PeerURLs: []string{peer}, InitialCluster: "fenced=" + peer, InitialClusterToken: "fenced",
-	}); err != nil {
-		t.Fatal(err)
-	}
-	e2, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{Dir: restored, PeerURL: peer, UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e2.Close()
+	e2 := restore(t, snap)
 	if f, err := sequencer.ReadFloor(ctx, mustClient(t, e2), ""); err != nil || f.Next > max {
 		t.Fatalf("the restored cluster would issue %d (%v), above %d anyway: the test does not exercise a restore", f.Next, err, max)
 	}
@@ -323,4 +293,34 @@ func mustClient(t *testing.T, e *sequencer.Embedded) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// saveSnapshot saves a snapshot of e's data, as etcdctl snapshot save does.
+func saveSnapshot(t *testing.T, e *sequencer.Embedded) string {
+	t.Helper()
+	snap := filepath.Join(t.TempDir(), "snap.db")
+	if _, err := snapshot.NewV3(zap.NewNop()).Save(t.Context(), clientv3.Config{Endpoints: []string{e.ClientURL()}, Logger: zap.NewNop()}, snap); err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// restore starts a new single member from snap, as etcdutl snapshot
+// restore does; it is closed by t.Cleanup.
+func restore(t *testing.T, snap string) *sequencer.Embedded {
+	t.Helper()
+	restored := t.TempDir() + "/restored"
+	peer := testenv.FreeURL(t)
+	if err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+		SnapshotPath: snap, Name: "fenced", OutputDataDir: restored,
+		PeerURLs: []string{peer}, InitialCluster: "fenced=" + peer, InitialClusterToken: "fenced",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := sequencer.StartEmbedded(t.Context(), sequencer.EmbedConfig{Dir: restored, PeerURL: peer, UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
 }

@@ -1,11 +1,9 @@
 package server
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
-
-// syncBuffer is a log sink the server and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestEtcdWithoutLeader: while the etcd member fenced talks to has no
 // leader, a release neither hangs until the backend timeout nor goes
@@ -48,7 +28,7 @@ func TestEtcdWithoutLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	e := newEnv(t, store, func(c *Config) {
 		c.BackendTimeout = time.Hour // a hang would show as a hung test, not a 503
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))

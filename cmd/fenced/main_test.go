@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
 )
 
 // bin is the fenced binary under test, built once by TestMain.
@@ -52,26 +53,9 @@ type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	lines  chan string // stdout, line by line
-	stderr *syncBuffer
+	stderr *testenv.SyncBuffer
 	done   chan struct{} // closed when the process has exited
 	err    error         // Wait's result, set before done is closed
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs fenced with args and extra environment variables (KEY=VALUE)
@@ -89,7 +73,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, cmd: cmd, lines: make(chan string, 1000), stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, cmd: cmd, lines: make(chan string, 1000), stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = w, p.stderr
 	cmd.WaitDelay = 2 * time.Second // a grandchild holding stderr must not block Wait
 	if err := cmd.Start(); err != nil {

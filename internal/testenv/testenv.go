@@ -4,11 +4,13 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,4 +88,24 @@ func FreeURL(t testing.TB) string {
 	}
 	defer l.Close()
 	return "http://" + l.Addr().String()
+}
+
+// SyncBuffer is a bytes.Buffer safe to write from one goroutine (a
+// process's output, a logger) and read from the test's.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

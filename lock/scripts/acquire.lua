@@ -12,14 +12,8 @@
 if redis.call('EXISTS', KEYS[3]) == 0 then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0} end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Waiters whose place expired (they gave up or died) leave the queue.
-local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-if #gone > 0 then
-  redis.call('ZREM', KEYS[3], unpack(gone))
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-end
+local now = now_ms()
+drop_expired(KEYS[3], KEYS[4], now)
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then return {0} end
 if cur and ARGV[5] ~= '' then

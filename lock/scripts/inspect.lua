@@ -2,8 +2,7 @@
 -- 3 last, 4 queue, 5 places.
 -- Returns {lease id or false, remaining ms, token, owner, holder, count,
 -- waiters, oldest arrival ms or false, now ms, last released or false}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local tok = redis.call('HMGET', KEYS[2], 't', 'o', 'h', 'c')
 local waiters = redis.call('ZCOUNT', KEYS[5], now, '+inf')
 local oldest = false

@@ -21,13 +21,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   if pttl > 0 then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. (h[2] or '0'), 'PX', pttl) end
   local head = ''
   if redis.call('EXISTS', KEYS[4]) == 1 then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
-    if #gone > 0 then
-      redis.call('ZREM', KEYS[4], unpack(gone))
-      redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-    end
+    drop_expired(KEYS[4], KEYS[5], now_ms())
     head = redis.call('ZRANGE', KEYS[4], 0, 0)[1] or ''
   end
   redis.call('PUBLISH', ARGV[2], head)
