@@ -143,6 +143,7 @@ type createResult struct {
 type heldResult struct {
 	joinedRev int64 // the waiter's place, if it joined the queue now
 	placeLost bool  // the waiter's place is gone (its session expired)
+	position  int   // the waiter's place in the queue, 1 at the head; 0 unknown
 	cur       sequencer.LockState
 	curHeld   bool // cur was read (a holder's attempt)
 }
@@ -305,7 +306,7 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		if req.Holder != "" && hr.curHeld && hr.cur.Holder == req.Holder {
 			return s.reenter(ctx, req, hr.cur)
 		}
-		return Grant{}, &HeldError{Remaining: s.remaining(req.Name)}
+		return Grant{}, &HeldError{Remaining: s.remaining(req.Name), Position: hr.position}
 	case errors.Is(err, sequencer.ErrRestored):
 		return Grant{}, ErrLost // the lock was deleted again; the client tries once more
 	case err != nil:
@@ -1253,12 +1254,18 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 		case op.waiter == "":
 		case op.waiterRev == 0:
 			t.cmps = append(t.cmps, s.ks.QueueEmpty(name))
+			// Join: the place, and how many are in the queue with it (its
+			// position, as it is the newest).
 			t.els = append(t.els, s.ks.JoinQueue(name, op.waiter, op.waiterSess.id, op.start),
-				clientv3.OpGet(s.ks.QueueKey(name, op.waiter)))
+				clientv3.OpGet(s.ks.QueueKey(name, op.waiter)),
+				clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 		default:
+			// Still waiting: is the place there, and how many are at or
+			// ahead of it.
 			t.cmps = append(t.cmps, s.ks.QueueHeadIs(name, op.waiterRev))
 			t.then = append(t.then, clientv3.OpDelete(s.ks.QueueKey(name, op.waiter)))
-			t.els = append(t.els, clientv3.OpGet(s.ks.QueueKey(name, op.waiter), clientv3.WithCountOnly()))
+			t.els = append(t.els, clientv3.OpGet(s.ks.QueueKey(name, op.waiter), clientv3.WithCountOnly()),
+				clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithMaxCreateRev(op.waiterRev)))
 		}
 		if op.holder != "" {
 			t.els = append(t.els, s.ks.GetLock(name)...)
@@ -1322,10 +1329,14 @@ func (s *EtcdStore) heldResult(op etcdOp, resps []*pb.ResponseOp) heldResult {
 		if kvs := resps[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
 			hr.joinedRev = kvs[0].CreateRevision
 		}
-		i = 2
+		hr.position = int(resps[2].GetResponseRange().GetCount())
+		i = 3
 	default:
 		hr.placeLost = resps[0].GetResponseRange().GetCount() == 0
-		i = 1
+		if !hr.placeLost {
+			hr.position = int(resps[1].GetResponseRange().GetCount())
+		}
+		i = 2
 	}
 	if op.holder != "" && len(resps) >= i+3 {
 		var err error

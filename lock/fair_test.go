@@ -236,3 +236,34 @@ func TestListAndForceRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitErrorSaysThePlace: a waiter whose budget runs out learns how long
+// it waited and its place in the queue then, on each store.
+func TestWaitErrorSaysThePlace(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			holder, err := c.Acquire(t.Context(), name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release(t.Context())
+			first := make(chan error, 1)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			go func() {
+				_, err := c.Acquire(ctx, name, time.Second)
+				first <- err
+			}()
+			waitUntil(t, func() bool { st, _ := c.Inspect(t.Context(), name); return st.Waiters == 1 })
+			_, err = c.Acquire(t.Context(), name, time.Second, lock.WithWait(200*time.Millisecond))
+			var we *lock.WaitError
+			if !errors.As(err, &we) || we.Position != 2 || we.Waited < 200*time.Millisecond {
+				t.Fatalf("the second waiter's error: %v (%+v), want a WaitError at place 2", err, we)
+			}
+			cancel()
+			<-first
+		})
+	}
+}
