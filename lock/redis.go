@@ -265,9 +265,9 @@ func (s *RedisStore) Inspect(ctx context.Context, name string) (State, error) {
 // parseInspect reads the inspect script's answer.
 func parseInspect(name string, v []any) State {
 	st := State{Name: name, Waiters: int(asInt(v[6]))}
-	now := asInt(v[8])
+	now := asInt(v[8]) * 1000 // µs, as arrivals are
 	if oldest := asInt(v[7]); st.Waiters > 0 && oldest > 0 && now >= oldest {
-		st.OldestWait = time.Duration(now-oldest) * time.Millisecond
+		st.OldestWait = time.Duration(now-oldest) * time.Microsecond
 	}
 	id := asString(v[0])
 	if id == "" {

@@ -37,7 +37,13 @@ end
 local pos = -1
 if ARGV[3] ~= '' then
   if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then
-    redis.call('ZADD', KEYS[3], now, ARGV[3])
+    -- Arrival order: the time in microseconds, and strictly after the
+    -- last arrival, so that two waiters never tie (a tie would order them
+    -- by id, not by arrival).
+    local arrival = now * 1000
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+    if last and tonumber(last) >= arrival then arrival = tonumber(last) + 1 end
+    redis.call('ZADD', KEYS[3], arrival, ARGV[3])
   end
   redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[3])
   -- The queue lives as long as its longest place.

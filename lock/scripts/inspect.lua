@@ -1,7 +1,7 @@
 -- Who holds the lease, and who waits. KEYS: 1 lease, 2 token (hash),
 -- 3 last, 4 queue, 5 places.
 -- Returns {lease id or false, remaining ms, token, owner, holder, count,
--- waiters, oldest arrival ms or false, now ms, last released or false}.
+-- waiters, oldest arrival in µs or false, now in ms, last released or false}.
 local now = now_ms()
 local tok = redis.call('HMGET', KEYS[2], 't', 'o', 'h', 'c')
 local waiters = redis.call('ZCOUNT', KEYS[5], now, '+inf')
