@@ -45,6 +45,9 @@ const (
 	Redsync     = "redsync"
 	FencedRedis = "fenced/redis"
 	FencedEtcd  = "fenced/etcd"
+	// Unfair is the suffix of the rows whose waiters skip the queue
+	// (lock.WithUnfair): fairness's cost, side by side.
+	Unfair = " (unfair)"
 )
 
 // RedislockBackoff is redislock's retry strategy here: redislock has no
@@ -158,9 +161,9 @@ func newRedsync(rdb *redis.Client, prefix string, ttl time.Duration) Impl {
 
 // fencedLocker adapts a fenced lock.Client: one client for every goroutine,
 // as an application would share it.
-func fencedLocker(c *lock.Client, ttl time.Duration) Locker {
+func fencedLocker(c *lock.Client, ttl time.Duration, opts []lock.Option) Locker {
 	return lockerFunc(func(ctx context.Context, name string) (func(context.Context) error, error) {
-		l, err := c.Acquire(ctx, name, ttl)
+		l, err := c.Acquire(ctx, name, ttl, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +173,7 @@ func fencedLocker(c *lock.Client, ttl time.Duration) Locker {
 
 // newFencedRedis: fenced with leases in Redis and tokens from the etcd
 // sequencer (group commit). seqOpts are passed to sequencer.NewEtcd.
-func newFencedRedis(rdb *redis.Client, cli *clientv3.Client, prefix, etcdPrefix string, ttl time.Duration, label string, seqOpts ...sequencer.Option) (Impl, error) {
+func newFencedRedis(rdb *redis.Client, cli *clientv3.Client, prefix, etcdPrefix string, ttl time.Duration, label string, unfair bool, seqOpts ...sequencer.Option) (Impl, error) {
 	seq, err := sequencer.NewEtcd(cli, append([]sequencer.Option{sequencer.WithPrefix(etcdPrefix)}, seqOpts...)...)
 	if err != nil {
 		return Impl{}, err
@@ -190,10 +193,11 @@ func newFencedRedis(rdb *redis.Client, cli *clientv3.Client, prefix, etcdPrefix 
 	if label != "" {
 		name += " " + label
 	}
+	name, how, opts := fairness(name, unfair)
 	return Impl{
 		Name:      name,
-		Wait:      fmt.Sprintf("Client.Acquire: Redis pub/sub release notification, default retry ExponentialBackoff(4ms, 256ms); TTL %s", ttl),
-		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl), nil },
+		Wait:      fmt.Sprintf("Client.Acquire: %s, Redis pub/sub release notification, default retry ExponentialBackoff(4ms, 256ms); TTL %s", how, ttl),
+		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl, opts), nil },
 		Close: func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -208,7 +212,7 @@ func newFencedRedis(rdb *redis.Client, cli *clientv3.Client, prefix, etcdPrefix 
 
 // newFencedEtcd: fenced with leases in etcd (lock.NewEtcdStore): one Txn
 // takes the lease and the token; a waiter watches the lock key.
-func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration) (Impl, error) {
+func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration, unfair bool) (Impl, error) {
 	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(etcdPrefix))
 	if err != nil {
 		return Impl{}, err
@@ -217,10 +221,11 @@ func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration) (
 	if err != nil {
 		return Impl{}, err
 	}
+	name, how, opts := fairness(FencedEtcd, unfair)
 	return Impl{
-		Name:      FencedEtcd,
-		Wait:      fmt.Sprintf("Client.Acquire: etcd watch on the lock key, default retry ExponentialBackoff(4ms, 256ms); TTL %s", ttl),
-		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl), nil },
+		Name:      name,
+		Wait:      fmt.Sprintf("Client.Acquire: %s, etcd watch on the lock key, default retry ExponentialBackoff(4ms, 256ms); TTL %s", how, ttl),
+		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl, opts), nil },
 		Close: func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -231,4 +236,13 @@ func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration) (
 			return st.Txns, st.Ops
 		},
 	}, nil
+}
+
+// fairness names a fenced row and its acquire options: the default, fair
+// (waiters served in arrival order), or unfair (lock.WithUnfair).
+func fairness(name string, unfair bool) (string, string, []lock.Option) {
+	if unfair {
+		return name + Unfair, "WithUnfair (a free lock goes to whoever asks first)", []lock.Option{lock.WithUnfair()}
+	}
+	return name, "fair (FIFO queue)", nil
 }

@@ -57,6 +57,9 @@ type Config struct {
 	// Inflight, if > 0, adds a row of fenced/redis whose sequencer has
 	// sequencer.WithInflight(Inflight); the default row is always there.
 	Inflight int
+	// NoUnfair leaves out the rows of fenced with lock.WithUnfair, which
+	// show what fair waiting costs.
+	NoUnfair bool
 	// Progress, if set, receives a line as each implementation starts a round.
 	Progress io.Writer
 }
@@ -116,15 +119,23 @@ type Result struct {
 	HotElapsed     time.Duration
 	Gaps           int
 	GapP50, GapP99 time.Duration
-	MaxHolders     int64 // most holders of the hot name at once: 1 unless exclusion broke
+	// Waits: from a contender's Lock call to its return, every acquisition
+	// of the hot name. Their spread is what fairness is about.
+	Waits                     int
+	WaitP50, WaitP99, WaitMax time.Duration
+	MaxHolders                int64 // most holders of the hot name at once: 1 unless exclusion broke
 
 	Errors   int   // failed operations in all scenarios
 	FirstErr error // the first of them
 	// Token transactions and tokens in the throughput scenario, where the
 	// implementation has group commit (Impl.Batches).
 	Txns, Tokens uint64
+	// RaftWrites is how far etcd's Raft index moved in the throughput
+	// scenario: every consensus write (a Txn, a Put, a lease grant or
+	// revoke), whoever made it.
+	RaftWrites uint64
 
-	unc, gaps []time.Duration // samples of every round
+	unc, gaps, waits []time.Duration // samples of every round
 }
 
 // ProcCPUPerOp and RedisCPUPerOp are the throughput scenario's CPU time per
@@ -145,6 +156,15 @@ func (r Result) OpsPerSec() float64 { return perSec(r.Ops, r.OpsElapsed) }
 
 // HandoffsPerSec is the hot name's acquisitions per second.
 func (r Result) HandoffsPerSec() float64 { return perSec(r.Acquisitions, r.HotElapsed) }
+
+// RaftWritesPerOp is the throughput scenario's Raft writes per
+// acquire+release, amortised.
+func (r Result) RaftWritesPerOp() float64 {
+	if r.Ops == 0 {
+		return 0
+	}
+	return float64(r.RaftWrites) / float64(r.Ops)
+}
 
 func perSec(n int, d time.Duration) float64 {
 	if d <= 0 {
@@ -205,15 +225,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		func() (Impl, error) { return newEtcdMutex(cli, ep+"mutex/", cfg.TTL), nil },
 		func() (Impl, error) { return newRedislock(rdb, rp+"redislock:", cfg.TTL), nil },
 		func() (Impl, error) { return newRedsync(rdb, rp+"redsync:", cfg.TTL), nil },
-		func() (Impl, error) { return newFencedRedis(rdb, cli, rp+"fenced:", ep+"fenced-redis/", cfg.TTL, "") },
+		func() (Impl, error) {
+			return newFencedRedis(rdb, cli, rp+"fenced:", ep+"fenced-redis/", cfg.TTL, "", false)
+		},
+	}
+	if !cfg.NoUnfair {
+		makers = append(makers, func() (Impl, error) {
+			return newFencedRedis(rdb, cli, rp+"fenced-unfair:", ep+"fenced-redis-unfair/", cfg.TTL, "", true)
+		})
 	}
 	if cfg.Inflight > 0 {
 		makers = append(makers, func() (Impl, error) {
 			return newFencedRedis(rdb, cli, rp+"fenced-inflight:", ep+"fenced-redis-inflight/", cfg.TTL,
-				fmt.Sprintf("(inflight %d)", cfg.Inflight), sequencer.WithInflight(cfg.Inflight))
+				fmt.Sprintf("(inflight %d)", cfg.Inflight), false, sequencer.WithInflight(cfg.Inflight))
 		})
 	}
-	makers = append(makers, func() (Impl, error) { return newFencedEtcd(cli, ep+"fenced-etcd/", cfg.TTL) })
+	makers = append(makers, func() (Impl, error) { return newFencedEtcd(cli, ep+"fenced-etcd/", cfg.TTL, false) })
+	if !cfg.NoUnfair {
+		makers = append(makers, func() (Impl, error) { return newFencedEtcd(cli, ep+"fenced-etcd-unfair/", cfg.TTL, true) })
+	}
 
 	var impls []Impl
 	defer func() {
@@ -249,7 +279,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "lockbench: round %d/%d: %s\n", round+1, cfg.Rounds, impls[i].Name)
 			}
-			if err := measure(ctx, cfg, rdb, impls[i], &res[i], &counts[i]); err != nil {
+			if err := measure(ctx, cfg, rdb, cli, impls[i], &res[i], &counts[i]); err != nil {
 				return nil, fmt.Errorf("lockbench: %s: %w", impls[i].Name, err)
 			}
 		}
@@ -346,12 +376,12 @@ func (rep *Report) baselines(ctx context.Context, rdb *redis.Client, cli *client
 const opTimeout = 30 * time.Second
 
 // measure runs the three scenarios once and adds to res.
-func measure(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, res *Result, e *benchkit.Errs) error {
+func measure(ctx context.Context, cfg Config, rdb *redis.Client, cli *clientv3.Client, impl Impl, res *Result, e *benchkit.Errs) error {
 	n := max(cfg.Iterations/cfg.Rounds, 1)
 	if err := uncontended(ctx, n, impl, res, e); err != nil {
 		return err
 	}
-	if err := throughput(ctx, cfg, rdb, impl, res, e); err != nil {
+	if err := throughput(ctx, cfg, rdb, cli, impl, res, e); err != nil {
 		return err
 	}
 	return hotName(ctx, cfg, impl, res, e)
@@ -363,6 +393,8 @@ func (r *Result) finish() {
 	r.UncP50, r.UncP99 = benchkit.Percentile(r.unc, 50), benchkit.Percentile(r.unc, 99)
 	r.Gaps = len(r.gaps)
 	r.GapP50, r.GapP99 = benchkit.Percentile(r.gaps, 50), benchkit.Percentile(r.gaps, 99)
+	r.Waits = len(r.waits)
+	r.WaitP50, r.WaitP99, r.WaitMax = benchkit.Percentile(r.waits, 50), benchkit.Percentile(r.waits, 99), benchkit.Percentile(r.waits, 100)
 }
 
 // newLockers makes n lockers; the caller closes them.
@@ -424,7 +456,7 @@ func uncontended(ctx context.Context, n int, impl Impl, res *Result, e *benchkit
 // throughput: Clients goroutines, each with its own locker on its own name,
 // acquire and release for Duration. Ops in flight at the end complete and
 // count; the elapsed time runs until the last one has.
-func throughput(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, res *Result, e *benchkit.Errs) error {
+func throughput(ctx context.Context, cfg Config, rdb *redis.Client, cli *clientv3.Client, impl Impl, res *Result, e *benchkit.Errs) error {
 	ls, err := newLockers(ctx, impl, cfg.Clients)
 	if err != nil {
 		return err
@@ -438,6 +470,10 @@ func throughput(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, r
 	var txns0, toks0 uint64
 	if impl.Batches != nil {
 		txns0, toks0 = impl.Batches()
+	}
+	raft0, err := raftIndex(ctx, cli)
+	if err != nil {
+		return err
 	}
 	cpu0, rcpu0 := benchkit.ProcessCPU(), redisCPU(ctx, rdb)
 	start := time.Now()
@@ -460,6 +496,11 @@ func throughput(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, r
 	wg.Wait()
 	elapsed := time.Since(start)
 	res.ProcCPU += benchkit.ProcessCPU() - cpu0
+	raft1, err := raftIndex(ctx, cli)
+	if err != nil {
+		return err
+	}
+	res.RaftWrites += raft1 - raft0
 	if impl.Batches != nil {
 		txns1, toks1 := impl.Batches()
 		res.Txns += txns1 - txns0
@@ -474,6 +515,16 @@ func throughput(ctx context.Context, cfg Config, rdb *redis.Client, impl Impl, r
 	res.OpsElapsed += elapsed
 	res.RoundOpsRate = append(res.RoundOpsRate, perSec(int(ops.Load()), elapsed))
 	return ctx.Err()
+}
+
+// raftIndex is the embedded etcd's Raft index: it moves by one for every
+// entry consensus commits.
+func raftIndex(ctx context.Context, cli *clientv3.Client) (uint64, error) {
+	st, err := cli.Status(ctx, cli.Endpoints()[0])
+	if err != nil {
+		return 0, fmt.Errorf("lockbench: etcd status: %w", err)
+	}
+	return st.RaftIndex, nil
 }
 
 // hotName: Contenders goroutines on one name for Duration. Each holder
@@ -495,7 +546,7 @@ func hotName(ctx context.Context, cfg Config, impl Impl, res *Result, e *benchki
 		lastHolder  = -1
 		acquired    int
 		toOther     int
-		gaps        []time.Duration
+		gaps, waits []time.Duration
 	)
 	sctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
@@ -505,6 +556,7 @@ func hotName(ctx context.Context, cfg Config, impl Impl, res *Result, e *benchki
 		go func() {
 			defer wg.Done()
 			for sctx.Err() == nil && !e.TooMany() {
+				asked := time.Now()
 				unlock, err := l.Lock(sctx, "bench-hot")
 				if err != nil {
 					if sctx.Err() == nil {
@@ -520,6 +572,7 @@ func hotName(ctx context.Context, cfg Config, impl Impl, res *Result, e *benchki
 				if !lastRelease.IsZero() {
 					gaps = append(gaps, now.Sub(lastRelease))
 				}
+				waits = append(waits, now.Sub(asked))
 				if lastHolder >= 0 && lastHolder != i {
 					toOther++
 				}
@@ -545,5 +598,6 @@ func hotName(ctx context.Context, cfg Config, impl Impl, res *Result, e *benchki
 	res.ToOther += toOther
 	res.MaxHolders = max(res.MaxHolders, most.Load())
 	res.gaps = append(res.gaps, gaps...)
+	res.waits = append(res.waits, waits...)
 	return ctx.Err()
 }

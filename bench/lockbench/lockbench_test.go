@@ -28,7 +28,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{lockbench.EtcdMutex, lockbench.RedisLock, lockbench.Redsync, lockbench.FencedRedis, lockbench.FencedRedis + " (inflight 16)", lockbench.FencedEtcd}
+	want := []string{lockbench.EtcdMutex, lockbench.RedisLock, lockbench.Redsync, lockbench.FencedRedis, lockbench.FencedRedis + lockbench.Unfair, lockbench.FencedRedis + " (inflight 16)", lockbench.FencedEtcd, lockbench.FencedEtcd + lockbench.Unfair}
 	if len(rep.Results) != len(want) {
 		t.Fatalf("%d results, want %d", len(rep.Results), len(want))
 	}
@@ -39,6 +39,12 @@ func TestRun(t *testing.T) {
 		if r.Uncontended == 0 || r.Ops == 0 || r.Acquisitions == 0 {
 			t.Errorf("%s completed %d uncontended, %d throughput and %d hot-name operations; want some of each (first error: %v)",
 				r.Impl, r.Uncontended, r.Ops, r.Acquisitions, r.FirstErr)
+		}
+		if r.Waits != r.Acquisitions {
+			t.Errorf("%s: %d waits for %d acquisitions of the hot name, want one each", r.Impl, r.Waits, r.Acquisitions)
+		}
+		if r.RaftWrites == 0 && r.Impl != lockbench.RedisLock && r.Impl != lockbench.Redsync {
+			t.Errorf("%s: the throughput scenario moved etcd's Raft index by 0; every token and etcd lock is a Raft write", r.Impl)
 		}
 		if r.MaxHolders != 1 {
 			t.Errorf("%s: %d holders of the hot name at once, want 1", r.Impl, r.MaxHolders)

@@ -29,12 +29,12 @@ func Write(w io.Writer, rep *Report) error {
 
 	etcd, rl := rep.find(EtcdMutex), rep.find(RedisLock)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "impl\tuncontended p50\tp99\tthroughput ops/s\t×etcdMutex\t×redislock\tcpu/op proc\tredis\thandoffs/s\t×etcdMutex\t×redislock\t→other\tgap p50\tgap p99\tmax holders\terrors\t")
+	fmt.Fprintln(tw, "impl\tuncontended p50\tp99\tthroughput ops/s\t×etcdMutex\t×redislock\traft/op\tcpu/op proc\tredis\thandoffs/s\t×etcdMutex\t×redislock\t→other\tgap p50\tgap p99\tmax holders\terrors\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%s\t%.2f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n",
 			r.Impl, benchkit.MS(r.UncP50), benchkit.MS(r.UncP99),
 			r.OpsPerSec(), ratio(r.OpsPerSec(), etcd, Result.OpsPerSec), ratio(r.OpsPerSec(), rl, Result.OpsPerSec),
-			benchkit.US(r.ProcCPUPerOp()), benchkit.US(r.RedisCPUPerOp()),
+			r.RaftWritesPerOp(), benchkit.US(r.ProcCPUPerOp()), benchkit.US(r.RedisCPUPerOp()),
 			r.HandoffsPerSec(), ratio(r.HandoffsPerSec(), etcd, Result.HandoffsPerSec), ratio(r.HandoffsPerSec(), rl, Result.HandoffsPerSec),
 			pct(r.ToOther, r.Gaps), benchkit.MS(r.GapP50), benchkit.MS(r.GapP99), r.MaxHolders, r.Errors)
 	}
@@ -58,6 +58,21 @@ func Write(w io.Writer, rep *Report) error {
 		return err
 	}
 
+	fmt.Fprintf(w, "\nfairness on the hot name (%d contenders): how long each acquisition waited, and the share that went to another contender\n", cfg.Contenders)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "impl\twait p50\twait p99\twait max\tmax÷p50\t→other\tgap p50\thandoffs/s\t")
+	for _, r := range rep.Results {
+		spread := "-"
+		if r.WaitP50 > 0 {
+			spread = fmt.Sprintf("%.0f×", float64(r.WaitMax)/float64(r.WaitP50))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t\n", r.Impl, benchkit.MS(r.WaitP50), benchkit.MS(r.WaitP99), benchkit.MS(r.WaitMax),
+			spread, pct(r.ToOther, r.Gaps), benchkit.MS(r.GapP50), r.HandoffsPerSec())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
 	fmt.Fprintln(w, "\nhow each waits for a held lock:")
 	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	for _, r := range rep.Results {
@@ -68,6 +83,7 @@ func Write(w io.Writer, rep *Report) error {
 	}
 	fmt.Fprintln(w, "handoffs/s: acquisitions of the hot name per second; →other: the share of them by another contender than the last holder;")
 	fmt.Fprintln(w, "gap: from the holder starting its release to the next holder's Lock returning.")
+	fmt.Fprintln(w, "raft/op: how far etcd's Raft index moved per acquire+release in the throughput scenario (every consensus write: Txn, Put, lease grant, revoke).")
 	fmt.Fprintln(w, "cpu/op: CPU time per acquire+release in the throughput scenario, of this process (clients and embedded etcd) and of the Redis server (all its clients).")
 	for _, r := range rep.Results {
 		if len(r.RoundOpsRate) > 1 {
