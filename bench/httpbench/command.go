@@ -30,6 +30,7 @@ func Command(ctx context.Context, args []string, out, logw io.Writer) error {
 	rounds := fs.Int("rounds", def.Rounds, "rounds: each runs both paths once, the order rotating")
 	clients := fs.Int("clients", def.Clients, "throughput scenario: goroutines, each on its own lock name")
 	short := fs.Bool("short", false, "a quick run: -duration 300ms -iterations 50 -rounds 2 unless given")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (client, server and embedded etcd: one process) to this file")
 	set, err := benchkit.Parse(fs, args, "FENCED_HTTPBENCH_")
 	if err != nil {
 		return err
@@ -51,6 +52,11 @@ func Command(ctx context.Context, args []string, out, logw io.Writer) error {
 	cfg.Store, cfg.RedisAddr, cfg.Clients = *store, *redisAddr, *clients
 	cfg.Log = logw
 
+	stopProfile, err := benchkit.StartCPUProfile(*cpuprofile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	start := time.Now()
 	rep, err := Run(ctx, cfg)
 	if err != nil {

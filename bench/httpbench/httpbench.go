@@ -76,6 +76,9 @@ type Config struct {
 	Log io.Writer
 }
 
+// benchToken is the server's one bearer token: a benchmark's, not a secret.
+const benchToken = "httpbench-0123456789abcdef0123456789abcdef"
+
 // DefaultConfig is the full benchmark.
 func DefaultConfig() Config {
 	return Config{
@@ -343,9 +346,18 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 	if logw == nil {
 		logw = io.Discard
 	}
+	// fenced serve's settings: a bearer token limited to the benchmark's
+	// names (so every request is authenticated and its scope checked),
+	// metrics on (server.New's private registry), logs at warn.
+	secret := []byte(benchToken)
+	tokens, err := server.NewTokens(server.Token{Name: "httpbench", Secret: secret, Prefixes: []string{"httpbench-"}})
+	if err != nil {
+		return nil, err
+	}
 	h, err := server.New(server.Config{
 		Locks:  e.locks,
 		Logger: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Tokens: tokens,
 	})
 	if err != nil {
 		return nil, err
@@ -375,7 +387,7 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 	tr.MaxIdleConns = cfg.Clients + 16
 	tr.MaxIdleConnsPerHost = cfg.Clients + 16
 	e.closers = append(e.closers, func() error { tr.CloseIdleConnections(); return nil })
-	e.http, err = client.New("http://"+ln.Addr().String(), client.WithHTTPClient(&http.Client{Transport: tr}))
+	e.http, err = client.New("http://"+ln.Addr().String(), client.WithHTTPClient(&http.Client{Transport: tr}), client.WithBearerToken(benchToken))
 	if err != nil {
 		return nil, err
 	}

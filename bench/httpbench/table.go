@@ -17,7 +17,7 @@ func Write(w io.Writer, rep *Report) error {
 	fmt.Fprintf(w, "httpbench: store %s (%s); %s, GOMAXPROCS %d, %d CPUs; load average %s\n",
 		cfg.Store, rep.Store, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), rep.Load)
 	fmt.Fprintf(w, "TTL %s; %d round(s), the paths in turn, the order rotating; per path: uncontended %d sequential acquire+release on one name in all;\n"+
-		"throughput %d goroutines on %d names for %s a round. HTTP: client.Client -> net/http on 127.0.0.1 -> server.New -> the same lock.Client\n\n",
+		"throughput %d goroutines on %d names for %s a round. HTTP: client.Client -> net/http on 127.0.0.1 -> server.New (as fenced serve: a scoped bearer token, metrics on) -> the same lock.Client\n\n",
 		cfg.TTL, cfg.Rounds, cfg.Iterations, cfg.Clients, cfg.Clients, cfg.Duration)
 
 	sdk := rep.Find(SDK)

@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -77,17 +75,11 @@ func Command(ctx context.Context, args []string, out, logw io.Writer) error {
 		return fmt.Errorf("-fsync %q: want on, off or both", *fsync)
 	}
 
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := benchkit.StartCPUProfile(*cpuprofile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	for _, noFsync := range fsyncs {
 		cfg.NoFsync = noFsync
 		start := time.Now()

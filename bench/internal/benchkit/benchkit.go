@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -164,4 +165,24 @@ func PostgresDefault() string {
 		}
 	}
 	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// StartCPUProfile writes a CPU profile of the rest of the run to path (for
+// go tool pprof); stop ends it. An empty path profiles nothing.
+func StartCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
