@@ -15,7 +15,7 @@ import (
 // runs the comparison and prints its table to out, progress to logw.
 //
 //	go run ./cmd/lockbench [-duration 3s] [-iterations 2000] [-rounds 3] [-redis 127.0.0.1:6379] [-short]
-//	                       [-fsync on|off|both] [-inflight N] [-unfair=false] [-only impl,impl] [-cpuprofile file]
+//	                       [-fsync on|off|both] [-inflight N] [-unfair=false] [-expirers N] [-only impl,impl] [-cpuprofile file]
 //
 // Every flag can also be set from the environment as FENCED_LOCKBENCH_<FLAG>
 // (dashes as underscores); the Redis address defaults to $FENCED_TEST_REDIS,
@@ -33,6 +33,7 @@ func Command(ctx context.Context, args []string, out, logw io.Writer) error {
 	clients := fs.Int("clients", def.Clients, "throughput scenario: clients, each on its own lock name")
 	contenders := fs.Int("contenders", def.Contenders, "hot-name scenario: clients on one lock name")
 	fsync := fs.String("fsync", "on", `embedded etcd fsync: "on" (honest), "off" (UnsafeNoFsync) or "both" (two tables)`)
+	expirers := fs.Int("expirers", def.Expirers, "expiry scenario: holders that walk away from their locks at once, each with a waiter (0: skip it)")
 	unfair := fs.Bool("unfair", true, "also run fenced's rows with lock.WithUnfair, to show what fair waiting costs")
 	inflight := fs.Int("inflight", 0, "also run fenced/redis with sequencer.WithInflight(N); 0: only the default (1)")
 	only := fs.String("only", "", "comma-separated implementations to run (default all): "+strings.Join(names, ","))
@@ -56,7 +57,7 @@ func Command(ctx context.Context, args []string, out, logw io.Writer) error {
 		cfg.Rounds = *rounds
 	}
 	cfg.RedisAddr, cfg.TTL, cfg.Clients, cfg.Contenders, cfg.Inflight = *redisAddr, *ttl, *clients, *contenders, *inflight
-	cfg.NoUnfair = !*unfair
+	cfg.NoUnfair, cfg.Expirers = !*unfair, *expirers
 	cfg.Progress = logw
 	if *only != "" {
 		for _, n := range strings.Split(*only, ",") {

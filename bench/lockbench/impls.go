@@ -33,6 +33,10 @@ type Impl struct {
 	NewLocker func(ctx context.Context) (Locker, error)
 	// Close frees what the implementation shares between its lockers.
 	Close func() error
+	// Abandon takes name with ttl, not kept alive, and walks away from it
+	// as a holder that stopped (a crash, a pause) would: the expiry
+	// scenario's holder.
+	Abandon func(ctx context.Context, name string, ttl time.Duration) error
 	// Batches, if set, counts etcd transactions and the tokens they
 	// carried so far (fenced/redis: the sequencer's group commit).
 	Batches func() (txns, tokens uint64)
@@ -78,6 +82,20 @@ func newEtcdMutex(cli *clientv3.Client, prefix string, ttl time.Duration) Impl {
 			}
 			return &etcdMutexLocker{s: s, prefix: prefix, mus: make(map[string]*concurrency.Mutex)}, nil
 		},
+		Abandon: func(ctx context.Context, name string, ttl time.Duration) error {
+			// A session of its own, orphaned: its keep-alive stops and its
+			// lease, and the key, go when the TTL runs out.
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(int((ttl+time.Second-1)/time.Second)))
+			if err != nil {
+				return fmt.Errorf("etcd session: %w", err)
+			}
+			if err := concurrency.NewMutex(s, prefix+name).Lock(ctx); err != nil {
+				s.Close()
+				return err
+			}
+			s.Orphan()
+			return nil
+		},
 		Close: func() error { return nil },
 	}
 }
@@ -118,6 +136,10 @@ func newRedislock(rdb *redis.Client, prefix string, ttl time.Duration) Impl {
 				return l.Release, nil
 			}), nil
 		},
+		Abandon: func(ctx context.Context, name string, ttl time.Duration) error {
+			_, err := c.Obtain(ctx, prefix+name, ttl, nil)
+			return err
+		},
 		Close: func() error { return nil },
 	}
 }
@@ -131,6 +153,9 @@ func newRedsync(rdb *redis.Client, prefix string, ttl time.Duration) Impl {
 	return Impl{
 		Name: Redsync,
 		Wait: fmt.Sprintf("Mutex.LockContext polls: defaults, 32 tries, random 50-250ms delay; expiry %s", ttl),
+		Abandon: func(ctx context.Context, name string, ttl time.Duration) error {
+			return rs.NewMutex(prefix+name, redsync.WithExpiry(ttl), redsync.WithTries(1)).LockContext(ctx)
+		},
 		NewLocker: func(context.Context) (Locker, error) {
 			return lockerFunc(func(ctx context.Context, name string) (func(context.Context) error, error) {
 				m := rs.NewMutex(prefix+name, redsync.WithExpiry(ttl))
@@ -198,6 +223,7 @@ func newFencedRedis(rdb *redis.Client, cli *clientv3.Client, prefix, etcdPrefix 
 		Name:      name,
 		Wait:      fmt.Sprintf("Client.Acquire: %s, Redis pub/sub release notification, default retry ExponentialBackoff(4ms, 256ms); TTL %s", how, ttl),
 		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl, opts), nil },
+		Abandon:   abandonFenced(c),
 		Close: func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -226,6 +252,7 @@ func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration, u
 		Name:      name,
 		Wait:      fmt.Sprintf("Client.Acquire: %s, etcd watch on the lock key, default retry ExponentialBackoff(4ms, 256ms); TTL %s", how, ttl),
 		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl, opts), nil },
+		Abandon:   abandonFenced(c),
 		Close: func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -245,4 +272,13 @@ func fairness(name string, unfair bool) (string, string, []lock.Option) {
 		return name + Unfair, "WithUnfair (a free lock goes to whoever asks first)", []lock.Option{lock.WithUnfair()}
 	}
 	return name, "fair (FIFO queue)", nil
+}
+
+// abandonFenced takes a fenced lease without keep-alive and never releases
+// it.
+func abandonFenced(c *lock.Client) func(ctx context.Context, name string, ttl time.Duration) error {
+	return func(ctx context.Context, name string, ttl time.Duration) error {
+		_, err := c.TryAcquire(ctx, name, ttl)
+		return err
+	}
 }

@@ -57,6 +57,11 @@ type Config struct {
 	// Inflight, if > 0, adds a row of fenced/redis whose sequencer has
 	// sequencer.WithInflight(Inflight); the default row is always there.
 	Inflight int
+	// Expirers is how many holders walk away from their locks at once in
+	// the expiry scenario, each with a waiter (0: no expiry scenario), and
+	// ExpiryTTL their TTL (>= 2s: etcd).
+	Expirers  int
+	ExpiryTTL time.Duration
 	// NoUnfair leaves out the rows of fenced with lock.WithUnfair, which
 	// show what fair waiting costs.
 	NoUnfair bool
@@ -74,6 +79,8 @@ func DefaultConfig() Config {
 		Clients:    64,
 		Contenders: 8,
 		Rounds:     3,
+		Expirers:   8,
+		ExpiryTTL:  2 * time.Second,
 	}
 }
 
@@ -92,6 +99,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("lockbench: ttl %s: want >= 2s (etcd leases)", c.TTL)
 	case c.Iterations < 1 || c.Duration <= 0 || c.Clients < 1 || c.Contenders < 2 || c.Rounds < 1:
 		return errors.New("lockbench: want iterations >= 1, duration > 0, clients >= 1, contenders >= 2, rounds >= 1")
+	case c.Expirers < 0 || c.Expirers > 0 && c.ExpiryTTL < 2*time.Second:
+		return fmt.Errorf("lockbench: expirers %d, expiry ttl %s: want expirers >= 0 and a ttl >= 2s (etcd leases)", c.Expirers, c.ExpiryTTL)
 	case c.Inflight < 0 || c.Inflight > 64:
 		return fmt.Errorf("lockbench: inflight %d: want 0 (off) to 64", c.Inflight)
 	}
@@ -127,6 +136,10 @@ type Result struct {
 
 	Errors   int   // failed operations in all scenarios
 	FirstErr error // the first of them
+	// Expiry: from an abandoned lock's TTL running out to a waiter's Lock
+	// returning.
+	Handovers                int
+	HandoverP50, HandoverP99 time.Duration
 	// Token transactions and tokens in the throughput scenario, where the
 	// implementation has group commit (Impl.Batches).
 	Txns, Tokens uint64
@@ -135,7 +148,7 @@ type Result struct {
 	// revoke), whoever made it.
 	RaftWrites uint64
 
-	unc, gaps, waits []time.Duration // samples of every round
+	unc, gaps, waits, handovers []time.Duration // samples of every round
 }
 
 // ProcCPUPerOp and RedisCPUPerOp are the throughput scenario's CPU time per
@@ -384,7 +397,10 @@ func measure(ctx context.Context, cfg Config, rdb *redis.Client, cli *clientv3.C
 	if err := throughput(ctx, cfg, rdb, cli, impl, res, e); err != nil {
 		return err
 	}
-	return hotName(ctx, cfg, impl, res, e)
+	if err := hotName(ctx, cfg, impl, res, e); err != nil {
+		return err
+	}
+	return expiry(ctx, cfg, impl, res, e)
 }
 
 // finish computes the percentiles of what the rounds collected.
@@ -393,6 +409,8 @@ func (r *Result) finish() {
 	r.UncP50, r.UncP99 = benchkit.Percentile(r.unc, 50), benchkit.Percentile(r.unc, 99)
 	r.Gaps = len(r.gaps)
 	r.GapP50, r.GapP99 = benchkit.Percentile(r.gaps, 50), benchkit.Percentile(r.gaps, 99)
+	r.Handovers = len(r.handovers)
+	r.HandoverP50, r.HandoverP99 = benchkit.Percentile(r.handovers, 50), benchkit.Percentile(r.handovers, 99)
 	r.Waits = len(r.waits)
 	r.WaitP50, r.WaitP99, r.WaitMax = benchkit.Percentile(r.waits, 50), benchkit.Percentile(r.waits, 99), benchkit.Percentile(r.waits, 100)
 }

@@ -19,6 +19,7 @@ func TestRun(t *testing.T) {
 	cfg.Duration = 250 * time.Millisecond
 	cfg.Inflight = 16 // the optional row runs too
 	cfg.Rounds = 2    // and the rotation
+	cfg.Expirers = 2
 	if a := os.Getenv("FENCED_TEST_REDIS"); a != "" {
 		cfg.RedisAddr = a
 	}
@@ -39,6 +40,12 @@ func TestRun(t *testing.T) {
 		if r.Uncontended == 0 || r.Ops == 0 || r.Acquisitions == 0 {
 			t.Errorf("%s completed %d uncontended, %d throughput and %d hot-name operations; want some of each (first error: %v)",
 				r.Impl, r.Uncontended, r.Ops, r.Acquisitions, r.FirstErr)
+		}
+		if r.Handovers != cfg.Expirers*cfg.Rounds {
+			t.Errorf("%s: %d expiry handovers, want %d (first error: %v)", r.Impl, r.Handovers, cfg.Expirers*cfg.Rounds, r.FirstErr)
+		}
+		if r.Handovers > 0 && r.HandoverP99 > cfg.ExpiryTTL {
+			t.Errorf("%s: an abandoned lock was handed over %s after its TTL ran out; it must free within about its TTL", r.Impl, r.HandoverP99)
 		}
 		if r.Waits != r.Acquisitions {
 			t.Errorf("%s: %d waits for %d acquisitions of the hot name, want one each", r.Impl, r.Waits, r.Acquisitions)

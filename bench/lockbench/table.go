@@ -60,14 +60,18 @@ func Write(w io.Writer, rep *Report) error {
 
 	fmt.Fprintf(w, "\nfairness on the hot name (%d contenders): how long each acquisition waited, and the share that went to another contender\n", cfg.Contenders)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "impl\twait p50\twait p99\twait max\tmax÷p50\t→other\tgap p50\thandoffs/s\t")
+	fmt.Fprintln(tw, "impl\twait p50\twait p99\twait max\tmax÷p50\t→other\tgap p50\thandoffs/s\texpiry handover p50\tp99\t")
 	for _, r := range rep.Results {
 		spread := "-"
 		if r.WaitP50 > 0 {
 			spread = fmt.Sprintf("%.0f×", float64(r.WaitMax)/float64(r.WaitP50))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t\n", r.Impl, benchkit.MS(r.WaitP50), benchkit.MS(r.WaitP99), benchkit.MS(r.WaitMax),
-			spread, pct(r.ToOther, r.Gaps), benchkit.MS(r.GapP50), r.HandoffsPerSec())
+		hp50, hp99 := "-", "-"
+		if r.Handovers > 0 {
+			hp50, hp99 = benchkit.MS(r.HandoverP50), benchkit.MS(r.HandoverP99)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t\n", r.Impl, benchkit.MS(r.WaitP50), benchkit.MS(r.WaitP99), benchkit.MS(r.WaitMax),
+			spread, pct(r.ToOther, r.Gaps), benchkit.MS(r.GapP50), r.HandoffsPerSec(), hp50, hp99)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -83,6 +87,10 @@ func Write(w io.Writer, rep *Report) error {
 	}
 	fmt.Fprintln(w, "handoffs/s: acquisitions of the hot name per second; →other: the share of them by another contender than the last holder;")
 	fmt.Fprintln(w, "gap: from the holder starting its release to the next holder's Lock returning.")
+	if cfg.Expirers > 0 {
+		fmt.Fprintf(w, "expiry handover: %d holders at once take a lock with TTL %s, not kept alive, and walk away; a waiter each asks at once; from the TTL's end to the waiter's Lock returning.\n",
+			cfg.Expirers, cfg.ExpiryTTL)
+	}
 	fmt.Fprintln(w, "raft/op: how far etcd's Raft index moved per acquire+release in the throughput scenario (every consensus write: Txn, Put, lease grant, revoke).")
 	fmt.Fprintln(w, "cpu/op: CPU time per acquire+release in the throughput scenario, of this process (clients and embedded etcd) and of the Redis server (all its clients).")
 	for _, r := range rep.Results {
