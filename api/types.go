@@ -16,6 +16,16 @@ import (
 type AcquireRequest struct {
 	TTLMs  *int64 `json:"ttl_ms,omitempty"`
 	WaitMs *int64 `json:"wait_ms,omitempty"`
+	// Owner is a label for people (1 to 128 bytes of printable UTF-8),
+	// shown by GET and list.
+	Owner string `json:"owner,omitempty"`
+	// Holder makes the acquisition reentrant: an acquire by the holder
+	// that holds the lock now gets its lease id and token again, and the
+	// lock takes one more release to be freed.
+	Holder string `json:"holder,omitempty"`
+	// Unfair takes a free lock whoever waits longer, rather than joining
+	// the queue (wait_ms > 0 only; one attempt is always unfair).
+	Unfair bool `json:"unfair,omitempty"`
 }
 
 // RefreshRequest is the body of POST /v1/locks/{name}/refresh. A missing
@@ -37,6 +47,9 @@ type Lease struct {
 	LeaseID string      `json:"lease_id"`
 	Token   fence.Token `json:"token"`
 	TTLMs   int64       `json:"ttl_ms"`
+	// Count is how many releases the lock takes to be freed: 1, or more
+	// for a reentrant holder (acquire only; omitted by refresh).
+	Count int `json:"count,omitempty"`
 }
 
 // LockState is the answer to GET /v1/locks/{name}. It never carries the
@@ -46,6 +59,25 @@ type LockState struct {
 	Held  bool        `json:"held"`
 	Token fence.Token `json:"token"`
 	TTLMs int64       `json:"ttl_ms"`
+	// Owner and Holder are the acquisition's label and reentrant holder
+	// identity; Count the releases to go. Omitted when not set or free.
+	Owner  string `json:"owner,omitempty"`
+	Holder string `json:"holder,omitempty"`
+	Count  int    `json:"count,omitempty"`
+	// LastToken, for a free lock, is the token of the lease that held it
+	// last, while the store still remembers; omitted when it does not.
+	LastToken fence.Token `json:"last_token,omitempty"`
+	// Waiters is how many wait in the lock's queue; OldestWaitMs how long
+	// the one at its head has waited.
+	Waiters      int   `json:"waiters"`
+	OldestWaitMs int64 `json:"oldest_wait_ms"`
+}
+
+// LockList is the answer to GET /v1/locks: one page of held locks, in no
+// promised order. NextCursor, when not empty, asks for the next page.
+type LockList struct {
+	Locks      []LockState `json:"locks"`
+	NextCursor string      `json:"next_cursor,omitempty"`
 }
 
 // Empty is the answer to release: {}.
@@ -70,6 +102,11 @@ type Error struct {
 	// constants. Empty when the request as a whole was (a body that is not
 	// JSON, a missing token).
 	Field string `json:"field,omitempty"`
+	// WaitedMs and Position, on a 409 after wait_ms: how long the caller
+	// waited, and its place in the lock's queue when it gave up (1 is the
+	// head; 0 when it had none, as with unfair).
+	WaitedMs *int64 `json:"waited_ms,omitempty"`
+	Position *int   `json:"position,omitempty"`
 }
 
 // Fields of a request that an Error can name.
@@ -78,6 +115,12 @@ const (
 	FieldTTLMs   = "ttl_ms"   // the TTL
 	FieldWaitMs  = "wait_ms"  // the wait
 	FieldLeaseID = "lease_id" // the lease id
+	FieldOwner   = "owner"    // the owner label
+	FieldHolder  = "holder"   // the reentrant holder identity
+	FieldUnfair  = "unfair"   // the unfair flag
+	FieldPrefix  = "prefix"   // list: the name prefix
+	FieldLimit   = "limit"    // list: the page size
+	FieldCursor  = "cursor"   // list: the cursor
 )
 
 // ErrorCode is the code of an Error. Each has one HTTP status.
@@ -88,7 +131,7 @@ const (
 	CodeInvalidArgument      ErrorCode = "invalid_argument"       // 400: a bad lock name, body, ttl_ms, wait_ms or lease id
 	CodeUnauthenticated      ErrorCode = "unauthenticated"        // 401: a missing or unknown bearer token
 	CodeForbidden            ErrorCode = "forbidden"              // 403: the token may not do this to this lock
-	CodeNotFound             ErrorCode = "not_found"              // 404: no such path
+	CodeNotFound             ErrorCode = "not_found"              // 404: no such path, or force-release of a lock not held
 	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // 405
 	CodeHeld                 ErrorCode = "held"                   // 409: another holder has the lease
 	CodeLost                 ErrorCode = "lost"                   // 410: this lease id does not hold the lease

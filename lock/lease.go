@@ -21,6 +21,7 @@ type Lease struct {
 	name  string
 	id    string
 	token fence.Token
+	count int // releases to go when granted
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -44,7 +45,7 @@ type Lease struct {
 
 // newLease is a lease granted g by a request sent at start.
 func newLease(ctx context.Context, set *LeaseSet, name, id string, g Grant, start time.Time, keepAlive bool) *Lease {
-	l := &Lease{set: set, name: name, id: id, token: g.Token, ttl: g.TTL,
+	l := &Lease{set: set, name: name, id: id, token: g.Token, count: max(g.Count, 1), ttl: g.TTL,
 		deadline: start.Add(g.TTL - Drift(g.TTL)), next: start.Add(g.TTL / 3),
 		keepAlive: keepAlive, poke: make(chan struct{}, 1)}
 	// The lease outlives the acquiring call's cancellation but keeps its
@@ -62,6 +63,11 @@ func (l *Lease) ID() string { return l.id }
 
 // Token is the fencing token granted with the lease.
 func (l *Lease) Token() fence.Token { return l.token }
+
+// Count is how many releases the lock took to be freed when this lease was
+// granted: 1, or more when a reentrant holder (WithHolder) acquired a lock
+// it held.
+func (l *Lease) Count() int { return l.count }
 
 // TTL is the TTL the store really granted. It is the TTL asked for, or
 // shorter when the store cannot vouch for more (an etcd session whose

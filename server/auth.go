@@ -311,6 +311,22 @@ func (e *tokenEntry) authorize(perm Permission, op, name string) *apiError {
 		message: fmt.Sprintf("token %q may not %s lock %q: its lock names must start with %s", e.name, op, name, quoteOr(e.prefixes))}
 }
 
+// authorizePrefix says whether the token may list the locks under prefix:
+// a token limited to prefixes lists only under one of them, so a listing
+// never shows a name the token could not inspect.
+func (e *tokenEntry) authorizePrefix(op, prefix string) *apiError {
+	if e.prefixes == nil {
+		return nil
+	}
+	for _, p := range e.prefixes {
+		if strings.HasPrefix(prefix, p) {
+			return nil
+		}
+	}
+	return &apiError{status: http.StatusForbidden, code: codeForbidden, field: fieldPrefix,
+		message: fmt.Sprintf("token %q may not %s under prefix %q: its lock names must start with %s; list with prefix=%s", e.name, op, prefix, quoteOr(e.prefixes), e.prefixes[0])}
+}
+
 // quoteOr is "a", "a" or "b", "a", "b" or "c".
 func quoteOr(ss []string) string {
 	q := quoteAll(ss)

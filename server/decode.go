@@ -14,13 +14,16 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/lock"
 )
 
 // Request bodies, after decoding and validation.
 
 type acquireRequest struct {
-	ttl  time.Duration
-	wait time.Duration
+	ttl           time.Duration
+	wait          time.Duration
+	owner, holder string
+	unfair        bool
 }
 
 type refreshRequest struct {
@@ -76,7 +79,38 @@ func (l limits) decodeAcquire(body []byte) (acquireRequest, *apiError) {
 		}
 		req.wait = time.Duration(ms) * time.Millisecond
 	}
+	if req.owner, aerr = label(fields, fieldOwner); aerr != nil {
+		return acquireRequest{}, aerr
+	}
+	if req.holder, aerr = label(fields, fieldHolder); aerr != nil {
+		return acquireRequest{}, aerr
+	}
+	if raw, ok := fields["unfair"]; ok {
+		if err := json.Unmarshal(raw, &req.unfair); err != nil || len(raw) == 0 || raw[0] == 'n' {
+			return acquireRequest{}, invalid(fieldUnfair, fmt.Sprintf("unfair: want true or false, got %s", excerpt(raw)))
+		}
+		if req.unfair && req.wait == 0 {
+			return acquireRequest{}, invalid(fieldUnfair, "unfair applies to a waiting acquire (wait_ms > 0): one attempt always takes a free lock, whoever waits")
+		}
+	}
 	return req, nil
+}
+
+// label returns the optional string field (owner or holder), checked by
+// lock.ValidateLabel; "" when it is absent.
+func label(fields map[string]json.RawMessage, field string) (string, *apiError) {
+	raw, ok := fields[field]
+	if !ok {
+		return "", nil
+	}
+	var v string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
+		return "", invalid(field, fmt.Sprintf("%s: want a string, got %s", field, excerpt(raw)))
+	}
+	if err := lock.ValidateLabel(v); err != nil {
+		return "", invalid(field, fmt.Sprintf("%s: %v", field, err))
+	}
+	return v, nil
 }
 
 func (l limits) decodeRefresh(body []byte) (refreshRequest, *apiError) {

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/fenced/fenced/api"
 )
@@ -28,6 +29,12 @@ const (
 	fieldTTLMs   = api.FieldTTLMs
 	fieldWaitMs  = api.FieldWaitMs
 	fieldLeaseID = api.FieldLeaseID
+	fieldOwner   = api.FieldOwner
+	fieldHolder  = api.FieldHolder
+	fieldUnfair  = api.FieldUnfair
+	fieldPrefix  = api.FieldPrefix
+	fieldLimit   = api.FieldLimit
+	fieldCursor  = api.FieldCursor
 )
 
 // apiError is an error the API reports to the caller as is.
@@ -36,6 +43,11 @@ type apiError struct {
 	code    api.ErrorCode
 	message string
 	field   string // the request field refused, or ""
+	// waited and position: a 409 after wait_ms (api.Error's WaitedMs and
+	// Position); waited < 0 when not set.
+	waited   time.Duration
+	position int
+	wait     bool
 }
 
 func (e *apiError) Error() string { return string(e.code) + ": " + e.message }
@@ -70,5 +82,10 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", retryAfter)
 	}
-	writeJSON(w, e.status, api.ErrorBody{Error: api.Error{Code: e.code, Message: e.message, Field: e.field}})
+	body := api.Error{Code: e.code, Message: e.message, Field: e.field}
+	if e.wait {
+		ms, pos := e.waited.Milliseconds(), e.position
+		body.WaitedMs, body.Position = &ms, &pos
+	}
+	writeJSON(w, e.status, api.ErrorBody{Error: body})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/fenced/fenced/api"
@@ -19,6 +20,8 @@ const (
 	opRefresh = "refresh"
 	opRelease = "release"
 	opInspect = "inspect"
+	opList    = "list locks"
+	opForce   = "force-release"
 	opReady   = "ready"
 )
 
@@ -80,19 +83,35 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		l   *lock.Lease
 		err error
 	)
+	opts := []lock.Option{lock.WithDetached()}
+	if req.owner != "" {
+		opts = append(opts, lock.WithOwner(req.owner))
+	}
+	if req.holder != "" {
+		opts = append(opts, lock.WithHolder(req.holder))
+	}
 	if req.wait == 0 {
-		l, err = s.locks.TryAcquire(ctx, name, req.ttl, lock.WithDetached())
+		l, err = s.locks.TryAcquire(ctx, name, req.ttl, opts...)
 	} else {
-		l, err = s.locks.Acquire(ctx, name, req.ttl, lock.WithDetached(), lock.WithWait(req.wait))
+		if req.unfair {
+			opts = append(opts, lock.WithUnfair())
+		}
+		l, err = s.locks.Acquire(ctx, name, req.ttl, append(opts, lock.WithWait(req.wait))...)
 	}
 	s.metrics.acquireDuration.Observe(time.Since(start).Seconds())
 	if errors.Is(err, lock.ErrNotAcquired) {
 		s.metrics.acquisitions.WithLabelValues(resultHeld).Inc()
-		msg := fmt.Sprintf("lock %q is held by another holder; set wait_ms to wait for it", name)
-		if req.wait > 0 {
-			msg = fmt.Sprintf("lock %q is held by another holder; still held after wait_ms %d", name, req.wait.Milliseconds())
+		aerr := &apiError{status: http.StatusConflict, code: codeHeld,
+			message: fmt.Sprintf("lock %q is held by another holder; set wait_ms to wait for it", name)}
+		var we *lock.WaitError
+		if req.wait > 0 && errors.As(err, &we) {
+			aerr.wait, aerr.waited, aerr.position = true, we.Waited, we.Position
+			aerr.message = fmt.Sprintf("lock %q is held by another holder; still held after waiting %d ms (wait_ms %d)", name, we.Waited.Milliseconds(), req.wait.Milliseconds())
+			if we.Position > 0 {
+				aerr.message += fmt.Sprintf("; this caller was number %d in its queue", we.Position)
+			}
 		}
-		writeError(w, &apiError{status: http.StatusConflict, code: codeHeld, message: msg})
+		writeError(w, aerr)
 		return
 	}
 	if err != nil {
@@ -118,7 +137,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	s.metrics.acquisitions.WithLabelValues(resultAcquired).Inc()
 	s.leases.held(name, l.ID(), l.Deadline())
-	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds()})
+	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds(), Count: l.Count()})
 }
 
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
@@ -190,7 +209,103 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 		writeError(w, aerr)
 		return
 	}
-	writeJSON(w, http.StatusOK, stateResponse{Name: name, Held: st.Held, Token: st.Token, TTLMs: st.Remaining.Milliseconds()})
+	writeJSON(w, http.StatusOK, stateOf(st))
+}
+
+// stateOf is a lock's state as the API shows it: never its lease id.
+func stateOf(st lock.State) stateResponse {
+	r := stateResponse{Name: st.Name, Held: st.Held, Token: st.Token, TTLMs: st.Remaining.Milliseconds(),
+		Waiters: st.Waiters, OldestWaitMs: st.OldestWait.Milliseconds()}
+	if st.Held {
+		r.Owner, r.Holder, r.Count = st.Owner, st.Holder, st.Count
+	} else {
+		r.LastToken = st.LastToken
+	}
+	return r
+}
+
+// Defaults and bounds of GET /v1/locks.
+const (
+	defaultListLimit = 100
+	listQuery        = "prefix, limit and cursor"
+)
+
+// list answers one page of the held locks under a prefix. ServeHTTP has
+// checked the prefix against the caller's token.
+func (s *Server) list(w http.ResponseWriter, r *http.Request, _ string) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != fieldPrefix && k != fieldLimit && k != fieldCursor {
+			writeError(w, invalid("", fmt.Sprintf("unknown query parameter %s: GET /v1/locks takes %s", excerpt([]byte(k)), listQuery)))
+			return
+		}
+		if len(q[k]) > 1 {
+			writeError(w, invalid(k, fmt.Sprintf("%s given %d times: give it once", k, len(q[k]))))
+			return
+		}
+	}
+	prefix := q.Get(fieldPrefix)
+	if err := lock.ValidateNamePrefix(prefix); err != nil {
+		writeError(w, invalid(fieldPrefix, err.Error()))
+		return
+	}
+	limit := defaultListLimit
+	if v, ok := q[fieldLimit]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > lock.MaxListLimit {
+			writeError(w, invalid(fieldLimit, fmt.Sprintf("limit %s: want an integer from 1 to %d (default %d)", excerpt([]byte(v[0])), lock.MaxListLimit, defaultListLimit)))
+			return
+		}
+		limit = n
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
+	defer cancel()
+	start := time.Now()
+	page, err := s.locks.List(ctx, prefix, limit, q.Get(fieldCursor))
+	if errors.Is(err, lock.ErrInvalidCursor) {
+		writeError(w, invalid(fieldCursor, err.Error()+"; pass the next_cursor of the previous page, or none for the first"))
+		return
+	}
+	if err != nil {
+		aerr, _ := s.failure(r, ctx, opList, prefix, start, err)
+		writeError(w, aerr)
+		return
+	}
+	resp := api.LockList{Locks: make([]stateResponse, 0, len(page.Locks)), NextCursor: page.Next}
+	for _, st := range page.Locks {
+		resp.Locks = append(resp.Locks, stateOf(st))
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// forceRelease deletes a lock's lease whoever holds it: an operator's act,
+// logged with the caller's token. 404 when nobody held it.
+func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, name string) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
+	defer cancel()
+	start := time.Now()
+	st, err := s.locks.ForceRelease(ctx, name)
+	if err != nil {
+		aerr, _ := s.failure(r, ctx, opForce, name, start, err)
+		writeError(w, aerr)
+		return
+	}
+	if !st.Held {
+		writeError(w, &apiError{status: http.StatusNotFound, code: codeNotFound,
+			message: fmt.Sprintf("lock %q is not held: nothing to release", name)})
+		return
+	}
+	s.leases.gone(name, st.LeaseID)
+	attrs := []slog.Attr{slog.String("lock", name), slog.Uint64("token", uint64(st.Token)),
+		slog.String("remaining", st.Remaining.Round(time.Millisecond).String())}
+	if st.Owner != "" {
+		attrs = append(attrs, slog.String("owner", st.Owner))
+	}
+	if tok := callerToken(r.Context()); tok != "" {
+		attrs = append(attrs, slog.String("by_token", tok))
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelWarn, "lock force-released: its holder's writes with this token are no longer protected by the lease, only by the fence", attrs...)
+	writeJSON(w, http.StatusOK, stateOf(st))
 }
 
 // failure maps an error of the lock client to the API error and the result

@@ -259,12 +259,14 @@ var (
 	routeReadyz  = &route{"/readyz", http.MethodGet, 0, "", (*Server).readyz}
 	routeMetrics = &route{"/metrics", http.MethodGet, PermMetrics, "read metrics", (*Server).serveMetrics}
 	routeInspect = &route{"/v1/locks/{name}", http.MethodGet, PermInspect, opInspect, (*Server).inspect}
+	routeForce   = &route{"/v1/locks/{name}", http.MethodDelete, PermForceRelease, opForce, (*Server).forceRelease}
+	routeList    = &route{"/v1/locks", http.MethodGet, PermInspect, opList, (*Server).list}
 	routeAcquire = &route{"/v1/locks/{name}/acquire", http.MethodPost, PermAcquire, opAcquire, (*Server).acquire}
 	routeRefresh = &route{"/v1/locks/{name}/refresh", http.MethodPost, PermAcquire, opRefresh, (*Server).refresh}
 	routeRelease = &route{"/v1/locks/{name}/release", http.MethodPost, PermAcquire, opRelease, (*Server).release}
 	routeOpenAPI = &route{"/v1/openapi.yaml", http.MethodGet, 0, "", (*Server).serveOpenAPI}
 
-	routes = []*route{routeHealthz, routeReadyz, routeMetrics, routeInspect, routeAcquire, routeRefresh, routeRelease, routeOpenAPI}
+	routes = []*route{routeHealthz, routeReadyz, routeMetrics, routeList, routeInspect, routeForce, routeAcquire, routeRefresh, routeRelease, routeOpenAPI}
 )
 
 const locksPrefix = "/v1/locks/"
@@ -284,6 +286,8 @@ func match(path, method string) (rt *route, rawName string) {
 		return routeMetrics, ""
 	case "/v1/openapi.yaml":
 		return routeOpenAPI, ""
+	case "/v1/locks":
+		return routeList, ""
 	}
 	rest, ok := strings.CutPrefix(path, locksPrefix)
 	if !ok {
@@ -298,9 +302,12 @@ func match(path, method string) (rt *route, rawName string) {
 		case "release":
 			return routeRelease, rest[:i]
 		}
-		if method != http.MethodGet && method != http.MethodHead {
+		if method != http.MethodGet && method != http.MethodHead && method != http.MethodDelete {
 			return nil, ""
 		}
+	}
+	if method == http.MethodDelete {
+		return routeForce, rest
 	}
 	return routeInspect, rest
 }
@@ -366,6 +373,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if rt.method == http.MethodGet {
 			allow = "GET, HEAD"
 		}
+		if rt == routeInspect {
+			allow += ", DELETE"
+		}
 		rec.Header().Set("Allow", allow)
 		writeError(rec, &apiError{status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed,
 			message: fmt.Sprintf("method %s: %s allows %s", excerpt([]byte(r.Method)), rt.pattern, allow)})
@@ -381,7 +391,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if tok != nil {
-		if aerr := tok.authorize(rt.perm, rt.op, name); aerr != nil {
+		aerr := tok.authorize(rt.perm, rt.op, name)
+		if aerr == nil && rt == routeList {
+			aerr = tok.authorizePrefix(rt.op, r.URL.Query().Get(fieldPrefix))
+		}
+		if aerr != nil {
 			s.metrics.authRefused.WithLabelValues(string(codeForbidden)).Inc()
 			attrs := []slog.Attr{slog.String("token", tok.name), slog.String("op", rt.op), slog.String("allow", tok.allow.String())}
 			if name != "" {
@@ -392,7 +406,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if tok != nil {
+		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, tok.name))
+	}
 	rt.handle(s, rec, r, name)
+}
+
+// callerKey carries the name of the caller's token to the handlers.
+type callerKey struct{}
+
+// callerToken is the name of the token the request came with; "" without
+// authentication.
+func callerToken(ctx context.Context) string {
+	name, _ := ctx.Value(callerKey{}).(string)
+	return name
 }
 
 // recorder remembers the status a handler wrote.

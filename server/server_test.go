@@ -289,7 +289,7 @@ func TestInvalidRequestsTouchNoKey(t *testing.T) {
 
 func TestRoutingErrors(t *testing.T) {
 	e := newEnv(t, backends(t)[1].store, nil)
-	for _, p := range []string{"/", "/v1", "/v1/locks", "/v2/locks/x", "/healthz/", "/metricsx"} {
+	for _, p := range []string{"/", "/v1", "/v2/locks/x", "/healthz/", "/metricsx"} {
 		e.do("GET", p, "").errCode(t, http.StatusNotFound, codeNotFound)
 	}
 	e.do("POST", "/v1/locks/x/bogus", "{}").errCode(t, http.StatusNotFound, codeNotFound)
@@ -298,8 +298,9 @@ func TestRoutingErrors(t *testing.T) {
 		{"GET", "/v1/locks/x/acquire", "POST"},
 		{"PUT", "/v1/locks/x/refresh", "POST"},
 		{"DELETE", "/v1/locks/x/release", "POST"},
-		{"POST", "/v1/locks/x", "GET, HEAD"},
-		{"DELETE", "/v1/locks/x", "GET, HEAD"},
+		{"POST", "/v1/locks/x", "GET, HEAD, DELETE"},
+		{"PUT", "/v1/locks/x", "GET, HEAD, DELETE"},
+		{"POST", "/v1/locks", "GET, HEAD"},
 		{"POST", "/healthz", "GET, HEAD"},
 		{"POST", "/readyz", "GET, HEAD"},
 		{"PUT", "/metrics", "GET, HEAD"},

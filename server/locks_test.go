@@ -1,0 +1,310 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/internal/testenv"
+)
+
+// TestListLocks pages through the held locks under a prefix, with their
+// owners, on both stores; a bad query is a 400 naming the parameter.
+func TestListLocks(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b.store, nil)
+			prefix := testenv.Name(t) + ":"
+			held := map[string]string{} // name → owner
+			for i := range 5 {
+				name := fmt.Sprintf("%s%d", prefix, i)
+				owner := fmt.Sprintf("worker %d on host-a", i)
+				e.mustAcquire(name, `{"ttl_ms":5000,"owner":"`+owner+`"}`)
+				held[name] = owner
+			}
+			e.mustAcquire(testenv.Name(t)+"-other", `{"ttl_ms":5000}`) // not under the prefix
+
+			seen := map[string]string{}
+			cursor, pages := "", 0
+			for {
+				q := url.Values{"prefix": {prefix}, "limit": {"2"}}
+				if cursor != "" {
+					q.Set("cursor", cursor)
+				}
+				r := e.do("GET", "/v1/locks?"+q.Encode(), "")
+				if r.status != http.StatusOK {
+					t.Fatalf("list: %d %s", r.status, r.body)
+				}
+				var page api.LockList
+				r.decode(t, &page)
+				if len(page.Locks) > 2 {
+					t.Fatalf("a page of %d locks with limit 2", len(page.Locks))
+				}
+				for _, st := range page.Locks {
+					if !st.Held || st.Token == 0 || st.TTLMs <= 0 || st.Count != 1 {
+						t.Fatalf("listed %+v", st)
+					}
+					seen[st.Name] = st.Owner
+				}
+				pages++
+				if cursor = page.NextCursor; cursor == "" {
+					break
+				}
+				if pages > 10 {
+					t.Fatal("more than 10 pages for 5 locks")
+				}
+			}
+			if pages < 3 {
+				t.Errorf("5 locks in %d pages of at most 2", pages)
+			}
+			if fmt.Sprint(seen) != fmt.Sprint(held) {
+				t.Errorf("listed %v, want %v", seen, held)
+			}
+
+			for _, c := range []struct{ query, field string }{
+				{"prefix=a/b", fieldPrefix},
+				{"limit=0", fieldLimit},
+				{"limit=1001", fieldLimit},
+				{"limit=x", fieldLimit},
+				{"cursor=" + url.QueryEscape("not/a cursor"), fieldCursor},
+				{"limit=1&limit=2", fieldLimit},
+				{"colour=red", ""},
+			} {
+				r := e.do("GET", "/v1/locks?"+c.query, "")
+				r.errCode(t, http.StatusBadRequest, codeInvalidArgument)
+				var eb api.ErrorBody
+				r.decode(t, &eb)
+				if eb.Error.Field != c.field {
+					t.Errorf("%s: field %q, want %q (%s)", c.query, eb.Error.Field, c.field, eb.Error.Message)
+				}
+			}
+		})
+	}
+}
+
+// TestInspectShowsOwnerWaitersAndLastToken: GET shows the owner and the
+// queue of a held lock, and the last token of a freed one.
+func TestInspectShowsOwnerWaitersAndLastToken(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b.store, nil)
+			name := testenv.Name(t)
+			l := e.mustAcquire(name, `{"ttl_ms":5000,"owner":"billing on host-a"}`)
+
+			// A waiter in the queue, until it gives up.
+			var wg sync.WaitGroup
+			wg.Add(1)
+			done := make(chan response, 1)
+			go func() {
+				defer wg.Done()
+				done <- e.do("POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":5000,"wait_ms":3000}`)
+			}()
+			var st stateResponse
+			for range 300 {
+				if st = e.state(name); st.Waiters > 0 {
+					break
+				}
+				select {
+				case r := <-done:
+					t.Fatalf("the waiter answered before it showed in the queue: %d %s", r.status, r.body)
+				default:
+				}
+			}
+			if !st.Held || st.Owner != "billing on host-a" || st.Token != l.Token || st.Waiters != 1 || st.Count != 1 {
+				t.Fatalf("GET of a held lock with a waiter: %+v", st)
+			}
+			if r := e.release(name, l.LeaseID); r.status != http.StatusOK {
+				t.Fatalf("release: %d %s", r.status, r.body)
+			}
+			wg.Wait()
+			r := <-done
+			var next leaseResponse
+			if r.status != http.StatusOK {
+				t.Fatalf("the waiter: %d %s", r.status, r.body)
+			}
+			r.decode(t, &next)
+			if next.Token <= l.Token {
+				t.Fatalf("the waiter's token %d, not above %d", next.Token, l.Token)
+			}
+			if r := e.release(name, next.LeaseID); r.status != http.StatusOK {
+				t.Fatalf("release: %d %s", r.status, r.body)
+			}
+			st = e.state(name)
+			if st.Held || st.Owner != "" || st.LastToken != next.Token || st.Waiters != 0 {
+				t.Fatalf("GET of a freed lock: %+v, want last_token %d", st, next.Token)
+			}
+		})
+	}
+}
+
+// TestHeldAfterWaitSaysWaitedAndPosition: the 409 after wait_ms says how
+// long the caller waited and its place in the queue.
+func TestHeldAfterWaitSaysWaitedAndPosition(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b.store, nil)
+			name := testenv.Name(t)
+			e.mustAcquire(name, `{"ttl_ms":10000}`)
+			r := e.do("POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":5000,"wait_ms":300}`)
+			msg := r.errCode(t, http.StatusConflict, codeHeld)
+			var eb api.ErrorBody
+			r.decode(t, &eb)
+			if eb.Error.WaitedMs == nil || *eb.Error.WaitedMs < 300 || eb.Error.Position == nil || *eb.Error.Position != 1 {
+				t.Fatalf("409 %+v: want waited_ms >= 300 and position 1", eb.Error)
+			}
+			if !strings.Contains(msg, "number 1 in its queue") {
+				t.Errorf("409 message %q does not say the place in the queue", msg)
+			}
+			// One attempt: no wait, no place.
+			r = e.do("POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":5000}`)
+			r.errCode(t, http.StatusConflict, codeHeld)
+			eb = api.ErrorBody{}
+			r.decode(t, &eb)
+			if eb.Error.WaitedMs != nil || eb.Error.Position != nil {
+				t.Fatalf("409 of one attempt carries %+v", eb.Error)
+			}
+		})
+	}
+}
+
+// TestReentrantHolder: the same holder gets the same lease and token, and
+// the lock takes as many releases.
+func TestReentrantHolder(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b.store, nil)
+			name := testenv.Name(t)
+			first := e.mustAcquire(name, `{"ttl_ms":5000,"holder":"worker-1 pid 42"}`)
+			again := e.mustAcquire(name, `{"ttl_ms":5000,"holder":"worker-1 pid 42"}`)
+			if again.LeaseID != first.LeaseID || again.Token != first.Token || first.Count != 1 || again.Count != 2 {
+				t.Fatalf("reentered: %+v after %+v; want the same lease id and token, count 2", again, first)
+			}
+			if st := e.state(name); st.Holder != "worker-1 pid 42" || st.Count != 2 {
+				t.Fatalf("GET: %+v", st)
+			}
+			e.acquire(name, `{"ttl_ms":5000,"holder":"worker-2"}`)
+			if _, r := e.acquire(name, `{"ttl_ms":5000,"holder":"worker-2"}`); r.status != http.StatusConflict {
+				t.Fatalf("another holder: %d %s", r.status, r.body)
+			}
+			if r := e.release(name, first.LeaseID); r.status != http.StatusOK {
+				t.Fatalf("first release: %d %s", r.status, r.body)
+			}
+			if st := e.state(name); !st.Held || st.Count != 1 {
+				t.Fatalf("after one of two releases: %+v", st)
+			}
+			if r := e.release(name, first.LeaseID); r.status != http.StatusOK {
+				t.Fatalf("second release: %d %s", r.status, r.body)
+			}
+			if st := e.state(name); st.Held {
+				t.Fatalf("after two releases of two: %+v", st)
+			}
+		})
+	}
+}
+
+// TestAcquireLabelsChecked: owner, holder and unfair are checked, each
+// refusal naming its field.
+func TestAcquireLabelsChecked(t *testing.T) {
+	e := newEnv(t, backends(t)[0].store, nil)
+	name := testenv.Name(t)
+	for _, c := range []struct{ body, field string }{
+		{`{"owner":""}`, fieldOwner},
+		{`{"owner":12}`, fieldOwner},
+		{`{"owner":"` + strings.Repeat("x", 129) + `"}`, fieldOwner},
+		{`{"owner":"tab\there"}`, fieldOwner},
+		{`{"holder":null}`, fieldHolder},
+		{`{"unfair":"yes"}`, fieldUnfair},
+		{`{"unfair":null}`, fieldUnfair},
+		{`{"unfair":true}`, fieldUnfair}, // without wait_ms
+	} {
+		r := e.do("POST", "/v1/locks/"+name+"/acquire", c.body)
+		r.errCode(t, http.StatusBadRequest, codeInvalidArgument)
+		var eb api.ErrorBody
+		r.decode(t, &eb)
+		if eb.Error.Field != c.field {
+			t.Errorf("%s: field %q, want %q (%s)", c.body, eb.Error.Field, c.field, eb.Error.Message)
+		}
+	}
+	l := e.mustAcquire(name, `{"ttl_ms":5000,"wait_ms":100,"unfair":true,"owner":"ok"}`)
+	e.release(name, l.LeaseID)
+}
+
+// TestForceRelease: an operator's DELETE frees a held lock for its next
+// waiter, is logged with the caller's token, needs force-release, and is a
+// 404 for a lock nobody holds.
+func TestForceRelease(t *testing.T) {
+	const (
+		admin = "admin-token-0123456789"
+		ci    = "ci-token-0123456789abc"
+	)
+	toks, err := ParseTokens([]byte(admin + " name=oncall\n" + ci + "  name=ci  prefixes=build:  allow=acquire,inspect\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			var logs testenv.SyncBuffer
+			e := newEnv(t, b.store, func(c *Config) {
+				c.Tokens = toks
+				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			})
+			as := func(tok string) *env { c := *e; c.bearer = tok; return &c }
+			name := "build:" + testenv.Name(t)
+			l := as(ci).mustAcquire(name, `{"ttl_ms":30000,"owner":"stuck job 17"}`)
+
+			as(ci).do("DELETE", "/v1/locks/"+name, "").errCode(t, http.StatusForbidden, codeForbidden)
+
+			r := as(admin).do("DELETE", "/v1/locks/"+name, "")
+			if r.status != http.StatusOK {
+				t.Fatalf("DELETE: %d %s", r.status, r.body)
+			}
+			var removed stateResponse
+			r.decode(t, &removed)
+			if removed.Token != l.Token || removed.Owner != "stuck job 17" {
+				t.Fatalf("DELETE answered %+v, want the removed lease's token %d and owner", removed, l.Token)
+			}
+			if st := as(admin).state(name); st.Held {
+				t.Fatalf("still held after DELETE: %+v", st)
+			}
+			next := as(ci).mustAcquire(name, `{"ttl_ms":5000}`)
+			if next.Token <= l.Token {
+				t.Fatalf("the next holder's token %d, not above %d", next.Token, l.Token)
+			}
+			as(ci).do("POST", "/v1/locks/"+name+"/refresh", `{"lease_id":"`+l.LeaseID+`"}`).errCode(t, http.StatusGone, codeLost)
+			log := logs.String()
+			if !strings.Contains(log, "force-released") || !strings.Contains(log, "by_token=oncall") || !strings.Contains(log, `owner="stuck job 17"`) {
+				t.Errorf("the force-release was not logged with its token and owner:\n%s", log)
+			}
+			as(ci).release(name, next.LeaseID)
+			as(admin).do("DELETE", "/v1/locks/"+name, "").errCode(t, http.StatusNotFound, codeNotFound)
+		})
+	}
+}
+
+// TestListScopedToken: a token limited to prefixes lists under one of them
+// only, and the 403 names the prefix refused.
+func TestListScopedToken(t *testing.T) {
+	const ci = "ci-token-0123456789abc"
+	toks, err := ParseTokens([]byte(ci + " name=ci prefixes=build:,deploy: allow=inspect\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, backends(t)[0].store, func(c *Config) { c.Tokens = toks })
+	e.bearer = ci
+	for _, p := range []string{"", "bu", "other:"} {
+		msg := e.do("GET", "/v1/locks?prefix="+p, "").errCode(t, http.StatusForbidden, codeForbidden)
+		if !strings.Contains(msg, fmt.Sprintf("%q", p)) || !strings.Contains(msg, `"build:"`) {
+			t.Errorf("prefix %q: 403 %q does not name the refused prefix and the allowed ones", p, msg)
+		}
+	}
+	for _, p := range []string{"build:", "deploy:web"} {
+		if r := e.do("GET", "/v1/locks?prefix="+p, ""); r.status != http.StatusOK {
+			t.Errorf("prefix %q: %d %s", p, r.status, r.body)
+		}
+	}
+}
