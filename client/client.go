@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -159,7 +160,9 @@ func (c *Client) URLs() []string { return append([]string(nil), c.urls...) }
 
 // TryAcquire makes one attempt: it returns an error matching
 // lock.ErrNotAcquired at once when the lock is held. Options as for
-// lock.Client.TryAcquire: WithKeepAlive or WithDetached.
+// lock.Client.TryAcquire: WithKeepAlive or WithDetached, WithOwner (a label
+// GET and list show), WithHolder (reentrant: the holder that holds the lock
+// gets its lease again, and Lease.Count says how many releases it takes).
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...lock.Option) (*Lease, error) {
 	o, err := lock.ResolveOptions(true, opts...)
 	if err != nil {
@@ -173,7 +176,10 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration,
 // (an error matching lock.ErrNotAcquired). The server does the waiting:
 // each request asks it to wait up to WithMaxRequestWait. Options as for
 // lock.Client.Acquire, except lock.WithRetry: the server is notified of
-// releases, and the client has no fallback to tune.
+// releases, and the client has no fallback to tune. Waiting is fair within
+// each request (the server's queue); a request that ends with the wait
+// budget left is sent again and queues again. When the budget runs out the
+// error is a *lock.WaitError with the place the last request had.
 //
 // When the context ends while a request is in flight, the server may still
 // grant a lease that this client never learns of; it expires after its TTL.
@@ -198,9 +204,10 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if ttl%time.Millisecond != 0 {
 		return nil, fmt.Errorf("%w: %s; want whole milliseconds", lock.ErrInvalidTTL, ttl)
 	}
+	began := time.Now()
 	var budgetEnd time.Time
 	if o.Wait > 0 {
-		budgetEnd = time.Now().Add(o.Wait)
+		budgetEnd = began.Add(o.Wait)
 	}
 	// A TryAcquire is sent to another server only if it did not reach
 	// this one; a waiting Acquire also after a lost answer (package
@@ -226,7 +233,8 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		start := time.Now()
 		var a api.Lease
 		ttlMs, waitMs := ttl.Milliseconds(), wait.Milliseconds()
-		err := c.do(ctx, http.MethodPost, lockPath(name, "acquire"), api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs}, &a, mode)
+		req := api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0}
+		err := c.do(ctx, http.MethodPost, lockPath(name, "acquire"), req, &a, mode)
 		if err == nil {
 			l, err := c.adopt(ctx, name, start, a, o)
 			if err == nil || o.Try || !errors.Is(err, lock.ErrNotAcquired) {
@@ -240,8 +248,18 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if !errors.Is(err, lock.ErrNotAcquired) {
 			return nil, fmt.Errorf("client: acquire %q: %w", name, err)
 		}
-		if o.Try || (!budgetEnd.IsZero() && !time.Now().Before(budgetEnd)) {
+		if o.Try {
 			return nil, fmt.Errorf("client: acquire %q: %w", name, err)
+		}
+		if !budgetEnd.IsZero() && !time.Now().Before(budgetEnd) {
+			// As lock.Client says it: how long, and the place in the queue
+			// the last request had when the server gave up.
+			we := &lock.WaitError{Name: name, Waited: time.Since(began)}
+			var ae *APIError
+			if errors.As(err, &ae) {
+				we.Position = ae.Position
+			}
+			return nil, fmt.Errorf("client: acquire %q: %w", name, we)
 		}
 		// A server that answers held well before the wait it was asked for
 		// (a shorter --max-wait, a context deadline) must not be polled in
@@ -274,7 +292,7 @@ func (c *Client) adopt(ctx context.Context, name string, start time.Time, a api.
 	if o.Detached {
 		opts = append(opts, lock.WithDetached())
 	}
-	g := lock.Grant{Token: a.Token, TTL: time.Duration(a.TTLMs) * time.Millisecond}
+	g := lock.Grant{Token: a.Token, TTL: time.Duration(a.TTLMs) * time.Millisecond, LeaseID: a.LeaseID, Count: a.Count}
 	return c.leases.Adopt(ctx, name, a.LeaseID, g, start, opts...)
 }
 
@@ -291,7 +309,64 @@ func (c *Client) Inspect(ctx context.Context, name string) (lock.State, error) {
 		}
 		return lock.State{}, fmt.Errorf("client: inspect %q: %w", name, err)
 	}
-	return lock.State{Held: a.Held, Token: a.Token, Remaining: time.Duration(a.TTLMs) * time.Millisecond}, nil
+	return stateOf(a), nil
+}
+
+func stateOf(a api.LockState) lock.State {
+	return lock.State{Name: a.Name, Held: a.Held, Token: a.Token, Remaining: time.Duration(a.TTLMs) * time.Millisecond,
+		Owner: a.Owner, Holder: a.Holder, Count: a.Count, LastToken: a.LastToken,
+		Waiters: a.Waiters, OldestWait: time.Duration(a.OldestWaitMs) * time.Millisecond}
+}
+
+// List returns one page of the locks held now whose names start with
+// prefix: at most limit (1 to lock.MaxListLimit), from cursor ("" for the
+// first page; then the previous page's Next), as lock.Client.List does.
+// A token limited to name prefixes lists under one of them only.
+func (c *Client) List(ctx context.Context, prefix string, limit int, cursor string) (lock.ListPage, error) {
+	if err := lock.ValidateNamePrefix(prefix); err != nil {
+		return lock.ListPage{}, err
+	}
+	if limit < 1 || limit > lock.MaxListLimit {
+		return lock.ListPage{}, fmt.Errorf("%w: limit %d: want 1 to %d", lock.ErrInvalidOption, limit, lock.MaxListLimit)
+	}
+	q := url.Values{"prefix": {prefix}, "limit": {strconv.Itoa(limit)}}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	var a api.LockList
+	if err := c.do(ctx, http.MethodGet, "/v1/locks?"+q.Encode(), nil, &a, resendAlways); err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return lock.ListPage{}, fmt.Errorf("client: list %q: %w", prefix, err)
+	}
+	page := lock.ListPage{Next: a.NextCursor}
+	for _, st := range a.Locks {
+		page.Locks = append(page.Locks, stateOf(st))
+	}
+	return page, nil
+}
+
+// ForceRelease deletes the lease of name whoever holds it (the server's
+// force-release permission), as lock.Client.ForceRelease does, and returns
+// the state the lock had: Held false if nobody held it.
+func (c *Client) ForceRelease(ctx context.Context, name string) (lock.State, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return lock.State{}, err
+	}
+	var a api.LockState
+	err := c.do(ctx, http.MethodDelete, lockPath(name, ""), nil, &a, resendAlways)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Code == api.CodeNotFound && ae.Field == "" {
+		return lock.State{Name: name}, nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return lock.State{}, fmt.Errorf("client: force-release %q: %w", name, err)
+	}
+	return stateOf(a), nil
 }
 
 // Close releases every lease the client still holds and waits for their
@@ -422,7 +497,14 @@ func (c *Client) send(ctx context.Context, base, method, path string, body []byt
 func apiError(status int, body []byte) *APIError {
 	var e api.ErrorBody
 	if err := json.Unmarshal(body, &e); err == nil && e.Error.Code != "" {
-		return &APIError{Status: status, Code: e.Error.Code, Field: e.Error.Field, Message: e.Error.Message}
+		ae := &APIError{Status: status, Code: e.Error.Code, Field: e.Error.Field, Message: e.Error.Message}
+		if e.Error.WaitedMs != nil {
+			ae.Waited = time.Duration(*e.Error.WaitedMs) * time.Millisecond
+		}
+		if e.Error.Position != nil {
+			ae.Position = *e.Error.Position
+		}
+		return ae
 	}
 	msg := strings.TrimSpace(string(body))
 	if len(msg) > 200 {

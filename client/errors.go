@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/lock"
@@ -23,6 +24,10 @@ type APIError struct {
 	Code    api.ErrorCode // the API's error code, e.g. api.CodeHeld; "" if the body was not an API error
 	Field   string        // the request field refused (api.FieldName, …), or ""
 	Message string        // the server's explanation, for people
+	// Waited and Position, on a 409 after the server waited: how long the
+	// request waited and its place in the lock's queue (0: none).
+	Waited   time.Duration
+	Position int
 }
 
 func (e *APIError) Error() string {
