@@ -47,8 +47,9 @@ type Lease struct {
 	LeaseID string      `json:"lease_id"`
 	Token   fence.Token `json:"token"`
 	TTLMs   int64       `json:"ttl_ms"`
-	// Count is how many releases the lock takes to be freed: 1, or more
-	// for a reentrant holder (acquire only; omitted by refresh).
+	// Count is how many releases the lock takes to be freed, when a
+	// reentrant holder acquired a lock it held (2 or more); omitted for 1,
+	// and by refresh.
 	Count int `json:"count,omitempty"`
 }
 
@@ -60,7 +61,8 @@ type LockState struct {
 	Token fence.Token `json:"token"`
 	TTLMs int64       `json:"ttl_ms"`
 	// Owner and Holder are the acquisition's label and reentrant holder
-	// identity; Count the releases to go. Omitted when not set or free.
+	// identity; Count the releases to go, when above 1. Omitted when not
+	// set, or free.
 	Owner  string `json:"owner,omitempty"`
 	Holder string `json:"holder,omitempty"`
 	Count  int    `json:"count,omitempty"`

@@ -218,6 +218,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	}
 	const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 	backoff := minBackoff
+	position := 0 // in the queue, as the last 409 that had one said
 	for {
 		var wait time.Duration
 		if !o.Try {
@@ -251,15 +252,15 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if o.Try {
 			return nil, fmt.Errorf("client: acquire %q: %w", name, err)
 		}
+		var ae *APIError
+		if errors.As(err, &ae) && ae.Position > 0 {
+			position = ae.Position
+		}
 		if !budgetEnd.IsZero() && !time.Now().Before(budgetEnd) {
 			// As lock.Client says it: how long, and the place in the queue
-			// the last request had when the server gave up.
-			we := &lock.WaitError{Name: name, Waited: time.Since(began)}
-			var ae *APIError
-			if errors.As(err, &ae) {
-				we.Position = ae.Position
-			}
-			return nil, fmt.Errorf("client: acquire %q: %w", name, we)
+			// the last request that queued had when the server gave up (a
+			// last request of under a millisecond makes one attempt).
+			return nil, fmt.Errorf("client: acquire %q: %w", name, &lock.WaitError{Name: name, Waited: time.Since(began), Position: position})
 		}
 		// A server that answers held well before the wait it was asked for
 		// (a shorter --max-wait, a context deadline) must not be polled in
@@ -309,13 +310,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (lock.State, error) {
 		}
 		return lock.State{}, fmt.Errorf("client: inspect %q: %w", name, err)
 	}
-	return stateOf(a), nil
-}
-
-func stateOf(a api.LockState) lock.State {
-	return lock.State{Name: a.Name, Held: a.Held, Token: a.Token, Remaining: time.Duration(a.TTLMs) * time.Millisecond,
-		Owner: a.Owner, Holder: a.Holder, Count: a.Count, LastToken: a.LastToken,
-		Waiters: a.Waiters, OldestWait: time.Duration(a.OldestWaitMs) * time.Millisecond}
+	return a.State(), nil
 }
 
 // List returns one page of the locks held now whose names start with
@@ -342,7 +337,7 @@ func (c *Client) List(ctx context.Context, prefix string, limit int, cursor stri
 	}
 	page := lock.ListPage{Next: a.NextCursor}
 	for _, st := range a.Locks {
-		page.Locks = append(page.Locks, stateOf(st))
+		page.Locks = append(page.Locks, st.State())
 	}
 	return page, nil
 }
@@ -366,7 +361,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (lock.State, err
 		}
 		return lock.State{}, fmt.Errorf("client: force-release %q: %w", name, err)
 	}
-	return stateOf(a), nil
+	return a.State(), nil
 }
 
 // Close releases every lease the client still holds and waits for their

@@ -137,7 +137,11 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	s.metrics.acquisitions.WithLabelValues(resultAcquired).Inc()
 	s.leases.held(name, l.ID(), l.Deadline())
-	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds(), Count: l.Count()})
+	count := l.Count()
+	if count == 1 {
+		count = 0 // omitted: the usual case says nothing
+	}
+	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds(), Count: count})
 }
 
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
@@ -209,19 +213,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 		writeError(w, aerr)
 		return
 	}
-	writeJSON(w, http.StatusOK, stateOf(st))
-}
-
-// stateOf is a lock's state as the API shows it: never its lease id.
-func stateOf(st lock.State) stateResponse {
-	r := stateResponse{Name: st.Name, Held: st.Held, Token: st.Token, TTLMs: st.Remaining.Milliseconds(),
-		Waiters: st.Waiters, OldestWaitMs: st.OldestWait.Milliseconds()}
-	if st.Held {
-		r.Owner, r.Holder, r.Count = st.Owner, st.Holder, st.Count
-	} else {
-		r.LastToken = st.LastToken
-	}
-	return r
+	writeJSON(w, http.StatusOK, api.NewLockState(st))
 }
 
 // Defaults and bounds of GET /v1/locks.
@@ -273,7 +265,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	resp := api.LockList{Locks: make([]stateResponse, 0, len(page.Locks)), NextCursor: page.Next}
 	for _, st := range page.Locks {
-		resp.Locks = append(resp.Locks, stateOf(st))
+		resp.Locks = append(resp.Locks, api.NewLockState(st))
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -305,7 +297,7 @@ func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, name strin
 		attrs = append(attrs, slog.String("by_token", tok))
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelWarn, "lock force-released: its holder's writes with this token are no longer protected by the lease, only by the fence", attrs...)
-	writeJSON(w, http.StatusOK, stateOf(st))
+	writeJSON(w, http.StatusOK, api.NewLockState(st))
 }
 
 // failure maps an error of the lock client to the API error and the result

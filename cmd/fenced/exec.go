@@ -59,29 +59,32 @@ func (e *ExitError) Error() string {
 func (e *ExitError) Unwrap() error { return e.Err }
 
 type execOpts struct {
-	url, token, tokenFile    string
-	tls                      tlsFiles
-	ttl, wait, grace, maxReq time.Duration
-	try                      bool
+	clientOpts
+	ttl, wait, grace time.Duration
+	try              bool
+	owner            string
 }
 
 func newExecCommand() (*command, *execOpts) {
 	cmd := newCommand("fenced exec", " NAME [-- CMD [ARG...]]", execSummary)
 	o := &execOpts{}
 	fs := cmd.fs
-	fs.StringVar(&o.url, "url", "http://127.0.0.1:7070", "`URL` of the fenced server, or several separated by commas (tried in turn).")
+	o.clientOpts.register(fs)
 	fs.DurationVar(&o.ttl, "ttl", 15*time.Second, "Lease TTL; the lease is refreshed every TTL/3 while it is held.")
 	fs.DurationVar(&o.wait, "wait", 0, "Longest wait for a held lock; then exit 1. 0: wait until it is acquired.")
 	fs.BoolVar(&o.try, "try", false, "Make one attempt: exit 1 at once if the lock is held.")
 	fs.DurationVar(&o.grace, "grace", 5*time.Second, "After the lease is lost, how long CMD has between SIGTERM and SIGKILL.")
-	fs.StringVar(&o.token, "client-token", "", "Bearer `token` for the server; prefer FENCED_CLIENT_TOKEN or --client-token-file to keep it out of ps.")
-	fs.StringVar(&o.tokenFile, "client-token-file", "", "Read the bearer token from this `file` (its first line that is not blank or a # comment).")
-	o.tls.caFlag, o.tls.certFlag, o.tls.keyFlag = "--client-tls-ca", "--client-tls-cert", "--client-tls-key"
-	fs.StringVar(&o.tls.ca, "client-tls-ca", "", "PEM CA `file` to verify the server's certificate. Empty: the system's roots.")
-	fs.StringVar(&o.tls.cert, "client-tls-cert", "", "PEM client certificate `file` for mutual TLS (needs --client-tls-key).")
-	fs.StringVar(&o.tls.key, "client-tls-key", "", "PEM private key `file` of --client-tls-cert.")
-	fs.DurationVar(&o.maxReq, "max-request-wait", client.DefaultMaxRequestWait, "Longest wait_ms of one acquire request; keep it within the server's --max-wait.")
+	fs.StringVar(&o.owner, "owner", "", "`Label` shown with the lock by fenced locks and GET /v1/locks (default: HOST pid PID).")
 	return cmd, o
+}
+
+// defaultOwner labels a lock with where its holder runs.
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s pid %d", host, os.Getpid())
 }
 
 // secretEnv are environment variables the child of fenced exec does not
@@ -136,37 +139,15 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usagef(cmd.name, "--try and --wait: --try makes one attempt, --wait bounds a wait; give one")
 	case o.grace < 0:
 		return usagef(cmd.name, "--grace %s: want >= 0", o.grace)
-	case o.token != "" && o.tokenFile != "":
-		return usagef(cmd.name, "--client-token and --client-token-file: give one")
-	case o.maxReq < time.Millisecond:
-		return usagef(cmd.name, "--max-request-wait %s: want at least 1ms", o.maxReq)
+	case cmd.set["owner"] && lock.ValidateLabel(o.owner) != nil:
+		return usagef(cmd.name, "--owner: %v", lock.ValidateLabel(o.owner))
 	}
-	if err := o.tls.check(cmd.name); err != nil {
-		return err
+	if o.owner == "" {
+		o.owner = defaultOwner()
 	}
-	if _, err := client.New(o.url); err != nil {
-		return usagef(cmd.name, "--url: %v", err)
-	}
-	opts := []client.Option{client.WithMaxRequestWait(o.maxReq)}
-	if o.tokenFile != "" {
-		var err error
-		if o.token, err = readTokenFile(o.tokenFile); err != nil {
-			return fmt.Errorf("--client-token-file: %w", err)
-		}
-	}
-	if o.token != "" {
-		opts = append(opts, client.WithBearerToken(o.token))
-	}
-	if o.tls.ca != "" || o.tls.cert != "" {
-		tc, err := o.tls.client()
-		if err != nil {
-			return err
-		}
-		opts = append(opts, client.WithTLSConfig(tc))
-	}
-	c, err := client.New(o.url, opts...)
+	c, err := o.clientOpts.client(cmd.name)
 	if err != nil {
-		return usagef(cmd.name, "%v", err) // the URL is good: a bad token
+		return err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -253,7 +234,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // otherwise one attempt, and if the lock is held a line on stderr and a
 // wait, bounded by --wait if given.
 func acquireForExec(ctx context.Context, c *client.Client, name string, o *execOpts, stderr io.Writer) (*client.Lease, error) {
-	lease, err := c.TryAcquire(ctx, name, o.ttl, lock.WithKeepAlive())
+	lease, err := c.TryAcquire(ctx, name, o.ttl, lock.WithKeepAlive(), lock.WithOwner(o.owner))
 	if errors.Is(err, lock.ErrNotAcquired) && !o.try {
 		bound := "until it is free (interrupt to give up)"
 		var opts []lock.Option
@@ -262,7 +243,7 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 			opts = append(opts, lock.WithWait(o.wait))
 		}
 		fmt.Fprintf(stderr, "fenced exec: lock %q is held; waiting %s\n", name, bound)
-		lease, err = c.Acquire(ctx, name, o.ttl, append(opts, lock.WithKeepAlive())...)
+		lease, err = c.Acquire(ctx, name, o.ttl, append(opts, lock.WithKeepAlive(), lock.WithOwner(o.owner))...)
 	}
 	switch {
 	case err == nil:

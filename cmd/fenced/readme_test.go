@@ -64,11 +64,13 @@ var (
 	leaseIDs = regexp.MustCompile(`\b[0-9a-f]{32}\b`)
 	tokens   = regexp.MustCompile(`\b[0-9]{12,19}\b`)
 	ttls     = regexp.MustCompile(`"ttl_ms":[0-9]+`)
+	waited   = regexp.MustCompile(`waiting [0-9]+ ms|"waited_ms":[0-9]+`)
 )
 
-// maskRun replaces what differs between runs: lease ids, tokens, and the
-// TTL a lease has left.
+// maskRun replaces what differs between runs: lease ids, tokens, the TTL a
+// lease has left, and how long a wait took.
 func maskRun(s string) string {
+	s = waited.ReplaceAllString(s, "WAITED")
 	s = leaseIDs.ReplaceAllString(s, "LEASE_ID")
 	s = tokens.ReplaceAllString(s, "TOKEN")
 	return strings.TrimSpace(ttls.ReplaceAllString(s, `"ttl_ms":N`))

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/fenced/fenced/client"
+)
+
+// clientOpts are the flags of every command that talks to a fenced server
+// (exec, locks): where it is and how to authenticate. Their environment
+// variables (FENCED_URL, FENCED_CLIENT_TOKEN, ...) are distinct from
+// serve's.
+type clientOpts struct {
+	url, token, tokenFile string
+	tls                   tlsFiles
+	maxReq                time.Duration
+}
+
+func (o *clientOpts) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.url, "url", "http://127.0.0.1:7070", "`URL` of the fenced server, or several separated by commas (tried in turn).")
+	fs.StringVar(&o.token, "client-token", "", "Bearer `token` for the server; prefer FENCED_CLIENT_TOKEN or --client-token-file to keep it out of ps.")
+	fs.StringVar(&o.tokenFile, "client-token-file", "", "Read the bearer token from this `file` (its first line that is not blank or a # comment).")
+	o.tls.caFlag, o.tls.certFlag, o.tls.keyFlag = "--client-tls-ca", "--client-tls-cert", "--client-tls-key"
+	fs.StringVar(&o.tls.ca, "client-tls-ca", "", "PEM CA `file` to verify the server's certificate. Empty: the system's roots.")
+	fs.StringVar(&o.tls.cert, "client-tls-cert", "", "PEM client certificate `file` for mutual TLS (needs --client-tls-key).")
+	fs.StringVar(&o.tls.key, "client-tls-key", "", "PEM private key `file` of --client-tls-cert.")
+	fs.DurationVar(&o.maxReq, "max-request-wait", client.DefaultMaxRequestWait, "Longest wait_ms of one acquire request; keep it within the server's --max-wait.")
+}
+
+// client checks the flags and makes the client they describe; the caller
+// closes it. A bad flag is a usage error of cmdName.
+func (o *clientOpts) client(cmdName string) (*client.Client, error) {
+	switch {
+	case o.token != "" && o.tokenFile != "":
+		return nil, usagef(cmdName, "--client-token and --client-token-file: give one")
+	case o.maxReq < time.Millisecond:
+		return nil, usagef(cmdName, "--max-request-wait %s: want at least 1ms", o.maxReq)
+	}
+	if err := o.tls.check(cmdName); err != nil {
+		return nil, err
+	}
+	if _, err := client.New(o.url); err != nil {
+		return nil, usagef(cmdName, "--url: %v", err)
+	}
+	opts := []client.Option{client.WithMaxRequestWait(o.maxReq)}
+	if o.tokenFile != "" {
+		var err error
+		if o.token, err = readTokenFile(o.tokenFile); err != nil {
+			return nil, fmt.Errorf("--client-token-file: %w", err)
+		}
+	}
+	if o.token != "" {
+		opts = append(opts, client.WithBearerToken(o.token))
+	}
+	if o.tls.ca != "" || o.tls.cert != "" {
+		tc, err := o.tls.client()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, client.WithTLSConfig(tc))
+	}
+	c, err := client.New(o.url, opts...)
+	if err != nil {
+		return nil, usagef(cmdName, "%v", err) // the URL is good: a bad token
+	}
+	return c, nil
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	wire "github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/lock"
+)
+
+const locksSummary = `Inspect and operate the locks of a fenced server:
+  fenced locks list [--prefix P] [--limit N] [--json]   the held locks (all pages, or the first N)
+  fenced locks get NAME [--json]                        one lock: holder's token, owner, TTL left, waiters
+  fenced locks release NAME                             force-release: delete the lease whoever holds it
+The holder of a force-released lock learns it at its next refresh; its token
+still fences its late writes. Needs the server's inspect (list, get) or
+force-release permission.`
+
+type locksOpts struct {
+	clientOpts
+	prefix string
+	limit  int
+	json   bool
+}
+
+// locksCommands are the subcommands of fenced locks.
+var locksCommands = []string{"list", "get", "release"}
+
+// newLocksCommand is the flag set of fenced locks sub; nil for an unknown
+// sub.
+func newLocksCommand(sub string) (*command, *locksOpts) {
+	var cmd *command
+	o := &locksOpts{}
+	switch sub {
+	case "list":
+		cmd = newCommand("fenced locks list", "", locksSummary)
+		cmd.fs.StringVar(&o.prefix, "prefix", "", "List the locks whose names start with this `prefix`.")
+		cmd.fs.IntVar(&o.limit, "limit", 0, "List at most `N` locks (0: all, a page of 100 at a time).")
+	case "get":
+		cmd = newCommand("fenced locks get", " NAME", locksSummary)
+	case "release":
+		cmd = newCommand("fenced locks release", " NAME", locksSummary)
+	default:
+		return nil, nil
+	}
+	o.clientOpts.register(cmd.fs)
+	if sub != "release" {
+		cmd.fs.BoolVar(&o.json, "json", false, "Print JSON (the API's objects) instead of a table.")
+	}
+	return cmd, o
+}
+
+func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			fmt.Fprintln(stdout, "Usage: fenced locks list|get|release [flags]\n\n"+locksSummary)
+			return errHelp
+		}
+		return usagef("fenced locks", "missing the subcommand: list, get NAME or release NAME")
+	}
+	sub, args := args[0], args[1:]
+	cmd, o := newLocksCommand(sub)
+	if cmd == nil {
+		return usagef("fenced locks", "unknown subcommand %q: want %s", sub, strings.Join(locksCommands, ", "))
+	}
+	if err := cmd.parse(args, stdout); err != nil {
+		return err
+	}
+	var name string
+	if sub == "list" {
+		if err := cmd.noArgs(); err != nil {
+			return err
+		}
+		if err := lock.ValidateNamePrefix(o.prefix); err != nil {
+			return usagef(cmd.name, "--prefix: %v", err)
+		}
+		if o.limit < 0 {
+			return usagef(cmd.name, "--limit %d: want >= 0 (0: all)", o.limit)
+		}
+	} else {
+		if cmd.fs.NArg() != 1 {
+			return usagef(cmd.name, "want exactly one lock NAME, got %d arguments", cmd.fs.NArg())
+		}
+		name = cmd.fs.Arg(0)
+		if err := lock.ValidateName(name); err != nil {
+			return usagef(cmd.name, "lock NAME: %v", err)
+		}
+	}
+	c, err := o.clientOpts.client(cmd.name)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx)) // holds no lease: nothing to release
+
+	switch sub {
+	case "list":
+		var all []lock.State
+		cursor := ""
+		for {
+			limit := lock.MaxListLimit / 10
+			if o.limit > 0 {
+				limit = min(limit, o.limit-len(all))
+			}
+			page, err := c.List(ctx, o.prefix, limit, cursor)
+			if err != nil {
+				return err
+			}
+			all = append(all, page.Locks...)
+			if cursor = page.Next; cursor == "" || o.limit > 0 && len(all) >= o.limit {
+				break
+			}
+		}
+		if o.json {
+			out := make([]wire.LockState, 0, len(all))
+			for _, st := range all {
+				out = append(out, wire.NewLockState(st))
+			}
+			return printJSON(stdout, out)
+		}
+		return printLocks(stdout, all)
+	case "get":
+		st, err := c.Inspect(ctx, name)
+		if err != nil {
+			return err
+		}
+		if o.json {
+			return printJSON(stdout, wire.NewLockState(st))
+		}
+		return printLocks(stdout, []lock.State{st})
+	default:
+		st, err := c.ForceRelease(ctx, name)
+		if err != nil {
+			return err
+		}
+		if !st.Held {
+			return &ExitError{Code: 1, Err: fmt.Errorf("fenced locks release: lock %q is not held: nothing released", name)}
+		}
+		owner := st.Owner
+		if owner == "" {
+			owner = "no owner label"
+		}
+		fmt.Fprintf(stdout, "released %s: token %s (%s), %s left; its holder's later writes with that token are stopped only by the fence\n",
+			name, st.Token, owner, st.Remaining.Round(time.Millisecond))
+		return nil
+	}
+}
+
+// printLocks is the table of fenced locks list and get.
+func printLocks(w io.Writer, locks []lock.State) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tHELD\tTOKEN\tTTL\tOWNER\tWAITERS\t")
+	for _, st := range locks {
+		token, ttl, owner := "-", "-", st.Owner
+		if st.Held {
+			token, ttl = st.Token.String(), st.Remaining.Round(time.Millisecond).String()
+		} else if st.LastToken != 0 {
+			token = "last " + st.LastToken.String()
+		}
+		if owner == "" {
+			owner = "-"
+		}
+		if st.Count > 1 {
+			owner += fmt.Sprintf(" (held %d times by %s)", st.Count, st.Holder)
+		}
+		waiters := fmt.Sprint(st.Waiters)
+		if st.Waiters > 0 {
+			waiters += fmt.Sprintf(" (oldest %s)", st.OldestWait.Round(time.Millisecond))
+		}
+		fmt.Fprintf(tw, "%s\t%t\t%s\t%s\t%s\t%s\t\n", st.Name, st.Held, token, ttl, owner, waiters)
+	}
+	return tw.Flush()
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
