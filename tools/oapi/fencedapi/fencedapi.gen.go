@@ -20,20 +20,38 @@ import (
 
 // Defines values for ErrorErrorField.
 const (
+	ErrorErrorFieldCursor  ErrorErrorField = "cursor"
+	ErrorErrorFieldHolder  ErrorErrorField = "holder"
 	ErrorErrorFieldLeaseId ErrorErrorField = "lease_id"
+	ErrorErrorFieldLimit   ErrorErrorField = "limit"
 	ErrorErrorFieldName    ErrorErrorField = "name"
+	ErrorErrorFieldOwner   ErrorErrorField = "owner"
+	ErrorErrorFieldPrefix  ErrorErrorField = "prefix"
 	ErrorErrorFieldTtlMs   ErrorErrorField = "ttl_ms"
+	ErrorErrorFieldUnfair  ErrorErrorField = "unfair"
 	ErrorErrorFieldWaitMs  ErrorErrorField = "wait_ms"
 )
 
 // Valid indicates whether the value is a known member of the ErrorErrorField enum.
 func (e ErrorErrorField) Valid() bool {
 	switch e {
+	case ErrorErrorFieldCursor:
+		return true
+	case ErrorErrorFieldHolder:
+		return true
 	case ErrorErrorFieldLeaseId:
+		return true
+	case ErrorErrorFieldLimit:
 		return true
 	case ErrorErrorFieldName:
 		return true
+	case ErrorErrorFieldOwner:
+		return true
+	case ErrorErrorFieldPrefix:
+		return true
 	case ErrorErrorFieldTtlMs:
+		return true
+	case ErrorErrorFieldUnfair:
 		return true
 	case ErrorErrorFieldWaitMs:
 		return true
@@ -101,8 +119,17 @@ func (e StatusStatus) Valid() bool {
 
 // AcquireRequest defines model for AcquireRequest.
 type AcquireRequest struct {
+	// Holder The holder's identity, for reentrancy (never a thread id; say a worker's name and process).
+	Holder *Label `json:"holder,omitempty"`
+
+	// Owner A label for people (owner) or a holder identity, 1 to 128 bytes of printable UTF-8.
+	Owner *Label `json:"owner,omitempty"`
+
 	// TtlMs The lease's TTL in milliseconds.
 	TtlMs *TTL `json:"ttl_ms,omitempty"`
+
+	// Unfair Take a free lock whoever has waited longer, rather than joining the queue. Only with wait_ms > 0 (one attempt always does).
+	Unfair *bool `json:"unfair,omitempty"`
 
 	// WaitMs How long to wait for a held lock, in milliseconds; 0 makes one attempt.
 	WaitMs *int64 `json:"wait_ms,omitempty"`
@@ -121,18 +148,24 @@ type Error struct {
 		Code ErrorCode `json:"code"`
 
 		// Field The part of the request that was refused: name (the lock name
-		// in the path), ttl_ms, wait_ms or lease_id. Absent when the
-		// request as a whole was refused.
+		// in the path), a body field, or a query parameter of the list.
+		// Absent when the request as a whole was refused.
 		Field *ErrorErrorField `json:"field,omitempty"`
 
 		// Message What was wrong and, where it helps, what to do. For people; clients decide by code and field.
 		Message string `json:"message"`
+
+		// Position On a 409 after wait_ms, the caller's place in the lock's queue when it gave up (1 is the head); 0 when it had none (unfair).
+		Position *int `json:"position,omitempty"`
+
+		// WaitedMs On a 409 after wait_ms, how long the caller waited.
+		WaitedMs *int64 `json:"waited_ms,omitempty"`
 	} `json:"error"`
 }
 
 // ErrorErrorField The part of the request that was refused: name (the lock name
-// in the path), ttl_ms, wait_ms or lease_id. Absent when the
-// request as a whole was refused.
+// in the path), a body field, or a query parameter of the list.
+// Absent when the request as a whole was refused.
 type ErrorErrorField string
 
 // ErrorCode invalid_argument 400, unauthenticated 401, forbidden 403,
@@ -141,8 +174,14 @@ type ErrorErrorField string
 // unsupported_media_type 415, unavailable 503.
 type ErrorCode string
 
+// Label A label for people (owner) or a holder identity, 1 to 128 bytes of printable UTF-8.
+type Label = string
+
 // Lease defines model for Lease.
 type Lease struct {
+	// Count Acquire only, when a reentrant holder acquired a lock it held. How many releases the lock takes to be freed; absent for 1.
+	Count *int `json:"count,omitempty"`
+
 	// LeaseId The lease id acquire returned (128 random bits in hex). A secret of the holder.
 	LeaseId LeaseID `json:"lease_id"`
 	Name    string  `json:"name"`
@@ -160,10 +199,32 @@ type Lease struct {
 // LeaseID The lease id acquire returned (128 random bits in hex). A secret of the holder.
 type LeaseID = string
 
+// LockList defines model for LockList.
+type LockList struct {
+	Locks []LockState `json:"locks"`
+
+	// NextCursor Pass as cursor for the next page; absent after the last.
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
 // LockState defines model for LockState.
 type LockState struct {
-	Held bool   `json:"held"`
-	Name string `json:"name"`
+	// Count Releases to go, for a reentrant holder that acquired more than once; absent for 1, and when free.
+	Count *int `json:"count,omitempty"`
+	Held  bool `json:"held"`
+
+	// Holder The reentrant holder's identity; absent when none, or when free.
+	Holder *string `json:"holder,omitempty"`
+
+	// LastToken For a free lock, the token of the lease that held it last, while the store still remembers (until that lease's TTL would have run out); absent otherwise.
+	LastToken *int64 `json:"last_token,omitempty"`
+	Name      string `json:"name"`
+
+	// OldestWaitMs How long the waiter at the head of the queue has waited, in milliseconds.
+	OldestWaitMs *int64 `json:"oldest_wait_ms,omitempty"`
+
+	// Owner The owner label given at acquisition; absent when none, or when free.
+	Owner *string `json:"owner,omitempty"`
 
 	// Token The holder's fencing token, 1 to 2^63-1; 0 when the lock is not
 	// held (or its token is not yet recorded).
@@ -171,6 +232,9 @@ type LockState struct {
 
 	// TtlMs How long the lease has left, in milliseconds; at least 1 while held, 0 when not held. With etcd leases, seen from a node that did not grant the lease, it is how long its session lease has left.
 	TtlMs int64 `json:"ttl_ms"`
+
+	// Waiters How many wait in the lock's queue.
+	Waiters *int `json:"waiters,omitempty"`
 }
 
 // RefreshRequest defines model for RefreshRequest.
@@ -237,6 +301,15 @@ type Unavailable = Error
 
 // UnsupportedMediaType defines model for UnsupportedMediaType.
 type UnsupportedMediaType = Error
+
+// ListParams defines parameters for List.
+type ListParams struct {
+	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
+	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page; absent for the first page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
 
 // AcquireJSONRequestBody defines body for Acquire for application/json ContentType.
 type AcquireJSONRequestBody = AcquireRequest
@@ -363,6 +436,33 @@ type ClientInterface interface {
 	// Corresponds with HEAD /readyz (the `ReadyzHead` operationId).
 	ReadyzHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// List List the held locks, a page at a time
+	//
+	// The locks held now whose names start with prefix, in no promised
+	// order; a lock acquired or released while the pages are read may be
+	// missed or listed twice. Follow next_cursor until it is absent. A
+	// token limited to name prefixes must ask for a prefix under one of
+	// them (else 403, field prefix).
+	//
+	// Corresponds with GET /v1/locks (the `List` operationId).
+	List(ctx context.Context, params *ListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListHead GET /v1/locks without the body
+	//
+	// Corresponds with HEAD /v1/locks (the `ListHead` operationId).
+	ListHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForceRelease Force-release a lock, whoever holds it (operators)
+	//
+	// Deletes the lock's lease and wakes the next waiter: for a holder
+	// known to be gone. Needs the force-release permission. The holder
+	// learns of it at its next refresh (410 lost); its token still fences
+	// its late writes. The answer is the state the lock had. Logged by
+	// the server at warn level with the caller's token name.
+	//
+	// Corresponds with DELETE /v1/locks/{name} (the `ForceRelease` operationId).
+	ForceRelease(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// Inspect Whether a lock is held, and its token
 	//
 	// Never returns the lease id, which only the holder knows.
@@ -379,9 +479,13 @@ type ClientInterface interface {
 	//
 	// With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 	// to that long for the holder to release the lease or for it to
-	// expire, then answers 409. ttl_ms in the response is the TTL really
+	// expire, then answers 409 with how long it waited and its place in
+	// the queue. Waiting is fair: waiters are served in arrival order,
+	// unless "unfair" is true. ttl_ms in the response is the TTL really
 	// granted: the TTL asked for, or less when the lease store cannot
-	// vouch for more.
+	// vouch for more. With "holder", an acquire by the holder that holds
+	// the lock now returns its lease id and token again with count + 1;
+	// each release takes one off, and the lock is freed at 0.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -392,9 +496,13 @@ type ClientInterface interface {
 	//
 	// With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 	// to that long for the holder to release the lease or for it to
-	// expire, then answers 409. ttl_ms in the response is the TTL really
+	// expire, then answers 409 with how long it waited and its place in
+	// the queue. Waiting is fair: waiters are served in arrival order,
+	// unless "unfair" is true. ttl_ms in the response is the TTL really
 	// granted: the TTL asked for, or less when the lease store cannot
-	// vouch for more.
+	// vouch for more. With "holder", an acquire by the holder that holds
+	// the lock now returns its lease id and token again with count + 1;
+	// each release takes one off, and the lock is freed at 0.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -556,6 +664,63 @@ func (c *Client) ReadyzHead(ctx context.Context, reqEditors ...RequestEditorFn) 
 	return c.Client.Do(req)
 }
 
+// List List the held locks, a page at a time
+//
+// The locks held now whose names start with prefix, in no promised
+// order; a lock acquired or released while the pages are read may be
+// missed or listed twice. Follow next_cursor until it is absent. A
+// token limited to name prefixes must ask for a prefix under one of
+// them (else 403, field prefix).
+//
+// Corresponds with GET /v1/locks (the `List` operationId).
+func (c *Client) List(ctx context.Context, params *ListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListHead GET /v1/locks without the body
+//
+// Corresponds with HEAD /v1/locks (the `ListHead` operationId).
+func (c *Client) ListHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListHeadRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForceRelease Force-release a lock, whoever holds it (operators)
+//
+// Deletes the lock's lease and wakes the next waiter: for a holder
+// known to be gone. Needs the force-release permission. The holder
+// learns of it at its next refresh (410 lost); its token still fences
+// its late writes. The answer is the state the lock had. Logged by
+// the server at warn level with the caller's token name.
+//
+// Corresponds with DELETE /v1/locks/{name} (the `ForceRelease` operationId).
+func (c *Client) ForceRelease(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForceReleaseRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // Inspect Whether a lock is held, and its token
 //
 // Never returns the lease id, which only the holder knows.
@@ -592,9 +757,13 @@ func (c *Client) InspectHead(ctx context.Context, name Name, reqEditors ...Reque
 //
 // With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 // to that long for the holder to release the lease or for it to
-// expire, then answers 409. ttl_ms in the response is the TTL really
+// expire, then answers 409 with how long it waited and its place in
+// the queue. Waiting is fair: waiters are served in arrival order,
+// unless "unfair" is true. ttl_ms in the response is the TTL really
 // granted: the TTL asked for, or less when the lease store cannot
-// vouch for more.
+// vouch for more. With "holder", an acquire by the holder that holds
+// the lock now returns its lease id and token again with count + 1;
+// each release takes one off, and the lock is freed at 0.
 //
 // Takes any type of body and a specified content type.
 //
@@ -615,9 +784,13 @@ func (c *Client) AcquireWithBody(ctx context.Context, name Name, contentType str
 //
 // With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 // to that long for the holder to release the lease or for it to
-// expire, then answers 409. ttl_ms in the response is the TTL really
+// expire, then answers 409 with how long it waited and its place in
+// the queue. Waiting is fair: waiters are served in arrival order,
+// unless "unfair" is true. ttl_ms in the response is the TTL really
 // granted: the TTL asked for, or less when the lease store cannot
-// vouch for more.
+// vouch for more. With "holder", an acquire by the holder that holds
+// the lock now returns its lease id and token again with count + 1;
+// each release takes one off, and the lock is freed at 0.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -901,6 +1074,145 @@ func NewReadyzHeadRequest(server string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListRequest constructs an http.Request for the List method
+func NewListRequest(server string, params *ListParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/locks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Prefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListHeadRequest constructs an http.Request for the ListHead method
+func NewListHeadRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/locks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewForceReleaseRequest constructs an http.Request for the ForceRelease method
+func NewForceReleaseRequest(server string, name Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/locks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1269,6 +1581,39 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with HEAD /readyz (the `ReadyzHead` operationId).
 	ReadyzHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzHeadResponse, error)
 
+	// ListWithResponse List the held locks, a page at a time
+	//
+	// The locks held now whose names start with prefix, in no promised
+	// order; a lock acquired or released while the pages are read may be
+	// missed or listed twice. Follow next_cursor until it is absent. A
+	// token limited to name prefixes must ask for a prefix under one of
+	// them (else 403, field prefix).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/locks (the `List` operationId).
+	ListWithResponse(ctx context.Context, params *ListParams, reqEditors ...RequestEditorFn) (*ListResponse, error)
+
+	// ListHeadWithResponse GET /v1/locks without the body
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /v1/locks (the `ListHead` operationId).
+	ListHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHeadResponse, error)
+
+	// ForceReleaseWithResponse Force-release a lock, whoever holds it (operators)
+	//
+	// Deletes the lock's lease and wakes the next waiter: for a holder
+	// known to be gone. Needs the force-release permission. The holder
+	// learns of it at its next refresh (410 lost); its token still fences
+	// its late writes. The answer is the state the lock had. Logged by
+	// the server at warn level with the caller's token name.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/locks/{name} (the `ForceRelease` operationId).
+	ForceReleaseWithResponse(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*ForceReleaseResponse, error)
+
 	// InspectWithResponse Whether a lock is held, and its token
 	//
 	// Never returns the lease id, which only the holder knows.
@@ -1289,9 +1634,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 	// to that long for the holder to release the lease or for it to
-	// expire, then answers 409. ttl_ms in the response is the TTL really
+	// expire, then answers 409 with how long it waited and its place in
+	// the queue. Waiting is fair: waiters are served in arrival order,
+	// unless "unfair" is true. ttl_ms in the response is the TTL really
 	// granted: the TTL asked for, or less when the lease store cannot
-	// vouch for more.
+	// vouch for more. With "holder", an acquire by the holder that holds
+	// the lock now returns its lease id and token again with count + 1;
+	// each release takes one off, and the lock is freed at 0.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1302,9 +1651,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 	// to that long for the holder to release the lease or for it to
-	// expire, then answers 409. ttl_ms in the response is the TTL really
+	// expire, then answers 409 with how long it waited and its place in
+	// the queue. Waiting is fair: waiters are served in arrival order,
+	// unless "unfair" is true. ttl_ms in the response is the TTL really
 	// granted: the TTL asked for, or less when the lease store cannot
-	// vouch for more.
+	// vouch for more. With "holder", an acquire by the holder that holds
+	// the lock now returns its lease id and token again with count + 1;
+	// each release takes one off, and the lock is freed at 0.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1730,6 +2083,270 @@ func (r ReadyzHeadResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzHeadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListResponse401Headers the declared response headers of an HTTP 401 response for List
+type ListResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListResponse405Headers the declared response headers of an HTTP 405 response for List
+type ListResponse405Headers struct {
+	Allow *string
+}
+
+// ListResponse503Headers the declared response headers of an HTTP 503 response for List
+type ListResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *InvalidArgument
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListResponse401Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *ListResponse405Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListResponse) GetJSON200() *LockList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListResponse) GetJSON400() *InvalidArgument {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ListResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r ListResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListHeadResponse200Headers the declared response headers of an HTTP 200 response for ListHead
+type ListHeadResponse200Headers struct {
+	ContentLength *int
+	ContentType   *string
+}
+
+// ListHeadResponse401Headers the declared response headers of an HTTP 401 response for ListHead
+type ListHeadResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListHeadResponse405Headers the declared response headers of an HTTP 405 response for ListHead
+type ListHeadResponse405Headers struct {
+	Allow *string
+}
+
+type ListHeadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListHeadResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListHeadResponse401Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *ListHeadResponse405Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r ListHeadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListHeadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListHeadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListHeadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ForceReleaseResponse401Headers the declared response headers of an HTTP 401 response for ForceRelease
+type ForceReleaseResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ForceReleaseResponse405Headers the declared response headers of an HTTP 405 response for ForceRelease
+type ForceReleaseResponse405Headers struct {
+	Allow *string
+}
+
+// ForceReleaseResponse503Headers the declared response headers of an HTTP 503 response for ForceRelease
+type ForceReleaseResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ForceReleaseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockState
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *InvalidArgument
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ForceReleaseResponse401Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *ForceReleaseResponse405Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ForceReleaseResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ForceReleaseResponse) GetJSON200() *LockState {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ForceReleaseResponse) GetJSON400() *InvalidArgument {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ForceReleaseResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ForceReleaseResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ForceReleaseResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r ForceReleaseResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ForceReleaseResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ForceReleaseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForceReleaseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForceReleaseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForceReleaseResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2472,6 +3089,57 @@ func (c *ClientWithResponses) ReadyzHeadWithResponse(ctx context.Context, reqEdi
 	return ParseReadyzHeadResponse(rsp)
 }
 
+// ListWithResponse List the held locks, a page at a time
+//
+// The locks held now whose names start with prefix, in no promised
+// order; a lock acquired or released while the pages are read may be
+// missed or listed twice. Follow next_cursor until it is absent. A
+// token limited to name prefixes must ask for a prefix under one of
+// them (else 403, field prefix).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/locks (the `List` operationId).
+func (c *ClientWithResponses) ListWithResponse(ctx context.Context, params *ListParams, reqEditors ...RequestEditorFn) (*ListResponse, error) {
+	rsp, err := c.List(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListResponse(rsp)
+}
+
+// ListHeadWithResponse GET /v1/locks without the body
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /v1/locks (the `ListHead` operationId).
+func (c *ClientWithResponses) ListHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHeadResponse, error) {
+	rsp, err := c.ListHead(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListHeadResponse(rsp)
+}
+
+// ForceReleaseWithResponse Force-release a lock, whoever holds it (operators)
+//
+// Deletes the lock's lease and wakes the next waiter: for a holder
+// known to be gone. Needs the force-release permission. The holder
+// learns of it at its next refresh (410 lost); its token still fences
+// its late writes. The answer is the state the lock had. Logged by
+// the server at warn level with the caller's token name.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/locks/{name} (the `ForceRelease` operationId).
+func (c *ClientWithResponses) ForceReleaseWithResponse(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*ForceReleaseResponse, error) {
+	rsp, err := c.ForceRelease(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForceReleaseResponse(rsp)
+}
+
 // InspectWithResponse Whether a lock is held, and its token
 //
 // Never returns the lease id, which only the holder knows.
@@ -2504,9 +3172,13 @@ func (c *ClientWithResponses) InspectHeadWithResponse(ctx context.Context, name 
 //
 // With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 // to that long for the holder to release the lease or for it to
-// expire, then answers 409. ttl_ms in the response is the TTL really
+// expire, then answers 409 with how long it waited and its place in
+// the queue. Waiting is fair: waiters are served in arrival order,
+// unless "unfair" is true. ttl_ms in the response is the TTL really
 // granted: the TTL asked for, or less when the lease store cannot
-// vouch for more.
+// vouch for more. With "holder", an acquire by the holder that holds
+// the lock now returns its lease id and token again with count + 1;
+// each release takes one off, and the lock is freed at 0.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2523,9 +3195,13 @@ func (c *ClientWithResponses) AcquireWithBodyWithResponse(ctx context.Context, n
 //
 // With wait_ms 0 (the default), one attempt. With wait_ms > 0, waits up
 // to that long for the holder to release the lease or for it to
-// expire, then answers 409. ttl_ms in the response is the TTL really
+// expire, then answers 409 with how long it waited and its place in
+// the queue. Waiting is fair: waiters are served in arrival order,
+// unless "unfair" is true. ttl_ms in the response is the TTL really
 // granted: the TTL asked for, or less when the lease store cannot
-// vouch for more.
+// vouch for more. With "holder", an acquire by the holder that holds
+// the lock now returns its lease id and token again with count + 1;
+// each release takes one off, and the lock is freed at 0.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2966,6 +3642,264 @@ func ParseReadyzHeadResponse(rsp *http.Response) (*ReadyzHeadResponse, error) {
 			headers.Allow = &value
 		}
 		response.Headers405 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListResponse parses an HTTP response from a ListWithResponse call
+func ParseListResponse(rsp *http.Response) (*ListResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidArgument
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 405:
+		var headers ListResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		response.Headers405 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListHeadResponse parses an HTTP response from a ListHeadWithResponse call
+func ParseListHeadResponse(rsp *http.Response) (*ListHeadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListHeadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListHeadResponse200Headers
+		if values := rsp.Header.Values("Content-Length"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentLength = &value
+		}
+		if values := rsp.Header.Values("Content-Type"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Type", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentType = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListHeadResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 405:
+		var headers ListHeadResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		response.Headers405 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseForceReleaseResponse parses an HTTP response from a ForceReleaseWithResponse call
+func ParseForceReleaseResponse(rsp *http.Response) (*ForceReleaseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForceReleaseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockState
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidArgument
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ForceReleaseResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 405:
+		var headers ForceReleaseResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		response.Headers405 = &headers
+	case rsp.StatusCode == 503:
+		var headers ForceReleaseResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
