@@ -166,6 +166,14 @@ func (l *Lease) Release(ctx context.Context) error {
 
 func (l *Lease) lose(cause error) { l.cancel(cause) }
 
+// expireIfDue loses the lease if its deadline has passed.
+func (l *Lease) expireIfDue() {
+	deadline, _ := l.schedule()
+	if !time.Now().Before(deadline) {
+		l.lose(ErrExpired)
+	}
+}
+
 // halt stops the monitor goroutine and waits for it.
 func (l *Lease) halt() {
 	l.stop()
@@ -218,7 +226,12 @@ func (l *Lease) monitor() {
 			continue
 		}
 		ctx, cancel := context.WithDeadline(l.stopCtx, deadline)
+		// The deadline holds even if the keeper does not honour ctx (a
+		// call stuck in a batch another caller leads): the holder must
+		// learn it lost the lock before anyone else can take it.
+		expire := time.AfterFunc(time.Until(deadline), l.expireIfDue)
 		err := l.Refresh(ctx, 0)
+		expire.Stop()
 		cancel()
 		switch {
 		case err == nil: // Refresh moved the schedule

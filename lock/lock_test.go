@@ -653,3 +653,45 @@ func TestReleaseInterruptsHungRefresh(t *testing.T) {
 		t.Fatalf("the hung refresh ended with %v: Release waited for the lease deadline instead of stopping it", err)
 	}
 }
+
+// deafRefresh blocks every Refresh until unblock is closed, whatever its
+// context says, as a store whose call is stuck in a shared batch does.
+type deafRefresh struct {
+	lock.LeaseStore
+	entered chan struct{}
+	unblock chan struct{}
+}
+
+func (d *deafRefresh) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+	select {
+	case d.entered <- struct{}{}:
+	default:
+	}
+	<-d.unblock
+	return lock.Grant{}, errors.New("backend did not answer")
+}
+
+// TestDeadlinePassesDuringHungRefresh: a lease whose keep-alive refresh is
+// stuck in a store that ignores the refresh's context is lost at its
+// deadline, not when the store gives up: a holder must learn it lost the
+// lock before another can take it (seen: a deposed leader's Done closed
+// 10s after its 1s term ended, the etcd store's batch timeout).
+func TestDeadlinePassesDuringHungRefresh(t *testing.T) {
+	b := redisBackend(t)
+	d := &deafRefresh{LeaseStore: b.store, entered: make(chan struct{}, 1), unblock: make(chan struct{})}
+	defer close(d.unblock)
+	c := newClient(t, d)
+	l, err := c.Acquire(t.Context(), testenv.Name(t), 300*time.Millisecond, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-d.entered
+	select {
+	case <-l.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Done did not close while the refresh hung past the deadline")
+	}
+	if !errors.Is(l.Err(), lock.ErrExpired) {
+		t.Fatalf("Err %v; want ErrExpired", l.Err())
+	}
+}
