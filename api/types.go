@@ -28,6 +28,26 @@ type AcquireRequest struct {
 	Unfair bool `json:"unfair,omitempty"`
 }
 
+// CampaignRequest is the body of POST /v1/elections/{name}/campaign. As
+// AcquireRequest: a missing ttl_ms takes the server's default TTL, a
+// missing wait_ms makes one attempt.
+type CampaignRequest struct {
+	TTLMs  *int64 `json:"ttl_ms,omitempty"`
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+	// Value is what observers see of the leader, such as its address (1
+	// to 128 bytes of printable UTF-8).
+	Value string `json:"value,omitempty"`
+}
+
+// Leader is the answer to GET /v1/elections/{name}: who leads, with which
+// term (its token). Token is 0 and Value empty when nobody leads.
+type Leader struct {
+	Name    string      `json:"name"`
+	Leading bool        `json:"leading"`
+	Value   string      `json:"value,omitempty"`
+	Token   fence.Token `json:"token"`
+}
+
 // RefreshRequest is the body of POST /v1/locks/{name}/refresh. A missing
 // ttl_ms asks for the server's default TTL.
 type RefreshRequest struct {
@@ -123,6 +143,9 @@ const (
 	FieldPrefix  = "prefix"   // list: the name prefix
 	FieldLimit   = "limit"    // list: the page size
 	FieldCursor  = "cursor"   // list: the cursor
+	FieldValue   = "value"    // campaign: the leader's value
+	// FieldAfterToken is the term GET /v1/elections/{name} waits past.
+	FieldAfterToken = "after_token"
 )
 
 // ErrorCode is the code of an Error. Each has one HTTP status.

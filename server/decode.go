@@ -38,9 +38,10 @@ type releaseRequest struct {
 // The fields of each request body: the JSON fields of package api's
 // request types, which the OpenAPI test checks against the document.
 var (
-	acquireFields = jsonFields(api.AcquireRequest{})
-	refreshFields = jsonFields(api.RefreshRequest{})
-	releaseFields = jsonFields(api.ReleaseRequest{})
+	acquireFields  = jsonFields(api.AcquireRequest{})
+	refreshFields  = jsonFields(api.RefreshRequest{})
+	releaseFields  = jsonFields(api.ReleaseRequest{})
+	campaignFields = jsonFields(api.CampaignRequest{})
 )
 
 // jsonFields lists the JSON names of a struct's fields.
@@ -63,21 +64,9 @@ func (l limits) decodeAcquire(body []byte) (acquireRequest, *apiError) {
 	if aerr != nil {
 		return acquireRequest{}, aerr
 	}
-	req := acquireRequest{ttl: l.defaultTTL}
-	if raw, ok := fields["ttl_ms"]; ok {
-		if req.ttl, aerr = l.ttl(raw); aerr != nil {
-			return acquireRequest{}, aerr
-		}
-	}
-	if raw, ok := fields["wait_ms"]; ok {
-		ms, aerr := integer(fieldWaitMs, raw)
-		if aerr != nil {
-			return acquireRequest{}, aerr
-		}
-		if ms < 0 || ms > l.maxWait.Milliseconds() {
-			return acquireRequest{}, invalid(fieldWaitMs, fmt.Sprintf("wait_ms %d: want 0 to %d (milliseconds; 0 makes one attempt)", ms, l.maxWait.Milliseconds()))
-		}
-		req.wait = time.Duration(ms) * time.Millisecond
+	req, aerr := l.ttlAndWait(fields)
+	if aerr != nil {
+		return acquireRequest{}, aerr
 	}
 	if req.owner, aerr = label(fields, fieldOwner); aerr != nil {
 		return acquireRequest{}, aerr
@@ -94,6 +83,53 @@ func (l limits) decodeAcquire(body []byte) (acquireRequest, *apiError) {
 		}
 	}
 	return req, nil
+}
+
+// decodeCampaign reads a campaign: an acquire whose owner is the
+// leader's value.
+func (l limits) decodeCampaign(body []byte) (acquireRequest, *apiError) {
+	fields, aerr := decodeObject(body, campaignFields...)
+	if aerr != nil {
+		return acquireRequest{}, aerr
+	}
+	req, aerr := l.ttlAndWait(fields)
+	if aerr != nil {
+		return acquireRequest{}, aerr
+	}
+	if req.owner, aerr = label(fields, fieldValue); aerr != nil {
+		return acquireRequest{}, aerr
+	}
+	return req, nil
+}
+
+// ttlAndWait reads the optional ttl_ms and wait_ms of an acquire or a
+// campaign.
+func (l limits) ttlAndWait(fields map[string]json.RawMessage) (acquireRequest, *apiError) {
+	req := acquireRequest{ttl: l.defaultTTL}
+	var aerr *apiError
+	if raw, ok := fields["ttl_ms"]; ok {
+		if req.ttl, aerr = l.ttl(raw); aerr != nil {
+			return acquireRequest{}, aerr
+		}
+	}
+	if raw, ok := fields["wait_ms"]; ok {
+		if req.wait, aerr = l.wait(raw); aerr != nil {
+			return acquireRequest{}, aerr
+		}
+	}
+	return req, nil
+}
+
+// wait checks a wait_ms: 0 (one attempt) to the server's --max-wait.
+func (l limits) wait(raw json.RawMessage) (time.Duration, *apiError) {
+	ms, aerr := integer(fieldWaitMs, raw)
+	if aerr != nil {
+		return 0, aerr
+	}
+	if ms < 0 || ms > l.maxWait.Milliseconds() {
+		return 0, invalid(fieldWaitMs, fmt.Sprintf("wait_ms %d: want 0 to %d (milliseconds; 0 makes one attempt)", ms, l.maxWait.Milliseconds()))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // label returns the optional string field (owner or holder), checked by

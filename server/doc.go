@@ -7,8 +7,16 @@
 //	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N}  → {"name","lease_id","token","ttl_ms"}
 //	POST /v1/locks/{name}/refresh  {"lease_id","ttl_ms"}     → {"name","lease_id","token","ttl_ms"}
 //	POST /v1/locks/{name}/release  {"lease_id"}              → {}
-//	GET  /v1/locks/{name}                                    → {"name","held","token","ttl_ms"}
+//	GET  /v1/locks/{name}                                    → {"name","held","token","ttl_ms",…}
+//	GET  /v1/locks?prefix=&limit=&cursor=                    → {"locks":[…],"next_cursor"}
+//	DELETE /v1/locks/{name}                                  → the state it had (force-release)
+//	POST /v1/elections/{name}/campaign {"ttl_ms","wait_ms","value"} → a lease; its token is the term
+//	GET  /v1/elections/{name}?after_token=&wait_ms=          → {"name","leading","value","token"}
 //	GET  /healthz, /readyz, /metrics
+//
+// An election is the lock of its name, held by the leader: it refreshes
+// and resigns through the lock's refresh and release. Only a server whose
+// leases are in etcd holds elections; on Redis leases they are a 400.
 //
 // Build one with [New] and serve it with any [net/http.Server]:
 //

@@ -35,6 +35,8 @@ const (
 	fieldPrefix  = api.FieldPrefix
 	fieldLimit   = api.FieldLimit
 	fieldCursor  = api.FieldCursor
+	fieldValue   = api.FieldValue
+	fieldAfter   = api.FieldAfterToken
 )
 
 // apiError is an error the API reports to the caller as is.

@@ -72,6 +72,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		writeError(w, aerr)
 		return
 	}
+	s.grant(w, r, name, req, false)
+}
+
+// grant takes the lease of an acquire, or of a campaign (req.owner is then
+// the leader's value), and answers it.
+func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req acquireRequest, campaign bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), req.wait+s.backendTimeout)
 	defer cancel()
 	if req.wait > 0 {
@@ -90,9 +96,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	if req.holder != "" {
 		opts = append(opts, lock.WithHolder(req.holder))
 	}
-	if req.wait == 0 {
+	switch {
+	case req.wait == 0: // a campaign's one attempt is an unfair one, as ever
 		l, err = s.locks.TryAcquire(ctx, name, req.ttl, opts...)
-	} else {
+	case campaign:
+		l, err = s.locks.Elect(ctx, name, req.owner, req.ttl, lock.WithDetached(), lock.WithWait(req.wait))
+	default:
 		if req.unfair {
 			opts = append(opts, lock.WithUnfair())
 		}
@@ -101,12 +110,16 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	s.metrics.acquireDuration.Observe(time.Since(start).Seconds())
 	if errors.Is(err, lock.ErrNotAcquired) {
 		s.metrics.acquisitions.WithLabelValues(resultHeld).Inc()
+		what, still := fmt.Sprintf("lock %q is held by another holder", name), "still held"
+		if campaign {
+			what, still = fmt.Sprintf("election %q has another leader", name), "still led"
+		}
 		aerr := &apiError{status: http.StatusConflict, code: codeHeld,
-			message: fmt.Sprintf("lock %q is held by another holder; set wait_ms to wait for it", name)}
+			message: what + "; set wait_ms to wait for it"}
 		var we *lock.WaitError
 		if req.wait > 0 && errors.As(err, &we) {
 			aerr.wait, aerr.waited, aerr.position = true, we.Waited, we.Position
-			aerr.message = fmt.Sprintf("lock %q is held by another holder; still held after waiting %d ms (wait_ms %d)", name, we.Waited.Milliseconds(), req.wait.Milliseconds())
+			aerr.message = fmt.Sprintf("%s; %s after waiting %d ms (wait_ms %d)", what, still, we.Waited.Milliseconds(), req.wait.Milliseconds())
 			if we.Position > 0 {
 				aerr.message += fmt.Sprintf("; this caller was number %d in its queue", we.Position)
 			}

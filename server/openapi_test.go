@@ -128,6 +128,8 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		{"AcquireRequest", sorted(acquireFields)},
 		{"RefreshRequest", sorted(refreshFields)},
 		{"ReleaseRequest", sorted(releaseFields)},
+		{"CampaignRequest", sorted(campaignFields)},
+		{"Leader", jsonFields(api.Leader{})},
 		{"Lease", jsonFields(leaseResponse{})},
 		{"LockList", jsonFields(api.LockList{})},
 		{"LockState", jsonFields(stateResponse{})},
@@ -152,16 +154,18 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	name := testenv.Name(t)
 	id := strings.Repeat("a", 32)
 	requests := map[string]struct{ body string }{
-		"POST /v1/locks/{name}/acquire": {`{"ttl_ms":1000}`},
-		"POST /v1/locks/{name}/refresh": {`{"lease_id":"` + id + `"}`},
-		"POST /v1/locks/{name}/release": {`{"lease_id":"` + id + `"}`},
-		"GET /v1/locks/{name}":          {},
-		"DELETE /v1/locks/{name}":       {}, // a free lock: its documented 404
-		"GET /v1/locks":                 {},
-		"GET /healthz":                  {},
-		"GET /readyz":                   {},
-		"GET /metrics":                  {},
-		"GET /v1/openapi.yaml":          {},
+		"POST /v1/locks/{name}/acquire":      {`{"ttl_ms":1000}`},
+		"POST /v1/locks/{name}/refresh":      {`{"lease_id":"` + id + `"}`},
+		"POST /v1/locks/{name}/release":      {`{"lease_id":"` + id + `"}`},
+		"GET /v1/locks/{name}":               {},
+		"DELETE /v1/locks/{name}":            {}, // a free lock: its documented 404
+		"GET /v1/locks":                      {},
+		"GET /healthz":                       {},
+		"GET /readyz":                        {},
+		"GET /metrics":                       {},
+		"GET /v1/openapi.yaml":               {},
+		"POST /v1/elections/{name}/campaign": {`{"ttl_ms":1000,"value":"a"}`},
+		"GET /v1/elections/{name}":           {},
 	}
 	for _, rt := range routes {
 		req, ok := requests[rt.method+" "+rt.pattern]

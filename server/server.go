@@ -255,21 +255,26 @@ type route struct {
 }
 
 var (
-	routeHealthz = &route{"/healthz", http.MethodGet, 0, "", (*Server).healthz}
-	routeReadyz  = &route{"/readyz", http.MethodGet, 0, "", (*Server).readyz}
-	routeMetrics = &route{"/metrics", http.MethodGet, PermMetrics, "read metrics", (*Server).serveMetrics}
-	routeInspect = &route{"/v1/locks/{name}", http.MethodGet, PermInspect, opInspect, (*Server).inspect}
-	routeForce   = &route{"/v1/locks/{name}", http.MethodDelete, PermForceRelease, opForce, (*Server).forceRelease}
-	routeList    = &route{"/v1/locks", http.MethodGet, PermInspect, opList, (*Server).list}
-	routeAcquire = &route{"/v1/locks/{name}/acquire", http.MethodPost, PermAcquire, opAcquire, (*Server).acquire}
-	routeRefresh = &route{"/v1/locks/{name}/refresh", http.MethodPost, PermAcquire, opRefresh, (*Server).refresh}
-	routeRelease = &route{"/v1/locks/{name}/release", http.MethodPost, PermAcquire, opRelease, (*Server).release}
-	routeOpenAPI = &route{"/v1/openapi.yaml", http.MethodGet, 0, "", (*Server).serveOpenAPI}
+	routeHealthz  = &route{"/healthz", http.MethodGet, 0, "", (*Server).healthz}
+	routeReadyz   = &route{"/readyz", http.MethodGet, 0, "", (*Server).readyz}
+	routeMetrics  = &route{"/metrics", http.MethodGet, PermMetrics, "read metrics", (*Server).serveMetrics}
+	routeInspect  = &route{"/v1/locks/{name}", http.MethodGet, PermInspect, opInspect, (*Server).inspect}
+	routeForce    = &route{"/v1/locks/{name}", http.MethodDelete, PermForceRelease, opForce, (*Server).forceRelease}
+	routeList     = &route{"/v1/locks", http.MethodGet, PermInspect, opList, (*Server).list}
+	routeAcquire  = &route{"/v1/locks/{name}/acquire", http.MethodPost, PermAcquire, opAcquire, (*Server).acquire}
+	routeRefresh  = &route{"/v1/locks/{name}/refresh", http.MethodPost, PermAcquire, opRefresh, (*Server).refresh}
+	routeRelease  = &route{"/v1/locks/{name}/release", http.MethodPost, PermAcquire, opRelease, (*Server).release}
+	routeOpenAPI  = &route{"/v1/openapi.yaml", http.MethodGet, 0, "", (*Server).serveOpenAPI}
+	routeLeader   = &route{"/v1/elections/{name}", http.MethodGet, PermInspect, opLeader, (*Server).leader}
+	routeCampaign = &route{"/v1/elections/{name}/campaign", http.MethodPost, PermAcquire, opCampaign, (*Server).campaign}
 
-	routes = []*route{routeHealthz, routeReadyz, routeMetrics, routeList, routeInspect, routeForce, routeAcquire, routeRefresh, routeRelease, routeOpenAPI}
+	routes = []*route{routeHealthz, routeReadyz, routeMetrics, routeList, routeInspect, routeForce, routeAcquire, routeRefresh, routeRelease, routeOpenAPI, routeLeader, routeCampaign}
 )
 
-const locksPrefix = "/v1/locks/"
+const (
+	locksPrefix     = "/v1/locks/"
+	electionsPrefix = "/v1/elections/"
+)
 
 // match finds the route of an escaped path and the escaped lock name in
 // it. The path is not cleaned: "/v1/locks/a/b/acquire" is the lock "a/b"
@@ -288,6 +293,17 @@ func match(path, method string) (rt *route, rawName string) {
 		return routeOpenAPI, ""
 	case "/v1/locks":
 		return routeList, ""
+	}
+	if rest, ok := strings.CutPrefix(path, electionsPrefix); ok {
+		// An election's name is a lock name: the same rules, slashes
+		// included.
+		if name, ok := strings.CutSuffix(rest, "/campaign"); ok {
+			return routeCampaign, name
+		}
+		if strings.IndexByte(rest, '/') >= 0 && method != http.MethodGet && method != http.MethodHead {
+			return nil, ""
+		}
+		return routeLeader, rest
 	}
 	rest, ok := strings.CutPrefix(path, locksPrefix)
 	if !ok {
@@ -365,7 +381,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if rt == nil {
 		writeError(rec, &apiError{status: http.StatusNotFound, code: codeNotFound,
-			message: fmt.Sprintf("no such path %s; the API is under %s{name} (GET) and %s{name}/acquire|refresh|release (POST)", excerpt([]byte(r.URL.EscapedPath())), locksPrefix, locksPrefix)})
+			message: fmt.Sprintf("no such path %s; the API is under %s{name} (GET) and %s{name}/acquire|refresh|release (POST), and %s{name} (GET) and %s{name}/campaign (POST); GET /v1/openapi.yaml describes it", excerpt([]byte(r.URL.EscapedPath())), locksPrefix, locksPrefix, electionsPrefix, electionsPrefix)})
 		return
 	}
 	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
@@ -382,7 +398,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var name string
-	if strings.HasPrefix(rt.pattern, locksPrefix) {
+	if strings.HasPrefix(rt.pattern, locksPrefix) || strings.HasPrefix(rt.pattern, electionsPrefix) {
 		var aerr *apiError
 		if name, aerr = lockName(rawName); aerr != nil {
 			s.countInvalid(rt.op)

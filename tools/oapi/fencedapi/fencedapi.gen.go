@@ -20,21 +20,25 @@ import (
 
 // Defines values for ErrorErrorField.
 const (
-	ErrorErrorFieldCursor  ErrorErrorField = "cursor"
-	ErrorErrorFieldHolder  ErrorErrorField = "holder"
-	ErrorErrorFieldLeaseId ErrorErrorField = "lease_id"
-	ErrorErrorFieldLimit   ErrorErrorField = "limit"
-	ErrorErrorFieldName    ErrorErrorField = "name"
-	ErrorErrorFieldOwner   ErrorErrorField = "owner"
-	ErrorErrorFieldPrefix  ErrorErrorField = "prefix"
-	ErrorErrorFieldTtlMs   ErrorErrorField = "ttl_ms"
-	ErrorErrorFieldUnfair  ErrorErrorField = "unfair"
-	ErrorErrorFieldWaitMs  ErrorErrorField = "wait_ms"
+	ErrorErrorFieldAfterToken ErrorErrorField = "after_token"
+	ErrorErrorFieldCursor     ErrorErrorField = "cursor"
+	ErrorErrorFieldHolder     ErrorErrorField = "holder"
+	ErrorErrorFieldLeaseId    ErrorErrorField = "lease_id"
+	ErrorErrorFieldLimit      ErrorErrorField = "limit"
+	ErrorErrorFieldName       ErrorErrorField = "name"
+	ErrorErrorFieldOwner      ErrorErrorField = "owner"
+	ErrorErrorFieldPrefix     ErrorErrorField = "prefix"
+	ErrorErrorFieldTtlMs      ErrorErrorField = "ttl_ms"
+	ErrorErrorFieldUnfair     ErrorErrorField = "unfair"
+	ErrorErrorFieldValue      ErrorErrorField = "value"
+	ErrorErrorFieldWaitMs     ErrorErrorField = "wait_ms"
 )
 
 // Valid indicates whether the value is a known member of the ErrorErrorField enum.
 func (e ErrorErrorField) Valid() bool {
 	switch e {
+	case ErrorErrorFieldAfterToken:
+		return true
 	case ErrorErrorFieldCursor:
 		return true
 	case ErrorErrorFieldHolder:
@@ -52,6 +56,8 @@ func (e ErrorErrorField) Valid() bool {
 	case ErrorErrorFieldTtlMs:
 		return true
 	case ErrorErrorFieldUnfair:
+		return true
+	case ErrorErrorFieldValue:
 		return true
 	case ErrorErrorFieldWaitMs:
 		return true
@@ -135,6 +141,18 @@ type AcquireRequest struct {
 	WaitMs *int64 `json:"wait_ms,omitempty"`
 }
 
+// CampaignRequest defines model for CampaignRequest.
+type CampaignRequest struct {
+	// TtlMs The lease's TTL in milliseconds.
+	TtlMs *TTL `json:"ttl_ms,omitempty"`
+
+	// Value What observers see of the leader, such as its address.
+	Value *Label `json:"value,omitempty"`
+
+	// WaitMs How long to wait for the leader to resign or lose its term, in milliseconds; 0 makes one attempt.
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+}
+
 // Empty defines model for Empty.
 type Empty = map[string]interface{}
 
@@ -176,6 +194,18 @@ type ErrorCode string
 
 // Label A label for people (owner) or a holder identity, 1 to 128 bytes of printable UTF-8.
 type Label = string
+
+// Leader defines model for Leader.
+type Leader struct {
+	Leading bool   `json:"leading"`
+	Name    string `json:"name"`
+
+	// Token The leader's term, a fencing token; 0 when nobody leads.
+	Token int64 `json:"token"`
+
+	// Value The leader's value; absent when nobody leads or it gave none.
+	Value *string `json:"value,omitempty"`
+}
 
 // Lease defines model for Lease.
 type Lease struct {
@@ -302,6 +332,15 @@ type Unavailable = Error
 // UnsupportedMediaType defines model for UnsupportedMediaType.
 type UnsupportedMediaType = Error
 
+// LeaderParams defines parameters for Leader.
+type LeaderParams struct {
+	// AfterToken The term to wait past; 0 waits until someone leads. Required with wait_ms.
+	AfterToken *int64 `form:"after_token,omitempty" json:"after_token,omitempty"`
+
+	// WaitMs How long to wait for a term other than after_token, in milliseconds.
+	WaitMs *int64 `form:"wait_ms,omitempty" json:"wait_ms,omitempty"`
+}
+
 // ListParams defines parameters for List.
 type ListParams struct {
 	Prefix *string `form:"prefix,omitempty" json:"prefix,omitempty"`
@@ -310,6 +349,9 @@ type ListParams struct {
 	// Cursor The next_cursor of the previous page; absent for the first page.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
+
+// CampaignJSONRequestBody defines body for Campaign for application/json ContentType.
+type CampaignJSONRequestBody = CampaignRequest
 
 // AcquireJSONRequestBody defines body for Acquire for application/json ContentType.
 type AcquireJSONRequestBody = AcquireRequest
@@ -435,6 +477,63 @@ type ClientInterface interface {
 	//
 	// Corresponds with HEAD /readyz (the `ReadyzHead` operationId).
 	ReadyzHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Leader Who leads an election, and its term; optionally wait for the next
+	//
+	// Without query parameters, answers at once. With after_token (the
+	// token of the last answer, or 0) and wait_ms, waits until the term
+	// differs from after_token (a new leader, or nobody) or wait_ms has
+	// passed, and answers the state then: a long poll, so an observer
+	// follows every term with one request each. Needs the inspect
+	// permission on the name.
+	//
+	// Corresponds with GET /v1/elections/{name} (the `Leader` operationId).
+	Leader(ctx context.Context, name Name, params *LeaderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// LeaderHead GET /v1/elections/{name} without the body
+	//
+	// Corresponds with HEAD /v1/elections/{name} (the `LeaderHead` operationId).
+	LeaderHead(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CampaignWithBody Campaign in an election; answers when the caller leads
+	//
+	// Leader election with fencing tokens. An election is a lock on etcd
+	// held by its leader: the answer is a lease like acquire's, and its
+	// token is the leader's term, higher than every term before it, so a
+	// fenced resource rejects a deposed leader's late writes. The leader
+	// keeps its term with POST /v1/locks/{name}/refresh and resigns with
+	// /v1/locks/{name}/release, by lease id. With wait_ms 0 (the default),
+	// one attempt; with wait_ms > 0, candidates wait in the order they
+	// began to campaign, and a 409 after wait_ms says how long and the
+	// place in the queue: campaign again to keep the place's age.
+	// "value" is what observers see of the leader (its address, say).
+	// A server whose leases are in Redis answers 400: a Redis failover
+	// can lose a lease, and a term must not be lost.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/elections/{name}/campaign (the `Campaign` operationId).
+	CampaignWithBody(ctx context.Context, name Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Campaign Campaign in an election; answers when the caller leads
+	//
+	// Leader election with fencing tokens. An election is a lock on etcd
+	// held by its leader: the answer is a lease like acquire's, and its
+	// token is the leader's term, higher than every term before it, so a
+	// fenced resource rejects a deposed leader's late writes. The leader
+	// keeps its term with POST /v1/locks/{name}/refresh and resigns with
+	// /v1/locks/{name}/release, by lease id. With wait_ms 0 (the default),
+	// one attempt; with wait_ms > 0, candidates wait in the order they
+	// began to campaign, and a 409 after wait_ms says how long and the
+	// place in the queue: campaign again to keep the place's age.
+	// "value" is what observers see of the leader (its address, say).
+	// A server whose leases are in Redis answers 400: a Redis failover
+	// can lose a lease, and a term must not be lost.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/elections/{name}/campaign (the `Campaign` operationId).
+	Campaign(ctx context.Context, name Name, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// List List the held locks, a page at a time
 	//
@@ -654,6 +753,103 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // Corresponds with HEAD /readyz (the `ReadyzHead` operationId).
 func (c *Client) ReadyzHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyzHeadRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Leader Who leads an election, and its term; optionally wait for the next
+//
+// Without query parameters, answers at once. With after_token (the
+// token of the last answer, or 0) and wait_ms, waits until the term
+// differs from after_token (a new leader, or nobody) or wait_ms has
+// passed, and answers the state then: a long poll, so an observer
+// follows every term with one request each. Needs the inspect
+// permission on the name.
+//
+// Corresponds with GET /v1/elections/{name} (the `Leader` operationId).
+func (c *Client) Leader(ctx context.Context, name Name, params *LeaderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLeaderRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// LeaderHead GET /v1/elections/{name} without the body
+//
+// Corresponds with HEAD /v1/elections/{name} (the `LeaderHead` operationId).
+func (c *Client) LeaderHead(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLeaderHeadRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CampaignWithBody Campaign in an election; answers when the caller leads
+//
+// Leader election with fencing tokens. An election is a lock on etcd
+// held by its leader: the answer is a lease like acquire's, and its
+// token is the leader's term, higher than every term before it, so a
+// fenced resource rejects a deposed leader's late writes. The leader
+// keeps its term with POST /v1/locks/{name}/refresh and resigns with
+// /v1/locks/{name}/release, by lease id. With wait_ms 0 (the default),
+// one attempt; with wait_ms > 0, candidates wait in the order they
+// began to campaign, and a 409 after wait_ms says how long and the
+// place in the queue: campaign again to keep the place's age.
+// "value" is what observers see of the leader (its address, say).
+// A server whose leases are in Redis answers 400: a Redis failover
+// can lose a lease, and a term must not be lost.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/elections/{name}/campaign (the `Campaign` operationId).
+func (c *Client) CampaignWithBody(ctx context.Context, name Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCampaignRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Campaign Campaign in an election; answers when the caller leads
+//
+// Leader election with fencing tokens. An election is a lock on etcd
+// held by its leader: the answer is a lease like acquire's, and its
+// token is the leader's term, higher than every term before it, so a
+// fenced resource rejects a deposed leader's late writes. The leader
+// keeps its term with POST /v1/locks/{name}/refresh and resigns with
+// /v1/locks/{name}/release, by lease id. With wait_ms 0 (the default),
+// one attempt; with wait_ms > 0, candidates wait in the order they
+// began to campaign, and a 409 after wait_ms says how long and the
+// place in the queue: campaign again to keep the place's age.
+// "value" is what observers see of the leader (its address, say).
+// A server whose leases are in Redis answers 400: a Redis failover
+// can lose a lease, and a term must not be lost.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/elections/{name}/campaign (the `Campaign` operationId).
+func (c *Client) Campaign(ctx context.Context, name Name, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCampaignRequest(c.Server, name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1077,6 +1273,160 @@ func NewReadyzHeadRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewLeaderRequest constructs an http.Request for the Leader method
+func NewLeaderRequest(server string, name Name, params *LeaderParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.AfterToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after_token", *params.AfterToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.WaitMs != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait_ms", *params.WaitMs, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewLeaderHeadRequest constructs an http.Request for the LeaderHead method
+func NewLeaderHeadRequest(server string, name Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCampaignRequest calls the generic Campaign builder with application/json body
+func NewCampaignRequest(server string, name Name, body CampaignJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCampaignRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewCampaignRequestWithBody constructs an http.Request for the Campaign method, with any body, and a specified content type
+func NewCampaignRequestWithBody(server string, name Name, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/elections/%s/campaign", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -1581,6 +1931,67 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with HEAD /readyz (the `ReadyzHead` operationId).
 	ReadyzHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzHeadResponse, error)
 
+	// LeaderWithResponse Who leads an election, and its term; optionally wait for the next
+	//
+	// Without query parameters, answers at once. With after_token (the
+	// token of the last answer, or 0) and wait_ms, waits until the term
+	// differs from after_token (a new leader, or nobody) or wait_ms has
+	// passed, and answers the state then: a long poll, so an observer
+	// follows every term with one request each. Needs the inspect
+	// permission on the name.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/elections/{name} (the `Leader` operationId).
+	LeaderWithResponse(ctx context.Context, name Name, params *LeaderParams, reqEditors ...RequestEditorFn) (*LeaderResponse, error)
+
+	// LeaderHeadWithResponse GET /v1/elections/{name} without the body
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /v1/elections/{name} (the `LeaderHead` operationId).
+	LeaderHeadWithResponse(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*LeaderHeadResponse, error)
+
+	// CampaignWithBodyWithResponse Campaign in an election; answers when the caller leads
+	//
+	// Leader election with fencing tokens. An election is a lock on etcd
+	// held by its leader: the answer is a lease like acquire's, and its
+	// token is the leader's term, higher than every term before it, so a
+	// fenced resource rejects a deposed leader's late writes. The leader
+	// keeps its term with POST /v1/locks/{name}/refresh and resigns with
+	// /v1/locks/{name}/release, by lease id. With wait_ms 0 (the default),
+	// one attempt; with wait_ms > 0, candidates wait in the order they
+	// began to campaign, and a 409 after wait_ms says how long and the
+	// place in the queue: campaign again to keep the place's age.
+	// "value" is what observers see of the leader (its address, say).
+	// A server whose leases are in Redis answers 400: a Redis failover
+	// can lose a lease, and a term must not be lost.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{name}/campaign (the `Campaign` operationId).
+	CampaignWithBodyWithResponse(ctx context.Context, name Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CampaignResponse, error)
+
+	// CampaignWithResponse Campaign in an election; answers when the caller leads
+	//
+	// Leader election with fencing tokens. An election is a lock on etcd
+	// held by its leader: the answer is a lease like acquire's, and its
+	// token is the leader's term, higher than every term before it, so a
+	// fenced resource rejects a deposed leader's late writes. The leader
+	// keeps its term with POST /v1/locks/{name}/refresh and resigns with
+	// /v1/locks/{name}/release, by lease id. With wait_ms 0 (the default),
+	// one attempt; with wait_ms > 0, candidates wait in the order they
+	// began to campaign, and a 409 after wait_ms says how long and the
+	// place in the queue: campaign again to keep the place's age.
+	// "value" is what observers see of the leader (its address, say).
+	// A server whose leases are in Redis answers 400: a Redis failover
+	// can lose a lease, and a term must not be lost.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/elections/{name}/campaign (the `Campaign` operationId).
+	CampaignWithResponse(ctx context.Context, name Name, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*CampaignResponse, error)
+
 	// ListWithResponse List the held locks, a page at a time
 	//
 	// The locks held now whose names start with prefix, in no promised
@@ -2083,6 +2494,291 @@ func (r ReadyzHeadResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzHeadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// LeaderResponse401Headers the declared response headers of an HTTP 401 response for Leader
+type LeaderResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// LeaderResponse405Headers the declared response headers of an HTTP 405 response for Leader
+type LeaderResponse405Headers struct {
+	Allow *string
+}
+
+// LeaderResponse503Headers the declared response headers of an HTTP 503 response for Leader
+type LeaderResponse503Headers struct {
+	RetryAfter *int
+}
+
+type LeaderResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Leader
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *InvalidArgument
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *LeaderResponse401Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *LeaderResponse405Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *LeaderResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r LeaderResponse) GetJSON200() *Leader {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r LeaderResponse) GetJSON400() *InvalidArgument {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r LeaderResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r LeaderResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r LeaderResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r LeaderResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r LeaderResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r LeaderResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r LeaderResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r LeaderResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r LeaderResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// LeaderHeadResponse200Headers the declared response headers of an HTTP 200 response for LeaderHead
+type LeaderHeadResponse200Headers struct {
+	ContentLength *int
+	ContentType   *string
+}
+
+// LeaderHeadResponse401Headers the declared response headers of an HTTP 401 response for LeaderHead
+type LeaderHeadResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// LeaderHeadResponse405Headers the declared response headers of an HTTP 405 response for LeaderHead
+type LeaderHeadResponse405Headers struct {
+	Allow *string
+}
+
+type LeaderHeadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *LeaderHeadResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *LeaderHeadResponse401Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *LeaderHeadResponse405Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r LeaderHeadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r LeaderHeadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r LeaderHeadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r LeaderHeadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CampaignResponse401Headers the declared response headers of an HTTP 401 response for Campaign
+type CampaignResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CampaignResponse405Headers the declared response headers of an HTTP 405 response for Campaign
+type CampaignResponse405Headers struct {
+	Allow *string
+}
+
+// CampaignResponse503Headers the declared response headers of an HTTP 503 response for Campaign
+type CampaignResponse503Headers struct {
+	RetryAfter *int
+}
+
+type CampaignResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Lease
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *InvalidArgument
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Held
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CampaignResponse401Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *CampaignResponse405Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CampaignResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CampaignResponse) GetJSON200() *Lease {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CampaignResponse) GetJSON400() *InvalidArgument {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CampaignResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CampaignResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r CampaignResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r CampaignResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CampaignResponse) GetJSON409() *Held {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CampaignResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r CampaignResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CampaignResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CampaignResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CampaignResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CampaignResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CampaignResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3089,6 +3785,91 @@ func (c *ClientWithResponses) ReadyzHeadWithResponse(ctx context.Context, reqEdi
 	return ParseReadyzHeadResponse(rsp)
 }
 
+// LeaderWithResponse Who leads an election, and its term; optionally wait for the next
+//
+// Without query parameters, answers at once. With after_token (the
+// token of the last answer, or 0) and wait_ms, waits until the term
+// differs from after_token (a new leader, or nobody) or wait_ms has
+// passed, and answers the state then: a long poll, so an observer
+// follows every term with one request each. Needs the inspect
+// permission on the name.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/elections/{name} (the `Leader` operationId).
+func (c *ClientWithResponses) LeaderWithResponse(ctx context.Context, name Name, params *LeaderParams, reqEditors ...RequestEditorFn) (*LeaderResponse, error) {
+	rsp, err := c.Leader(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLeaderResponse(rsp)
+}
+
+// LeaderHeadWithResponse GET /v1/elections/{name} without the body
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /v1/elections/{name} (the `LeaderHead` operationId).
+func (c *ClientWithResponses) LeaderHeadWithResponse(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*LeaderHeadResponse, error) {
+	rsp, err := c.LeaderHead(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLeaderHeadResponse(rsp)
+}
+
+// CampaignWithBodyWithResponse Campaign in an election; answers when the caller leads
+//
+// Leader election with fencing tokens. An election is a lock on etcd
+// held by its leader: the answer is a lease like acquire's, and its
+// token is the leader's term, higher than every term before it, so a
+// fenced resource rejects a deposed leader's late writes. The leader
+// keeps its term with POST /v1/locks/{name}/refresh and resigns with
+// /v1/locks/{name}/release, by lease id. With wait_ms 0 (the default),
+// one attempt; with wait_ms > 0, candidates wait in the order they
+// began to campaign, and a 409 after wait_ms says how long and the
+// place in the queue: campaign again to keep the place's age.
+// "value" is what observers see of the leader (its address, say).
+// A server whose leases are in Redis answers 400: a Redis failover
+// can lose a lease, and a term must not be lost.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{name}/campaign (the `Campaign` operationId).
+func (c *ClientWithResponses) CampaignWithBodyWithResponse(ctx context.Context, name Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CampaignResponse, error) {
+	rsp, err := c.CampaignWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCampaignResponse(rsp)
+}
+
+// CampaignWithResponse Campaign in an election; answers when the caller leads
+//
+// Leader election with fencing tokens. An election is a lock on etcd
+// held by its leader: the answer is a lease like acquire's, and its
+// token is the leader's term, higher than every term before it, so a
+// fenced resource rejects a deposed leader's late writes. The leader
+// keeps its term with POST /v1/locks/{name}/refresh and resigns with
+// /v1/locks/{name}/release, by lease id. With wait_ms 0 (the default),
+// one attempt; with wait_ms > 0, candidates wait in the order they
+// began to campaign, and a 409 after wait_ms says how long and the
+// place in the queue: campaign again to keep the place's age.
+// "value" is what observers see of the leader (its address, say).
+// A server whose leases are in Redis answers 400: a Redis failover
+// can lose a lease, and a term must not be lost.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/elections/{name}/campaign (the `Campaign` operationId).
+func (c *ClientWithResponses) CampaignWithResponse(ctx context.Context, name Name, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*CampaignResponse, error) {
+	rsp, err := c.Campaign(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCampaignResponse(rsp)
+}
+
 // ListWithResponse List the held locks, a page at a time
 //
 // The locks held now whose names start with prefix, in no promised
@@ -3642,6 +4423,285 @@ func ParseReadyzHeadResponse(rsp *http.Response) (*ReadyzHeadResponse, error) {
 			headers.Allow = &value
 		}
 		response.Headers405 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseLeaderResponse parses an HTTP response from a LeaderWithResponse call
+func ParseLeaderResponse(rsp *http.Response) (*LeaderResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &LeaderResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Leader
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidArgument
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers LeaderResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 405:
+		var headers LeaderResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		response.Headers405 = &headers
+	case rsp.StatusCode == 503:
+		var headers LeaderResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseLeaderHeadResponse parses an HTTP response from a LeaderHeadWithResponse call
+func ParseLeaderHeadResponse(rsp *http.Response) (*LeaderHeadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &LeaderHeadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers LeaderHeadResponse200Headers
+		if values := rsp.Header.Values("Content-Length"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentLength = &value
+		}
+		if values := rsp.Header.Values("Content-Type"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Type", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentType = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers LeaderHeadResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 405:
+		var headers LeaderHeadResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		response.Headers405 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCampaignResponse parses an HTTP response from a CampaignWithResponse call
+func ParseCampaignResponse(rsp *http.Response) (*CampaignResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CampaignResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Lease
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidArgument
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Held
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CampaignResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 405:
+		var headers CampaignResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		response.Headers405 = &headers
+	case rsp.StatusCode == 503:
+		var headers CampaignResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil

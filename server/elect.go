@@ -1,0 +1,146 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/lock"
+)
+
+// Elections (docs/design.md, "Leader election"): a campaign is an acquire
+// of the election's lock whose owner is the leader's value; the leader
+// refreshes and resigns through the lock's refresh and release. Only a
+// server whose leases are in etcd holds elections.
+
+const (
+	opCampaign = "campaign"
+	opLeader   = "leader"
+)
+
+// electable answers a 400 when this server's leases are in Redis.
+func (s *Server) electable(w http.ResponseWriter) bool {
+	if s.locks.Electable() {
+		return true
+	}
+	writeError(w, invalid("", "elections need etcd leases, and this server keeps its leases in Redis, where a failover can lose a leader's term; "+
+		"run a fenced server with --lease-store etcd for elections"))
+	return false
+}
+
+func (s *Server) campaign(w http.ResponseWriter, r *http.Request, name string) {
+	var req acquireRequest
+	b, aerr := s.body(w, r)
+	if aerr == nil {
+		req, aerr = s.limits.decodeCampaign(b)
+	}
+	if aerr != nil {
+		s.countInvalid(opAcquire)
+		writeError(w, aerr)
+		return
+	}
+	if !s.electable(w) {
+		s.countInvalid(opAcquire)
+		return
+	}
+	s.grant(w, r, name, req, true)
+}
+
+const leaderQuery = "after_token and wait_ms"
+
+// leader answers who leads: at once, or, with after_token and wait_ms,
+// once the term differs from after_token or wait_ms has passed (a long
+// poll: an observer in any language follows the terms with one request
+// each).
+func (s *Server) leader(w http.ResponseWriter, r *http.Request, name string) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != fieldAfter && k != fieldWaitMs {
+			writeError(w, invalid("", fmt.Sprintf("unknown query parameter %s: GET /v1/elections/{name} takes %s", excerpt([]byte(k)), leaderQuery)))
+			return
+		}
+		if len(q[k]) > 1 {
+			writeError(w, invalid(k, fmt.Sprintf("%s given %d times: give it once", k, len(q[k]))))
+			return
+		}
+	}
+	var (
+		after   fence.Token
+		waitFor bool
+		wait    time.Duration
+	)
+	if v, ok := q[fieldAfter]; ok {
+		t, err := strconv.ParseUint(v[0], 10, 64)
+		if err != nil {
+			writeError(w, invalid(fieldAfter, fmt.Sprintf("after_token %s: want the token of the term to wait past, an integer from 0 (0: wait until someone leads)", excerpt([]byte(v[0])))))
+			return
+		}
+		after, waitFor = fence.Token(t), true
+	}
+	if v, ok := q[fieldWaitMs]; ok {
+		var aerr *apiError
+		if wait, aerr = s.limits.wait([]byte(v[0])); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		if !waitFor {
+			writeError(w, invalid(fieldWaitMs, "wait_ms needs after_token: the term to wait past (the token of the last answer; 0 to wait until someone leads)"))
+			return
+		}
+	}
+	if !s.electable(w) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait+s.backendTimeout)
+	defer cancel()
+	start := time.Now()
+	if !waitFor || wait == 0 {
+		st, err := s.locks.Inspect(ctx, name)
+		if err != nil {
+			aerr, _ := s.failure(r, ctx, opLeader, name, start, err)
+			writeError(w, aerr)
+			return
+		}
+		writeJSON(w, http.StatusOK, leaderResponse(lock.LeaderOf(st)))
+		return
+	}
+	obs, cancelObs := context.WithCancel(ctx)
+	defer cancelObs()
+	ch, err := s.locks.Observe(obs, name)
+	if err != nil {
+		aerr, _ := s.failure(r, ctx, opLeader, name, start, err)
+		writeError(w, aerr)
+		return
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var cur lock.Leader
+	for got := false; ; {
+		select {
+		case l, ok := <-ch:
+			if !ok { // ctx ended: the client went away, or the backend hung
+				aerr, _ := s.failure(r, ctx, opLeader, name, start, ctx.Err())
+				writeError(w, aerr)
+				return
+			}
+			cur, got = l, true
+			if l.Token == after {
+				continue
+			}
+		case <-timer.C:
+			if !got {
+				continue // the first state is on its way; the backend timeout bounds it
+			}
+		}
+		writeJSON(w, http.StatusOK, leaderResponse(cur))
+		return
+	}
+}
+
+func leaderResponse(l lock.Leader) api.Leader {
+	return api.Leader{Name: l.Name, Leading: l.Leading, Value: l.Value, Token: l.Token}
+}
