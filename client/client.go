@@ -168,7 +168,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, name, ttl, o)
+	return c.acquire(ctx, name, ttl, o, false)
 }
 
 // Acquire blocks until it holds the lease of name, the context ends (an
@@ -191,10 +191,12 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	if o.Retry != nil {
 		return nil, fmt.Errorf("%w: WithRetry does not apply to a fenced server's client: the server waits and is notified of releases; bound the wait with WithWait", lock.ErrInvalidOption)
 	}
-	return c.acquire(ctx, name, ttl, o)
+	return c.acquire(ctx, name, ttl, o, false)
 }
 
-func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o lock.AcquireOptions) (*Lease, error) {
+// acquire takes a lease, or campaigns in an election (o.Owner is then the
+// leader's value).
+func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o lock.AcquireOptions, campaign bool) (*Lease, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -203,6 +205,10 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	}
 	if ttl%time.Millisecond != 0 {
 		return nil, fmt.Errorf("%w: %s; want whole milliseconds", lock.ErrInvalidTTL, ttl)
+	}
+	verb := "acquire"
+	if campaign {
+		verb = "campaign"
 	}
 	began := time.Now()
 	var budgetEnd time.Time
@@ -234,8 +240,14 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		start := time.Now()
 		var a api.Lease
 		ttlMs, waitMs := ttl.Milliseconds(), wait.Milliseconds()
-		req := api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0}
-		err := c.do(ctx, http.MethodPost, lockPath(name, "acquire"), req, &a, mode)
+		var (
+			req  any = api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0}
+			path     = lockPath(name, "acquire")
+		)
+		if campaign {
+			req, path = api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner}, electionPath(name, "campaign")
+		}
+		err := c.do(ctx, http.MethodPost, path, req, &a, mode)
 		if err == nil {
 			l, err := c.adopt(ctx, name, start, a, o)
 			if err == nil || o.Try || !errors.Is(err, lock.ErrNotAcquired) {
@@ -244,13 +256,13 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			continue // granted with no validity left: released, try again
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("client: acquire %q: %w", name, ctx.Err())
+			return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
 		}
 		if !errors.Is(err, lock.ErrNotAcquired) {
-			return nil, fmt.Errorf("client: acquire %q: %w", name, err)
+			return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 		}
 		if o.Try {
-			return nil, fmt.Errorf("client: acquire %q: %w", name, err)
+			return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 		}
 		var ae *APIError
 		if errors.As(err, &ae) && ae.Position > 0 {
@@ -260,7 +272,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			// As lock.Client says it: how long, and the place in the queue
 			// the last request that queued had when the server gave up (a
 			// last request of under a millisecond makes one attempt).
-			return nil, fmt.Errorf("client: acquire %q: %w", name, &lock.WaitError{Name: name, Waited: time.Since(began), Position: position})
+			return nil, fmt.Errorf("client: %s %q: %w", verb, name, &lock.WaitError{Name: name, Waited: time.Since(began), Position: position})
 		}
 		// A server that answers held well before the wait it was asked for
 		// (a shorter --max-wait, a context deadline) must not be polled in
@@ -274,7 +286,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("client: acquire %q: %w", name, ctx.Err())
+			return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}

@@ -21,6 +21,17 @@ import (
 // be forgotten by a failover, and a term must not be.
 var ErrElectionStore = errors.New("lock: elections need the etcd lease store (EtcdStore); a Redis lease can be lost in a failover, which would give two leaders the same term")
 
+// Elector holds elections: *Client with an EtcdStore in this process, and
+// *client.Client through a fenced server whose leases are in etcd.
+type Elector interface {
+	// Elect campaigns and returns when the caller leads; see Client.Elect.
+	Elect(ctx context.Context, name, value string, ttl time.Duration, opts ...Option) (*Lease, error)
+	// Observe reports who leads, and every change; see Client.Observe.
+	Observe(ctx context.Context, name string) (<-chan Leader, error)
+}
+
+var _ Elector = (*Client)(nil)
+
 // Leader is who leads an election, as Observe sees it.
 type Leader struct {
 	Name    string

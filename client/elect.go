@@ -1,0 +1,131 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/lock"
+)
+
+var _ lock.Elector = (*Client)(nil)
+
+// Elect campaigns in election name through the server and returns when the
+// caller leads, as lock.Client.Elect does: the Lease is the leadership, its
+// Token the term, Done closes when leadership is lost, Release resigns.
+// The server must keep its leases in etcd; a server on Redis leases
+// refuses, and the error matches lock.ErrElectionStore. Options as for
+// lock.Client.Elect, except WithRetry (the server waits). The campaign is
+// sent as requests of up to WithMaxRequestWait each; between two of them
+// the candidate's place in the queue may pass to one that waited less.
+func (c *Client) Elect(ctx context.Context, name, value string, ttl time.Duration, opts ...lock.Option) (*Lease, error) {
+	o, err := lock.ResolveElectOptions(value, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if o.Retry != nil {
+		return nil, fmt.Errorf("%w: WithRetry does not apply to a fenced server's client: the server waits and is notified of releases; bound the wait with WithWait", lock.ErrInvalidOption)
+	}
+	l, err := c.acquire(ctx, name, ttl, o, true)
+	return l, storeRefused(err)
+}
+
+// Observe reports who leads election name, first now and then at every
+// change, as lock.Client.Observe does, by long polls of
+// GET /v1/elections/{name} of up to WithMaxRequestWait each. The channel
+// is closed when ctx ends. A request that fails is sent again after a
+// backoff (50ms to 1s), to the next server if there are several. It
+// returns an error if the first request fails.
+func (c *Client) Observe(ctx context.Context, name string) (<-chan lock.Leader, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return nil, err
+	}
+	first, err := c.leader(ctx, name, nil, 0)
+	if err != nil {
+		return nil, fmt.Errorf("client: observe %q: %w", name, storeRefused(err))
+	}
+	out := make(chan lock.Leader)
+	go func() { // owned by ctx
+		defer close(out)
+		cur := first
+		const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
+		backoff := minBackoff
+		for {
+			select {
+			case out <- cur:
+			case <-ctx.Done():
+				return
+			}
+			for {
+				after := cur.Token
+				l, err := c.leader(ctx, name, &after, c.maxRequestWait)
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					t := time.NewTimer(backoff)
+					select {
+					case <-ctx.Done():
+						t.Stop()
+						return
+					case <-t.C:
+					}
+					backoff = min(2*backoff, maxBackoff)
+					continue
+				}
+				backoff = minBackoff
+				if l != cur {
+					cur = l
+					break
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// leader is one GET /v1/elections/{name}: at once, or waiting up to wait
+// for a term other than *after.
+func (c *Client) leader(ctx context.Context, name string, after *fence.Token, wait time.Duration) (lock.Leader, error) {
+	path := electionPath(name, "")
+	if after != nil {
+		q := url.Values{api.FieldAfterToken: {strconv.FormatUint(uint64(*after), 10)}}
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if wait > 0 {
+			q.Set(api.FieldWaitMs, strconv.FormatInt(max(wait.Milliseconds(), 1), 10))
+		}
+		path += "?" + q.Encode()
+	}
+	var a api.Leader
+	if err := c.do(ctx, http.MethodGet, path, nil, &a, resendAlways); err != nil {
+		return lock.Leader{}, err
+	}
+	return lock.Leader{Name: a.Name, Leading: a.Leading, Value: a.Value, Token: a.Token}, nil
+}
+
+// storeRefused makes the server's refusal of elections on Redis leases (a
+// 400 about no field of a request this client built) match
+// lock.ErrElectionStore.
+func storeRefused(err error) error {
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Code == api.CodeInvalidArgument && ae.Field == "" {
+		return fmt.Errorf("%w: %w", lock.ErrElectionStore, err)
+	}
+	return err
+}
+
+func electionPath(name, action string) string {
+	p := "/v1/elections/" + url.PathEscape(name)
+	if action != "" {
+		p += "/" + action
+	}
+	return p
+}

@@ -1,0 +1,139 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/server"
+)
+
+// etcdServer is a fenced API server in this process whose leases are in a
+// real (embedded) etcd: elections need it.
+func etcdServer(t *testing.T) string {
+	t.Helper()
+	_, cli := testenv.Etcd(t)
+	store, err := lock.NewEtcdStore(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	locks, err := lock.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { locks.Close(context.Background()) })
+	f := &fixture{locks: locks}
+	return f.serve(t, server.Config{})
+}
+
+func nextLeader(t *testing.T, ch <-chan lock.Leader) lock.Leader {
+	t.Helper()
+	select {
+	case l, ok := <-ch:
+		if !ok {
+			t.Fatal("observe channel closed")
+		}
+		return l
+	case <-time.After(30 * time.Second):
+		t.Fatal("no leader change in 30s")
+	}
+	return lock.Leader{}
+}
+
+// TestElect: two candidates through the server; the first leads and keeps
+// its term alive past its first deadline; the second waits across several requests
+// (a 200ms request wait) and leads after the first resigns, with a higher
+// term; an observer sees both, with their values.
+func TestElect(t *testing.T) {
+	url := etcdServer(t)
+	a := newClient(t, url)
+	b := newClient(t, url, client.WithMaxRequestWait(200*time.Millisecond))
+	name := testenv.Name(t)
+	ctx := t.Context()
+
+	obs, err := b.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := nextLeader(t, obs); l.Leading {
+		t.Fatalf("before any campaign: %+v", l)
+	}
+	first, err := a.Elect(ctx, name, "host-a:8080", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := nextLeader(t, obs); !l.Leading || l.Value != "host-a:8080" || l.Token != first.Token() {
+		t.Fatalf("observed %+v; want host-a:8080 with term %d", l, first.Token())
+	}
+	won := make(chan *lock.Lease, 1)
+	failed := make(chan error, 1)
+	go func() {
+		l, err := b.Elect(context.Background(), name, "host-b:8080", 2*time.Second, lock.WithWait(30*time.Second))
+		if err != nil {
+			failed <- err
+			return
+		}
+		won <- l
+	}()
+	// The leader keeps its term through keep-alive, past the deadline its
+	// first grant had.
+	granted := first.Deadline()
+	select {
+	case <-first.Done():
+		t.Fatalf("the leader lost its term: %v", first.Err())
+	case l := <-won:
+		t.Fatalf("a second leader (term %d) while the first leads", l.Token())
+	case err := <-failed:
+		t.Fatal(err)
+	case <-time.After(time.Until(granted) + 300*time.Millisecond):
+	}
+	if first.Err() != nil || !first.Deadline().After(granted) {
+		t.Fatalf("the leader's term was not kept alive: Err %v, deadline %s after %s", first.Err(), first.Deadline(), granted)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var second *lock.Lease
+	select {
+	case second = <-won:
+	case err := <-failed:
+		t.Fatal(err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second candidate did not lead after the resignation")
+	}
+	defer second.Release(context.Background())
+	if second.Token() <= first.Token() {
+		t.Fatalf("term %d after %d", second.Token(), first.Token())
+	}
+	for {
+		l := nextLeader(t, obs)
+		if !l.Leading {
+			continue
+		}
+		if l.Value != "host-b:8080" || l.Token != second.Token() {
+			t.Fatalf("observed %+v; want host-b:8080 with term %d", l, second.Token())
+		}
+		break
+	}
+}
+
+// TestElectOnRedisServer: a server whose leases are in Redis refuses
+// elections, and the client says so with lock.ErrElectionStore.
+func TestElectOnRedisServer(t *testing.T) {
+	f := newFixture(t)
+	c := newClient(t, f.url)
+	if _, err := c.Elect(t.Context(), "e", "v", time.Second); !errors.Is(err, lock.ErrElectionStore) {
+		t.Fatalf("Elect: %v", err)
+	}
+	if _, err := c.Observe(t.Context(), "e"); !errors.Is(err, lock.ErrElectionStore) {
+		t.Fatalf("Observe: %v", err)
+	}
+	if _, err := c.Elect(t.Context(), "e", "v", time.Second, lock.WithUnfair()); !errors.Is(err, lock.ErrInvalidOption) {
+		t.Fatalf("Elect WithUnfair: %v", err)
+	}
+}
