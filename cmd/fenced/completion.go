@@ -25,6 +25,7 @@ var commandFlags = []struct {
 	{"dev", func() *command { c, _ := newDevCommand(); return c }},
 	{"serve", func() *command { c, _ := newServeCommand(); return c }},
 	{"exec", func() *command { c, _ := newExecCommand(); return c }},
+	{"elect", func() *command { c, _ := newElectCommand(); return c }},
 	{"admin raise-floor", func() *command { c, _ := newFloorCommand("raise-floor"); return c }},
 	{"admin floor", func() *command { c, _ := newFloorCommand("floor"); return c }},
 	{"admin pg-sql", func() *command { c, _ := newPgSQLCommand(); return c }},
@@ -35,7 +36,7 @@ var commandFlags = []struct {
 }
 
 var (
-	topCommands   = []string{"dev", "serve", "exec", "locks", "admin", "completion", "version", "help"}
+	topCommands   = []string{"dev", "serve", "exec", "elect", "locks", "admin", "completion", "version", "help"}
 	adminCommands = []string{"raise-floor", "floor", "pg-sql", "pg-migrate"}
 	// subcommands are the commands that have their own.
 	subcommands = []struct {

@@ -172,16 +172,28 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stderr, "fenced exec: release %q: %v (the lease expires after its TTL)\n", name, err)
 		}
 	}
+	what := fmt.Sprintf("the lease of %q", name)
 	if len(argv) == 0 {
-		return holdUntilInterrupted(ctx, lease, release, stdout)
+		banner := fmt.Sprintf("holding lock %q with token %d; interrupt (Ctrl-C) to release", name, lease.Token())
+		return holdUntilInterrupted(ctx, cmd.name, banner, what, lease, release, stdout)
 	}
+	return superviseChild(ctx, cmd.name, what, lease, argv, sigs, o.grace, release, stdout, stderr)
+}
 
+// superviseChild runs argv while lease is held, with the lease's variables
+// in its environment: it passes signals on, stops the child (SIGTERM, then
+// SIGKILL after grace) when the lease is lost or ctx is cancelled, and
+// calls release when the child exits. It returns the child's status as an
+// *ExitError (1 after a loss; 127 when it cannot start). prog names the
+// command in messages, what the lease ("the lease of "x"").
+func superviseChild(ctx context.Context, prog, what string, lease *client.Lease, argv []string, sigs <-chan os.Signal,
+	grace time.Duration, release func(), stdout, stderr io.Writer) error {
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
 	child.Env = childEnv(os.Environ(), lease)
 	if err := child.Start(); err != nil {
 		release()
-		return &ExitError{Code: 127, Err: fmt.Errorf("fenced exec: start %s: %w", argv[0], err)}
+		return &ExitError{Code: 127, Err: fmt.Errorf("%s: start %s: %w", prog, argv[0], err)}
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- child.Wait() }() // ends when the child exits, which the loop below waits for
@@ -193,10 +205,10 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		leaseEnd = lease.Done()
 	)
 	stop := func(why string) {
-		fmt.Fprintf(stderr, "fenced exec: %s; stopping %s: SIGTERM, SIGKILL after %s\n", why, argv[0], o.grace)
+		fmt.Fprintf(stderr, "%s: %s; stopping %s: SIGTERM, SIGKILL after %s\n", prog, why, argv[0], grace)
 		_ = child.Process.Signal(syscall.SIGTERM) // it may have exited already
 		if kill == nil {
-			kill = time.After(o.grace)
+			kill = time.After(grace)
 		}
 	}
 	for {
@@ -205,7 +217,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			code := exitCode(werr)
 			release() // after a loss too: an expired lease may still be held on the server
 			if lost != nil {
-				return &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: %s exited (status %d) after the lease of %q was lost: %w", argv[0], code, name, lost)}
+				return &ExitError{Code: 1, Err: fmt.Errorf("%s: %s exited (status %d) after %s was lost: %w", prog, argv[0], code, what, lost)}
 			}
 			if code != 0 {
 				return &ExitError{Code: code}
@@ -223,7 +235,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		case <-leaseEnd:
 			leaseEnd = nil
 			lost = lease.Err()
-			stop(fmt.Sprintf("the lease of %q was lost (%v)", name, lost))
+			stop(fmt.Sprintf("%s was lost (%v)", what, lost))
 		case <-kill:
 			_ = child.Process.Kill()
 		}
@@ -267,19 +279,19 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 // holdUntilInterrupted holds the lease with no command: it prints the token
 // and waits for SIGINT or SIGTERM (exit 0, released) or the loss of the
 // lease (exit 1).
-func holdUntilInterrupted(ctx context.Context, lease *client.Lease, release func(), stdout io.Writer) error {
-	fmt.Fprintf(stdout, "holding lock %q with token %d; interrupt (Ctrl-C) to release\n", lease.Name(), lease.Token())
+func holdUntilInterrupted(ctx context.Context, prog, banner, what string, lease *client.Lease, release func(), stdout io.Writer) error {
+	fmt.Fprintln(stdout, banner)
 	select {
 	case <-ctx.Done():
 		release()
 		if isSignalCause(ctx) {
 			return nil
 		}
-		return &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: %w", context.Cause(ctx))}
+		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %w", prog, context.Cause(ctx))}
 	case <-lease.Done():
 		lost := lease.Err()
 		release()
-		return &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: the lease of %q was lost: %w", lease.Name(), lost)}
+		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %s was lost: %w", prog, what, lost)}
 	}
 }
 

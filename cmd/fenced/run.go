@@ -25,6 +25,8 @@ Usage:
   fenced serve [flags]                      real deployments: leases in Redis (or etcd), tokens from etcd
   fenced exec [flags] NAME [-- CMD [ARG...]] hold the lock NAME (waiting for it) while CMD runs, with FENCED_TOKEN set;
                                             without CMD, until interrupted
+  fenced elect [flags] NAME [-- CMD [ARG...]] campaign in the election NAME; run CMD only while leading,
+                                            with FENCED_TOKEN the term; --observe prints who leads
   fenced locks list|get|release [flags]     list the held locks, inspect one, force-release one
   fenced admin raise-floor [flags]          after an etcd restore: make new tokens exceed all before
   fenced admin floor [flags]                print the token floor
@@ -35,7 +37,7 @@ Usage:
 
 Every flag can also be set by an environment variable: --max-ttl is
 FENCED_MAX_TTL. A flag on the command line overrides the environment.
-fenced exec's and fenced locks' variables (FENCED_URL, FENCED_CLIENT_TOKEN, ...) are distinct
+fenced exec's, elect's and locks' variables (FENCED_URL, FENCED_CLIENT_TOKEN, ...) are distinct
 from those of dev and serve (FENCED_LISTEN, FENCED_AUTH_TOKEN_FILE, ...).
 Run 'fenced COMMAND --help' for the flags of a command.
 `
@@ -57,6 +59,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		err = runServe(ctx, args[1:], stdout, stderr)
 	case "exec":
 		err = runExec(ctx, args[1:], stdout, stderr)
+	case "elect":
+		err = runElect(ctx, args[1:], stdout, stderr)
 	case "locks":
 		err = runLocks(ctx, args[1:], stdout, stderr)
 	case "admin":
@@ -71,7 +75,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprint(stdout, topUsage)
 	default:
-		return usagef("fenced", "unknown command %q: want dev, serve, exec, locks, admin, completion or version", args[0])
+		return usagef("fenced", "unknown command %q: want dev, serve, exec, elect, locks, admin, completion or version", args[0])
 	}
 	if err == errHelp {
 		return nil

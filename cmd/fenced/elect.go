@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/lock"
+)
+
+const electSummary = `Campaign in the election NAME through a fenced server, as etcdctl elect
+does: wait until this process leads (candidates are served in the order they
+began; --wait bounds the wait), keep the leadership alive (a refresh every
+TTL/3), and resign at the end. The server must keep its leases in etcd
+(fenced dev does; fenced serve with --lease-store etcd): a Redis failover
+could lose a leader's term.
+
+With a command, run CMD only while leading, with FENCED_LOCK (the election's
+name), FENCED_LEASE_ID and FENCED_TOKEN in its environment (less fenced's
+own secrets, as fenced exec). FENCED_TOKEN is the leader's term: pass it to
+the protected resource with every write, and a deposed leader's late writes
+are rejected once the next leader has written. If leadership is lost, CMD
+gets SIGTERM, then SIGKILL after --grace, and fenced elect exits 1; run it
+under a supervisor that starts it again to campaign again. Without a
+command, print the term and lead until interrupted.
+
+With --observe, campaign not: print who leads now and every change, one
+line each, until interrupted:
+  leader term TOKEN value "VALUE"
+  no leader
+
+Exit status as fenced exec's: CMD's; 1 when fenced elect failed (not leading
+after --wait, leadership lost, the server unreachable or on Redis leases);
+2 for a usage error; 127 when CMD cannot be started; 128+N when signal N
+interrupted the wait.`
+
+type electOpts struct {
+	clientOpts
+	ttl, wait, grace time.Duration
+	value            string
+	observe          bool
+}
+
+func newElectCommand() (*command, *electOpts) {
+	cmd := newCommand("fenced elect", " NAME [-- CMD [ARG...]]", electSummary)
+	o := &electOpts{}
+	fs := cmd.fs
+	o.clientOpts.register(fs)
+	fs.DurationVar(&o.ttl, "ttl", 15*time.Second, "Leadership TTL; it is refreshed every TTL/3 while leading. A leader that stops (a crash, a pause) is replaced after it.")
+	fs.DurationVar(&o.wait, "wait", 0, "Longest wait to lead; then exit 1. 0: wait until leading.")
+	fs.DurationVar(&o.grace, "grace", 5*time.Second, "After leadership is lost, how long CMD has between SIGTERM and SIGKILL.")
+	fs.StringVar(&o.value, "value", "", "`Value` observers see of the leader, such as its address (default: HOST pid PID).")
+	fs.BoolVar(&o.observe, "observe", false, "Do not campaign: print who leads and every change until interrupted.")
+	return cmd, o
+}
+
+func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd, o := newElectCommand()
+	if err := cmd.parse(args, stdout); err != nil {
+		return err
+	}
+	rest := cmd.fs.Args()
+	if len(rest) == 0 {
+		return usagef(cmd.name, "missing the election NAME: fenced elect [flags] NAME [-- CMD [ARG...]]")
+	}
+	name, argv := rest[0], rest[1:]
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	} else if len(argv) > 0 {
+		return usagef(cmd.name, "%q after the election NAME: put -- before the command, fenced elect [flags] %s -- CMD [ARG...]", argv[0], name)
+	}
+	if err := lock.ValidateName(name); err != nil {
+		return usagef(cmd.name, "election NAME: %v", err)
+	}
+	switch {
+	case o.observe && len(argv) > 0:
+		return usagef(cmd.name, "--observe and a command: --observe only prints who leads; drop one")
+	case o.observe && (cmd.set["value"] || cmd.set["wait"] || cmd.set["ttl"] || cmd.set["grace"]):
+		return usagef(cmd.name, "--observe does not campaign: --value, --wait, --ttl and --grace do not apply")
+	case lock.ValidateTTL(o.ttl) != nil || o.ttl%time.Millisecond != 0:
+		return usagef(cmd.name, "--ttl %s: want %s to %s in whole milliseconds", o.ttl, lock.MinTTL, lock.MaxTTL)
+	case o.wait < 0:
+		return usagef(cmd.name, "--wait %s: want >= 0 (0 waits until leading)", o.wait)
+	case o.grace < 0:
+		return usagef(cmd.name, "--grace %s: want >= 0", o.grace)
+	case cmd.set["value"] && lock.ValidateLabel(o.value) != nil:
+		return usagef(cmd.name, "--value: %v", lock.ValidateLabel(o.value))
+	}
+	if o.value == "" {
+		o.value = defaultOwner()
+	}
+	c, err := o.clientOpts.client(cmd.name)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Close(cctx) // resigned or lost by then
+	}()
+	if o.observe {
+		return observeLeaders(ctx, c, name, stdout)
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	var opts []lock.Option
+	if o.wait > 0 {
+		opts = append(opts, lock.WithWait(o.wait))
+	}
+	lease, err := c.Elect(ctx, name, o.value, o.ttl, opts...)
+	switch {
+	case err == nil:
+	case isSignalCause(ctx):
+		var se *signalError
+		errors.As(context.Cause(ctx), &se)
+		code := 130
+		if s, ok := se.sig.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+		return &ExitError{Code: code, Err: fmt.Errorf("fenced elect: %v while campaigning in %q", se, name)}
+	case errors.Is(err, lock.ErrNotAcquired):
+		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: election %q still has another leader after --wait %s", name, o.wait)}
+	case errors.Is(err, lock.ErrElectionStore):
+		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w; point --url at a fenced server with --lease-store etcd (fenced dev is one)", err)}
+	default:
+		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w", err)}
+	}
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := lease.Release(rctx); err != nil && !errors.Is(err, lock.ErrLost) {
+			fmt.Fprintf(stderr, "fenced elect: resign %q: %v (the term ends after its TTL)\n", name, err)
+		}
+	}
+	what := fmt.Sprintf("leadership of %q", name)
+	if len(argv) == 0 {
+		banner := fmt.Sprintf("leading election %q with term %d; interrupt (Ctrl-C) to resign", name, lease.Token())
+		return holdUntilInterrupted(ctx, cmd.name, banner, what, lease, release, stdout)
+	}
+	return superviseChild(ctx, cmd.name, what, lease, argv, sigs, o.grace, release, stdout, stderr)
+}
+
+// observeLeaders prints who leads name, and every change, until ctx ends
+// (exit 0 on a signal).
+func observeLeaders(ctx context.Context, c *client.Client, name string, stdout io.Writer) error {
+	ch, err := c.Observe(ctx, name)
+	if err != nil {
+		if errors.Is(err, lock.ErrElectionStore) {
+			return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w; point --url at a fenced server with --lease-store etcd (fenced dev is one)", err)}
+		}
+		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w", err)}
+	}
+	for l := range ch {
+		if l.Leading {
+			fmt.Fprintf(stdout, "leader term %d value %s\n", l.Token, strconv.Quote(l.Value))
+		} else {
+			fmt.Fprintln(stdout, "no leader")
+		}
+	}
+	if isSignalCause(ctx) {
+		return nil
+	}
+	return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w", context.Cause(ctx))}
+}
