@@ -71,6 +71,11 @@ type Lease struct {
 	// reentrant holder acquired a lock it held (2 or more); omitted for 1,
 	// and by refresh.
 	Count int `json:"count,omitempty"`
+	// WaitedMs, on an acquire or campaign that waited, is how long the
+	// server waited before the attempt that granted the lease (a lower
+	// bound). The lease's validity runs from then: a client adds it to
+	// the time it sent the request. Omitted when 0, and by refresh.
+	WaitedMs int64 `json:"waited_ms,omitempty"`
 }
 
 // LockState is the answer to GET /v1/locks/{name}. It never carries the

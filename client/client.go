@@ -306,6 +306,10 @@ func (c *Client) adopt(ctx context.Context, name string, start time.Time, a api.
 		opts = append(opts, lock.WithDetached())
 	}
 	g := lock.Grant{Token: a.Token, TTL: time.Duration(a.TTLMs) * time.Millisecond, LeaseID: a.LeaseID, Count: a.Count}
+	// The validity runs from the attempt that granted the lease, which the
+	// server began waited_ms after it had the request, so never before
+	// start + waited_ms.
+	start = start.Add(time.Duration(max(a.WaitedMs, 0)) * time.Millisecond)
 	return c.leases.Adopt(ctx, name, a.LeaseID, g, start, opts...)
 }
 

@@ -154,7 +154,18 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 	if count == 1 {
 		count = 0 // omitted: the usual case says nothing
 	}
-	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds(), Count: count})
+	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds(), Count: count,
+		WaitedMs: waitedBefore(l, start).Milliseconds()})
+}
+
+// waitedBefore is how long after start the attempt that granted l began,
+// less 0.1% for the rate of this clock against the client's: the client
+// measures l's validity from the moment it sent the request plus this, a
+// moment that is never after the grant (docs/design.md, "Waiting").
+func waitedBefore(l *lock.Lease, start time.Time) time.Duration {
+	granted := l.Deadline().Add(-(l.TTL() - lock.Drift(l.TTL()))) // newLease's start
+	w := granted.Sub(start)
+	return max(w-w/1000, 0)
 }
 
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {

@@ -384,6 +384,10 @@ class Lease:
         #: Why the lease was lost (a LostError), once lost is set.
         self.lost_reason: Optional[FencedError] = None
         self._mu = threading.Lock()
+        # The grant's attempt began waited_ms after the server had the
+        # request, so never before started + waited_ms: the validity runs
+        # from there (a wait longer than the TTL must not void the grant).
+        started += max(0, int(doc.get("waited_ms", 0))) / 1000.0
         self._deadline = started + max(0.0, validity(self.ttl_ms, started, started))
         self._released = False
         self._on_lost: Optional[Callable[[Lease, FencedError], None]] = None

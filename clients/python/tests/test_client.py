@@ -182,6 +182,17 @@ class RedisTest(unittest.TestCase):
         self.assertFalse(lease.lost.is_set())
         self.assertFalse(self.client.inspect(name).held)
 
+    def test_wait_longer_than_ttl_keeps_the_grant(self) -> None:
+        # The holder's 2.5 s lease runs out unreleased; the waiter, which
+        # asked for 1 s, waited longer than that. Its validity runs from
+        # the grant (the server's waited_ms), not from the request's send.
+        name = unique()
+        self.client.acquire(name, ttl_ms=2500, wait_ms=0)
+        lease = self.client.acquire(name, ttl_ms=1000, wait_ms=10_000)
+        self.addCleanup(lease.release)
+        self.assertGreater(lease.valid_for(), 0.0, "a lease granted after a wait longer than its TTL looked expired on arrival")
+        self.assertTrue(self.client.inspect(name).held)
+
     def test_shorter_refresh_shortens_validity(self) -> None:
         lease = self.client.acquire(unique(), ttl_ms=10_000)
         self.addCleanup(lease.release)

@@ -443,6 +443,10 @@ export class Lease {
     this.leaseID = doc.lease_id as string;
     this.token = doc.token as bigint;
     this.#ttlMs = doc.ttl_ms as number;
+    // The grant's attempt began waited_ms after the server had the request,
+    // so never before startedMs + waited_ms: the validity runs from there
+    // (a wait longer than the TTL must not void the grant).
+    startedMs += Math.max(0, Number(doc.waited_ms ?? 0));
     this.#deadline = startedMs + validityMs(this.#ttlMs, startedMs, startedMs);
     this.#lostPromise = new Promise((resolve) => (this.#resolveLost = resolve));
   }

@@ -194,6 +194,19 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     assert.equal((await client.inspect(name)).held, false);
   });
 
+  it("keeps a grant after a wait longer than its TTL", async () => {
+    // The holder's 2.5 s lease runs out unreleased; the waiter asked for
+    // 1 s and waited longer. Its validity runs from the grant (waited_ms).
+    const name = unique();
+    await client.acquire(name, { ttlMs: 2500, waitMs: 0 });
+    const lease = await client.acquire(name, { ttlMs: 1000, waitMs: 10_000 });
+    try {
+      assert.ok(lease.validForMs() > 0, "a lease granted after a wait longer than its TTL looked expired on arrival");
+    } finally {
+      await lease.release();
+    }
+  });
+
   it("shortens the validity with a shorter refresh", async () => {
     const lease = await client.acquire(unique(), { ttlMs: 10_000 });
     try {

@@ -224,6 +224,15 @@ type Lease struct {
 
 	// TtlMs The TTL the lease store really granted, in milliseconds.
 	TtlMs int64 `json:"ttl_ms"`
+
+	// WaitedMs Acquire and campaign only, when the server waited: how long it
+	// waited before the attempt that granted the lease (a lower
+	// bound). The lease is valid for ttl_ms less drift (ttl_ms/100 +
+	// 2 ms) from the moment the client sent the request plus
+	// waited_ms; counting from the send time alone would make a grant
+	// after a wait longer than the TTL look expired on arrival.
+	// Absent when 0.
+	WaitedMs *int64 `json:"waited_ms,omitempty"`
 }
 
 // LeaseID The lease id acquire returned (128 random bits in hex). A secret of the holder.
