@@ -24,6 +24,17 @@
 // an error matching [lock.ErrInvalidOption], as with lock.Client; so is
 // [lock.WithRetry], since the server, not the client, waits.
 //
+// A lease granted after a wait is valid from the attempt that granted it:
+// the answer says how long the server waited before it (waited_ms), and
+// the client counts from its send time plus that.
+//
+// # Elections
+//
+// [Client.Elect] and [Client.Observe] implement [lock.Elector] through
+// POST /v1/elections/{name}/campaign and long polls of
+// GET /v1/elections/{name}; the server must keep its leases in etcd (else
+// the error matches [lock.ErrElectionStore]).
+//
 // # Several servers
 //
 // [New] takes several base URLs, separated by commas, of fenced servers

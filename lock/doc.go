@@ -69,6 +69,14 @@
 // [ErrNotAcquired]; a refresh or release by a lease id that no longer holds
 // the lease is [ErrLost]. When the context ends, the error matches ctx.Err().
 //
+// # Leader election
+//
+// [Client.Elect] campaigns in an election on an [EtcdStore] and returns the
+// leadership as a Lease whose token is the leader's term; [Client.Observe]
+// reports who leads. An election is the lock of its name held by the
+// leader (docs/design.md, "Leader election"). [Elector] is what *Client and
+// *client.Client share.
+//
 // # Stores
 //
 // [RedisStore] works with any redis.UniversalClient: a single node, Sentinel
