@@ -32,7 +32,8 @@ func readToken(t *testing.T, path string) uint64 {
 // dev. The first leads and its command runs; the second waits without
 // running its command; deposing the first (an operator's force-release)
 // stops its command and hands the term, higher, to the second, whose
-// command runs only then; the observer prints each leader.
+// command runs only then; a third, killed while it waits, leaves the
+// queue; the observer prints each leader.
 func TestElect(t *testing.T) {
 	t.Parallel()
 	_, url := startDev(t, nil)
@@ -63,6 +64,18 @@ while :; do sleep 0.05; done`
 	if _, err := os.Stat(filepath.Join(dir, "b")); err == nil {
 		t.Fatal("the second candidate's command ran while the first led")
 	}
+	// A third candidate queues and is killed: its place goes with it.
+	third := start(t, nil, "elect", "--url", url, "--ttl", "2s", name, "--", "sh", "-c", script, dir, "c")
+	waiters := func(n float64) func() bool {
+		return func() bool {
+			m := a.must(200, "GET", "/v1/locks/"+name, "")
+			w, _ := m["waiters"].(float64)
+			return w == n
+		}
+	}
+	eventually(t, 30*time.Second, "the third candidate queues", waiters(2))
+	third.signal(syscall.SIGKILL)
+	eventually(t, 30*time.Second, "the killed candidate leaves the queue", waiters(1))
 
 	a.must(200, "DELETE", "/v1/locks/"+name, "") // depose the first leader
 	if code := first.wait(30 * time.Second); code != 1 {
