@@ -66,18 +66,9 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
-	rest := cmd.fs.Args()
-	if len(rest) == 0 {
-		return usagef(cmd.name, "missing the election NAME: fenced elect [flags] NAME [-- CMD [ARG...]]")
-	}
-	name, argv := rest[0], rest[1:]
-	if len(argv) > 0 && argv[0] == "--" {
-		argv = argv[1:]
-	} else if len(argv) > 0 {
-		return usagef(cmd.name, "%q after the election NAME: put -- before the command, fenced elect [flags] %s -- CMD [ARG...]", argv[0], name)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return usagef(cmd.name, "election NAME: %v", err)
+	name, argv, err := nameAndCommand(cmd, "election")
+	if err != nil {
+		return err
 	}
 	switch {
 	case o.observe && len(argv) > 0:
@@ -100,11 +91,7 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.Close(cctx) // resigned or lost by then
-	}()
+	defer closeClient(c)
 	if o.observe {
 		return observeLeaders(ctx, c, name, stdout)
 	}
@@ -121,13 +108,7 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case err == nil:
 	case isSignalCause(ctx):
-		var se *signalError
-		errors.As(context.Cause(ctx), &se)
-		code := 130
-		if s, ok := se.sig.(syscall.Signal); ok {
-			code = 128 + int(s)
-		}
-		return &ExitError{Code: code, Err: fmt.Errorf("fenced elect: %v while campaigning in %q", se, name)}
+		return signalExit(ctx, fmt.Sprintf("fenced elect: %%v while campaigning in %q", name))
 	case errors.Is(err, lock.ErrNotAcquired):
 		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: election %q still has another leader after --wait %s", name, o.wait)}
 	case errors.Is(err, lock.ErrElectionStore):
@@ -135,13 +116,7 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w", err)}
 	}
-	release := func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := lease.Release(rctx); err != nil && !errors.Is(err, lock.ErrLost) {
-			fmt.Fprintf(stderr, "fenced elect: resign %q: %v (the term ends after its TTL)\n", name, err)
-		}
-	}
+	release := releaser(lease, stderr, fmt.Sprintf("fenced elect: resign %q", name), "the term ends after its TTL")
 	what := fmt.Sprintf("leadership of %q", name)
 	if len(argv) == 0 {
 		banner := fmt.Sprintf("leading election %q with term %d; interrupt (Ctrl-C) to resign", name, lease.Token())

@@ -117,18 +117,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
-	rest := cmd.fs.Args()
-	if len(rest) == 0 {
-		return usagef(cmd.name, "missing the lock NAME: fenced exec [flags] NAME [-- CMD [ARG...]]")
-	}
-	name, argv := rest[0], rest[1:]
-	if len(argv) > 0 && argv[0] == "--" {
-		argv = argv[1:]
-	} else if len(argv) > 0 {
-		return usagef(cmd.name, "%q after the lock NAME: put -- before the command, fenced exec [flags] %s -- CMD [ARG...]", argv[0], name)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return usagef(cmd.name, "lock NAME: %v", err)
+	name, argv, err := nameAndCommand(cmd, "lock")
+	if err != nil {
+		return err
 	}
 	switch {
 	case lock.ValidateTTL(o.ttl) != nil || o.ttl%time.Millisecond != 0:
@@ -149,11 +140,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.Close(cctx) // the lease is released or lost by then
-	}()
+	defer closeClient(c)
 
 	// Listen for signals from now on, so that one sent while the lock is
 	// being acquired is not lost.
@@ -165,13 +152,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	release := func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := lease.Release(rctx); err != nil && !errors.Is(err, lock.ErrLost) {
-			fmt.Fprintf(stderr, "fenced exec: release %q: %v (the lease expires after its TTL)\n", name, err)
-		}
-	}
+	release := releaser(lease, stderr, fmt.Sprintf("fenced exec: release %q", name), "the lease expires after its TTL")
 	what := fmt.Sprintf("the lease of %q", name)
 	if len(argv) == 0 {
 		banner := fmt.Sprintf("holding lock %q with token %d; interrupt (Ctrl-C) to release", name, lease.Token())
@@ -261,13 +242,7 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 	case err == nil:
 		return lease, nil
 	case isSignalCause(ctx):
-		var se *signalError
-		errors.As(context.Cause(ctx), &se)
-		code := 130
-		if s, ok := se.sig.(syscall.Signal); ok {
-			code = 128 + int(s)
-		}
-		return nil, &ExitError{Code: code, Err: fmt.Errorf("fenced exec: %v while waiting for lock %q", se, name)}
+		return nil, signalExit(ctx, fmt.Sprintf("fenced exec: %%v while waiting for lock %q", name))
 	case errors.Is(err, lock.ErrNotAcquired) && o.try:
 		return nil, &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: lock %q is held by another holder (--try: one attempt)", name)}
 	case errors.Is(err, lock.ErrNotAcquired):
@@ -293,6 +268,57 @@ func holdUntilInterrupted(ctx context.Context, prog, banner, what string, lease 
 		release()
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %s was lost: %w", prog, what, lost)}
 	}
+}
+
+// closeClient closes c at the end of exec or elect, when its lease is
+// released or lost.
+func closeClient(c *client.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// releaser releases lease within 5s, saying on stderr (what: then) if it
+// could not, unless it was lost already.
+func releaser(lease *client.Lease, stderr io.Writer, what, then string) func() {
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := lease.Release(ctx); err != nil && !errors.Is(err, lock.ErrLost) {
+			fmt.Fprintf(stderr, "%s: %v (%s)\n", what, err, then)
+		}
+	}
+}
+
+// nameAndCommand reads the arguments NAME [-- CMD [ARG...]] of fenced exec
+// and fenced elect; kind is "lock" or "election".
+func nameAndCommand(cmd *command, kind string) (name string, argv []string, err error) {
+	rest := cmd.fs.Args()
+	if len(rest) == 0 {
+		return "", nil, usagef(cmd.name, "missing the %s NAME: %s [flags] NAME [-- CMD [ARG...]]", kind, cmd.name)
+	}
+	name, argv = rest[0], rest[1:]
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	} else if len(argv) > 0 {
+		return "", nil, usagef(cmd.name, "%q after the %s NAME: put -- before the command, %s [flags] %s -- CMD [ARG...]", argv[0], kind, cmd.name, name)
+	}
+	if err := lock.ValidateName(name); err != nil {
+		return "", nil, usagef(cmd.name, "%s NAME: %v", kind, err)
+	}
+	return name, argv, nil
+}
+
+// signalExit is the exit of a wait that a signal interrupted: 128+N, with
+// format's %v the signal.
+func signalExit(ctx context.Context, format string) error {
+	var se *signalError
+	errors.As(context.Cause(ctx), &se)
+	code := 130
+	if s, ok := se.sig.(syscall.Signal); ok {
+		code = 128 + int(s)
+	}
+	return &ExitError{Code: code, Err: fmt.Errorf(format, se)}
 }
 
 // isSignalCause tells a context ended by a signal (see signalContext) from
