@@ -10,6 +10,8 @@
 #   bench          lock comparison (bench/cmd/lockbench); BENCHFLAGS, e.g. BENCHFLAGS='-short'
 #   bench-http     HTTP API against the SDK (bench/cmd/httpbench); BENCHFLAGS too
 #   bench-pg       the Postgres fence's cost (bench/cmd/pgfence); BENCHFLAGS too
+#   bench-scaling  how cost grows with clients and with held locks (bench/cmd/scaling):
+#                  the tables, and bench/scaling-clients.svg and bench/scaling-held.svg
 #   compare        every lock scheme under every fault, checked (bench/cmd/compare):
 #                  the table, docs/compare/results.{md,json} and the charts; the JSON last
 #   compare-short  the same with small counts, as CI runs it; fails if fenced broke
@@ -23,7 +25,7 @@ PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST      ?= dist
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 
-.PHONY: test install dist bench bench-http bench-pg compare compare-short
+.PHONY: test install dist bench bench-http bench-pg bench-scaling compare compare-short
 
 test:
 	go test -race ./...
@@ -50,6 +52,9 @@ bench-http:
 
 bench-pg:
 	cd bench && go run ./cmd/pgfence $(BENCHFLAGS)
+
+bench-scaling:
+	cd bench && go run ./cmd/scaling -svg . $(BENCHFLAGS)
 
 compare:
 	cd bench && go run ./cmd/compare -out ../docs/compare $(COMPAREFLAGS)

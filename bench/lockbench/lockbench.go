@@ -207,24 +207,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: cfg.Clients + cfg.Contenders + 16})
-	defer rdb.Close()
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("lockbench: Redis at %s does not answer (%w): start it (redis-server --port 6379) or set FENCED_TEST_REDIS", cfg.RedisAddr, err)
-	}
-	etcd, err := startEtcd(ctx, cfg.NoFsync)
+	rdb, cli, closeBackends, err := backends(ctx, cfg.RedisAddr, cfg.Clients+cfg.Contenders+16, cfg.NoFsync)
 	if err != nil {
 		return nil, err
 	}
-	defer etcd.Close()
-	cli, err := etcd.Client()
-	if err != nil {
-		return nil, fmt.Errorf("lockbench: etcd client: %w", err)
-	}
-	defer cli.Close()
+	defer closeBackends()
 
 	rep := &Report{Config: cfg, Redis: redisInfo(ctx, rdb)}
 	loadBefore := benchkit.Loadavg()
@@ -316,12 +303,28 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-func startEtcd(ctx context.Context, noFsync bool) (*sequencer.Embedded, error) {
-	e, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{UnsafeNoFsync: noFsync})
+// backends connects to Redis at addr with a pool of pool connections and
+// starts an embedded etcd; closeAll stops both.
+func backends(ctx context.Context, addr string, pool int, noFsync bool) (rdb *redis.Client, cli *clientv3.Client, closeAll func(), err error) {
+	rdb = redis.NewClient(&redis.Options{Addr: addr, PoolSize: pool, PoolTimeout: opTimeout})
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = rdb.Ping(pctx).Err()
+	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("lockbench: embedded etcd: %w", err)
+		rdb.Close()
+		return nil, nil, nil, fmt.Errorf("lockbench: Redis at %s does not answer (%w): start it (redis-server --port 6379) or set FENCED_TEST_REDIS", addr, err)
 	}
-	return e, nil
+	etcd, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{UnsafeNoFsync: noFsync})
+	if err != nil {
+		rdb.Close()
+		return nil, nil, nil, fmt.Errorf("lockbench: embedded etcd: %w", err)
+	}
+	if cli, err = etcd.Client(); err != nil {
+		etcd.Close()
+		rdb.Close()
+		return nil, nil, nil, fmt.Errorf("lockbench: etcd client: %w", err)
+	}
+	return rdb, cli, func() { cli.Close(); etcd.Close(); rdb.Close() }, nil
 }
 
 // redisCPU is the Redis server's used_cpu_user + used_cpu_sys, -1 if

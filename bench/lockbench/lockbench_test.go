@@ -3,6 +3,8 @@ package lockbench_test
 import (
 	"bytes"
 	"context"
+	"encoding/xml"
+	"io"
 	"os"
 	"testing"
 	"time"
@@ -62,6 +64,71 @@ func TestRun(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	if err := lockbench.Write(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + buf.String())
+}
+
+// TestScaling runs both sweeps of the scaling run, tiny, and checks that
+// every point completed operations without errors and that the curves are
+// drawn: one line per implementation in each panel, in well-formed SVG.
+func TestScaling(t *testing.T) {
+	cfg := lockbench.DefaultScalingConfig()
+	cfg.Clients, cfg.Window = []int{1, 4}, 200*time.Millisecond
+	cfg.Held, cfg.HeldTTL, cfg.HeldWindow = []int{5, 50}, 3*time.Second, 300*time.Millisecond
+	if a := os.Getenv("FENCED_TEST_REDIS"); a != "" {
+		cfg.RedisAddr = a
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := lockbench.RunScaling(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(lockbench.ScalingImpls)
+	if len(rep.Clients) != len(cfg.Clients)*n || len(rep.Held) != len(cfg.Held)*n {
+		t.Fatalf("%d client points and %d held points, want %d and %d", len(rep.Clients), len(rep.Held), len(cfg.Clients)*n, len(cfg.Held)*n)
+	}
+	for _, p := range rep.Clients {
+		if p.Ops == 0 || p.Errors > 0 || p.P99 < p.P50 {
+			t.Errorf("%s with %d clients: %d ops, p50 %s, p99 %s, %d errors (first: %v)", p.Impl, p.Clients, p.Ops, p.P50, p.P99, p.Errors, p.FirstErr)
+		}
+	}
+	for _, p := range rep.Held {
+		if p.Errors > 0 || p.Acquire <= 0 {
+			t.Errorf("%s holding %d: took %s, %d errors (first: %v)", p.Impl, p.Held, p.Acquire, p.Errors, p.FirstErr)
+		}
+	}
+	dir := t.TempDir()
+	paths, err := lockbench.WriteScalingSVGs(dir, rep)
+	if err != nil || len(paths) != 2 {
+		t.Fatalf("SVGs %q: %v", paths, err)
+	}
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := xml.NewDecoder(bytes.NewReader(b))
+		lines := 0
+		for {
+			tok, err := dec.Token()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s is not well-formed: %v", path, err)
+			}
+			if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+				lines++
+			}
+		}
+		if lines < 2*n { // three panels, one line per implementation; a panel of all-zero values on a log scale may lack some
+			t.Errorf("%s has %d lines, want at least %d", path, lines, 2*n)
+		}
+	}
+	var buf bytes.Buffer
+	if err := lockbench.WriteScaling(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + buf.String())

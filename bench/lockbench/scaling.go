@@ -1,0 +1,472 @@
+package lockbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fenced/fenced/bench/internal/benchkit"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// How cost grows: throughput, p99 and CPU against concurrent clients on
+// distinct names, and CPU and memory against locks held at once, each
+// kept alive, for etcd's Mutex and fenced's two stores.
+
+// ScalingConfig says what the scaling run sweeps.
+type ScalingConfig struct {
+	RedisAddr string
+	NoFsync   bool
+	// Clients are the client counts of the first sweep, each on its own
+	// lock name, acquiring and releasing for Window each.
+	Clients []int
+	Window  time.Duration
+	// Held are the counts of locks held at once in the second sweep, each
+	// kept alive with HeldTTL, measured over HeldWindow (one keep-alive
+	// period, HeldTTL/3, or more).
+	Held       []int
+	HeldTTL    time.Duration
+	HeldWindow time.Duration
+	// Only, if not empty, runs only the implementations named.
+	Only     []string
+	Progress io.Writer
+}
+
+// DefaultScalingConfig is the full scaling run.
+func DefaultScalingConfig() ScalingConfig {
+	return ScalingConfig{
+		RedisAddr:  "127.0.0.1:6379",
+		Clients:    []int{1, 8, 64, 256, 1024},
+		Window:     2 * time.Second,
+		Held:       []int{10, 100, 1000, 10000, 100000},
+		HeldTTL:    30 * time.Second,
+		HeldWindow: 10 * time.Second,
+	}
+}
+
+// ScalingImpls are the implementations the scaling run compares.
+var ScalingImpls = []string{EtcdMutex, FencedRedis, FencedEtcd}
+
+// ClientPoint is one implementation at one client count.
+type ClientPoint struct {
+	Impl     string
+	Clients  int
+	Ops      int
+	Elapsed  time.Duration
+	P50, P99 time.Duration
+	CPU      time.Duration // this process (clients and the embedded etcd) plus Redis, over the window
+	Errors   int
+	FirstErr error
+}
+
+// OpsPerSec is the throughput.
+func (p ClientPoint) OpsPerSec() float64 { return perSec(p.Ops, p.Elapsed) }
+
+// CPUPerOp is the CPU of one acquire+release pair.
+func (p ClientPoint) CPUPerOp() time.Duration { return perOp(p.CPU, p.Ops) }
+
+// HeldPoint is one implementation holding Held locks at once.
+type HeldPoint struct {
+	Impl string
+	Held int
+	// Acquire is how long taking them all took (64 at a time).
+	Acquire time.Duration
+	// CPU over the window, while nothing but keep-alive ran: this process
+	// (clients and the embedded etcd) plus Redis.
+	CPU    time.Duration
+	Window time.Duration
+	Idle   time.Duration // CPU per second with nothing held, measured before the sweep
+	// Memory the held locks added: the Go heap and stacks of this process
+	// (clients and embedded etcd, after a GC), Redis's used_memory, and
+	// etcd's database in use.
+	ProcBytes, RedisBytes, EtcdBytes int64
+	Errors                           int
+	FirstErr                         error
+}
+
+// CPUPerSec is the CPU per second of keeping the locks, above idle
+// (the embedded etcd and the runtime use some with nothing held).
+func (p HeldPoint) CPUPerSec() time.Duration {
+	if p.Window <= 0 {
+		return 0
+	}
+	return max(time.Duration(float64(p.CPU)/p.Window.Seconds())-p.Idle, 0)
+}
+
+// CPUPerLockSec is the CPU that keeping one lock held costs per second,
+// above idle.
+func (p HeldPoint) CPUPerLockSec() time.Duration {
+	return p.CPUPerSec() / time.Duration(max(p.Held, 1))
+}
+
+// BytesPerLock is the memory per held lock, in process, Redis and etcd; 0
+// where the reading fell (other allocations freed meanwhile: at a few
+// locks, the figures are noise).
+func (p HeldPoint) BytesPerLock() (proc, redis, etcd float64) {
+	n := float64(max(p.Held, 1))
+	return float64(max(p.ProcBytes, 0)) / n, float64(max(p.RedisBytes, 0)) / n, float64(max(p.EtcdBytes, 0)) / n
+}
+
+// ScalingReport is a scaling run's figures.
+type ScalingReport struct {
+	Config  ScalingConfig
+	Load    string
+	Clients []ClientPoint
+	Held    []HeldPoint
+	// IdleCPU is CPU per second (process and Redis) with nothing held,
+	// measured over a held window before the held sweep.
+	IdleCPU time.Duration
+}
+
+// RunScaling runs both sweeps for every implementation.
+func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingReport, error) {
+	if len(cfg.Clients) == 0 && len(cfg.Held) == 0 {
+		return nil, errors.New("lockbench: scaling: nothing to sweep")
+	}
+	if cfg.Window <= 0 || cfg.HeldWindow <= 0 || cfg.HeldTTL < 2*time.Second {
+		return nil, errors.New("lockbench: scaling: want windows > 0 and a held TTL >= 2s (etcd)")
+	}
+	run, err := benchkit.RunID()
+	if err != nil {
+		return nil, err
+	}
+	maxClients := slices.Max(append([]int{64}, cfg.Clients...))
+	rdb, cli, closeBackends, err := backends(ctx, cfg.RedisAddr, maxClients+64, cfg.NoFsync)
+	if err != nil {
+		return nil, err
+	}
+	defer closeBackends()
+	rep := &ScalingReport{Config: cfg}
+	before := benchkit.Loadavg()
+	want := func(name string) bool { return len(cfg.Only) == 0 || slices.Contains(cfg.Only, name) }
+	rp, ep := "lockbench-scaling:"+run+":", "/lockbench-scaling/"+run+"/"
+
+	for _, n := range cfg.Clients {
+		for _, name := range ScalingImpls {
+			if !want(name) {
+				continue
+			}
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "lockbench: scaling: %s, %d clients\n", name, n)
+			}
+			tag := fmt.Sprintf("c%d-", n)
+			var impl Impl
+			switch name {
+			case EtcdMutex:
+				impl = newEtcdMutex(cli, ep+tag+"mutex/", DefaultConfig().TTL)
+			case FencedRedis:
+				impl, err = newFencedRedis(rdb, cli, rp+tag+"fenced:", ep+tag+"fenced-redis/", DefaultConfig().TTL, "", false)
+			case FencedEtcd:
+				impl, err = newFencedEtcd(cli, ep+tag+"fenced-etcd/", DefaultConfig().TTL, false)
+			}
+			if err != nil {
+				return nil, err
+			}
+			p, err := clientSweep(ctx, rdb, impl, n, cfg.Window)
+			if cerr := impl.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+			if err != nil {
+				return nil, fmt.Errorf("lockbench: scaling: %s, %d clients: %w", name, n, err)
+			}
+			rep.Clients = append(rep.Clients, p)
+		}
+	}
+	if len(cfg.Held) > 0 {
+		m := startCPU(ctx, rdb)
+		start := time.Now()
+		if err := sleepCtx(ctx, cfg.HeldWindow); err != nil {
+			return nil, err
+		}
+		rep.IdleCPU = time.Duration(float64(m.since(ctx)) / time.Since(start).Seconds())
+	}
+	for _, h := range cfg.Held {
+		for _, name := range ScalingImpls {
+			if !want(name) {
+				continue
+			}
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "lockbench: scaling: %s, %d locks held\n", name, h)
+			}
+			tag := fmt.Sprintf("h%d-", h)
+			p, err := heldSweep(ctx, cfg, rdb, cli, name, rp+tag, ep+tag, h)
+			p.Idle = rep.IdleCPU
+			if err != nil {
+				return nil, fmt.Errorf("lockbench: scaling: %s, %d held: %w", name, h, err)
+			}
+			rep.Held = append(rep.Held, p)
+		}
+	}
+	rep.Load = before + " before, " + benchkit.Loadavg() + " after"
+	return rep, nil
+}
+
+// clientSweep: n clients, each with its own locker on its own name,
+// acquire and release for window, after a warm-up of a quarter of it
+// (new sessions, connections and etcd's caches).
+func clientSweep(ctx context.Context, rdb *redis.Client, impl Impl, n int, window time.Duration) (ClientPoint, error) {
+	p := ClientPoint{Impl: impl.Name, Clients: n}
+	ls, err := newLockers(ctx, impl, n)
+	if err != nil {
+		return p, err
+	}
+	defer closeLockers(ls)
+	var e benchkit.Errs
+	phase := func(d time.Duration) [][]time.Duration {
+		var (
+			stop atomic.Bool
+			wg   sync.WaitGroup
+			lats = make([][]time.Duration, n)
+		)
+		timer := time.AfterFunc(d, func() { stop.Store(true) })
+		defer timer.Stop()
+		for i, l := range ls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				name := "scaling-" + strconv.Itoa(i)
+				for !stop.Load() && ctx.Err() == nil && !e.TooMany() {
+					t := time.Now()
+					if err := lockUnlock(ctx, l, name); err != nil {
+						e.Add(err)
+						continue
+					}
+					lats[i] = append(lats[i], time.Since(t))
+				}
+			}()
+		}
+		wg.Wait()
+		return lats
+	}
+	phase(window / 4)
+	m := startCPU(ctx, rdb)
+	start := time.Now()
+	lats := phase(window)
+	p.Elapsed = time.Since(start)
+	p.CPU = m.since(ctx)
+	all := slices.Concat(lats...)
+	p.Ops = len(all)
+	p.P50, p.P99 = benchkit.Percentile(all, 50), benchkit.Percentile(all, 99)
+	p.Errors, p.FirstErr = e.Result()
+	return p, ctx.Err()
+}
+
+// holder holds locks for the held sweep and lets them all go.
+type holder struct {
+	hold    func(ctx context.Context, name string) error
+	release func(ctx context.Context) error
+}
+
+// heldSweep takes h locks, 64 at a time, each kept alive, and measures
+// the CPU of keeping them over the window and the memory they take.
+func heldSweep(ctx context.Context, cfg ScalingConfig, rdb *redis.Client, cli *clientv3.Client, name, rp, ep string, h int) (HeldPoint, error) {
+	p := HeldPoint{Impl: name, Held: h, Window: cfg.HeldWindow}
+	hd, err := newHolder(ctx, rdb, cli, name, rp, ep, cfg.HeldTTL)
+	if err != nil {
+		return p, err
+	}
+	proc0, redis0, etcd0 := procBytes(), redisBytes(ctx, rdb), etcdBytes(ctx, cli)
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		e    benchkit.Errs
+	)
+	start := time.Now()
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(h) && ctx.Err() == nil && !e.TooMany(); i = next.Add(1) - 1 {
+				octx, cancel := context.WithTimeout(ctx, opTimeout)
+				if err := hd.hold(octx, "held-"+strconv.FormatInt(i, 10)); err != nil {
+					e.Add(err)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	p.Acquire = time.Since(start)
+	m := startCPU(ctx, rdb)
+	sleepCtx(ctx, cfg.HeldWindow) // a cancelled run is reported below
+	p.CPU = m.since(ctx)
+	p.ProcBytes, p.RedisBytes, p.EtcdBytes = procBytes()-proc0, redisBytes(ctx, rdb)-redis0, etcdBytes(ctx, cli)-etcd0
+	p.Errors, p.FirstErr = e.Result()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	if err := hd.release(rctx); err != nil {
+		return p, fmt.Errorf("release: %w", err)
+	}
+	return p, ctx.Err()
+}
+
+// newHolder makes the holder of one implementation: fenced holds with
+// WithKeepAlive (a refresh per lock every TTL/3); etcd's Mutex holds on 64
+// sessions, whose leases keep every key on them alive.
+func newHolder(ctx context.Context, rdb *redis.Client, cli *clientv3.Client, name, rp, ep string, ttl time.Duration) (*holder, error) {
+	switch name {
+	case EtcdMutex:
+		secs := int((ttl + time.Second - 1) / time.Second)
+		var sess []*concurrency.Session
+		for range 64 {
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(secs), concurrency.WithContext(context.WithoutCancel(ctx)))
+			if err != nil {
+				for _, s := range sess {
+					s.Close()
+				}
+				return nil, err
+			}
+			sess = append(sess, s)
+		}
+		var n atomic.Int64
+		return &holder{
+			hold: func(ctx context.Context, name string) error {
+				return concurrency.NewMutex(sess[n.Add(1)%int64(len(sess))], ep+"mutex/"+name).Lock(ctx)
+			},
+			release: func(context.Context) error {
+				var err error
+				for _, s := range sess {
+					err = errors.Join(err, s.Close()) // revokes the lease: its keys go with it
+				}
+				return err
+			},
+		}, nil
+	case FencedRedis:
+		seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix(ep+"fenced-redis/"))
+		if err != nil {
+			return nil, err
+		}
+		store, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(rp+"fenced:"))
+		if err != nil {
+			seq.Close()
+			return nil, err
+		}
+		return fencedHolder(store, ttl, func() error { return errors.Join(store.Close(), seq.Close()) })
+	case FencedEtcd:
+		store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(ep+"fenced-etcd/"))
+		if err != nil {
+			return nil, err
+		}
+		return fencedHolder(store, ttl, store.Close)
+	}
+	return nil, fmt.Errorf("no implementation %q", name)
+}
+
+func fencedHolder(store lock.LeaseStore, ttl time.Duration, closeStore func() error) (*holder, error) {
+	c, err := lock.New(store)
+	if err != nil {
+		closeStore()
+		return nil, err
+	}
+	var (
+		mu     sync.Mutex
+		leases []*lock.Lease
+	)
+	return &holder{
+		hold: func(ctx context.Context, name string) error {
+			l, err := c.TryAcquire(ctx, name, ttl, lock.WithKeepAlive())
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			leases = append(leases, l)
+			mu.Unlock()
+			return nil
+		},
+		release: func(ctx context.Context) error {
+			// 64 at a time, as they were taken; Close would release one
+			// by one.
+			var (
+				next atomic.Int64
+				wg   sync.WaitGroup
+			)
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := next.Add(1) - 1; i < int64(len(leases)); i = next.Add(1) - 1 {
+						_ = leases[i].Release(ctx) // a lease lost meanwhile is released already
+					}
+				}()
+			}
+			wg.Wait()
+			return errors.Join(c.Close(ctx), closeStore())
+		},
+	}, nil
+}
+
+// cpuMeter reads the CPU of this process and of the Redis server.
+type cpuMeter struct {
+	rdb        *redis.Client
+	proc, rdis time.Duration
+}
+
+func startCPU(ctx context.Context, rdb *redis.Client) cpuMeter {
+	return cpuMeter{rdb: rdb, proc: benchkit.ProcessCPU(), rdis: redisCPU(ctx, rdb)}
+}
+
+// since is the CPU used since the meter started: this process's, plus
+// Redis's when Redis says.
+func (m cpuMeter) since(ctx context.Context) time.Duration {
+	d := benchkit.ProcessCPU() - m.proc
+	if m.rdis >= 0 {
+		if r := redisCPU(ctx, m.rdb); r >= 0 {
+			d += r - m.rdis
+		}
+	}
+	return d
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// procBytes is this process's Go heap and stacks in use, after a GC.
+func procBytes() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse + m.StackInuse)
+}
+
+// redisBytes is Redis's used_memory.
+func redisBytes(ctx context.Context, rdb *redis.Client) int64 {
+	m, err := rdb.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m["Memory"]["used_memory"], 10, 64)
+	return n
+}
+
+// etcdBytes is the embedded etcd's database in use.
+func etcdBytes(ctx context.Context, cli *clientv3.Client) int64 {
+	eps := cli.Endpoints()
+	if len(eps) == 0 {
+		return 0
+	}
+	st, err := cli.Status(ctx, eps[0])
+	if err != nil {
+		return 0
+	}
+	return st.DbSizeInUse
+}
