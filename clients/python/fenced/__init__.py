@@ -33,6 +33,7 @@ __all__ = [
     "Client",
     "Lease",
     "LockState",
+    "Leader",
     "FencedError",
     "InvalidArgumentError",
     "UnauthenticatedError",
@@ -211,6 +212,21 @@ class LockState:
         return f"LockState(name={self.name!r}, held={self.held}, token={self.token}, ttl_ms={self.ttl_ms})"
 
 
+class Leader:
+    """What GET /v1/elections/{name} says: whether someone leads, its value,
+    and its term (a fencing token; 0 when nobody leads)."""
+
+    def __init__(self, name: str, leading: bool, value: str, token: int):
+        self.name, self.leading, self.value, self.token = name, leading, value, token
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Leader) and (self.name, self.leading, self.value, self.token) == (
+            other.name, other.leading, other.value, other.token)
+
+    def __repr__(self) -> str:
+        return f"Leader(name={self.name!r}, leading={self.leading}, value={self.value!r}, token={self.token})"
+
+
 class Client:
     """A client of one fenced server.
 
@@ -271,6 +287,48 @@ class Client:
         lease.keep_alive(on_lost=on_lost)
         return lease
 
+    def elect(self, name: str, value: Optional[str] = None, ttl_ms: Optional[int] = None,
+              wait_ms: int = 30_000) -> "Lease":
+        """Campaign in the election name, waiting up to wait_ms to lead
+        (candidates are served in the order they began); raises HeldError if
+        another still leads then. The Lease is the leadership: its token is
+        the term, to send with every write; release() resigns. value is what
+        leader() shows of the leader, such as its address. The server must
+        keep its leases in etcd: on Redis leases it answers
+        InvalidArgumentError."""
+        body: dict[str, Any] = {}
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
+        if wait_ms:
+            body["wait_ms"] = wait_ms
+        if value is not None:
+            body["value"] = value
+        started = time.monotonic()
+        doc = self._call("POST", name, "/campaign", body, extra_timeout=wait_ms / 1000.0, kind="elections")
+        return Lease(self, doc, started)
+
+    def lead(self, name: str, value: Optional[str] = None, ttl_ms: Optional[int] = None,
+             wait_ms: int = 30_000, on_lost: Optional[Callable[["Lease", FencedError], None]] = None) -> "Lease":
+        """elect, then keep the leadership alive: for a with statement, which
+        resigns on exit. lease.lost is set, and on_lost called, once if
+        leadership is lost: stop acting as the leader then."""
+        lease = self.elect(name, value=value, ttl_ms=ttl_ms, wait_ms=wait_ms)
+        lease.keep_alive(on_lost=on_lost)
+        return lease
+
+    def leader(self, name: str, after_token: Optional[int] = None, wait_ms: int = 0) -> Leader:
+        """Who leads the election name. With after_token (the last answer's
+        token, or 0) and wait_ms, waits up to wait_ms for a term other than
+        after_token: a long poll, to follow every change."""
+        query = ""
+        if after_token is not None:
+            q = {"after_token": str(after_token)}
+            if wait_ms:
+                q["wait_ms"] = str(wait_ms)
+            query = "?" + urllib.parse.urlencode(q)
+        doc = self._call("GET", name, query, None, extra_timeout=wait_ms / 1000.0, kind="elections")
+        return Leader(doc["name"], doc["leading"], doc.get("value", ""), doc["token"])
+
     def inspect(self, name: str) -> LockState:
         """Whether the lock is held and its token; never the lease id."""
         doc = self._call("GET", name, "", None)
@@ -291,12 +349,12 @@ class Client:
 
     def _call(self, method: str, name: str, action: str, body: Optional[dict[str, Any]],
               extra_timeout: float = 0.0, timeout: Optional[float] = None,
-              retries: Optional[int] = None) -> dict[str, Any]:
+              retries: Optional[int] = None, kind: str = "locks") -> dict[str, Any]:
         if not isinstance(name, str) or not name:
             raise ValueError(f"lock name {name!r}: want a non-empty string")
         # Quote everything but the characters lock names may have: a bad
         # name reaches the server, which says what is allowed.
-        path = "/v1/locks/" + urllib.parse.quote(name, safe="") + action
+        path = f"/v1/{kind}/" + urllib.parse.quote(name, safe="") + action
         attempt = 0
         retries = self.retries if retries is None else retries
         while True:

@@ -93,6 +93,28 @@ class DevTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 fenced.Client(bad)
 
+    def test_election(self) -> None:
+        # One leads, another waits and is refused at its wait_ms, a long
+        # poll returns when the leader resigns, and the next term is higher.
+        name = unique()
+        self.assertFalse(self.client.leader(name).leading)
+        with self.client.lead(name, value="py-a:8080", ttl_ms=3000) as first:
+            now = self.client.leader(name)
+            self.assertEqual((now.leading, now.value, now.token), (True, "py-a:8080", first.token))
+            with self.assertRaises(fenced.HeldError):
+                self.client.elect(name, value="py-b:8080", wait_ms=200)
+            polled: list[fenced.Leader] = []
+            poll = threading.Thread(target=lambda: polled.append(
+                self.client.leader(name, after_token=first.token, wait_ms=20_000)))
+            poll.start()
+        poll.join(timeout=30)
+        self.assertEqual(len(polled), 1, "the long poll did not return after the resignation")
+        self.assertNotEqual(polled[0].token, first.token)
+        second = self.client.elect(name, value="py-b:8080", wait_ms=10_000)
+        self.addCleanup(second.release)
+        self.assertGreater(second.token, first.token)
+        self.assertEqual(self.client.leader(name).value, "py-b:8080")
+
     def test_context_manager_releases(self) -> None:
         name = unique()
         with self.client.lock(name, ttl_ms=3000) as lease:
@@ -181,6 +203,11 @@ class RedisTest(unittest.TestCase):
         lease.release()
         self.assertFalse(lease.lost.is_set())
         self.assertFalse(self.client.inspect(name).held)
+
+    def test_election_refused_on_redis_leases(self) -> None:
+        with self.assertRaises(fenced.InvalidArgumentError) as cm:
+            self.client.elect(unique(), value="v")
+        self.assertIn("etcd", str(cm.exception))
 
     def test_wait_longer_than_ttl_keeps_the_grant(self) -> None:
         # The holder's 2.5 s lease runs out unreleased; the waiter, which

@@ -195,6 +195,32 @@ export interface LockState {
   ttlMs: number;
 }
 
+/** What GET /v1/elections/{name} says: who leads, and its term (0n when nobody leads). */
+export interface Leader {
+  name: string;
+  leading: boolean;
+  value: string;
+  token: bigint;
+}
+
+export interface ElectOptions extends AcquireOptions {
+  /** What leader() shows of the leader, such as its address. Default: none. */
+  value?: string;
+}
+
+export interface LeadOptions extends ElectOptions {
+  /** Called once if leadership is lost, from the keep-alive. */
+  onLost?: (lease: Lease, err: LostError) => void;
+}
+
+export interface LeaderOptions {
+  /** Wait for a term other than this one (the last answer's token, or 0n). */
+  afterToken?: bigint;
+  /** With afterToken: how long to wait for another term. Default 0. */
+  waitMs?: number;
+  signal?: AbortSignal;
+}
+
 export interface ClientOptions {
   /** Sent as "Authorization: Bearer …" when the server requires it. Default: none. */
   bearerToken?: string;
@@ -305,6 +331,51 @@ export class Client {
     return result;
   }
 
+  /**
+   * Campaign in the election name, waiting up to waitMs (default 30 s) to
+   * lead; rejects with HeldError if another still leads then. The Lease is
+   * the leadership: its token is the term, to send with every write;
+   * release() resigns. The server must keep its leases in etcd (on Redis
+   * leases: InvalidArgumentError).
+   */
+  async elect(name: string, options: ElectOptions = {}): Promise<Lease> {
+    const waitMs = options.waitMs ?? 30_000;
+    const body: Record<string, unknown> = {};
+    if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
+    if (waitMs) body.wait_ms = waitMs;
+    if (options.value !== undefined) body.value = options.value;
+    const started = performance.now();
+    const doc = await this.call("POST", name, "/campaign", body, {
+      timeoutMs: this.timeoutMs + waitMs,
+      signal: options.signal,
+    }, "elections");
+    return new Lease(this, doc, started);
+  }
+
+  /** elect, then keepAlive: lease.signal aborts if leadership is lost. Release (resign) when done. */
+  async lead(name: string, options: LeadOptions = {}): Promise<Lease> {
+    const lease = await this.elect(name, options);
+    lease.keepAlive({ onLost: options.onLost });
+    return lease;
+  }
+
+  /**
+   * Who leads the election name. With afterToken and waitMs, waits up to
+   * waitMs for a term other than afterToken: a long poll, to follow every
+   * change.
+   */
+  async leader(name: string, options: LeaderOptions = {}): Promise<Leader> {
+    let query = "";
+    const waitMs = options.waitMs ?? 0;
+    if (options.afterToken !== undefined) {
+      const q = new URLSearchParams({ after_token: options.afterToken.toString() });
+      if (waitMs) q.set("wait_ms", String(waitMs));
+      query = "?" + q.toString();
+    }
+    const doc = await this.call("GET", name, query, undefined, { timeoutMs: this.timeoutMs + waitMs, signal: options.signal }, "elections");
+    return { name: doc.name as string, leading: doc.leading as boolean, value: (doc.value as string | undefined) ?? "", token: doc.token as bigint };
+  }
+
   /** Whether the lock is held, and its token; never the lease id. */
   async inspect(name: string): Promise<LockState> {
     const doc = await this.call("GET", name, "", undefined);
@@ -329,12 +400,13 @@ export class Client {
     action: string,
     body: Record<string, unknown> | undefined,
     options: CallOptions = {},
+    kind: "locks" | "elections" = "locks",
   ): Promise<Record<string, unknown>> {
     if (typeof name !== "string" || name === "") {
       throw new TypeError(`lock name ${JSON.stringify(name)}: want a non-empty string`);
     }
     // A bad name still reaches the server, which says what is allowed.
-    const url = `${this.baseURL}/v1/locks/${encodeURIComponent(name)}${action}`;
+    const url = `${this.baseURL}/v1/${kind}/${encodeURIComponent(name)}${action}`;
     const retries = options.retries ?? this.retries;
     for (let attempt = 0; ; attempt++) {
       try {

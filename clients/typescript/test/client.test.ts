@@ -92,6 +92,25 @@ describe("fenced dev (etcd leases)", () => {
     assert.throws(() => new Client("127.0.0.1:7070"), TypeError);
   });
 
+  it("holds an election: one leads, a long poll sees it resign, the next term is higher", async () => {
+    const name = unique();
+    assert.equal((await client.leader(name)).leading, false);
+    const first = await client.lead(name, { value: "ts-a:8080", ttlMs: 3000 });
+    const now = await client.leader(name);
+    assert.deepEqual([now.leading, now.value, now.token], [true, "ts-a:8080", first.token]);
+    await assert.rejects(client.elect(name, { value: "ts-b:8080", waitMs: 200 }), HeldError);
+    const polled = client.leader(name, { afterToken: first.token, waitMs: 20_000 });
+    await first.release(); // resign
+    assert.notEqual((await polled).token, first.token);
+    const second = await client.elect(name, { value: "ts-b:8080", waitMs: 10_000 });
+    try {
+      assert.ok(second.token > first.token);
+      assert.equal((await client.leader(name)).value, "ts-b:8080");
+    } finally {
+      await second.release();
+    }
+  });
+
   it("releases after withLock, also when fn throws", async () => {
     const name = unique();
     await client.withLock(name, { ttlMs: 3000 }, async (lease) => {
@@ -192,6 +211,11 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
     assert.equal(lease.signal.aborted, false);
     assert.equal((await client.inspect(name)).held, false);
+  });
+
+  it("refuses an election on Redis leases, saying why", async () => {
+    await assert.rejects(client.elect(unique(), { value: "v" }), (e: unknown) =>
+      e instanceof InvalidArgumentError && e.message.includes("etcd"));
   });
 
   it("keeps a grant after a wait longer than its TTL", async () => {
