@@ -31,20 +31,6 @@ func etcdServer(t *testing.T) string {
 	return f.serve(t, server.Config{})
 }
 
-func nextLeader(t *testing.T, ch <-chan lock.Leader) lock.Leader {
-	t.Helper()
-	select {
-	case l, ok := <-ch:
-		if !ok {
-			t.Fatal("observe channel closed")
-		}
-		return l
-	case <-time.After(30 * time.Second):
-		t.Fatal("no leader change in 30s")
-	}
-	return lock.Leader{}
-}
-
 // TestElect: two candidates through the server; the first leads and keeps
 // its term alive past its first deadline; the second waits across several requests
 // (a 200ms request wait) and leads after the first resigns, with a higher
@@ -60,14 +46,14 @@ func TestElect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := nextLeader(t, obs); l.Leading {
+	if l := testenv.Next(t, obs); l.Leading {
 		t.Fatalf("before any campaign: %+v", l)
 	}
 	first, err := a.Elect(ctx, name, "host-a:8080", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := nextLeader(t, obs); !l.Leading || l.Value != "host-a:8080" || l.Token != first.Token() {
+	if l := testenv.Next(t, obs); !l.Leading || l.Value != "host-a:8080" || l.Token != first.Token() {
 		t.Fatalf("observed %+v; want host-a:8080 with term %d", l, first.Token())
 	}
 	won := make(chan *lock.Lease, 1)
@@ -111,7 +97,7 @@ func TestElect(t *testing.T) {
 		t.Fatalf("term %d after %d", second.Token(), first.Token())
 	}
 	for {
-		l := nextLeader(t, obs)
+		l := testenv.Next(t, obs)
 		if !l.Leading {
 			continue
 		}

@@ -18,21 +18,6 @@ import (
 // Leader election on etcd: Elect, Observe, and the term as a fencing
 // token.
 
-// next receives the next Leader from ch, within 30s.
-func next(t *testing.T, ch <-chan lock.Leader) lock.Leader {
-	t.Helper()
-	select {
-	case l, ok := <-ch:
-		if !ok {
-			t.Fatal("observe channel closed")
-		}
-		return l
-	case <-time.After(30 * time.Second):
-		t.Fatal("no leader change in 30s")
-	}
-	return lock.Leader{}
-}
-
 // TestElectCandidatesInTurn: three candidates on two stores (two
 // processes); one leads, the others wait; the one that gives up leaves the
 // queue; a resignation hands the term to the next, with a higher token,
@@ -47,14 +32,14 @@ func TestElectCandidatesInTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := next(t, obs); l.Leading || l.Token != 0 || l.Name != name {
+	if l := testenv.Next(t, obs); l.Leading || l.Token != 0 || l.Name != name {
 		t.Fatalf("before any campaign: %+v", l)
 	}
 	first, err := a.Elect(t.Context(), name, "10.0.0.1:8080", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := next(t, obs); !l.Leading || l.Value != "10.0.0.1:8080" || l.Token != first.Token() {
+	if l := testenv.Next(t, obs); !l.Leading || l.Value != "10.0.0.1:8080" || l.Token != first.Token() {
 		t.Fatalf("observed %+v; want the first leader, token %d", l, first.Token())
 	}
 
@@ -108,7 +93,7 @@ func TestElectCandidatesInTurn(t *testing.T) {
 		t.Fatalf("term %d after %d", second.Token(), first.Token())
 	}
 	for {
-		l := next(t, obs)
+		l := testenv.Next(t, obs)
 		if !l.Leading {
 			continue // the moment between the two terms, if it was seen
 		}

@@ -33,14 +33,8 @@ func (s *Server) electable(w http.ResponseWriter) bool {
 }
 
 func (s *Server) campaign(w http.ResponseWriter, r *http.Request, name string) {
-	var req acquireRequest
-	b, aerr := s.body(w, r)
-	if aerr == nil {
-		req, aerr = s.limits.decodeCampaign(b)
-	}
-	if aerr != nil {
-		s.countInvalid(opAcquire)
-		writeError(w, aerr)
+	req, ok := decodeBody(s, w, r, opAcquire, s.limits.decodeCampaign)
+	if !ok {
 		return
 	}
 	if !s.electable(w) {

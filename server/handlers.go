@@ -50,6 +50,21 @@ func (s *Server) body(w http.ResponseWriter, r *http.Request) ([]byte, *apiError
 	return b, nil
 }
 
+// decodeBody reads the body and decodes it with decode; a bad one is
+// answered (and counted as invalid for op), and ok is false.
+func decodeBody[T any](s *Server, w http.ResponseWriter, r *http.Request, op string, decode func([]byte) (T, *apiError)) (req T, ok bool) {
+	b, aerr := s.body(w, r)
+	if aerr == nil {
+		req, aerr = decode(b)
+	}
+	if aerr != nil {
+		s.countInvalid(op)
+		writeError(w, aerr)
+		return req, false
+	}
+	return req, true
+}
+
 func (s *Server) countInvalid(op string) {
 	switch op {
 	case opAcquire:
@@ -62,14 +77,8 @@ func (s *Server) countInvalid(op string) {
 }
 
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
-	var req acquireRequest
-	b, aerr := s.body(w, r)
-	if aerr == nil {
-		req, aerr = s.limits.decodeAcquire(b)
-	}
-	if aerr != nil {
-		s.countInvalid(opAcquire)
-		writeError(w, aerr)
+	req, ok := decodeBody(s, w, r, opAcquire, s.limits.decodeAcquire)
+	if !ok {
 		return
 	}
 	s.grant(w, r, name, req, false)
@@ -169,14 +178,8 @@ func waitedBefore(l *lock.Lease, start time.Time) time.Duration {
 }
 
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
-	var req refreshRequest
-	b, aerr := s.body(w, r)
-	if aerr == nil {
-		req, aerr = s.limits.decodeRefresh(b)
-	}
-	if aerr != nil {
-		s.countInvalid(opRefresh)
-		writeError(w, aerr)
+	req, ok := decodeBody(s, w, r, opRefresh, s.limits.decodeRefresh)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
@@ -198,14 +201,8 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
-	var req releaseRequest
-	b, aerr := s.body(w, r)
-	if aerr == nil {
-		req, aerr = s.limits.decodeRelease(b)
-	}
-	if aerr != nil {
-		s.countInvalid(opRelease)
-		writeError(w, aerr)
+	req, ok := decodeBody(s, w, r, opRelease, s.limits.decodeRelease)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)

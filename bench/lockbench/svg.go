@@ -161,39 +161,32 @@ func num(v float64) string {
 	}
 }
 
+// curves makes one series per implementation, in ScalingImpls' order, of
+// the points whose implementation and x at says, and y.
+func curves[P any](points []P, at func(P) (impl string, x float64), y func(P) float64) []series {
+	var out []series
+	for _, name := range ScalingImpls {
+		s := series{name: name}
+		for _, p := range points {
+			if impl, x := at(p); impl == name {
+				s.xs, s.ys = append(s.xs, x), append(s.ys, y(p))
+			}
+		}
+		if len(s.xs) > 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // WriteScalingSVGs writes scaling-clients.svg and scaling-held.svg into
 // dir and returns their paths.
 func WriteScalingSVGs(dir string, rep *ScalingReport) ([]string, error) {
-	byImpl := func(f func(name string) series) []series {
-		var out []series
-		for _, name := range ScalingImpls {
-			if s := f(name); len(s.xs) > 0 {
-				out = append(out, s)
-			}
-		}
-		return out
-	}
 	clients := func(y func(ClientPoint) float64) []series {
-		return byImpl(func(name string) series {
-			s := series{name: name}
-			for _, p := range rep.Clients {
-				if p.Impl == name {
-					s.xs, s.ys = append(s.xs, float64(p.Clients)), append(s.ys, y(p))
-				}
-			}
-			return s
-		})
+		return curves(rep.Clients, func(p ClientPoint) (string, float64) { return p.Impl, float64(p.Clients) }, y)
 	}
 	held := func(y func(HeldPoint) float64) []series {
-		return byImpl(func(name string) series {
-			s := series{name: name}
-			for _, p := range rep.Held {
-				if p.Impl == name {
-					s.xs, s.ys = append(s.xs, float64(p.Held)), append(s.ys, y(p))
-				}
-			}
-			return s
-		})
+		return curves(rep.Held, func(p HeldPoint) (string, float64) { return p.Impl, float64(p.Held) }, y)
 	}
 	var paths []string
 	write := func(name, svg string) error {

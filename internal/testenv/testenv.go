@@ -109,3 +109,20 @@ func (s *SyncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Next receives the next value from ch, failing the test if ch is closed
+// or nothing comes within 30s.
+func Next[T any](t testing.TB, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v, ok := <-ch:
+		if !ok {
+			t.Fatal("channel closed")
+		}
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing received in 30s")
+	}
+	var zero T
+	return zero
+}
