@@ -211,3 +211,56 @@ func TestElectDeposedLeaderIsFenced(t *testing.T) {
 		t.Fatalf("the deposed leader's Err: %v", old.Err())
 	}
 }
+
+// TestObserveAcrossCutConnection: an observer whose connection to etcd is
+// cut still reports the leaders that follow, once it is back.
+func TestObserveAcrossCutConnection(t *testing.T) {
+	e, direct := testenv.Etcd(t)
+	p, err := faultproxy.New(strings.TrimPrefix(e.ClientURL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cut, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cut.Close()
+	observer := newClient(t, newEtcdStore(t, cut))
+	candidates := newClient(t, newEtcdStore(t, direct))
+	name := testenv.Name(t)
+
+	obs, err := observer.Observe(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := testenv.Next(t, obs); l.Leading {
+		t.Fatalf("before any campaign: %+v", l)
+	}
+	p.Refuse(true)
+	p.CutAll()
+	first, err := candidates.Elect(t.Context(), name, "a", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Refuse(false)
+	if l := testenv.Next(t, obs); !l.Leading || l.Token != first.Token() || l.Value != "a" {
+		t.Fatalf("after the cut: %+v; want a with term %d", l, first.Token())
+	}
+	first.Release(t.Context())
+	second, err := candidates.Elect(t.Context(), name, "b", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Release(context.Background())
+	for {
+		l := testenv.Next(t, obs)
+		if !l.Leading {
+			continue
+		}
+		if l.Token != second.Token() || l.Value != "b" {
+			t.Fatalf("observed %+v; want b with term %d", l, second.Token())
+		}
+		break
+	}
+}
