@@ -381,7 +381,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (lock.State, err
 }
 
 // Close releases every lease the client still holds and waits for their
-// keep-alive goroutines. Later calls return lock.ErrClosed. Close is
+// keep-alive refreshes in flight. Later calls return lock.ErrClosed. Close is
 // idempotent.
 func (c *Client) Close(ctx context.Context) error {
 	err := c.leases.Close(ctx)

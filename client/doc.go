@@ -63,8 +63,8 @@
 //
 // A lease is valid until [Lease.Deadline]: the granted TTL from when the
 // acquire or refresh request was sent, less the drift allowance of 1% of
-// the TTL plus 2ms, as in package lock. With [lock.WithKeepAlive] one
-// goroutine, owned by the lease and stopped by [Lease.Release] or
+// the TTL plus 2ms, as in package lock. With [lock.WithKeepAlive] a
+// timer, owned by the lease and stopped by [Lease.Release] or
 // [Client.Close], refreshes it every TTL/3. When a refresh is answered 410
 // lost, or the deadline passes without a successful refresh, [Lease.Done]
 // closes and [Lease.Context] is cancelled, once; [Lease.Err] says why. A

@@ -37,17 +37,24 @@ type Lease struct {
 	refreshing sync.Mutex
 
 	keepAlive bool
-	poke      chan struct{}   // the deadline moved
-	stopCtx   context.Context // cancelled by halt: ends the monitor and a refresh in flight
+	stopCtx   context.Context // cancelled by halt: ends a refresh in flight
 	stop      context.CancelFunc
-	wg        sync.WaitGroup
+	// The keep-alive and the expiry run on a timer's callbacks, not on a
+	// goroutine of the lease's own: a held lock costs a timer, not a
+	// stack. Under mu: timer is nil for a detached lease; ticking while a
+	// callback runs (one at a time); stopped once halted, lost or
+	// released. wg counts the callback running, for halt.
+	timer   *time.Timer
+	ticking bool
+	stopped bool
+	wg      sync.WaitGroup
 }
 
 // newLease is a lease granted g by a request sent at start.
 func newLease(ctx context.Context, set *LeaseSet, name, id string, g Grant, start time.Time, keepAlive bool) *Lease {
 	l := &Lease{set: set, name: name, id: id, token: g.Token, count: max(g.Count, 1), ttl: g.TTL,
 		deadline: start.Add(g.TTL - Drift(g.TTL)), next: start.Add(g.TTL / 3),
-		keepAlive: keepAlive, poke: make(chan struct{}, 1)}
+		keepAlive: keepAlive}
 	// The lease outlives the acquiring call's cancellation but keeps its
 	// values, and carries its token for fence.Transport.
 	l.ctx, l.cancel = context.WithCancelCause(fence.WithToken(context.WithoutCancel(ctx), g.Token))
@@ -134,11 +141,8 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	l.ttl = g.TTL
 	l.deadline = start.Add(g.TTL - Drift(g.TTL))
 	l.next = start.Add(g.TTL / 3)
+	l.rearmLocked()
 	l.mu.Unlock()
-	select {
-	case l.poke <- struct{}{}:
-	default:
-	}
 	return nil
 }
 
@@ -174,15 +178,50 @@ func (l *Lease) expireIfDue() {
 	}
 }
 
-// halt stops the monitor goroutine and waits for it.
+// halt stops the timer and waits for a callback in flight, whose
+// refresh it cancels.
 func (l *Lease) halt() {
+	l.mu.Lock()
+	l.stopped = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
 	l.stop()
 	l.wg.Wait()
 }
 
+// start arms the timer of a tracked lease; it is disarmed, and the lease
+// forgotten by its set, when the lease is lost or released.
 func (l *Lease) start() {
-	l.wg.Add(1)
-	go l.monitor()
+	l.mu.Lock()
+	l.timer = time.AfterFunc(l.wakeInLocked(), l.tick)
+	l.mu.Unlock()
+	context.AfterFunc(l.ctx, func() {
+		l.mu.Lock()
+		l.stopped = true
+		l.timer.Stop()
+		l.mu.Unlock()
+		l.set.forget(l)
+	})
+}
+
+// wakeInLocked is how long until the next thing to do: the deadline, or
+// the keep-alive's refresh before it.
+func (l *Lease) wakeInLocked() time.Duration {
+	wake := l.deadline
+	if l.keepAlive && l.next.Before(wake) {
+		wake = l.next
+	}
+	return time.Until(wake)
+}
+
+// rearmLocked moves the timer to a schedule that changed, unless a
+// callback runs (it rearms as it ends) or the lease is stopped.
+func (l *Lease) rearmLocked() {
+	if l.timer != nil && !l.ticking && !l.stopped {
+		l.timer.Reset(l.wakeInLocked())
+	}
 }
 
 // schedule is the validity deadline and the next keep-alive refresh.
@@ -192,56 +231,62 @@ func (l *Lease) schedule() (deadline, next time.Time) {
 	return l.deadline, l.next
 }
 
-// monitor is the lease's one goroutine. It refreshes at TTL/3 when
-// keep-alive is on, and declares the lease lost when a refresh finds it not
-// held or the deadline passes. A refresh that fails for another reason
-// (network) is retried until the deadline, as Consul's monitorLock does.
-// Any refresh moves both times; poke makes the monitor read them again.
-func (l *Lease) monitor() {
-	defer l.wg.Done()
-	defer l.set.forget(l)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		deadline, next := l.schedule()
-		wake := deadline
-		if l.keepAlive && next.Before(wake) {
-			wake = next
-		}
-		timer.Reset(time.Until(wake))
-		select {
-		case <-l.stopCtx.Done(): // halted, or lost (stopCtx is a child of ctx)
-			return
-		case <-l.poke:
-			continue
-		case <-timer.C:
-		}
-		now := time.Now()
-		deadline, next = l.schedule()
-		if !now.Before(deadline) {
-			l.lose(ErrExpired)
-			return
-		}
-		if !l.keepAlive || now.Before(next) {
-			continue
-		}
-		ctx, cancel := context.WithDeadline(l.stopCtx, deadline)
-		// The deadline holds even if the keeper does not honour ctx (a
-		// call stuck in a batch another caller leads): the holder must
-		// learn it lost the lock before anyone else can take it.
-		expire := time.AfterFunc(time.Until(deadline), l.expireIfDue)
-		err := l.Refresh(ctx, 0)
-		expire.Stop()
-		cancel()
-		switch {
-		case err == nil: // Refresh moved the schedule
-		case l.Err() != nil:
-			return
-		default:
-			// Transient: try again soon, but not in a busy loop.
-			l.mu.Lock()
-			l.next = time.Now().Add(min(l.ttl/10, time.Second))
-			l.mu.Unlock()
-		}
+// tick is the timer's callback. One runs at a time: a second, started by a
+// Reset while the first ran, returns at once, and the first rearms.
+func (l *Lease) tick() {
+	l.mu.Lock()
+	if l.ticking || l.stopped {
+		l.mu.Unlock()
+		return
 	}
+	l.ticking = true
+	l.wg.Add(1)
+	l.mu.Unlock()
+	defer l.wg.Done()
+	again := l.step()
+	l.mu.Lock()
+	l.ticking = false
+	if again {
+		l.rearmLocked()
+	}
+	l.mu.Unlock()
+}
+
+// step declares the lease lost when its deadline has passed, and refreshes
+// it when keep-alive is on and a refresh is due. A refresh that fails for
+// another reason than loss (network) is tried again soon, until the
+// deadline, as Consul's monitorLock does. It reports whether the lease
+// still needs its timer.
+func (l *Lease) step() bool {
+	if l.Err() != nil {
+		return false
+	}
+	now := time.Now()
+	deadline, next := l.schedule()
+	if !now.Before(deadline) {
+		l.lose(ErrExpired)
+		return false
+	}
+	if !l.keepAlive || now.Before(next) {
+		return true
+	}
+	ctx, cancel := context.WithDeadline(l.stopCtx, deadline)
+	// The deadline holds even if the keeper does not honour ctx (a call
+	// stuck in a batch another caller leads): the holder must learn it
+	// lost the lock before anyone else can take it.
+	expire := time.AfterFunc(time.Until(deadline), l.expireIfDue)
+	err := l.Refresh(ctx, 0)
+	expire.Stop()
+	cancel()
+	switch {
+	case err == nil: // Refresh moved the schedule
+	case l.Err() != nil:
+		return false
+	default:
+		// Transient: try again soon, but not in a busy loop.
+		l.mu.Lock()
+		l.next = time.Now().Add(min(l.ttl/10, time.Second))
+		l.mu.Unlock()
+	}
+	return true
 }

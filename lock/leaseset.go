@@ -109,7 +109,7 @@ func (s *LeaseSet) forget(l *Lease) {
 }
 
 // Close releases every lease of the set still held and waits for their
-// keep-alive goroutines. Later adoptions return ErrClosed. Close is
+// keep-alive refreshes in flight. Later adoptions return ErrClosed. Close is
 // idempotent.
 func (s *LeaseSet) Close(ctx context.Context) error {
 	s.mu.Lock()

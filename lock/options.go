@@ -64,7 +64,7 @@ func WithWait(d time.Duration) Option {
 // Not with WithDetached.
 func WithKeepAlive() Option { return func(o *acquireOpts) { o.keepAlive = true } }
 
-// WithDetached returns a lease with no goroutine and no keep-alive, not
+// WithDetached returns a lease with no timer and no keep-alive, not
 // tracked by the client: Done closes only when Release or Refresh finds it
 // lost, not at the deadline. For servers that hand the lease id to a remote
 // holder, who refreshes and releases it by id (RefreshID, ReleaseID).
