@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"runtime"
 	"testing"
 	"time"
 

@@ -56,7 +56,7 @@ func newElectCommand() (*command, *electOpts) {
 	fs.DurationVar(&o.ttl, "ttl", 15*time.Second, "Leadership TTL; it is refreshed every TTL/3 while leading. A leader that stops (a crash, a pause) is replaced after it.")
 	fs.DurationVar(&o.wait, "wait", 0, "Longest wait to lead; then exit 1. 0: wait until leading.")
 	fs.DurationVar(&o.grace, "grace", 5*time.Second, "After leadership is lost, how long CMD has between SIGTERM and SIGKILL.")
-	fs.StringVar(&o.value, "value", "", "`Value` observers see of the leader, such as its address (default: HOST pid PID).")
+	fs.StringVar(&o.value, "value", "", "`Label` observers see of the leader, such as its address (default: HOST pid PID).")
 	fs.BoolVar(&o.observe, "observe", false, "Do not campaign: print who leads and every change until interrupted.")
 	return cmd, o
 }
