@@ -76,7 +76,7 @@ func perLock(d time.Duration) string {
 // ScalingCommand is the scaling program (bench/cmd/scaling):
 //
 //	go run ./cmd/scaling [-clients 1,8,64,256,1024] [-window 2s] [-held 10,...,100000] [-held-ttl 30s]
-//	                     [-held-window 10s] [-only impl,impl] [-svg dir] [-short] [-fsync on|off]
+//	                     [-held-window 10s] [-only impl,impl] [-svg dir] [-short] [-fsync on|off] [-cpuprofile file]
 //
 // Flags also come from FENCED_SCALING_<FLAG>.
 func ScalingCommand(ctx context.Context, args []string, out, logw io.Writer) error {
@@ -93,6 +93,7 @@ func ScalingCommand(ctx context.Context, args []string, out, logw io.Writer) err
 	svgDir := fs.String("svg", "", "write scaling-clients.svg and scaling-held.svg into this directory")
 	short := fs.Bool("short", false, "a quick run: -clients 1,8,64 -window 300ms -held 10,100,1000 -held-window 2s -held-ttl 6s unless given")
 	fsync := fs.String("fsync", "on", `embedded etcd fsync: "on" or "off"`)
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	set, err := benchkit.Parse(fs, args, "FENCED_SCALING_")
 	if err != nil {
 		return err
@@ -123,6 +124,11 @@ func ScalingCommand(ctx context.Context, args []string, out, logw io.Writer) err
 			cfg.Only = append(cfg.Only, strings.TrimSpace(n))
 		}
 	}
+	stopProfile, err := benchkit.StartCPUProfile(*cpuprofile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	start := time.Now()
 	rep, err := RunScaling(ctx, cfg)
 	if err != nil {
