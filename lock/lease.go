@@ -27,6 +27,7 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
+	started  time.Time // when the request of the last grant or refresh was sent
 	ttl      time.Duration
 	deadline time.Time
 	next     time.Time // when keep-alive refreshes next
@@ -52,9 +53,8 @@ type Lease struct {
 
 // newLease is a lease granted g by a request sent at start.
 func newLease(ctx context.Context, set *LeaseSet, name, id string, g Grant, start time.Time, keepAlive bool) *Lease {
-	l := &Lease{set: set, name: name, id: id, token: g.Token, count: max(g.Count, 1), ttl: g.TTL,
-		deadline: start.Add(g.TTL - Drift(g.TTL)), next: start.Add(g.TTL / 3),
-		keepAlive: keepAlive}
+	l := &Lease{set: set, name: name, id: id, token: g.Token, count: max(g.Count, 1), keepAlive: keepAlive}
+	l.grantedLocked(start, g.TTL)
 	// The lease outlives the acquiring call's cancellation but keeps its
 	// values, and carries its token for fence.Transport.
 	l.ctx, l.cancel = context.WithCancelCause(fence.WithToken(context.WithoutCancel(ctx), g.Token))
@@ -85,8 +85,16 @@ func (l *Lease) TTL() time.Duration {
 	return l.ttl
 }
 
+// Started is when the request of the lease's grant, or of its last
+// refresh, was sent: its validity runs from then.
+func (l *Lease) Started() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.started
+}
+
 // Deadline is when the lease stops being valid unless refreshed: the TTL
-// from the start of the acquisition, less the drift allowance.
+// from Started, less the drift allowance.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -138,12 +146,18 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	l.mu.Lock()
-	l.ttl = g.TTL
-	l.deadline = start.Add(g.TTL - Drift(g.TTL))
-	l.next = start.Add(g.TTL / 3)
+	l.grantedLocked(start, g.TTL)
 	l.rearmLocked()
 	l.mu.Unlock()
 	return nil
+}
+
+// grantedLocked sets the schedule of a grant of ttl by a request sent at
+// start: valid until the TTL less drift, refreshed by keep-alive at TTL/3.
+func (l *Lease) grantedLocked(start time.Time, ttl time.Duration) {
+	l.started, l.ttl = start, ttl
+	l.deadline = start.Add(ttl - Drift(ttl))
+	l.next = start.Add(ttl / 3)
 }
 
 // Release deletes the lease if it is still held and wakes waiters. It

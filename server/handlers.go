@@ -172,8 +172,7 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 // measures l's validity from the moment it sent the request plus this, a
 // moment that is never after the grant (docs/design.md, "Waiting").
 func waitedBefore(l *lock.Lease, start time.Time) time.Duration {
-	granted := l.Deadline().Add(-(l.TTL() - lock.Drift(l.TTL()))) // newLease's start
-	w := granted.Sub(start)
+	w := l.Started().Sub(start)
 	return max(w-w/1000, 0)
 }
 
