@@ -78,28 +78,21 @@ func (c *Client) Elect(ctx context.Context, name, value string, ttl time.Duratio
 // alive unless detached. For other implementations of Elect (package
 // client).
 func ResolveElectOptions(value string, opts ...Option) (AcquireOptions, error) {
-	var given acquireOpts
-	for _, f := range opts {
-		if f != nil {
-			f(&given)
-		}
-	}
+	o, err := ResolveOptions(false, opts...)
 	switch {
-	case given.unfair:
-		return AcquireOptions{}, fmt.Errorf("%w: WithUnfair does not apply to Elect: candidates are served in the order they began to campaign", ErrInvalidOption)
-	case given.ownerSet:
-		return AcquireOptions{}, fmt.Errorf("%w: WithOwner does not apply to Elect: the value is the leader's label", ErrInvalidOption)
-	case given.holderSet:
-		return AcquireOptions{}, fmt.Errorf("%w: WithHolder does not apply to Elect: a leader campaigning again would share its term", ErrInvalidOption)
+	case err != nil:
+		return o, err
+	case o.Unfair:
+		return o, fmt.Errorf("%w: WithUnfair does not apply to Elect: candidates are served in the order they began to campaign", ErrInvalidOption)
+	case o.Owner != "":
+		return o, fmt.Errorf("%w: WithOwner does not apply to Elect: the value is the leader's label", ErrInvalidOption)
+	case o.Holder != "":
+		return o, fmt.Errorf("%w: WithHolder does not apply to Elect: a leader campaigning again would share its term", ErrInvalidOption)
 	}
 	if value != "" {
 		if err := ValidateLabel(value); err != nil {
-			return AcquireOptions{}, fmt.Errorf("%w: election value: %v", ErrInvalidOption, err)
+			return o, fmt.Errorf("%w: election value: %v", ErrInvalidOption, err)
 		}
-	}
-	o, err := ResolveOptions(false, opts...)
-	if err != nil {
-		return o, err
 	}
 	o.Owner = value
 	o.KeepAlive = !o.Detached
@@ -167,7 +160,6 @@ func (s *EtcdStore) observe(ctx context.Context, name string) (<-chan Leader, er
 		defer func() { cancel() }()
 		last := LeaderOf(st)
 		pending := true // last has not been delivered
-		backoff := 10 * time.Millisecond
 		for {
 			var send chan<- Leader
 			if pending {
@@ -182,33 +174,23 @@ func (s *EtcdStore) observe(ctx context.Context, name string) (<-chan Leader, er
 			case _, ok := <-wch:
 				if !ok { // etcd lost its leader or the connection: watch again
 					cancel()
-					for {
-						if wch, cancel, err = s.watchAll(ctx, name); err == nil {
-							backoff = 10 * time.Millisecond
-							break
+					cancel = func() {}
+					if !untilOK(ctx, func() error {
+						w, c, err := s.watchAll(ctx, name)
+						if err == nil {
+							wch, cancel = w, c
 						}
-						t := time.NewTimer(backoff)
-						select {
-						case <-ctx.Done():
-							t.Stop()
-							cancel = func() {}
-							return
-						case <-t.C:
-						}
-						backoff = min(2*backoff, time.Second)
+						return err
+					}) {
+						return
 					}
 				}
 			}
-			st, err := s.Inspect(ctx, name)
-			for d := 10 * time.Millisecond; err != nil; d = min(2*d, time.Second) {
-				t := time.NewTimer(d)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
+			if !untilOK(ctx, func() (err error) {
 				st, err = s.Inspect(ctx, name)
+				return err
+			}) {
+				return
 			}
 			if l := LeaderOf(st); l != last {
 				last, pending = l, true

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -72,4 +73,21 @@ func (l *limited) NextBackoff() time.Duration {
 	}
 	l.left--
 	return l.s.NextBackoff()
+}
+
+// untilOK calls f until it succeeds, sleeping 10ms, then twice as long
+// each time up to 1s, in between. It returns false, without calling f
+// again, when ctx ends first.
+func untilOK(ctx context.Context, f func() error) bool {
+	b := ExponentialBackoff(10*time.Millisecond, time.Second)
+	for f() != nil {
+		t := time.NewTimer(b.NextBackoff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
