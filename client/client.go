@@ -391,8 +391,13 @@ func (c *Client) Close(ctx context.Context) error {
 	return err
 }
 
-func lockPath(name, action string) string {
-	p := "/v1/locks/" + url.PathEscape(name)
+func lockPath(name, action string) string { return apiPath("/v1/locks/", name, action) }
+
+func electionPath(name, action string) string { return apiPath("/v1/elections/", name, action) }
+
+// apiPath is the path of a lock or an election, and an action on it.
+func apiPath(under, name, action string) string {
+	p := under + url.PathEscape(name)
 	if action != "" {
 		p += "/" + action
 	}

@@ -121,11 +121,3 @@ func storeRefused(err error) error {
 	}
 	return err
 }
-
-func electionPath(name, action string) string {
-	p := "/v1/elections/" + url.PathEscape(name)
-	if action != "" {
-		p += "/" + action
-	}
-	return p
-}

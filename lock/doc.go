@@ -33,10 +33,11 @@
 //
 // A lease is valid until [Lease.Deadline]. With [WithKeepAlive] a timer
 // refreshes it every TTL/3 (a held lease has no goroutine of its own; a
-// refresh runs on the timer's callback). When a refresh finds the lease taken or gone, or
-// the deadline passes without a successful refresh, [Lease.Done] closes and
-// [Lease.Context] is cancelled, once; [Lease.Err] says why ([ErrLost],
-// [ErrExpired]). [Lease.Release] closes them with [ErrReleased].
+// refresh runs on the timer's callback). When a refresh finds the lease
+// taken or gone, or the deadline passes without a successful refresh,
+// [Lease.Done] closes and [Lease.Context] is cancelled, once; [Lease.Err]
+// says why ([ErrLost], [ErrExpired]). [Lease.Release] closes them with
+// [ErrReleased].
 //
 // # Options
 //
