@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -40,6 +41,9 @@ type Impl struct {
 	// Batches, if set, counts etcd transactions and the tokens they
 	// carried so far (fenced/redis: the sequencer's group commit).
 	Batches func() (txns, tokens uint64)
+	// Hold, if set, takes name and keeps it held, kept alive, until
+	// release: the held-locks sweep of the scaling run.
+	Hold func(ctx context.Context, name string) (release func(context.Context) error, err error)
 }
 
 // Names of the implementations, the columns' references among them.
@@ -72,6 +76,7 @@ func (lockerFunc) Close() error { return nil }
 // deletion of the key ahead of it (FIFO).
 func newEtcdMutex(cli *clientv3.Client, prefix string, ttl time.Duration) Impl {
 	secs := int((ttl + time.Second - 1) / time.Second)
+	held := &heldSessions{cli: cli, secs: secs}
 	return Impl{
 		Name: EtcdMutex,
 		Wait: fmt.Sprintf("Mutex.Lock: watch on the key ahead (FIFO); one Session per client, TTL %ds", secs),
@@ -96,8 +101,55 @@ func newEtcdMutex(cli *clientv3.Client, prefix string, ttl time.Duration) Impl {
 			s.Orphan()
 			return nil
 		},
-		Close: func() error { return nil },
+		Hold: func(ctx context.Context, name string) (func(context.Context) error, error) {
+			s, err := held.next(ctx)
+			if err != nil {
+				return nil, err
+			}
+			m := concurrency.NewMutex(s, prefix+name)
+			if err := m.Lock(ctx); err != nil {
+				return nil, err
+			}
+			return m.Unlock, nil
+		},
+		Close: held.close,
 	}
+}
+
+// heldSessions are the sessions etcd's Mutex holds locks on in the
+// scaling run: 64, made on first use, each lock on the next in turn;
+// their leases keep every key on them alive.
+type heldSessions struct {
+	cli  *clientv3.Client
+	secs int
+	mu   sync.Mutex
+	all  []*concurrency.Session
+	n    int
+}
+
+func (h *heldSessions) next(ctx context.Context) (*concurrency.Session, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for len(h.all) < 64 {
+		s, err := concurrency.NewSession(h.cli, concurrency.WithTTL(h.secs), concurrency.WithContext(context.WithoutCancel(ctx)))
+		if err != nil {
+			return nil, fmt.Errorf("etcd session: %w", err)
+		}
+		h.all = append(h.all, s)
+	}
+	h.n++
+	return h.all[h.n%len(h.all)], nil
+}
+
+func (h *heldSessions) close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var err error
+	for _, s := range h.all {
+		err = errors.Join(err, s.Close()) // revokes the lease: its keys go with it
+	}
+	h.all = nil
+	return err
 }
 
 type etcdMutexLocker struct {
@@ -224,6 +276,7 @@ func newFencedRedis(rdb *redis.Client, cli *clientv3.Client, prefix, etcdPrefix 
 		Wait:      fmt.Sprintf("Client.Acquire: %s, Redis pub/sub release notification, default retry ExponentialBackoff(4ms, 256ms); TTL %s", how, ttl),
 		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl, opts), nil },
 		Abandon:   abandonFenced(c),
+		Hold:      holdFenced(c, ttl),
 		Close: func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -253,6 +306,7 @@ func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration, u
 		Wait:      fmt.Sprintf("Client.Acquire: %s, etcd watch on the lock key, default retry ExponentialBackoff(4ms, 256ms); TTL %s", how, ttl),
 		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl, opts), nil },
 		Abandon:   abandonFenced(c),
+		Hold:      holdFenced(c, ttl),
 		Close: func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -280,5 +334,16 @@ func abandonFenced(c *lock.Client) func(ctx context.Context, name string, ttl ti
 	return func(ctx context.Context, name string, ttl time.Duration) error {
 		_, err := c.TryAcquire(ctx, name, ttl)
 		return err
+	}
+}
+
+// holdFenced takes a fenced lease kept alive (a refresh every TTL/3).
+func holdFenced(c *lock.Client, ttl time.Duration) func(ctx context.Context, name string) (func(context.Context) error, error) {
+	return func(ctx context.Context, name string) (func(context.Context) error, error) {
+		l, err := c.TryAcquire(ctx, name, ttl, lock.WithKeepAlive())
+		if err != nil {
+			return nil, err
+		}
+		return l.Release, nil
 	}
 }

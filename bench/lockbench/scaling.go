@@ -13,11 +13,8 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/bench/internal/benchkit"
-	"github.com/fenced/fenced/lock"
-	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // How cost grows: throughput, p99 and CPU against concurrent clients on
@@ -160,16 +157,7 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingReport, error) 
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "lockbench: scaling: %s, %d clients\n", name, n)
 			}
-			tag := fmt.Sprintf("c%d-", n)
-			var impl Impl
-			switch name {
-			case EtcdMutex:
-				impl = newEtcdMutex(cli, ep+tag+"mutex/", DefaultConfig().TTL)
-			case FencedRedis:
-				impl, err = newFencedRedis(rdb, cli, rp+tag+"fenced:", ep+tag+"fenced-redis/", DefaultConfig().TTL, "", false)
-			case FencedEtcd:
-				impl, err = newFencedEtcd(cli, ep+tag+"fenced-etcd/", DefaultConfig().TTL, false)
-			}
+			impl, err := scalingImpl(name, rdb, cli, rp+fmt.Sprintf("c%d-", n), ep+fmt.Sprintf("c%d-", n), DefaultConfig().TTL)
 			if err != nil {
 				return nil, err
 			}
@@ -199,8 +187,14 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingReport, error) 
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "lockbench: scaling: %s, %d locks held\n", name, h)
 			}
-			tag := fmt.Sprintf("h%d-", h)
-			p, err := heldSweep(ctx, cfg, rdb, cli, name, rp+tag, ep+tag, h)
+			impl, err := scalingImpl(name, rdb, cli, rp+fmt.Sprintf("h%d-", h), ep+fmt.Sprintf("h%d-", h), cfg.HeldTTL)
+			if err != nil {
+				return nil, err
+			}
+			p, err := heldSweep(ctx, cfg, rdb, cli, impl, h)
+			if cerr := impl.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
 			p.Idle = rep.IdleCPU
 			if err != nil {
 				return nil, fmt.Errorf("lockbench: scaling: %s, %d held: %w", name, h, err)
@@ -262,41 +256,39 @@ func clientSweep(ctx context.Context, rdb *redis.Client, impl Impl, n int, windo
 	return p, ctx.Err()
 }
 
-// holder holds locks for the held sweep and lets them all go.
-type holder struct {
-	hold    func(ctx context.Context, name string) error
-	release func(ctx context.Context) error
+// scalingImpl is one of ScalingImpls, its keys under rp (Redis) and ep
+// (etcd), with leases of ttl.
+func scalingImpl(name string, rdb *redis.Client, cli *clientv3.Client, rp, ep string, ttl time.Duration) (Impl, error) {
+	switch name {
+	case EtcdMutex:
+		return newEtcdMutex(cli, ep+"mutex/", ttl), nil
+	case FencedRedis:
+		return newFencedRedis(rdb, cli, rp+"fenced:", ep+"fenced-redis/", ttl, "", false)
+	case FencedEtcd:
+		return newFencedEtcd(cli, ep+"fenced-etcd/", ttl, false)
+	}
+	return Impl{}, fmt.Errorf("no implementation %q", name)
 }
 
-// heldSweep takes h locks, 64 at a time, each kept alive, and measures
-// the CPU of keeping them over the window and the memory they take.
-func heldSweep(ctx context.Context, cfg ScalingConfig, rdb *redis.Client, cli *clientv3.Client, name, rp, ep string, h int) (HeldPoint, error) {
-	p := HeldPoint{Impl: name, Held: h, Window: cfg.HeldWindow}
-	hd, err := newHolder(ctx, rdb, cli, name, rp, ep, cfg.HeldTTL)
-	if err != nil {
-		return p, err
-	}
+// heldSweep holds h locks of impl, each kept alive, and measures the CPU
+// of keeping them over the window and the memory they take.
+func heldSweep(ctx context.Context, cfg ScalingConfig, rdb *redis.Client, cli *clientv3.Client, impl Impl, h int) (HeldPoint, error) {
+	p := HeldPoint{Impl: impl.Name, Held: h, Window: cfg.HeldWindow}
 	proc0, redis0, etcd0 := procBytes(), redisBytes(ctx, rdb), etcdBytes(ctx, cli)
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		e    benchkit.Errs
-	)
+	var e benchkit.Errs
+	releases := make([]func(context.Context) error, h)
 	start := time.Now()
-	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(h) && ctx.Err() == nil && !e.TooMany(); i = next.Add(1) - 1 {
-				octx, cancel := context.WithTimeout(ctx, opTimeout)
-				if err := hd.hold(octx, "held-"+strconv.FormatInt(i, 10)); err != nil {
-					e.Add(err)
-				}
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
+	inParallel(h, func(i int) {
+		if ctx.Err() != nil || e.TooMany() {
+			return
+		}
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		var err error
+		if releases[i], err = impl.Hold(octx, "held-"+strconv.Itoa(i)); err != nil {
+			e.Add(err)
+		}
+	})
 	p.Acquire = time.Since(start)
 	m := startCPU(ctx, rdb)
 	sleepCtx(ctx, cfg.HeldWindow) // a cancelled run is reported below
@@ -305,105 +297,30 @@ func heldSweep(ctx context.Context, cfg ScalingConfig, rdb *redis.Client, cli *c
 	p.Errors, p.FirstErr = e.Result()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
-	if err := hd.release(rctx); err != nil {
-		return p, fmt.Errorf("release: %w", err)
-	}
+	inParallel(h, func(i int) {
+		if releases[i] != nil {
+			_ = releases[i](rctx) // a lease lost meanwhile is released already
+		}
+	})
 	return p, ctx.Err()
 }
 
-// newHolder makes the holder of one implementation: fenced holds with
-// WithKeepAlive (a refresh per lock every TTL/3); etcd's Mutex holds on 64
-// sessions, whose leases keep every key on them alive.
-func newHolder(ctx context.Context, rdb *redis.Client, cli *clientv3.Client, name, rp, ep string, ttl time.Duration) (*holder, error) {
-	switch name {
-	case EtcdMutex:
-		secs := int((ttl + time.Second - 1) / time.Second)
-		var sess []*concurrency.Session
-		for range 64 {
-			s, err := concurrency.NewSession(cli, concurrency.WithTTL(secs), concurrency.WithContext(context.WithoutCancel(ctx)))
-			if err != nil {
-				for _, s := range sess {
-					s.Close()
-				}
-				return nil, err
-			}
-			sess = append(sess, s)
-		}
-		var n atomic.Int64
-		return &holder{
-			hold: func(ctx context.Context, name string) error {
-				return concurrency.NewMutex(sess[n.Add(1)%int64(len(sess))], ep+"mutex/"+name).Lock(ctx)
-			},
-			release: func(context.Context) error {
-				var err error
-				for _, s := range sess {
-					err = errors.Join(err, s.Close()) // revokes the lease: its keys go with it
-				}
-				return err
-			},
-		}, nil
-	case FencedRedis:
-		seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix(ep+"fenced-redis/"))
-		if err != nil {
-			return nil, err
-		}
-		store, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(rp+"fenced:"))
-		if err != nil {
-			seq.Close()
-			return nil, err
-		}
-		return fencedHolder(store, ttl, func() error { return errors.Join(store.Close(), seq.Close()) })
-	case FencedEtcd:
-		store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(ep+"fenced-etcd/"))
-		if err != nil {
-			return nil, err
-		}
-		return fencedHolder(store, ttl, store.Close)
-	}
-	return nil, fmt.Errorf("no implementation %q", name)
-}
-
-func fencedHolder(store lock.LeaseStore, ttl time.Duration, closeStore func() error) (*holder, error) {
-	c, err := lock.New(store)
-	if err != nil {
-		closeStore()
-		return nil, err
-	}
+// inParallel calls f(0) to f(n-1), 64 at a time.
+func inParallel(n int, f func(i int)) {
 	var (
-		mu     sync.Mutex
-		leases []*lock.Lease
+		next atomic.Int64
+		wg   sync.WaitGroup
 	)
-	return &holder{
-		hold: func(ctx context.Context, name string) error {
-			l, err := c.TryAcquire(ctx, name, ttl, lock.WithKeepAlive())
-			if err != nil {
-				return err
+	for range min(n, 64) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				f(int(i))
 			}
-			mu.Lock()
-			leases = append(leases, l)
-			mu.Unlock()
-			return nil
-		},
-		release: func(ctx context.Context) error {
-			// 64 at a time, as they were taken; Close would release one
-			// by one.
-			var (
-				next atomic.Int64
-				wg   sync.WaitGroup
-			)
-			for range 64 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := next.Add(1) - 1; i < int64(len(leases)); i = next.Add(1) - 1 {
-						_ = leases[i].Release(ctx) // a lease lost meanwhile is released already
-					}
-				}()
-			}
-			wg.Wait()
-			return errors.Join(c.Close(ctx), closeStore())
-		},
-	}, nil
+		}()
+	}
+	wg.Wait()
 }
 
 // cpuMeter reads the CPU of this process and of the Redis server.
