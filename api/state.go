@@ -34,3 +34,13 @@ func (a LockState) State() lock.State {
 		Owner: a.Owner, Holder: a.Holder, Count: count, LastToken: a.LastToken,
 		Waiters: a.Waiters, OldestWait: time.Duration(a.OldestWaitMs) * time.Millisecond}
 }
+
+// NewLeader is who leads an election, as the API shows it.
+func NewLeader(l lock.Leader) Leader {
+	return Leader{Name: l.Name, Leading: l.Leading, Value: l.Value, Token: l.Token}
+}
+
+// Leader is the lock.Leader the answer describes.
+func (a Leader) Leader() lock.Leader {
+	return lock.Leader{Name: a.Name, Leading: a.Leading, Value: a.Value, Token: a.Token}
+}

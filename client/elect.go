@@ -108,7 +108,7 @@ func (c *Client) leader(ctx context.Context, name string, after *fence.Token, wa
 	if err := c.do(ctx, http.MethodGet, path, nil, &a, resendAlways); err != nil {
 		return lock.Leader{}, err
 	}
-	return lock.Leader{Name: a.Name, Leading: a.Leading, Value: a.Value, Token: a.Token}, nil
+	return a.Leader(), nil
 }
 
 // storeRefused makes the server's refusal of elections on Redis leases (a

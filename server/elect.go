@@ -44,23 +44,15 @@ func (s *Server) campaign(w http.ResponseWriter, r *http.Request, name string) {
 	s.grant(w, r, name, req, true)
 }
 
-const leaderQuery = "after_token and wait_ms"
-
 // leader answers who leads: at once, or, with after_token and wait_ms,
 // once the term differs from after_token or wait_ms has passed (a long
 // poll: an observer in any language follows the terms with one request
 // each).
 func (s *Server) leader(w http.ResponseWriter, r *http.Request, name string) {
 	q := r.URL.Query()
-	for k := range q {
-		if k != fieldAfter && k != fieldWaitMs {
-			writeError(w, invalid("", fmt.Sprintf("unknown query parameter %s: GET /v1/elections/{name} takes %s", excerpt([]byte(k)), leaderQuery)))
-			return
-		}
-		if len(q[k]) > 1 {
-			writeError(w, invalid(k, fmt.Sprintf("%s given %d times: give it once", k, len(q[k]))))
-			return
-		}
+	if aerr := checkQuery(q, "GET /v1/elections/{name}", fieldAfter, fieldWaitMs); aerr != nil {
+		writeError(w, aerr)
+		return
 	}
 	var (
 		after   fence.Token
@@ -90,51 +82,44 @@ func (s *Server) leader(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait+s.backendTimeout)
-	defer cancel()
+	defer cancel() // also ends the observer
 	start := time.Now()
+	fail := func(err error) {
+		aerr, _ := s.failure(r, ctx, opLeader, name, start, err)
+		writeError(w, aerr)
+	}
 	if !waitFor || wait == 0 {
 		st, err := s.locks.Inspect(ctx, name)
 		if err != nil {
-			aerr, _ := s.failure(r, ctx, opLeader, name, start, err)
-			writeError(w, aerr)
+			fail(err)
 			return
 		}
-		writeJSON(w, http.StatusOK, leaderResponse(lock.LeaderOf(st)))
+		writeJSON(w, http.StatusOK, api.NewLeader(lock.LeaderOf(st)))
 		return
 	}
-	obs, cancelObs := context.WithCancel(ctx)
-	defer cancelObs()
-	ch, err := s.locks.Observe(obs, name)
+	ch, err := s.locks.Observe(ctx, name)
 	if err != nil {
-		aerr, _ := s.failure(r, ctx, opLeader, name, start, err)
-		writeError(w, aerr)
+		fail(err)
 		return
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	var cur lock.Leader
-	for got := false; ; {
+	cur, ok := <-ch // Observe has read it: it comes at once
+	for ok && cur.Token == after {
+		var l lock.Leader
 		select {
-		case l, ok := <-ch:
-			if !ok { // ctx ended: the client went away, or the backend hung
-				aerr, _ := s.failure(r, ctx, opLeader, name, start, ctx.Err())
-				writeError(w, aerr)
-				return
-			}
-			cur, got = l, true
-			if l.Token == after {
-				continue
+		case l, ok = <-ch:
+			if ok {
+				cur = l
 			}
 		case <-timer.C:
-			if !got {
-				continue // the first state is on its way; the backend timeout bounds it
-			}
+			writeJSON(w, http.StatusOK, api.NewLeader(cur))
+			return
 		}
-		writeJSON(w, http.StatusOK, leaderResponse(cur))
+	}
+	if !ok { // ctx ended: the client went away, or the backend hung
+		fail(ctx.Err())
 		return
 	}
-}
-
-func leaderResponse(l lock.Leader) api.Leader {
-	return api.Leader{Name: l.Name, Leading: l.Leading, Value: l.Value, Token: l.Token}
+	writeJSON(w, http.StatusOK, api.NewLeader(cur))
 }

@@ -7,7 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fenced/fenced/api"
@@ -236,25 +239,30 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 	writeJSON(w, http.StatusOK, api.NewLockState(st))
 }
 
-// Defaults and bounds of GET /v1/locks.
-const (
-	defaultListLimit = 100
-	listQuery        = "prefix, limit and cursor"
-)
+// defaultListLimit is the page size of GET /v1/locks without limit.
+const defaultListLimit = 100
+
+// checkQuery refuses a query parameter not in allowed, or one given more
+// than once; route names the operation in the message.
+func checkQuery(q url.Values, route string, allowed ...string) *apiError {
+	for k, v := range q {
+		if !slices.Contains(allowed, k) {
+			return invalid("", fmt.Sprintf("unknown query parameter %s: %s takes %s", excerpt([]byte(k)), route, strings.Join(allowed, ", ")))
+		}
+		if len(v) > 1 {
+			return invalid(k, fmt.Sprintf("%s given %d times: give it once", k, len(v)))
+		}
+	}
+	return nil
+}
 
 // list answers one page of the held locks under a prefix. ServeHTTP has
 // checked the prefix against the caller's token.
 func (s *Server) list(w http.ResponseWriter, r *http.Request, _ string) {
 	q := r.URL.Query()
-	for k := range q {
-		if k != fieldPrefix && k != fieldLimit && k != fieldCursor {
-			writeError(w, invalid("", fmt.Sprintf("unknown query parameter %s: GET /v1/locks takes %s", excerpt([]byte(k)), listQuery)))
-			return
-		}
-		if len(q[k]) > 1 {
-			writeError(w, invalid(k, fmt.Sprintf("%s given %d times: give it once", k, len(q[k]))))
-			return
-		}
+	if aerr := checkQuery(q, "GET /v1/locks", fieldPrefix, fieldLimit, fieldCursor); aerr != nil {
+		writeError(w, aerr)
+		return
 	}
 	prefix := q.Get(fieldPrefix)
 	if err := lock.ValidateNamePrefix(prefix); err != nil {
