@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/lock"
@@ -43,19 +42,19 @@ interrupted the wait.`
 
 type electOpts struct {
 	clientOpts
-	ttl, wait, grace time.Duration
-	value            string
-	observe          bool
+	holdOpts
+	value   string
+	observe bool
 }
 
 func newElectCommand() (*command, *electOpts) {
 	cmd := newCommand("fenced elect", " NAME [-- CMD [ARG...]]", electSummary)
-	o := &electOpts{}
+	o := &electOpts{holdOpts: holdOpts{waitZero: "leading"}}
 	fs := cmd.fs
 	o.clientOpts.register(fs)
-	fs.DurationVar(&o.ttl, "ttl", 15*time.Second, "Leadership TTL; it is refreshed every TTL/3 while leading. A leader that stops (a crash, a pause) is replaced after it.")
-	fs.DurationVar(&o.wait, "wait", 0, "Longest wait to lead; then exit 1. 0: wait until leading.")
-	fs.DurationVar(&o.grace, "grace", 5*time.Second, "After leadership is lost, how long CMD has between SIGTERM and SIGKILL.")
+	o.holdOpts.register(fs, "Leadership TTL; it is refreshed every TTL/3 while leading. A leader that stops (a crash, a pause) is replaced after it.",
+		"Longest wait to lead; then exit 1. 0: wait until leading.",
+		"After leadership is lost, how long CMD has between SIGTERM and SIGKILL.")
 	fs.StringVar(&o.value, "value", "", "`Label` observers see of the leader, such as its address (default: HOST pid PID).")
 	fs.BoolVar(&o.observe, "observe", false, "Do not campaign: print who leads and every change until interrupted.")
 	return cmd, o
@@ -75,14 +74,11 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef(cmd.name, "--observe and a command: --observe only prints who leads; drop one")
 	case o.observe && (cmd.set["value"] || cmd.set["wait"] || cmd.set["ttl"] || cmd.set["grace"]):
 		return usagef(cmd.name, "--observe does not campaign: --value, --wait, --ttl and --grace do not apply")
-	case lock.ValidateTTL(o.ttl) != nil || o.ttl%time.Millisecond != 0:
-		return usagef(cmd.name, "--ttl %s: want %s to %s in whole milliseconds", o.ttl, lock.MinTTL, lock.MaxTTL)
-	case o.wait < 0:
-		return usagef(cmd.name, "--wait %s: want >= 0 (0 waits until leading)", o.wait)
-	case o.grace < 0:
-		return usagef(cmd.name, "--grace %s: want >= 0", o.grace)
 	case cmd.set["value"] && lock.ValidateLabel(o.value) != nil:
 		return usagef(cmd.name, "--value: %v", lock.ValidateLabel(o.value))
+	}
+	if err := o.holdOpts.check(cmd.name); err != nil {
+		return err
 	}
 	if o.value == "" {
 		o.value = defaultOwner()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -60,20 +61,48 @@ func (e *ExitError) Unwrap() error { return e.Err }
 
 type execOpts struct {
 	clientOpts
+	holdOpts
+	try   bool
+	owner string
+}
+
+// holdOpts are the flags of a command that holds a lease while a child
+// runs (exec, elect): its TTL, how long to wait for it, and the child's
+// grace after a loss.
+type holdOpts struct {
 	ttl, wait, grace time.Duration
-	try              bool
-	owner            string
+	waitZero         string // what --wait 0 waits for, in its usage error
+}
+
+// register adds --ttl, --wait and --grace with these help texts.
+func (o *holdOpts) register(fs *flag.FlagSet, ttlHelp, waitHelp, graceHelp string) {
+	fs.DurationVar(&o.ttl, "ttl", 15*time.Second, ttlHelp)
+	fs.DurationVar(&o.wait, "wait", 0, waitHelp)
+	fs.DurationVar(&o.grace, "grace", 5*time.Second, graceHelp)
+}
+
+// check refuses values the API or the child's supervision cannot take.
+func (o *holdOpts) check(cmdName string) error {
+	switch {
+	case lock.ValidateTTL(o.ttl) != nil || o.ttl%time.Millisecond != 0:
+		return usagef(cmdName, "--ttl %s: want %s to %s in whole milliseconds", o.ttl, lock.MinTTL, lock.MaxTTL)
+	case o.wait < 0:
+		return usagef(cmdName, "--wait %s: want >= 0 (0 waits until %s)", o.wait, o.waitZero)
+	case o.grace < 0:
+		return usagef(cmdName, "--grace %s: want >= 0", o.grace)
+	}
+	return nil
 }
 
 func newExecCommand() (*command, *execOpts) {
 	cmd := newCommand("fenced exec", " NAME [-- CMD [ARG...]]", execSummary)
-	o := &execOpts{}
+	o := &execOpts{holdOpts: holdOpts{waitZero: "the lock is acquired"}}
 	fs := cmd.fs
 	o.clientOpts.register(fs)
-	fs.DurationVar(&o.ttl, "ttl", 15*time.Second, "Lease TTL; the lease is refreshed every TTL/3 while it is held.")
-	fs.DurationVar(&o.wait, "wait", 0, "Longest wait for a held lock; then exit 1. 0: wait until it is acquired.")
+	o.holdOpts.register(fs, "Lease TTL; the lease is refreshed every TTL/3 while it is held.",
+		"Longest wait for a held lock; then exit 1. 0: wait until it is acquired.",
+		"After the lease is lost, how long CMD has between SIGTERM and SIGKILL.")
 	fs.BoolVar(&o.try, "try", false, "Make one attempt: exit 1 at once if the lock is held.")
-	fs.DurationVar(&o.grace, "grace", 5*time.Second, "After the lease is lost, how long CMD has between SIGTERM and SIGKILL.")
 	fs.StringVar(&o.owner, "owner", "", "`Label` shown with the lock by fenced locks and GET /v1/locks (default: HOST pid PID).")
 	return cmd, o
 }
@@ -121,15 +150,12 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if err := o.holdOpts.check(cmd.name); err != nil {
+		return err
+	}
 	switch {
-	case lock.ValidateTTL(o.ttl) != nil || o.ttl%time.Millisecond != 0:
-		return usagef(cmd.name, "--ttl %s: want %s to %s in whole milliseconds", o.ttl, lock.MinTTL, lock.MaxTTL)
-	case o.wait < 0:
-		return usagef(cmd.name, "--wait %s: want >= 0 (0 waits until the lock is acquired)", o.wait)
 	case o.try && cmd.set["wait"]:
 		return usagef(cmd.name, "--try and --wait: --try makes one attempt, --wait bounds a wait; give one")
-	case o.grace < 0:
-		return usagef(cmd.name, "--grace %s: want >= 0", o.grace)
 	case cmd.set["owner"] && lock.ValidateLabel(o.owner) != nil:
 		return usagef(cmd.name, "--owner: %v", lock.ValidateLabel(o.owner))
 	}
