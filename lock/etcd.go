@@ -965,8 +965,9 @@ func (s *EtcdStore) renew(sess *session) {
 type event struct {
 	at   time.Time
 	name string
-	gen  uint64
-	tomb bool // a tombstone's end, not a deadline
+	h    *holding // whose deadline: a later holding of the name has its own
+	gen  uint64   // h's gen when scheduled
+	tomb bool     // a tombstone's end, not a deadline
 }
 
 type eventHeap []event
@@ -985,7 +986,7 @@ func (h *eventHeap) Pop() any {
 // scheduleLocked queues h's deadline. Called with mu.
 func (s *EtcdStore) scheduleLocked(name string, h *holding) {
 	h.gen++
-	heap.Push(&s.events, event{at: h.deadline, name: name, gen: h.gen})
+	heap.Push(&s.events, event{at: h.deadline, name: name, h: h, gen: h.gen})
 	s.startLoopLocked()
 	s.poke()
 }
@@ -1066,7 +1067,7 @@ func (s *EtcdStore) step(now time.Time) time.Time {
 			continue
 		}
 		h := s.held[e.name]
-		if h == nil || h.gen != e.gen || h.expiring {
+		if h == nil || h != e.h || h.gen != e.gen || h.expiring {
 			continue // released, refreshed or being expired
 		}
 		if h.refreshing > 0 {

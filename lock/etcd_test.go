@@ -255,3 +255,36 @@ func TestEtcdRefreshesShareReads(t *testing.T) {
 	}
 	t.Logf("%d refreshes at once: %d read-only Txns", n, after.Reads-before.Reads)
 }
+
+// A lock taken again by the same store after a release keeps its own
+// deadline: the deadline its name had under the lease before must not
+// expire it. (The store's deadline entries were matched by a counter per
+// holding, which a new holding of the same name started again.)
+func TestEtcdDeadlineOfAnEarlierHoldingOfTheName(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newEtcdStore(t, cli)
+	name := testenv.Name(t)
+	first, second := "0123456789abcdef0123456789abcde1", "0123456789abcdef0123456789abcde2"
+	start := time.Now()
+	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: first, TTL: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(t.Context(), name, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: second, TTL: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	// Watch the lock past the first holding's deadline, with room for the
+	// store to act on it.
+	for time.Since(start) < time.Second {
+		st, err := s.Inspect(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Held || st.LeaseID != second {
+			t.Fatalf("%s after the first acquire, the lock taken again with a 5s TTL is %+v: freed at the deadline of the lease before it", time.Since(start).Round(time.Millisecond), st)
+		}
+		time.Sleep(20 * time.Millisecond) // sample the state as time passes
+	}
+}
