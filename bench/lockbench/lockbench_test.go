@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,7 +59,12 @@ func TestRun(t *testing.T) {
 		if r.MaxHolders != 1 {
 			t.Errorf("%s: %d holders of the hot name at once, want 1", r.Impl, r.MaxHolders)
 		}
-		if r.Errors > 0 {
+		switch {
+		case r.Errors > 0 && strings.HasPrefix(r.Impl, "fenced"):
+			// Nothing here is a fault: an error is a defect (one was a
+			// lock freed at the deadline of its name's previous holding).
+			t.Errorf("%s: %d errors, the first: %v", r.Impl, r.Errors, r.FirstErr)
+		case r.Errors > 0:
 			t.Logf("%s: %d errors, the first: %v", r.Impl, r.Errors, r.FirstErr)
 		}
 	}
