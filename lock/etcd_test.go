@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
@@ -286,5 +289,76 @@ func TestEtcdDeadlineOfAnEarlierHoldingOfTheName(t *testing.T) {
 			t.Fatalf("%s after the first acquire, the lock taken again with a 5s TTL is %+v: freed at the deadline of the lease before it", time.Since(start).Round(time.Millisecond), st)
 		}
 		time.Sleep(20 * time.Millisecond) // sample the state as time passes
+	}
+}
+
+// Batches in flight together (WithEtcdInflight) are ordered by etcd like
+// any two clients' Txns: many clients on a few names, fair and unfair,
+// never hold a name at once, and each name's tokens grow with every grant.
+func TestEtcdTxnsInFlightKeepExclusion(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newEtcdStore(t, cli, lock.WithEtcdInflight(4))
+	c := newClient(t, s)
+	const clients, rounds = 32, 25
+	names := []string{testenv.Name(t), testenv.Name(t), testenv.Name(t), testenv.Name(t)}
+	type guard struct {
+		holders atomic.Int32
+		last    fence.Token // written only by the holder
+	}
+	guards := make([]guard, len(names))
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			opts := []lock.Option{lock.WithWait(30 * time.Second)}
+			if i%2 == 1 {
+				opts = append(opts, lock.WithUnfair())
+			}
+			for r := range rounds {
+				k := (i + r) % len(names)
+				l, err := c.Acquire(t.Context(), names[k], 10*time.Second, opts...)
+				if err != nil {
+					errs <- fmt.Errorf("client %d: acquire: %w", i, err)
+					return
+				}
+				g := &guards[k]
+				if n := g.holders.Add(1); n != 1 {
+					errs <- fmt.Errorf("%d holders of %s at once", n, names[k])
+				}
+				if l.Token() <= g.last {
+					errs <- fmt.Errorf("%s: token %d after %d", names[k], l.Token(), g.last)
+				}
+				g.last = l.Token()
+				g.holders.Add(-1)
+				if err := l.Release(t.Context()); err != nil {
+					errs <- fmt.Errorf("client %d: release: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := s.Stats(); st.MaxInflight < 2 {
+		t.Errorf("at most %d Txn in flight at once (%d Txns for %d operations): the test did not exercise batches in flight together", st.MaxInflight, st.Txns, st.Ops)
+	}
+	for _, name := range names {
+		if st, err := s.Inspect(t.Context(), name); err != nil || st.Held {
+			t.Errorf("%s after every client released it: %+v, %v", name, st, err)
+		}
+	}
+}
+
+func TestEtcdInflightOption(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	for _, n := range []int{0, -1, 65} {
+		if _, err := lock.NewEtcdStore(cli, lock.WithEtcdInflight(n)); err == nil || !strings.Contains(err.Error(), "want 1 to 64") {
+			t.Errorf("WithEtcdInflight(%d): %v, want an error that says 1 to 64", n, err)
+		}
 	}
 }

@@ -35,7 +35,7 @@ func Command(ctx context.Context, args []string, out, logw io.Writer) error {
 	fsync := fs.String("fsync", "on", `embedded etcd fsync: "on" (honest), "off" (UnsafeNoFsync) or "both" (two tables)`)
 	expirers := fs.Int("expirers", def.Expirers, "expiry scenario: holders that walk away from their locks at once, each with a waiter (0: skip it)")
 	unfair := fs.Bool("unfair", true, "also run fenced's rows with lock.WithUnfair, to show what fair waiting costs")
-	inflight := fs.Int("inflight", 0, "also run fenced/redis with sequencer.WithInflight(N); 0: only the default (1)")
+	inflight := fs.Int("inflight", 0, "also run fenced/redis with sequencer.WithInflight(N) and fenced/etcd with lock.WithEtcdInflight(N); 0: only the defaults (1 and 2)")
 	only := fs.String("only", "", "comma-separated implementations to run (default all): "+strings.Join(names, ","))
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	set, err := benchkit.Parse(fs, args, "FENCED_LOCKBENCH_")

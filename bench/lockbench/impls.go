@@ -291,8 +291,8 @@ func newFencedRedis(rdb *redis.Client, cli *clientv3.Client, prefix, etcdPrefix 
 
 // newFencedEtcd: fenced with leases in etcd (lock.NewEtcdStore): one Txn
 // takes the lease and the token; a waiter watches the lock key.
-func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration, unfair bool) (Impl, error) {
-	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(etcdPrefix))
+func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration, label string, unfair bool, opts ...lock.EtcdOption) (Impl, error) {
+	store, err := lock.NewEtcdStore(cli, append([]lock.EtcdOption{lock.WithEtcdPrefix(etcdPrefix)}, opts...)...)
 	if err != nil {
 		return Impl{}, err
 	}
@@ -300,11 +300,15 @@ func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration, u
 	if err != nil {
 		return Impl{}, err
 	}
-	name, how, opts := fairness(FencedEtcd, unfair)
+	name := FencedEtcd
+	if label != "" {
+		name += " " + label
+	}
+	name, how, lopts := fairness(name, unfair)
 	return Impl{
 		Name:      name,
 		Wait:      fmt.Sprintf("Client.Acquire: %s, etcd watch on the lock key, default retry ExponentialBackoff(4ms, 256ms); TTL %s", how, ttl),
-		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl, opts), nil },
+		NewLocker: func(context.Context) (Locker, error) { return fencedLocker(c, ttl, lopts), nil },
 		Abandon:   abandonFenced(c),
 		Hold:      holdFenced(c, ttl),
 		Close: func() error {

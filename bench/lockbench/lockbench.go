@@ -29,6 +29,7 @@ import (
 
 	"github.com/fenced/fenced/bench/internal/benchkit"
 
+	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -55,7 +56,8 @@ type Config struct {
 	// Only, if not empty, runs only the implementations named (Impl.Name).
 	Only []string
 	// Inflight, if > 0, adds a row of fenced/redis whose sequencer has
-	// sequencer.WithInflight(Inflight); the default row is always there.
+	// sequencer.WithInflight(Inflight), and one of fenced/etcd with
+	// lock.WithEtcdInflight(Inflight); the default rows are always there.
 	Inflight int
 	// Expirers is how many holders walk away from their locks at once in
 	// the expiry scenario, each with a waiter (0: no expiry scenario), and
@@ -240,9 +242,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				fmt.Sprintf("(inflight %d)", cfg.Inflight), false, sequencer.WithInflight(cfg.Inflight))
 		})
 	}
-	makers = append(makers, func() (Impl, error) { return newFencedEtcd(cli, ep+"fenced-etcd/", cfg.TTL, false) })
+	makers = append(makers, func() (Impl, error) { return newFencedEtcd(cli, ep+"fenced-etcd/", cfg.TTL, "", false) })
 	if !cfg.NoUnfair {
-		makers = append(makers, func() (Impl, error) { return newFencedEtcd(cli, ep+"fenced-etcd-unfair/", cfg.TTL, true) })
+		makers = append(makers, func() (Impl, error) { return newFencedEtcd(cli, ep+"fenced-etcd-unfair/", cfg.TTL, "", true) })
+	}
+	if cfg.Inflight > 0 {
+		makers = append(makers, func() (Impl, error) {
+			return newFencedEtcd(cli, ep+"fenced-etcd-inflight/", cfg.TTL, fmt.Sprintf("(inflight %d)", cfg.Inflight), false,
+				lock.WithEtcdInflight(cfg.Inflight))
+		})
 	}
 
 	var impls []Impl

@@ -32,7 +32,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{lockbench.EtcdMutex, lockbench.RedisLock, lockbench.Redsync, lockbench.FencedRedis, lockbench.FencedRedis + lockbench.Unfair, lockbench.FencedRedis + " (inflight 16)", lockbench.FencedEtcd, lockbench.FencedEtcd + lockbench.Unfair}
+	want := []string{lockbench.EtcdMutex, lockbench.RedisLock, lockbench.Redsync, lockbench.FencedRedis, lockbench.FencedRedis + lockbench.Unfair, lockbench.FencedRedis + " (inflight 16)", lockbench.FencedEtcd, lockbench.FencedEtcd + lockbench.Unfair, lockbench.FencedEtcd + " (inflight 16)"}
 	if len(rep.Results) != len(want) {
 		t.Fatalf("%d results, want %d", len(rep.Results), len(want))
 	}

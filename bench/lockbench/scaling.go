@@ -265,7 +265,7 @@ func scalingImpl(name string, rdb *redis.Client, cli *clientv3.Client, rp, ep st
 	case FencedRedis:
 		return newFencedRedis(rdb, cli, rp+"fenced:", ep+"fenced-redis/", ttl, "", false)
 	case FencedEtcd:
-		return newFencedEtcd(cli, ep+"fenced-etcd/", ttl, false)
+		return newFencedEtcd(cli, ep+"fenced-etcd/", ttl, "", false)
 	}
 	return Impl{}, fmt.Errorf("no implementation %q", name)
 }
