@@ -9,9 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/groupcommit"
 	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
 )
@@ -70,6 +72,9 @@ type RedisStore struct {
 	seq    sequencer.Sequencer
 	prefix string
 	n      notifier
+	pipe   groupcommit.Committer[scriptCall] // script calls share pipelines (redispipe.go)
+
+	calls, pipelines, pipelined atomic.Uint64
 }
 
 var _ LeaseStore = (*RedisStore)(nil)
@@ -101,6 +106,7 @@ func NewRedisStore(rdb redis.UniversalClient, seq sequencer.Sequencer, opts ...R
 		}
 	}
 	s.n.rdb = rdb
+	s.initPipe()
 	return s, nil
 }
 
@@ -137,7 +143,7 @@ type taken struct {
 // place in the queue.
 func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error) {
 	k := s.keys(req.Name)
-	v, err := acquireScript.Run(ctx, s.rdb, []string{k[kLease], k[kToken], k[kQueue], k[kPlaces]}, req.LeaseID, req.TTL.Milliseconds(),
+	v, err := s.run(ctx, acquireScript, []string{k[kLease], k[kToken], k[kQueue], k[kPlaces]}, req.LeaseID, req.TTL.Milliseconds(),
 		req.Waiter, req.WaiterTTL.Milliseconds(), req.Holder).Slice()
 	if err != nil {
 		return taken{}, err
@@ -158,14 +164,14 @@ func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error
 
 // confirm is step 4: record the token if the lease is still leaseID's.
 func (s *RedisStore) confirm(ctx context.Context, req AcquireRequest, tok fence.Token) (ok bool, err error) {
-	pttl, err := confirmScript.Run(ctx, s.rdb, s.keys(req.Name)[:2], req.LeaseID, uint64(tok), req.Owner, req.Holder).Int64()
+	pttl, err := s.run(ctx, confirmScript, s.keys(req.Name)[:2], req.LeaseID, uint64(tok), req.Owner, req.Holder).Int64()
 	return err == nil && pttl >= 0, err
 }
 
 // release deletes the lease if leaseID holds it or was the last to; a
 // reentrant holder's release only counts down.
 func (s *RedisStore) release(ctx context.Context, name, leaseID string) (ok bool, err error) {
-	n, err := releaseScript.Run(ctx, s.rdb, s.keys(name), leaseID, s.channel(name)).Int64()
+	n, err := s.run(ctx, releaseScript, s.keys(name), leaseID, s.channel(name)).Int64()
 	return err == nil && n != 0, err
 }
 
@@ -220,7 +226,7 @@ func (s *RedisStore) abandon(ctx context.Context, name, leaseID string) {
 
 // Refresh implements LeaseStore.
 func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
-	tok, err := refreshScript.Run(ctx, s.rdb, s.keys(name)[:2], leaseID, ttl.Milliseconds()).Uint64()
+	tok, err := s.run(ctx, refreshScript, s.keys(name)[:2], leaseID, ttl.Milliseconds()).Uint64()
 	if errors.Is(err, redis.Nil) {
 		return Grant{}, ErrLost
 	}
@@ -247,7 +253,7 @@ func (s *RedisStore) Release(ctx context.Context, name, leaseID string) error {
 // Leave implements LeaseStore.
 func (s *RedisStore) Leave(ctx context.Context, name, waiter string) error {
 	k := s.keys(name)
-	if err := leaveScript.Run(ctx, s.rdb, []string{k[kQueue], k[kPlaces], k[kLease]}, waiter, s.channel(name)).Err(); err != nil {
+	if err := s.run(ctx, leaveScript, []string{k[kQueue], k[kPlaces], k[kLease]}, waiter, s.channel(name)).Err(); err != nil {
 		return backendErr("redis", "leave", err)
 	}
 	return nil

@@ -1,0 +1,104 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+)
+
+// Concurrent callers' script calls share pipelines, and each still gets
+// its own answer: 48 clients acquire and release their own names, and
+// every grant, refusal and release is the right one.
+func TestRedisCallsSharePipelines(t *testing.T) {
+	s := newRedisStore(t, testenv.Redis(t), newSequencer(t))
+	c := newClient(t, s)
+	base := testenv.Name(t)
+	const clients, rounds = 48, 20
+	errs := make(chan error, clients*rounds)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("%s-%d", base, i)
+			for range rounds {
+				l, err := c.TryAcquire(t.Context(), name, 5*time.Second)
+				if err != nil {
+					errs <- fmt.Errorf("%s: acquire: %w", name, err)
+					return
+				}
+				// Held: another lease id of the same name is refused.
+				if _, err := c.TryAcquire(t.Context(), name, 5*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+					errs <- fmt.Errorf("%s: a second acquire while held: %v, want held", name, err)
+				}
+				if st, err := c.Inspect(t.Context(), name); err != nil || st.LeaseID != l.ID() || st.Token != l.Token() {
+					errs <- fmt.Errorf("%s: inspect %+v, %v; want lease %s token %d", name, st, err, l.ID(), l.Token())
+				}
+				if err := l.Release(t.Context()); err != nil {
+					errs <- fmt.Errorf("%s: release: %w", name, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st := s.Stats()
+	if st.Pipelines == 0 || st.Pipelined < 2*st.Pipelines {
+		t.Errorf("%+v: no script calls shared a pipeline", st)
+	}
+	t.Logf("%d script calls, %d of them in %d pipelines", st.Calls, st.Pipelined, st.Pipelines)
+}
+
+// A pipeline sends scripts by their SHA; a Redis that does not know one
+// (restarted, failed over, or flushed) answers NOSCRIPT, and the call is
+// sent again with the script itself, not failed.
+func TestRedisPipelineAfterScriptFlush(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.Client()
+	s := newRedisStore(t, rdb, newSequencer(t))
+	c := newClient(t, s)
+	base := testenv.Name(t)
+	for attempt := 0; ; attempt++ {
+		if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := s.Stats()
+		var wg sync.WaitGroup
+		errs := make(chan error, 32)
+		for i := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := c.TryAcquire(t.Context(), fmt.Sprintf("%s-%d-%d", base, attempt, i), 5*time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := l.Release(t.Context()); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("after SCRIPT FLUSH: %v", err)
+		}
+		if s.Stats().Pipelines > before.Pipelines {
+			return // a pipeline met the flushed scripts, and every call succeeded
+		}
+		if attempt == 20 {
+			t.Fatal("no pipeline in 20 rounds of 32 concurrent callers")
+		}
+	}
+}
