@@ -52,9 +52,16 @@ type config struct {
 // for unless WithMaxRequestWait says otherwise.
 const DefaultMaxRequestWait = 30 * time.Second
 
+// DefaultIdleConns is how many idle connections per server the default
+// HTTP client keeps for reuse: as many goroutines as share a client can
+// each find one.
+const DefaultIdleConns = 256
+
 // WithHTTPClient sets the HTTP client. Default: a client of its own with a
-// clone of http.DefaultTransport (proxy from the environment, HTTP/2) and
-// no overall timeout, since an acquire may wait on the server; every call
+// clone of http.DefaultTransport (proxy from the environment, HTTP/2) that
+// keeps up to DefaultIdleConns idle connections per server (the default
+// transport keeps 2, so a client shared by many goroutines opened a new
+// connection for most requests), and no overall timeout, since an acquire may wait on the server; every call
 // is bounded by its context instead. It cannot be combined with
 // WithTLSConfig: configure TLS on hc's transport.
 func WithHTTPClient(hc *http.Client) Option {
@@ -145,6 +152,7 @@ func New(urls string, opts ...Option) (*Client, error) {
 	}
 	if c.hc = cfg.hc; c.hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 0, DefaultIdleConns // 0: bounded per server only
 		if cfg.tls != nil {
 			tr.TLSClientConfig = cfg.tls
 		}

@@ -379,15 +379,9 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 		return err
 	})
 
-	// http.DefaultTransport keeps 2 idle connections per host: with 64
-	// goroutines the HTTP path would mostly open new TCP connections and
-	// measure that. Keep one per goroutine, as a tuned client would.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil
-	tr.MaxIdleConns = cfg.Clients + 16
-	tr.MaxIdleConnsPerHost = cfg.Clients + 16
-	e.closers = append(e.closers, func() error { tr.CloseIdleConnections(); return nil })
-	e.http, err = client.New("http://"+ln.Addr().String(), client.WithHTTPClient(&http.Client{Transport: tr}), client.WithBearerToken(benchToken))
+	// The client as a user gets it: its default transport keeps an idle
+	// connection per goroutine (client.DefaultIdleConns).
+	e.http, err = client.New("http://"+ln.Addr().String(), client.WithBearerToken(benchToken))
 	if err != nil {
 		return nil, err
 	}
