@@ -20,11 +20,12 @@ answer) are retryable.
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
+import select
 import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any, Callable, MutableMapping, Optional, Union
@@ -235,7 +236,10 @@ class Client:
     timeout: seconds to wait for an answer, on top of an acquire's wait_ms
     (default 10). retries: how often a 503 unavailable answer is retried,
     after its Retry-After or 100 ms, 200 ms, ... (default 2; 0 disables).
-    A Client is safe to share between threads; it holds no connection.
+    A Client is safe to share between threads. Each thread keeps one
+    connection to the server open between its calls (HTTP keep-alive), so a
+    call costs no new TCP (or TLS) handshake; close() closes the calling
+    thread's, and a thread's connection closes with the thread.
     """
 
     def __init__(self, base_url: str, bearer_token: Optional[str] = None,
@@ -248,6 +252,8 @@ class Client:
         if retries < 0:
             raise ValueError(f"retries {retries!r}: want >= 0")
         self.base_url = base_url.rstrip("/")
+        self._url = u
+        self._local = threading.local()  # .conn: this thread's connection
         self._bearer = bearer_token
         self.timeout = timeout
         self.retries = retries
@@ -367,6 +373,36 @@ class Client:
                 pause = e.retry_after if e.retry_after is not None else 0.1 * attempt
                 time.sleep(min(pause, 1.0) * (0.5 + random.random() / 2))  # back off before retrying
 
+    def close(self) -> None:
+        """Close the calling thread's connection, if it has one; the next call opens another."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def _conn(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        """This thread's connection, and whether it was used before. A kept
+        connection that the server closed while idle is replaced."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and conn.sock is not None:
+            try:
+                readable, _, _ = select.select([conn.sock], [], [], 0)
+            except (OSError, ValueError):
+                readable = [conn.sock]
+            if readable:  # idle, so readable means closed (or a stray byte): do not reuse
+                self.close()
+                conn = None
+        if conn is None or conn.sock is None:
+            if conn is not None:
+                conn.close()
+            cls = http.client.HTTPSConnection if self._url.scheme == "https" else http.client.HTTPConnection
+            conn = cls(self._url.hostname or "", self._url.port, timeout=timeout)
+            self._local.conn = conn
+            return conn, False
+        conn.timeout = timeout
+        conn.sock.settimeout(timeout)
+        return conn, True
+
     def _request(self, method: str, path: str, body: Optional[dict[str, Any]], timeout: float) -> dict[str, Any]:
         data = None
         headers = {"Accept": "application/json"}
@@ -375,16 +411,30 @@ class Client:
             headers["Content-Type"] = "application/json"
         if self._bearer:
             headers["Authorization"] = "Bearer " + self._bearer
-        req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+        # A new lease's request is not sent twice: if it reached the server,
+        # the lease would be held by nobody until its TTL.
+        resend = not path.endswith(("/acquire", "/campaign"))
+        for attempt in (0, 1):
+            conn, reused = self._conn(timeout)
+            try:
+                conn.request(method, self._url.path.rstrip("/") + path, body=data, headers=headers)
+                resp = conn.getresponse()
                 raw = resp.read()
-                status = resp.status
-        except urllib.error.HTTPError as e:
-            raise _api_error(e.code, e.headers, e.read()) from None
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise TransportError(f"{method} {self.base_url}{path}: {reason}") from e
+                status, rheaders = resp.status, resp.headers
+                if resp.will_close:
+                    self.close()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError) as e:
+                # The server closed a kept connection as the request went out.
+                self.close()
+                if reused and attempt == 0 and resend:
+                    continue
+                raise TransportError(f"{method} {self.base_url}{path}: {e}") from e
+            except (OSError, http.client.HTTPException) as e:
+                self.close()
+                raise TransportError(f"{method} {self.base_url}{path}: {e}") from e
+        if status >= 400:
+            raise _api_error(status, rheaders, raw)
         try:
             doc = json.loads(raw)
         except ValueError:
@@ -572,6 +622,12 @@ class Lease:
             t.join()
 
     def _keep_alive(self) -> None:
+        try:
+            self._keep_alive_loop()
+        finally:
+            self._client.close()  # this thread's connection
+
+    def _keep_alive_loop(self) -> None:
         interval = self.ttl_ms / 3000.0
         next_refresh = time.monotonic() + interval
         while True:

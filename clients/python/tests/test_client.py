@@ -37,6 +37,7 @@ class DevTest(unittest.TestCase):
 
     def setUp(self) -> None:
         self.client = fenced.Client(self.daemon.url)
+        self.addCleanup(self.client.close)
 
     def test_tour(self) -> None:
         name = unique()
@@ -92,6 +93,27 @@ class DevTest(unittest.TestCase):
         for bad in ("ftp://x", "127.0.0.1:7070"):
             with self.assertRaises(ValueError):
                 fenced.Client(bad)
+
+    def test_calls_keep_their_connection(self) -> None:
+        # One connection per thread, kept between calls: the same local port.
+        name = unique()
+        self.client.inspect(name)
+        sock = self.client._local.conn.sock
+        port = sock.getsockname()[1]
+        lease = self.client.acquire(name, ttl_ms=10_000)
+        lease.release()
+        self.client.inspect(name)
+        self.assertIs(self.client._local.conn.sock, sock)
+        self.assertEqual(self.client._local.conn.sock.getsockname()[1], port)
+        # Another thread has its own.
+        other: list[int] = []
+        t = threading.Thread(target=lambda: (self.client.inspect(name), other.append(self.client._local.conn.sock.getsockname()[1])))
+        t.start()
+        t.join()
+        self.assertEqual(len(other), 1)
+        self.assertNotEqual(other[0], port)
+        self.client.close()
+        self.assertIsNone(self.client._local.conn)
 
     def test_election(self) -> None:
         # One leads, another waits and is refused at its wait_ms, a long
@@ -174,9 +196,11 @@ class RedisTest(unittest.TestCase):
 
     def setUp(self) -> None:
         self.client = fenced.Client(self.daemon.url, bearer_token=self.bearer)
+        self.addCleanup(self.client.close)
 
     def test_forbidden(self) -> None:
         reader = fenced.Client(self.daemon.url, bearer_token=self.reader)
+        self.addCleanup(reader.close)
         self.assertFalse(reader.inspect("ro:" + unique()).held)
         with self.assertRaises(fenced.ForbiddenError) as cm:
             reader.acquire("ro:" + unique())
@@ -300,6 +324,44 @@ class RedisTest(unittest.TestCase):
         for bad in (0, -1, fenced.MAX_TOKEN + 1, True, "5", 1.0):
             with self.assertRaises(ValueError):
                 fenced.set_fencing_token({}, bad)  # type: ignore[arg-type]
+
+
+class KeptConnectionTest(unittest.TestCase):
+    """A server that closes a kept connection while it is idle (as fenced
+    serve does after its idle timeout): the next call opens another."""
+
+    def test_server_closed_idle_connection(self) -> None:
+        import socket
+
+        body = b'{"name":"x","held":false,"token":0,"ttl_ms":0}'
+        answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        ln = socket.socket()
+        ln.bind(("127.0.0.1", 0))
+        ln.listen(4)
+        accepted: list[int] = []
+        closed = threading.Semaphore(0)
+
+        def serve() -> None:
+            for _ in range(3):
+                conn, _ = ln.accept()
+                accepted.append(1)
+                conn.recv(65536)  # the request (small: one read)
+                conn.sendall(answer)  # keep-alive implied by HTTP/1.1 ...
+                conn.close()  # ... but closed at once, as an idle timeout would
+                closed.release()
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        c = fenced.Client(f"http://127.0.0.1:{ln.getsockname()[1]}")
+        try:
+            for _ in range(3):
+                self.assertFalse(c.inspect("x").held)
+                self.assertTrue(closed.acquire(timeout=5))  # the server closed it before the next call
+        finally:
+            c.close()
+            ln.close()
+        t.join(timeout=5)
+        self.assertEqual(len(accepted), 3)
 
 
 class ValidityTest(unittest.TestCase):
