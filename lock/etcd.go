@@ -99,6 +99,7 @@ type holding struct {
 
 	refreshing int  // refreshes in flight: the deadline is not enforced meanwhile
 	expiring   bool // the enforcer is deleting it
+	plain      bool // taken with no reentrant holder: it never has a count
 }
 
 type tombstone struct {
@@ -125,6 +126,7 @@ type etcdOp struct {
 	waiterRev  int64
 	waiterSess *session
 	modRev     int64 // expire: only the lock as this store wrote it
+	plain      bool  // delete, expire: the lock has no reentrant holder (holding.plain)
 }
 
 const (
@@ -384,14 +386,14 @@ func (s *EtcdStore) abandon(name, leaseID string) {
 
 // hold records a lock this store now enforces, and returns the TTL it
 // grants: ttl, or less if the session is not known to live that long.
-func (s *EtcdStore) hold(name, leaseID string, tok fence.Token, modRev int64, sess *session, start time.Time, ttl time.Duration) time.Duration {
+func (s *EtcdStore) hold(name, leaseID string, tok fence.Token, modRev int64, sess *session, start time.Time, ttl time.Duration, plain bool) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	granted := min(ttl, sess.validUntil.Sub(start))
 	if old := s.held[name]; old != nil {
 		old.sess.users--
 	}
-	h := &holding{id: leaseID, token: tok, modRev: modRev, sess: sess, deadline: start.Add(granted)}
+	h := &holding{id: leaseID, token: tok, modRev: modRev, sess: sess, deadline: start.Add(granted), plain: plain}
 	sess.users++
 	s.held[name] = h
 	s.scheduleLocked(name, h)
@@ -512,7 +514,7 @@ func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *se
 	if err != nil || !held {
 		return Grant{}, backendErr("etcd", "refresh", fmt.Errorf("the lock vanished in its own Txn: %v", err))
 	}
-	granted := s.hold(name, leaseID, st.Token, resp.Header.Revision, sess, start, ttl)
+	granted := s.hold(name, leaseID, st.Token, resp.Header.Revision, sess, start, ttl, st.Holder == "")
 	return Grant{Token: st.Token, TTL: granted, LeaseID: leaseID}, nil
 }
 
@@ -522,7 +524,11 @@ func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *se
 // the lock.
 func (s *EtcdStore) Release(ctx context.Context, name, leaseID string) error {
 	ctx = clientv3.WithRequireLeader(ctx)
-	v, err := s.gc.Do(ctx, name, etcdOp{kind: opDelete, name: name, id: leaseID})
+	s.mu.Lock()
+	h := s.held[name]
+	plain := h != nil && h.id == leaseID && h.plain
+	s.mu.Unlock()
+	v, err := s.gc.Do(ctx, name, etcdOp{kind: opDelete, name: name, id: leaseID, plain: plain})
 	switch {
 	case errors.Is(err, errHeld):
 		s.mu.Lock()
@@ -1110,7 +1116,7 @@ func (s *EtcdStore) expire(name string, h *holding) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := s.gc.Do(clientv3.WithRequireLeader(ctx), name, etcdOp{kind: opExpire, name: name, id: h.id, modRev: h.modRev})
+	_, err := s.gc.Do(clientv3.WithRequireLeader(ctx), name, etcdOp{kind: opExpire, name: name, id: h.id, modRev: h.modRev, plain: h.plain})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil && !errors.Is(err, errHeld) {
@@ -1328,10 +1334,21 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 		}
 		return t
 	case opExpire:
+		del := s.ks.DeleteLock(name)
+		if op.plain {
+			del = s.ks.DeletePlainLock(name)
+		}
 		return opTxnParts{
 			cmps: []clientv3.Cmp{s.ks.LockHeldBy(name, op.id), clientv3.Compare(clientv3.ModRevision(s.ks.LockKey(name)), "=", op.modRev)},
-			then: s.ks.DeleteLock(name),
+			then: del,
 		}
+	case opDelete:
+		if op.plain {
+			// A lock with no reentrant holder is never reentered: no count
+			// to check, and no count key to delete.
+			return opTxnParts{cmps: []clientv3.Cmp{s.ks.LockHeldBy(name, op.id)}, then: s.ks.DeletePlainLock(name)}
+		}
+		fallthrough
 	default:
 		return opTxnParts{
 			cmps: []clientv3.Cmp{s.ks.LockHeldBy(name, op.id)},
@@ -1369,7 +1386,7 @@ func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], 
 		_, _ = s.cli.Txn(ctx).If(s.ks.LockHeldBy(op.name, op.id)).Then(s.ks.DeleteLock(op.name)...).Commit()
 		r.Done(nil, sequencer.ErrRestored)
 	default:
-		granted := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl)
+		granted := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl, op.holder == "")
 		r.Done(createResult{token: tok, modRev: rev, granted: granted}, nil)
 	}
 }

@@ -305,6 +305,12 @@ func (k Keyspace) DeleteLock(name string) []clientv3.Op {
 	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name)), clientv3.OpDelete(k.InfoKey(name)), clientv3.OpDelete(k.CountKey(name))}
 }
 
+// DeletePlainLock frees lock name, taken with no reentrant holder: such a
+// lock never has a count key, so the Txn does one delete less.
+func (k Keyspace) DeletePlainLock(name string) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name)), clientv3.OpDelete(k.InfoKey(name))}
+}
+
 // MoveLock moves lock name, values and token unchanged, onto the etcd lease
 // lease: a holder refreshing through another store. Its count moves too
 // when it has one.
