@@ -86,7 +86,15 @@
 // the lease on a majority of independent Redis nodes, so a minority of them
 // can fail or restart empty without freeing it. [EtcdStore] needs nothing but
 // etcd: it enforces each lock's deadline itself, to the millisecond, and
-// keeps its locks on a session lease per TTL class. Whatever the store, leases
+// keeps its locks on a session lease per TTL class.
+//
+// Concurrent calls share round trips, with no goroutine or timer between a
+// caller and the backend: tokens and [EtcdStore]'s creates and deletes are
+// group-committed into shared Txns (two in flight by default,
+// [WithEtcdInflight]), and [RedisStore]'s script calls into shared
+// pipelines. A lone call is one round trip, as it would be alone.
+//
+// Whatever the store, leases
 // are best-effort (a failover, a restart without persistence or a pause past
 // the TTL can let two holders overlap); the tokens still order them.
 package lock

@@ -67,6 +67,8 @@ var (
 // waiter at the head of the queue, which alone then tries. No key outlives
 // its lease or its longest waiter's place. Every script is safe to run
 // twice, as go-redis does after a lost reply (docs/design.md, defect 4).
+// Concurrent script calls share pipelines (redispipe.go); Stats counts
+// them.
 type RedisStore struct {
 	rdb    redis.UniversalClient
 	seq    sequencer.Sequencer
