@@ -88,11 +88,12 @@
 // etcd: it enforces each lock's deadline itself, to the millisecond, and
 // keeps its locks on a session lease per TTL class.
 //
-// Concurrent calls share round trips, with no goroutine or timer between a
-// caller and the backend: tokens and [EtcdStore]'s creates and deletes are
-// group-committed into shared Txns (two in flight by default,
-// [WithEtcdInflight]), and [RedisStore]'s script calls into shared
-// pipelines. A lone call is one round trip, as it would be alone.
+// Concurrent calls share round trips, with no timer holding a call back:
+// tokens and [EtcdStore]'s creates and deletes are group-committed into
+// shared Txns (two in flight by default, [WithEtcdInflight]), and
+// [RedisStore]'s script calls into shared pipelines. A lone call is one
+// round trip, and every call returns when its context ends, whatever the
+// round trip it shares is doing.
 //
 // Whatever the store, leases
 // are best-effort (a failover, a restart without persistence or a pause past

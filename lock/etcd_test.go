@@ -362,3 +362,42 @@ func TestEtcdInflightOption(t *testing.T) {
 		}
 	}
 }
+
+// A call to the store returns when its context ends, even while etcd hangs
+// and the call is the one sending its batch: a batch's Txn has its own
+// bound (10 s), which must not become the caller's.
+func TestEtcdCallsEndWithTheirContextWhileEtcdHangs(t *testing.T) {
+	e, _ := testenv.Etcd(t)
+	p, cli := etcdThroughProxy(t, e)
+	s := newEtcdStore(t, cli)
+	name := testenv.Name(t)
+	id := "0123456789abcdef0123456789abcdef"
+	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	p.Hold(true) // etcd stops answering this client
+	defer p.Hold(false)
+	for _, c := range []struct {
+		op string
+		f  func(context.Context) error
+	}{
+		{"release", func(ctx context.Context) error { return s.Release(ctx, name, id) }},
+		{"acquire", func(ctx context.Context) error {
+			_, err := s.Acquire(ctx, lock.AcquireRequest{Name: testenv.Name(t), LeaseID: "1123456789abcdef0123456789abcdef", TTL: 30 * time.Second})
+			return err
+		}},
+		{"refresh", func(ctx context.Context) error { _, err := s.Refresh(ctx, name, id, 30*time.Second); return err }},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		t0 := time.Now()
+		err := c.f(ctx)
+		took := time.Since(t0)
+		cancel()
+		if err == nil {
+			t.Errorf("%s succeeded while etcd hung", c.op)
+		}
+		if took > 2*time.Second {
+			t.Errorf("%s returned %s after it began, its context ended at 300ms (err %v)", c.op, took.Round(time.Millisecond), err)
+		}
+	}
+}

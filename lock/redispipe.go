@@ -8,12 +8,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Script calls of concurrent callers share pipelines: one write and one
-// read of the connection for a batch, in this process and in Redis,
-// instead of one each per call. Each script is still its own atomic step,
-// and a caller's calls are still sent one after another. A lone call is
-// sent as it was, with the caller's context. docs/design.md, "Redis
-// leases", has the numbers.
+// Script calls of concurrent callers share pipelines (internal/groupcommit):
+// one write and one read of the connection for a batch, in this process
+// and in Redis, instead of one each per call. Each script is still its own
+// atomic step, and a caller's calls are still sent one after another. A
+// lone call is sent as it was, with the caller's context. docs/design.md,
+// "Redis pipelines", has the numbers.
 
 // scriptCall is one caller's script call.
 type scriptCall struct {

@@ -161,10 +161,10 @@ type Stats struct {
 func (s *Etcd) Stats() Stats { return Stats{Txns: s.txns.Load(), Grants: s.grants.Load()} }
 
 // Next implements Sequencer. Concurrent calls are group-committed (package
-// internal/groupcommit): the caller that finds a transaction slot free
-// sends everything pending, its own request included; the others wait for
-// that transaction or the next. No goroutine stands between a caller and
-// etcd.
+// internal/groupcommit): a call that finds a transaction slot free starts
+// the slot's runner, which sends everything pending, batch after batch,
+// until nothing is; each caller waits for its transaction, or until its
+// context ends.
 func (s *Etcd) Next(ctx context.Context, name string) (fence.Token, error) {
 	if name == "" {
 		return 0, errors.New("sequencer: empty lock name")

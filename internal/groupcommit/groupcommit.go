@@ -1,18 +1,17 @@
-// Package groupcommit batches concurrent requests into shared commits with
-// no goroutine of its own and no timer: the caller that finds a commit slot
-// free commits everything pending, its own request included, after one
-// scheduler yield that lets concurrent callers join; callers that arrive
-// while every slot is busy wait, and the batch they form is committed by
-// one of them, handed the slot when the commit before it ends.
+// Package groupcommit batches concurrent requests into shared commits. A
+// request that finds a commit slot free starts the slot's runner, a
+// goroutine that commits everything pending, batch after batch, and ends
+// when nothing is; requests that arrive meanwhile join the next batch.
+// Callers only wait for their result, so each returns when its context
+// ends, whatever its batch is doing: a commit bounded by its own timeout
+// (a hung backend) does not hold a caller past the caller's deadline.
 //
-// This is flat combining. Against a dedicated batcher goroutine it saves
-// the hand-offs between goroutines on every request, which is most of the
-// cost of a lone request on a fast store.
+// No timer holds a request back: a lone request is committed at once, as
+// a batch of one.
 package groupcommit
 
 import (
 	"context"
-	"runtime"
 	"sync"
 )
 
@@ -23,12 +22,10 @@ type Request[T any] struct {
 	Key string
 	Arg T
 
-	done     chan struct{} // closed by Done
-	lead     chan struct{} // closed when this waiter is handed a slot
-	promoted bool          // lead is closed; under the committer's mu
-	state    int           // pending, batched or gone; under mu
-	value    any
-	err      error
+	done  chan struct{} // closed by Done
+	state int           // pending, batched or gone; under mu
+	value any
+	err   error
 }
 
 const (
@@ -48,8 +45,8 @@ func (r *Request[T]) Done(value any, err error) {
 // set Commit.
 type Committer[T any] struct {
 	// Commit commits one batch and calls Done on each of its requests. It
-	// runs on a caller's goroutine and must not depend on that caller's
-	// context: the batch is shared.
+	// runs on a slot's runner and must not depend on any caller's context:
+	// the batch is shared, and its callers may leave.
 	Commit func(batch []*Request[T])
 	// Slots is how many batches may be committed at once; 0 means 1.
 	Slots int
@@ -57,7 +54,7 @@ type Committer[T any] struct {
 	mu       sync.Mutex
 	maxBatch int // 0: no bound
 	queue    []*Request[T]
-	running  int
+	running  int // slots with a runner
 }
 
 // SetMaxBatch bounds later batches; 0 means no bound. A store that refuses
@@ -82,63 +79,33 @@ func (c *Committer[T]) Do(ctx context.Context, key string, arg T) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &Request[T]{Key: key, Arg: arg, done: make(chan struct{}), lead: make(chan struct{})}
+	r := &Request[T]{Key: key, Arg: arg, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, r)
 	if c.running < max(c.Slots, 1) {
 		c.running++
-		r.promoted = true // it holds a slot: nobody hands it another
-		c.mu.Unlock()
-		runtime.Gosched() // let callers arriving now join the batch
-		c.lead(r)
-		return r.value, r.err
+		go c.run() // owned by the slot: it ends when nothing is pending
 	}
 	c.mu.Unlock()
 	select {
-	case <-r.lead:
-		c.lead(r)
-		return r.value, r.err
 	case <-r.done:
-		c.passOnIfPromoted(r)
 		return r.value, r.err
 	case <-ctx.Done():
 		c.mu.Lock()
 		if r.state == pending {
-			r.state = gone // leaders skip it
+			r.state = gone // no batch takes it
 		}
 		c.mu.Unlock()
-		c.passOnIfPromoted(r)
 		return nil, ctx.Err()
 	}
 }
 
-// passOnIfPromoted hands on a slot that r was given but will not use.
-// Only a pending request is promoted, and none once it is batched or gone,
-// so after either the check is final.
-func (c *Committer[T]) passOnIfPromoted(r *Request[T]) {
-	c.mu.Lock()
-	promoted := r.promoted
-	c.mu.Unlock()
-	if promoted {
-		c.handOff()
-	}
-}
-
-// lead holds a slot: it commits batches until its own request r is done,
-// then hands the slot to the oldest waiter, or frees it.
-func (c *Committer[T]) lead(r *Request[T]) {
+// run holds a slot: it commits batches until none is pending, then frees
+// the slot.
+func (c *Committer[T]) run() {
 	for {
-		select {
-		case <-r.done:
-			c.handOff()
-			return
-		default:
-		}
 		batch := c.take()
 		if len(batch) == 0 {
-			// r is in a batch of another slot: wait for it, then pass on.
-			<-r.done
-			c.handOff()
 			return
 		}
 		c.Commit(batch)
@@ -146,7 +113,9 @@ func (c *Committer[T]) lead(r *Request[T]) {
 }
 
 // take removes the next batch from the queue: up to maxBatch requests with
-// distinct keys, in arrival order, dropping those whose callers left.
+// distinct keys, in arrival order, dropping those whose callers left. When
+// nothing is pending it frees the caller's slot, under the same lock that a
+// new request checks the slots with.
 func (c *Committer[T]) take() []*Request[T] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -173,20 +142,8 @@ func (c *Committer[T]) take() []*Request[T] {
 		batch = append(batch, q)
 	}
 	c.queue = rest
-	return batch
-}
-
-// handOff gives the slot to the oldest pending waiter not yet handed one,
-// or frees it.
-func (c *Committer[T]) handOff() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, q := range c.queue {
-		if q.state == pending && !q.promoted {
-			q.promoted = true
-			close(q.lead)
-			return
-		}
+	if len(batch) == 0 {
+		c.running--
 	}
-	c.running--
+	return batch
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fenced/fenced/internal/groupcommit"
 )
@@ -108,5 +109,41 @@ func TestCallersThatLeave(t *testing.T) {
 		if v, err := c.Do(context.Background(), "", 7); err != nil || v.(int) != 7 {
 			t.Fatalf("after the waiters left: %v, %v", v, err)
 		}
+	}
+}
+
+// The caller whose request is being committed leaves when its context
+// ends, without waiting for the commit (which a hung backend can hold for
+// the commit's own timeout); the commit still completes, and the slot
+// serves later callers.
+func TestCallerLeavesItsCommitWithItsContext(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	c := &groupcommit.Committer[int]{}
+	c.Commit = func(batch []*groupcommit.Request[int]) {
+		if batch[0].Arg == 1 {
+			entered <- struct{}{}
+			<-release // a hung backend
+		}
+		for _, r := range batch {
+			r.Done(r.Arg, nil)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { _, err := c.Do(ctx, "", 1); res <- err }()
+	<-entered
+	cancel()
+	select {
+	case err := <-res:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the caller whose commit hangs: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the caller waited for its batch's commit after its context ended")
+	}
+	close(release)
+	if v, err := c.Do(context.Background(), "", 2); err != nil || v.(int) != 2 {
+		t.Fatalf("after the hung commit: %v, %v", v, err)
 	}
 }
