@@ -212,8 +212,8 @@ func WithEtcdMaxBatch(n int) EtcdOption {
 
 // WithEtcdInflight sets how many Txns of creates and deletes may be in
 // flight at once. Default 2: while one is in etcd's fsync or apply, the next
-// batch is already on its way, which took 64 clients from about 5,600 to
-// 8,000-10,000 acquire+release pairs a second here (bench/README.md). Every
+// batch is already on its way, which took 64 clients from about 5,500 to
+// 7,000-11,000 acquire+release pairs a second here (bench/README.md). Every
 // operation of a batch is a compare-and-swap of its own lock, so batches
 // in flight together are ordered by etcd like any two clients' Txns, and a
 // token is still the revision of the Txn that took the lock. Allowed 1
