@@ -175,9 +175,11 @@ func (c *Client) fail(ctx context.Context, name string, err, busy error, began t
 		}
 		return fmt.Errorf("lock: acquire %q: the lease store did not answer within the wait budget: %w", name, err)
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && (err == nil || !errors.Is(err, ctx.Err())) {
 		return fmt.Errorf("lock: acquire %q: %w", name, ctx.Err())
 	}
+	// err is the store's (and, if ctx ended, matches ctx.Err()): keep it,
+	// so that a *BackendError still says which backend did not answer.
 	return fmt.Errorf("lock: acquire %q: %w", name, err)
 }
 

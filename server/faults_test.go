@@ -3,10 +3,12 @@ package server
 import (
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -65,5 +67,57 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 30s")
 		}
 		<-tick.C
+	}
+}
+
+// TestEtcdHangsBackendTimeout: while etcd stops answering (a partition or
+// a frozen member, not a refusal), every request ends at the backend
+// timeout with a 503, also the one whose operation is the one sending its
+// batch to etcd (docs/design.md, defect 9).
+func TestEtcdHangsBackendTimeout(t *testing.T) {
+	e, _ := testenv.Etcd(t)
+	p, err := faultproxy.New(strings.TrimPrefix(e.ClientURL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testenv.SyncBuffer
+	env := newEnv(t, store, func(c *Config) {
+		c.BackendTimeout = 300 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	name := testenv.Name(t)
+	l := env.mustAcquire(name, `{"ttl_ms":30000}`)
+	p.Hold(true)
+	defer p.Hold(false)
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v1/locks/" + name + "/release", `{"lease_id":"` + l.LeaseID + `"}`},
+		{"POST", "/v1/locks/" + testenv.Name(t) + "/acquire", `{"ttl_ms":30000}`},
+		{"POST", "/v1/locks/" + name + "/refresh", `{"lease_id":"` + l.LeaseID + `"}`},
+	} {
+		t0 := time.Now()
+		r := env.do(c.method, c.path, c.body)
+		took := time.Since(t0)
+		r.errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+		if took > 3*time.Second {
+			t.Errorf("%s %s answered after %s; the backend timeout is 300ms", c.method, c.path, took.Round(time.Millisecond))
+		}
+	}
+	// The log tells the operator which backend did not answer, for every
+	// operation.
+	for _, op := range []string{"release", "acquire", "refresh"} {
+		if !strings.Contains(logs.String(), `msg="lease store failed" op=`+op+` lock=`) ||
+			!regexp.MustCompile(`op=` + op + ` lock=\S+ backend=etcd `).MatchString(logs.String()) {
+			t.Errorf("the log does not name etcd for the %s that timed out:\n%s", op, logs.String())
+		}
 	}
 }
