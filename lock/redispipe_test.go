@@ -102,3 +102,34 @@ func TestRedisPipelineAfterScriptFlush(t *testing.T) {
 		}
 	}
 }
+
+// A call returns when its context ends while Redis hangs (frozen with
+// SIGSTOP), whether it sends the pipeline or waits for one: several
+// callers at once, each with its own deadline.
+func TestRedisCallsEndWithTheirContextWhileRedisHangs(t *testing.T) {
+	r := testenv.StartRedis(t)
+	s := newRedisStore(t, r.Client(), newSequencer(t))
+	base := testenv.Name(t)
+	id := "0123456789abcdef0123456789abcdef"
+	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: base, LeaseID: id, TTL: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop()
+	defer r.Cont()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := time.Duration(200+50*i) * time.Millisecond
+			ctx, cancel := context.WithTimeout(t.Context(), d)
+			defer cancel()
+			t0 := time.Now()
+			_, err := s.Refresh(ctx, base, id, 30*time.Second)
+			if took := time.Since(t0); err == nil || took > d+time.Second {
+				t.Errorf("refresh with a %s deadline while Redis hung: %v after %s", d, err, took.Round(time.Millisecond))
+			}
+		}()
+	}
+	wg.Wait()
+}
