@@ -116,7 +116,7 @@ func TestEtcdHangsBackendTimeout(t *testing.T) {
 	// operation.
 	for _, op := range []string{"release", "acquire", "refresh"} {
 		if !strings.Contains(logs.String(), `msg="lease store failed" op=`+op+` lock=`) ||
-			!regexp.MustCompile(`op=` + op + ` lock=\S+ backend=etcd `).MatchString(logs.String()) {
+			!regexp.MustCompile(`op=`+op+` lock=\S+ backend=etcd `).MatchString(logs.String()) {
 			t.Errorf("the log does not name etcd for the %s that timed out:\n%s", op, logs.String())
 		}
 	}
