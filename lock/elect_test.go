@@ -8,12 +8,8 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
-	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
-	"github.com/fenced/fenced/sequencer"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Leader election on etcd: Elect, Observe, and the term as a fencing
@@ -156,7 +152,7 @@ func TestElectRejectsOptions(t *testing.T) {
 // rejected by the fenced resource, whatever it believes.
 func TestElectDeposedLeaderIsFenced(t *testing.T) {
 	e, direct := testenv.Etcd(t)
-	p, paused := etcdThroughProxy(t, e)
+	p, paused := testenv.EtcdThroughProxy(t, e)
 	a := newClient(t, newEtcdStore(t, paused))
 	b := newClient(t, newEtcdStore(t, direct))
 	name := testenv.Name(t)
@@ -208,7 +204,7 @@ func TestElectDeposedLeaderIsFenced(t *testing.T) {
 // cut still reports the leaders that follow, once it is back.
 func TestObserveAcrossCutConnection(t *testing.T) {
 	e, direct := testenv.Etcd(t)
-	p, cut := etcdThroughProxy(t, e)
+	p, cut := testenv.EtcdThroughProxy(t, e)
 	observer := newClient(t, newEtcdStore(t, cut))
 	candidates := newClient(t, newEtcdStore(t, direct))
 	name := testenv.Name(t)
@@ -246,21 +242,4 @@ func TestObserveAcrossCutConnection(t *testing.T) {
 		}
 		break
 	}
-}
-
-// etcdThroughProxy is a client of e through a loopback proxy the test
-// controls; t.Cleanup closes both.
-func etcdThroughProxy(t *testing.T, e *sequencer.Embedded) (*faultproxy.Proxy, *clientv3.Client) {
-	t.Helper()
-	p, err := faultproxy.New(strings.TrimPrefix(e.ClientURL(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return p, cli
 }

@@ -368,7 +368,7 @@ func TestEtcdInflightOption(t *testing.T) {
 // bound (10 s), which must not become the caller's.
 func TestEtcdCallsEndWithTheirContextWhileEtcdHangs(t *testing.T) {
 	e, _ := testenv.Etcd(t)
-	p, cli := etcdThroughProxy(t, e)
+	p, cli := testenv.EtcdThroughProxy(t, e)
 	s := newEtcdStore(t, cli)
 	name := testenv.Name(t)
 	id := "0123456789abcdef0123456789abcdef"

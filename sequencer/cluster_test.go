@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
-	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/sequencer"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -213,25 +212,11 @@ func TestEnsureFloorConcurrently(t *testing.T) {
 func TestSequencerNoticesEtcdWentBack(t *testing.T) {
 	e, direct := testenv.Etcd(t)
 	ctx := t.Context()
-	p, err := faultproxy.New(strings.TrimPrefix(e.ClientURL(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	p, cli := testenv.EtcdThroughProxy(t, e)
 	s := newSeq(t, cli)
 	// other issues tokens before the snapshot only: it must notice the
 	// restore through the tokens the others issued (it follows them).
-	cli2, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli2.Close()
-	other := newSeq(t, cli2)
+	other := newSeq(t, testenv.EtcdClient(t, p.Addr()))
 	if _, err := other.Next(ctx, "o"); err != nil {
 		t.Fatal(err)
 	}

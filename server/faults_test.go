@@ -8,11 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // TestEtcdWithoutLeader: while the etcd member fenced talks to has no
@@ -21,11 +18,7 @@ import (
 // backend and the time it took.
 func TestEtcdWithoutLeader(t *testing.T) {
 	members := testenv.EtcdCluster(t, 3)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{members[0].ClientURL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli := testenv.EtcdClient(t, members[0].ClientURL())
 	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
 	if err != nil {
 		t.Fatal(err)
@@ -76,16 +69,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // batch to etcd (docs/design.md, defect 9).
 func TestEtcdHangsBackendTimeout(t *testing.T) {
 	e, _ := testenv.Etcd(t)
-	p, err := faultproxy.New(strings.TrimPrefix(e.ClientURL(), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	p, cli := testenv.EtcdThroughProxy(t, e)
 	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/sequencer"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -98,12 +99,31 @@ func ClusterClient(t testing.TB, members []*sequencer.Embedded) *clientv3.Client
 	for _, m := range members {
 		eps = append(eps, m.ClientURL())
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return EtcdClient(t, eps...)
+}
+
+// EtcdClient is a client of the endpoints, closed by t.Cleanup.
+func EtcdClient(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// EtcdThroughProxy is a client of e through a loopback proxy the test
+// controls (internal/faultproxy: hold, cut or slow its traffic); t.Cleanup
+// closes both.
+func EtcdThroughProxy(t testing.TB, e *sequencer.Embedded) (*faultproxy.Proxy, *clientv3.Client) {
+	t.Helper()
+	p, err := faultproxy.New(strings.TrimPrefix(e.ClientURL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, EtcdClient(t, p.Addr())
 }
 
 // Leader is the member that leads now, or nil.
