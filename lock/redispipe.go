@@ -82,14 +82,21 @@ func (s *RedisStore) pipeline(batch []*groupcommit.Request[scriptCall]) {
 		cmds[i] = r.Arg.script.EvalSha(ctx, p, r.Arg.keys, r.Arg.args...)
 	}
 	_, _ = p.Exec(ctx) // each command carries its own error
+	// Calls that met a Redis not knowing their script (new, restarted or
+	// failed over) go again, with the script itself, in one more pipeline.
+	var again redis.Pipeliner
 	for i, r := range batch {
 		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// Redis does not know the script yet (new, restarted or failed
-			// over): Run loads it.
-			c := r.Arg
-			r.Done(c.script.Run(c.ctx, s.rdb, c.keys, c.args...), nil)
-			continue
+			if again == nil {
+				again = s.rdb.Pipeline()
+			}
+			cmds[i] = r.Arg.script.Eval(ctx, again, r.Arg.keys, r.Arg.args...)
 		}
+	}
+	if again != nil {
+		_, _ = again.Exec(ctx)
+	}
+	for i, r := range batch {
 		r.Done(cmds[i], nil)
 	}
 }
