@@ -470,7 +470,7 @@ func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, st
 // (a linearizable read, no Raft write): many locks kept alive at once cost
 // a read per batch, not one each.
 func (s *EtcdStore) check(batch []*groupcommit.Request[string]) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := groupcommit.Context(batch, 10*time.Second)
 	defer cancel()
 	ops := make([]clientv3.Op, len(batch))
 	for i, r := range batch {
@@ -1142,7 +1142,7 @@ func (s *EtcdStore) commitCounted(batch []*groupcommit.Request[etcdOp]) {
 // succeeds or fails alone. A batch of one is a plain Txn. A batch with
 // creates goes through the issuer, which makes their token.
 func (s *EtcdStore) commit(batch []*groupcommit.Request[etcdOp]) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := groupcommit.Context(batch, 10*time.Second)
 	defer cancel()
 	ctx = clientv3.WithRequireLeader(ctx)
 	err := s.commitTxn(ctx, batch)

@@ -17,7 +17,6 @@ import (
 
 // scriptCall is one caller's script call.
 type scriptCall struct {
-	ctx    context.Context // the caller's
 	script *redis.Script
 	keys   []string
 	args   []any
@@ -53,7 +52,7 @@ func (s *RedisStore) initPipe() {
 // safe to run again, and the callers free what a lost reply may have
 // taken).
 func (s *RedisStore) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	v, err := s.pipe.Do(ctx, "", scriptCall{ctx: ctx, script: script, keys: keys, args: args})
+	v, err := s.pipe.Do(ctx, "", scriptCall{script: script, keys: keys, args: args})
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -69,7 +68,7 @@ func (s *RedisStore) pipeline(batch []*groupcommit.Request[scriptCall]) {
 	s.calls.Add(uint64(len(batch)))
 	if len(batch) == 1 {
 		c := batch[0].Arg
-		batch[0].Done(c.script.Run(c.ctx, s.rdb, c.keys, c.args...), nil)
+		batch[0].Done(c.script.Run(batch[0].Ctx, s.rdb, c.keys, c.args...), nil)
 		return
 	}
 	s.pipelines.Add(1)
@@ -107,13 +106,13 @@ func (s *RedisStore) pipeline(batch []*groupcommit.Request[scriptCall]) {
 func batchContext(batch []*groupcommit.Request[scriptCall]) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, r := range batch {
-		d, ok := r.Arg.ctx.Deadline()
+		d, ok := r.Ctx.Deadline()
 		if !ok {
-			return context.WithCancel(context.WithoutCancel(r.Arg.ctx))
+			return context.WithCancel(context.WithoutCancel(r.Ctx))
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	return context.WithDeadline(context.WithoutCancel(batch[0].Arg.ctx), latest)
+	return context.WithDeadline(context.WithoutCancel(batch[0].Ctx), latest)
 }

@@ -204,7 +204,7 @@ func (s *Etcd) Close() error {
 // No key is written per name, so etcd's state does not grow with the names
 // ever used, and the Txn has one operation whatever the batch's size.
 func (s *Etcd) commit(batch []*groupcommit.Request[struct{}]) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
+	ctx, cancel := groupcommit.Context(batch, s.commitTimeout)
 	defer cancel()
 	put := []clientv3.Op{clientv3.OpPut(s.ks.CounterKey(), "")}
 	var (

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,5 +147,79 @@ func TestCallerLeavesItsCommitWithItsContext(t *testing.T) {
 	close(release)
 	if v, err := c.Do(context.Background(), "", 2); err != nil || v.(int) != 2 {
 		t.Fatalf("after the hung commit: %v, %v", v, err)
+	}
+}
+
+// A lone request whose context can end only at its deadline (or never) is
+// committed on its caller's goroutine, without the hand-off to a runner;
+// one whose context can be cancelled earlier goes to a runner, so that
+// its caller can leave at once.
+func TestLoneRequestCommittedByItsCaller(t *testing.T) {
+	timeout, cancelTimeout := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelTimeout()
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, tc := range []struct {
+		name   string
+		ctx    context.Context
+		inline bool
+	}{
+		{"background", context.Background(), true},
+		{"deadline", timeout, true},
+		{"cancellable", cancellable, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stack string
+			c := &groupcommit.Committer[int]{Slots: 2}
+			c.Commit = func(batch []*groupcommit.Request[int]) {
+				buf := make([]byte, 8192)
+				stack = string(buf[:runtime.Stack(buf, false)])
+				for _, r := range batch {
+					r.Done(r.Arg, nil)
+				}
+			}
+			if v, err := c.Do(tc.ctx, "k", 5); err != nil || v.(int) != 5 {
+				t.Fatalf("Do: %v, %v", v, err)
+			}
+			if inline := !strings.Contains(stack, "(*Committer[...]).run("); inline != tc.inline {
+				t.Fatalf("committed on the caller's goroutine: %v, want %v; stack:\n%s", inline, tc.inline, stack)
+			}
+		})
+	}
+}
+
+// A lone request committed by its caller is bounded by its caller's
+// context (Context): the caller returns by its deadline while the backend
+// hangs, and the slot serves later callers.
+func TestLoneRequestEndsAtItsDeadline(t *testing.T) {
+	hang := make(chan struct{})
+	defer close(hang)
+	c := &groupcommit.Committer[int]{}
+	c.Commit = func(batch []*groupcommit.Request[int]) {
+		ctx, cancel := groupcommit.Context(batch, time.Minute)
+		defer cancel()
+		if batch[0].Arg == 1 {
+			select {
+			case <-hang:
+			case <-ctx.Done():
+				batch[0].Done(nil, ctx.Err())
+				return
+			}
+		}
+		for _, r := range batch {
+			r.Done(r.Arg, nil)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	if _, err := c.Do(ctx, "", 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a lone request while the backend hangs: %v, want its deadline", err)
+	}
+	if took := time.Since(t0); took > 10*time.Second {
+		t.Fatalf("the caller returned after %s, its deadline was 100ms", took)
+	}
+	if v, err := c.Do(context.Background(), "", 2); err != nil || v.(int) != 2 {
+		t.Fatalf("after: %v, %v", v, err)
 	}
 }
