@@ -116,6 +116,10 @@ type Result struct {
 	// Uncontended: one client, one name, sequential acquire+release.
 	Uncontended    int // pairs measured
 	UncP50, UncP99 time.Duration
+	// PutP50 is the p50 of an etcd Put made after each uncontended pair,
+	// on the same etcd: the floor under the same conditions as the pairs
+	// (a baseline taken minutes apart moves by ±30% on a shared machine).
+	PutP50 time.Duration
 	// Throughput: Clients goroutines on distinct names.
 	Ops          int
 	OpsElapsed   time.Duration
@@ -150,7 +154,7 @@ type Result struct {
 	// revoke), whoever made it.
 	RaftWrites uint64
 
-	unc, gaps, waits, handovers []time.Duration // samples of every round
+	unc, puts, gaps, waits, handovers []time.Duration // samples of every round
 }
 
 // ProcCPUPerOp and RedisCPUPerOp are the throughput scenario's CPU time per
@@ -402,7 +406,7 @@ const opTimeout = 30 * time.Second
 // measure runs the three scenarios once and adds to res.
 func measure(ctx context.Context, cfg Config, rdb *redis.Client, cli *clientv3.Client, impl Impl, res *Result, e *benchkit.Errs) error {
 	n := max(cfg.Iterations/cfg.Rounds, 1)
-	if err := uncontended(ctx, n, impl, res, e); err != nil {
+	if err := uncontended(ctx, n, cli, impl, res, e); err != nil {
 		return err
 	}
 	if err := throughput(ctx, cfg, rdb, cli, impl, res, e); err != nil {
@@ -418,6 +422,7 @@ func measure(ctx context.Context, cfg Config, rdb *redis.Client, cli *clientv3.C
 func (r *Result) finish() {
 	r.Uncontended = len(r.unc)
 	r.UncP50, r.UncP99 = benchkit.Percentile(r.unc, 50), benchkit.Percentile(r.unc, 99)
+	r.PutP50 = benchkit.Percentile(r.puts, 50)
 	r.Gaps = len(r.gaps)
 	r.GapP50, r.GapP99 = benchkit.Percentile(r.gaps, 50), benchkit.Percentile(r.gaps, 99)
 	r.Handovers = len(r.handovers)
@@ -458,8 +463,8 @@ func lockUnlock(ctx context.Context, l Locker, name string) error {
 }
 
 // uncontended: one client, one name, Iterations sequential pairs after a
-// warm-up of a tenth as many.
-func uncontended(ctx context.Context, n int, impl Impl, res *Result, e *benchkit.Errs) error {
+// warm-up of a tenth as many, each followed by an etcd Put, timed apart.
+func uncontended(ctx context.Context, n int, cli *clientv3.Client, impl Impl, res *Result, e *benchkit.Errs) error {
 	ls, err := newLockers(ctx, impl, 1)
 	if err != nil {
 		return err
@@ -475,9 +480,15 @@ func uncontended(ctx context.Context, n int, impl Impl, res *Result, e *benchkit
 			e.Add(fmt.Errorf("uncontended: %w", err))
 			continue
 		}
-		if i >= warm {
-			res.unc = append(res.unc, time.Since(t))
+		if i < warm {
+			continue
 		}
+		res.unc = append(res.unc, time.Since(t))
+		t = time.Now()
+		if _, err := cli.Put(ctx, "/lockbench/uncontended-put", "x"); err != nil {
+			return fmt.Errorf("lockbench: etcd Put after a pair: %w", err)
+		}
+		res.puts = append(res.puts, time.Since(t))
 	}
 	return nil
 }

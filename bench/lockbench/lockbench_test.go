@@ -44,6 +44,9 @@ func TestRun(t *testing.T) {
 			t.Errorf("%s completed %d uncontended, %d throughput and %d hot-name operations; want some of each (first error: %v)",
 				r.Impl, r.Uncontended, r.Ops, r.Acquisitions, r.FirstErr)
 		}
+		if r.PutP50 <= 0 {
+			t.Errorf("%s: no etcd Put measured beside the uncontended pairs", r.Impl)
+		}
 		if r.Handovers != cfg.Expirers*cfg.Rounds {
 			t.Errorf("%s: %d expiry handovers, want %d (first error: %v)", r.Impl, r.Handovers, cfg.Expirers*cfg.Rounds, r.FirstErr)
 		}
