@@ -44,7 +44,22 @@ func (s *RedisStore) Stats() RedisStats {
 
 func (s *RedisStore) initPipe() {
 	s.pipe.Commit, s.pipe.Slots = s.pipeline, pipeSlots
+	s.pipe.Inline = honoursDeadlines(s.rdb)
 	s.pipe.SetMaxBatch(pipeMax)
+}
+
+// honoursDeadlines is whether rdb ends a call at its context's deadline
+// (ContextTimeoutEnabled). Only then may a lone call run on its caller's
+// goroutine; otherwise a caller could not leave a hung Redis before
+// go-redis's read timeout.
+func honoursDeadlines(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // run runs script, in a pipeline with concurrent calls. If ctx ends first,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // Concurrent callers' script calls share pipelines, and each still gets
@@ -108,28 +109,49 @@ func TestRedisPipelineAfterScriptFlush(t *testing.T) {
 // callers at once, each with its own deadline.
 func TestRedisCallsEndWithTheirContextWhileRedisHangs(t *testing.T) {
 	r := testenv.StartRedis(t)
-	s := newRedisStore(t, r.Client(), newSequencer(t))
-	base := testenv.Name(t)
-	id := "0123456789abcdef0123456789abcdef"
-	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: base, LeaseID: id, TTL: 30 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	r.Stop()
-	defer r.Cont()
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := time.Duration(200+50*i) * time.Millisecond
-			ctx, cancel := context.WithTimeout(t.Context(), d)
+	// The go-redis default (calls bounded by its read timeout) and
+	// ContextTimeoutEnabled (a lone call then runs on its caller's
+	// goroutine, bounded by its context).
+	for _, tc := range []struct {
+		name string
+		rdb  *redis.Client
+	}{
+		{"default", r.Client()},
+		{"context-timeouts", redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() { _ = tc.rdb.Close() }) // a second Close of the default client only errs
+			s := newRedisStore(t, tc.rdb, newSequencer(t))
+			base := testenv.Name(t)
+			id := "0123456789abcdef0123456789abcdef"
+			if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: base, LeaseID: id, TTL: 30 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			r.Stop()
+			defer r.Cont()
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d := time.Duration(200+50*i) * time.Millisecond
+					ctx, cancel := context.WithTimeout(t.Context(), d)
+					defer cancel()
+					t0 := time.Now()
+					_, err := s.Refresh(ctx, base, id, 30*time.Second)
+					if took := time.Since(t0); err == nil || took > d+time.Second {
+						t.Errorf("refresh with a %s deadline while Redis hung: %v after %s", d, err, took.Round(time.Millisecond))
+					}
+				}()
+			}
+			wg.Wait()
+			// A lone call, the case that may run on the caller's goroutine.
+			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 			defer cancel()
 			t0 := time.Now()
-			_, err := s.Refresh(ctx, base, id, 30*time.Second)
-			if took := time.Since(t0); err == nil || took > d+time.Second {
-				t.Errorf("refresh with a %s deadline while Redis hung: %v after %s", d, err, took.Round(time.Millisecond))
+			if _, err := s.Refresh(ctx, base, id, 30*time.Second); err == nil || time.Since(t0) > 1200*time.Millisecond {
+				t.Errorf("a lone refresh with a 200ms deadline while Redis hung: %v after %s", err, time.Since(t0).Round(time.Millisecond))
 			}
-		}()
+		})
 	}
-	wg.Wait()
 }

@@ -138,7 +138,7 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 	}
 	s.issuer = NewIssuer(cli, s.ks, s.log)
 	s.unfollow = s.issuer.Follow()
-	s.gc.Commit, s.gc.Slots = s.commit, s.inflight
+	s.gc.Commit, s.gc.Slots, s.gc.Inline = s.commit, s.inflight, true
 	s.gc.SetMaxBatch(s.maxBatch)
 	return s, nil
 }

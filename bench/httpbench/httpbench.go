@@ -302,7 +302,7 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 	var store lock.LeaseStore
 	switch cfg.Store {
 	case StoreRedis:
-		rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: cfg.Clients + 16})
+		rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: cfg.Clients + 16, ContextTimeoutEnabled: true})
 		e.closers = append(e.closers, rdb.Close)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := rdb.Ping(pctx).Err()

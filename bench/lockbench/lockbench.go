@@ -318,7 +318,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // backends connects to Redis at addr with a pool of pool connections and
 // starts an embedded etcd; closeAll stops both.
 func backends(ctx context.Context, addr string, pool int, noFsync bool) (rdb *redis.Client, cli *clientv3.Client, closeAll func(), err error) {
-	rdb = redis.NewClient(&redis.Options{Addr: addr, PoolSize: pool, PoolTimeout: opTimeout})
+	rdb = redis.NewClient(&redis.Options{Addr: addr, PoolSize: pool, PoolTimeout: opTimeout, ContextTimeoutEnabled: true})
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = rdb.Ping(pctx).Err()
 	cancel()

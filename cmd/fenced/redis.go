@@ -78,6 +78,9 @@ func (r *redisFlags) validate(cmd string) (*redis.UniversalOptions, error) {
 		MasterName: r.master, Username: r.username, Password: r.password,
 		SentinelPassword: r.sentinelPassword, DB: r.db,
 		IsClusterMode: r.clusterAddrs != "",
+		// A call ends at its context's deadline (--backend-timeout), not
+		// only at go-redis's own read timeout.
+		ContextTimeoutEnabled: true,
 	}
 	flagName, list := "--redis-addr", r.addr
 	if r.sentinelAddrs != "" {

@@ -12,8 +12,9 @@
 //
 // No timer holds a request back. A request that finds a slot free takes
 // the slot's first batch itself, after the same yield; if that batch is
-// the request alone and its context can end only at a deadline (or
-// never), the caller commits it on its own goroutine, bounded by its
+// the request alone, its context can end only at a deadline (or never),
+// and the Committer is Inline, the caller commits it on its own
+// goroutine, bounded by its
 // context (Context): it still returns by its deadline, and it saves the
 // hand-off to a runner and back, 30-50 us per call on an idle process
 // (docs/design.md, "Batches in flight"). Any other first batch goes to a
@@ -70,6 +71,11 @@ type Committer[T any] struct {
 	Commit func(batch []*Request[T])
 	// Slots is how many batches may be committed at once; 0 means 1.
 	Slots int
+	// Inline lets a lone request be committed on its caller's goroutine
+	// (see the package doc). Set it only if Commit's backend client ends a
+	// call at its context's deadline: etcd's does; go-redis's only with
+	// ContextTimeoutEnabled.
+	Inline bool
 
 	mu       sync.Mutex
 	maxBatch int // 0: no bound
@@ -116,7 +122,7 @@ func (c *Committer[T]) Do(ctx context.Context, key string, arg T) (any, error) {
 	case len(batch) == 0:
 		// Other runners took everything, this request too; take freed
 		// the slot.
-	case len(batch) == 1 && batch[0] == r && endsOnlyAtDeadline(ctx):
+	case c.Inline && len(batch) == 1 && batch[0] == r && endsOnlyAtDeadline(ctx):
 		// Alone: commit it here, bounded by its own context.
 		c.Commit(batch)
 		c.mu.Lock()

@@ -170,7 +170,7 @@ func TestLoneRequestCommittedByItsCaller(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stack string
-			c := &groupcommit.Committer[int]{Slots: 2}
+			c := &groupcommit.Committer[int]{Slots: 2, Inline: true}
 			c.Commit = func(batch []*groupcommit.Request[int]) {
 				buf := make([]byte, 8192)
 				stack = string(buf[:runtime.Stack(buf, false)])
@@ -194,7 +194,7 @@ func TestLoneRequestCommittedByItsCaller(t *testing.T) {
 func TestLoneRequestEndsAtItsDeadline(t *testing.T) {
 	hang := make(chan struct{})
 	defer close(hang)
-	c := &groupcommit.Committer[int]{}
+	c := &groupcommit.Committer[int]{Inline: true}
 	c.Commit = func(batch []*groupcommit.Request[int]) {
 		ctx, cancel := groupcommit.Context(batch, time.Minute)
 		defer cancel()
