@@ -60,7 +60,9 @@ type EtcdStore struct {
 	granting map[int64]chan struct{} // closed when a grant of that class ends
 	held     map[string]*holding     // locks this store granted or took over
 	released map[string]tombstone    // lease ids released here, for a retried release
-	places   map[placeKey]int64      // fair waiters' places: their queue key's create revision
+	places   map[placeKey]place      // fair waiters' places
+	slots    map[string]map[int]bool // queue slots in use, by lock name (see place)
+	instance string                  // names this store's queue slots
 	events   eventHeap               // deadlines and tombstone expiries
 	loop     bool                    // the store's goroutine runs
 	closed   bool
@@ -121,6 +123,8 @@ type etcdOp struct {
 	owner  string        // create
 	holder string        // create: reentrant holder
 	waiter string        // create: fair waiter
+	// create: the waiter's queue key (see place).
+	waiterKey string
 	// create: the waiter's place, the create revision of its queue key; 0
 	// when it has none yet, and then waiterSess is the session to join on.
 	waiterRev  int64
@@ -242,14 +246,19 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 		}
 	}
 	ks := sequencer.NewKeyspace(c.prefix)
+	instance, err := newLeaseID()
+	if err != nil {
+		return nil, err
+	}
 	s := &EtcdStore{
 		cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log), log: c.log,
-		sessions: map[int64]*session{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{}, places: map[placeKey]int64{},
+		sessions: map[int64]*session{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{}, places: map[placeKey]place{},
+		slots: map[string]map[int]bool{}, instance: instance,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
-	s.gc.Commit, s.gc.Slots = s.commitCounted, c.inflight
+	s.gc.Commit, s.gc.Slots, s.gc.Inline = s.commitCounted, c.inflight, true
 	s.gc.SetMaxBatch(c.maxBatch)
-	s.checks.Commit = s.check
+	s.checks.Commit, s.checks.Inline = s.check, true
 	s.checks.SetMaxBatch(c.maxBatch)
 	s.unfollow = s.issuer.Follow()
 	return s, nil
@@ -289,6 +298,61 @@ func (s *EtcdStore) Close() error {
 
 type placeKey struct{ name, waiter string }
 
+// place is a fair waiter's place in a lock's queue: a queue key named by
+// one of this store's slots for that lock, reused by later waiters once
+// its waiter is done, and the key's create revision once it joined (0
+// before). A key per waiter would leave a deleted key behind for every
+// wait, and etcd's index keeps deleted keys until history is compacted (an
+// hour, with fenced's embedded etcd): every compare and count over the
+// queue visits them, so a hot lock slowed by the hour (docs/design.md,
+// defect 10). A key re-created under the same name adds no new key to the
+// index.
+type place struct {
+	slot int
+	rev  int64
+}
+
+// placeLocked is the waiter's place, reserving a slot if it has none.
+// Called with mu.
+func (s *EtcdStore) placeLocked(pk placeKey) place {
+	if p, ok := s.places[pk]; ok {
+		return p
+	}
+	used := s.slots[pk.name]
+	if used == nil {
+		used = map[int]bool{}
+		s.slots[pk.name] = used
+	}
+	k := 0
+	for used[k] {
+		k++
+	}
+	used[k] = true
+	p := place{slot: k}
+	s.places[pk] = p
+	return p
+}
+
+// unplaceLocked frees the waiter's slot for later waiters. Its key may
+// still be in etcd (a reply lost): the next waiter on the slot then takes
+// that place over, rather than leave it to block the queue. Called with mu.
+func (s *EtcdStore) unplaceLocked(pk placeKey) {
+	p, ok := s.places[pk]
+	if !ok {
+		return
+	}
+	delete(s.places, pk)
+	delete(s.slots[pk.name], p.slot)
+	if len(s.slots[pk.name]) == 0 {
+		delete(s.slots, pk.name)
+	}
+}
+
+// queueKey is the key of a place.
+func (s *EtcdStore) queueKey(name string, slot int) string {
+	return s.ks.QueueKey(name, s.instance+"-"+strconv.Itoa(slot))
+}
+
 // Acquire implements LeaseStore. The TTL is honoured to the millisecond:
 // the store deletes the lock at its deadline unless refreshed. The
 // granted TTL is shorter only when the session lease is not known to live
@@ -307,8 +371,9 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 	pk := placeKey{req.Name, req.Waiter}
 	if req.Waiter != "" {
 		s.mu.Lock()
-		op.waiterRev = s.places[pk]
+		p := s.placeLocked(pk)
 		s.mu.Unlock()
+		op.waiterRev, op.waiterKey = p.rev, s.queueKey(req.Name, p.slot)
 		// The place rides on the session the lock would: it goes when the
 		// waiter leaves, or with its process.
 		op.waiterSess = sess
@@ -319,16 +384,24 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		hr, _ := v.(heldResult)
 		if req.Waiter != "" {
 			s.mu.Lock()
-			if hr.joinedRev > 0 {
-				s.places[pk] = hr.joinedRev
+			if p, ok := s.places[pk]; ok && hr.joinedRev > 0 {
+				p.rev = hr.joinedRev
+				s.places[pk] = p
 			}
 			if hr.placeLost {
-				delete(s.places, pk)
+				s.unplaceLocked(pk)
 			}
 			s.mu.Unlock()
 		}
 		if req.Holder != "" && hr.curHeld && hr.cur.Holder == req.Holder {
-			return s.reenter(ctx, req, hr.cur)
+			g, err := s.reenter(ctx, req, hr.cur)
+			if err == nil && req.Waiter != "" {
+				// The attempt joined the queue before it knew it held the
+				// lock: leave, or the place would stand ahead of every later
+				// waiter for as long as this store's session lives.
+				_ = s.Leave(ctx, req.Name, req.Waiter)
+			}
+			return g, err
 		}
 		return Grant{}, &HeldError{Remaining: s.remaining(req.Name), Position: hr.position}
 	case errors.Is(err, sequencer.ErrRestored):
@@ -337,11 +410,19 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		// The create may yet commit: free it rather than wait for its
 		// deadline.
 		s.abandon(req.Name, req.LeaseID)
+		if req.Waiter != "" {
+			s.mu.Lock()
+			if s.places[pk].rev == 0 {
+				// No place known: the caller ends here without leaving.
+				s.unplaceLocked(pk)
+			}
+			s.mu.Unlock()
+		}
 		return Grant{}, backendErr("etcd", "acquire", err)
 	}
 	if req.Waiter != "" {
 		s.mu.Lock()
-		delete(s.places, pk) // the create deleted its queue key
+		s.unplaceLocked(pk) // the create deleted its queue key
 		s.mu.Unlock()
 	}
 	cr := v.(createResult)
@@ -752,9 +833,15 @@ func (s *EtcdStore) ForceRelease(ctx context.Context, name string) (State, error
 func (s *EtcdStore) Leave(ctx context.Context, name, waiter string) error {
 	pk := placeKey{name, waiter}
 	s.mu.Lock()
-	delete(s.places, pk)
+	p, ok := s.places[pk]
+	s.unplaceLocked(pk)
 	s.mu.Unlock()
-	if _, err := s.cli.Delete(clientv3.WithRequireLeader(ctx), s.ks.QueueKey(name, waiter)); err != nil {
+	if !ok {
+		return nil // no place here: never joined, or already gone
+	}
+	// If the delete fails the key stays until the next waiter on its slot
+	// takes it over, or the session ends.
+	if _, err := s.cli.Delete(clientv3.WithRequireLeader(ctx), s.queueKey(name, p.slot)); err != nil {
 		return backendErr("etcd", "leave", err)
 	}
 	return nil
@@ -878,7 +965,7 @@ func (s *EtcdStore) watchKey(ctx, wctx context.Context, key string) (clientv3.Wa
 // own, or the lock key.
 func (s *EtcdStore) watchTarget(ctx context.Context, name, waiter string) (string, error) {
 	s.mu.Lock()
-	rev := s.places[placeKey{name, waiter}]
+	rev := s.places[placeKey{name, waiter}].rev
 	s.mu.Unlock()
 	if waiter == "" || rev == 0 {
 		return s.ks.LockKey(name), nil
@@ -1318,15 +1405,15 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 			t.cmps = append(t.cmps, s.ks.QueueEmpty(name))
 			// Join: the place, and how many are in the queue with it (its
 			// position, as it is the newest).
-			t.els = append(t.els, s.ks.JoinQueue(name, op.waiter, op.waiterSess.id, op.start),
-				clientv3.OpGet(s.ks.QueueKey(name, op.waiter)),
+			t.els = append(t.els, s.ks.JoinQueue(op.waiterKey, op.waiterSess.id, op.start),
+				clientv3.OpGet(op.waiterKey),
 				clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 		default:
 			// Still waiting: is the place there, and how many are at or
 			// ahead of it.
 			t.cmps = append(t.cmps, s.ks.QueueHeadIs(name, op.waiterRev))
-			t.then = append(t.then, clientv3.OpDelete(s.ks.QueueKey(name, op.waiter)))
-			t.els = append(t.els, clientv3.OpGet(s.ks.QueueKey(name, op.waiter), clientv3.WithCountOnly()),
+			t.then = append(t.then, clientv3.OpDelete(op.waiterKey))
+			t.els = append(t.els, clientv3.OpGet(op.waiterKey, clientv3.WithCountOnly()),
 				clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithMaxCreateRev(op.waiterRev)))
 		}
 		if op.holder != "" {

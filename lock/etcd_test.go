@@ -401,3 +401,77 @@ func TestEtcdCallsEndWithTheirContextWhileEtcdHangs(t *testing.T) {
 		}
 	}
 }
+
+// Fair waiters of a store reuse its queue keys: a hot lock's queue does
+// not leave a deleted key behind for every wait. etcd keeps deleted keys
+// in its index until history is compacted, and every compare and count
+// over the queue visits them, so a key per wait slowed a hot lock from
+// 557 to 199 handoffs a second in 40 s (docs/design.md, defect 10).
+func TestEtcdQueueKeysAreReused(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	prefix := "/" + testenv.Name(t) + "/"
+	s := newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix))
+	c := newClient(t, s)
+	name := testenv.Name(t)
+	queue := sequencer.NewKeyspace(prefix).QueuePrefix(name)
+	wctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	wch := cli.Watch(wctx, queue, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	<-wch // the watch is set up
+	const contenders, rounds = 6, 30
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Int32
+	)
+	for i := range contenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := c.Acquire(t.Context(), name, 5*time.Second, lock.WithWait(30*time.Second))
+				if err != nil {
+					t.Errorf("contender %d: %v", i, err)
+					failed.Add(1)
+					return
+				}
+				if err := l.Release(t.Context()); err != nil {
+					t.Errorf("contender %d: release: %v", i, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		return
+	}
+	// Every queue key written, seen through the watch until it is quiet
+	// up to the current revision.
+	end, err := cli.Get(t.Context(), queue, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A progress notification carries the current revision even when no
+	// queue key changed since the last event.
+	if err := cli.RequestProgress(wctx); err != nil {
+		t.Fatal(err)
+	}
+	keys, joins := map[string]bool{}, 0
+	for wr := range wch {
+		for _, ev := range wr.Events {
+			keys[string(ev.Kv.Key)] = true
+			if ev.Type == clientv3.EventTypePut && ev.IsCreate() {
+				joins++
+			}
+		}
+		if wr.Header.Revision >= end.Header.Revision {
+			break
+		}
+	}
+	if joins < contenders {
+		t.Fatalf("%d queue joins in %d acquisitions by %d contenders: the test did not make waiters queue", joins, contenders*rounds, contenders)
+	}
+	if len(keys) > contenders {
+		t.Fatalf("%d distinct queue keys for %d joins by %d contenders: want a store's waiters to reuse at most %d", len(keys), joins, contenders, contenders)
+	}
+	t.Logf("%d joins on %d keys", joins, len(keys))
+}

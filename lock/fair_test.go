@@ -166,6 +166,28 @@ func TestReentrant(t *testing.T) {
 			if st, err := c.Inspect(t.Context(), name); err != nil || st.Held || st.LastToken != a.Token() {
 				t.Fatalf("after the last release: %+v, %v; want free, last token %d", st, err, a.Token())
 			}
+			// A fair reentry (Acquire, not TryAcquire) left no place in
+			// the queue behind it: a fair waiter gets the free lock.
+			a, err = c.Acquire(t.Context(), name, 5*time.Second, lock.WithHolder("worker-1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err = c.Acquire(t.Context(), name, 5*time.Second, lock.WithHolder("worker-1"), lock.WithWait(2*time.Second))
+			if err != nil || again.Count() != 2 {
+				t.Fatalf("a fair reentry: %v", err)
+			}
+			if err := errors.Join(again.Release(t.Context()), a.Release(t.Context())); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				l, err := c.Acquire(t.Context(), name, 5*time.Second, lock.WithWait(2*time.Second))
+				if err != nil {
+					t.Fatalf("a fair waiter after the reentrant holder released (%d): %v", i, err)
+				}
+				if err := l.Release(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
 		})
 	}
 }

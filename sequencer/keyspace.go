@@ -377,7 +377,8 @@ func (k Keyspace) QueueHeadIs(name string, rev int64) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(k.QueuePrefix(name)), ">", rev-1).WithPrefix()
 }
 
-// JoinQueue gives waiter a place in lock name's queue.
-func (k Keyspace) JoinQueue(name, waiter string, lease clientv3.LeaseID, arrived time.Time) clientv3.Op {
-	return clientv3.OpPut(k.QueueKey(name, waiter), strconv.FormatInt(arrived.UnixMilli(), 10), clientv3.WithLease(lease))
+// JoinQueue puts a waiter's place, queue key key (see QueueKey), in its
+// lock's queue. A key that is there already keeps its place.
+func (k Keyspace) JoinQueue(key string, lease clientv3.LeaseID, arrived time.Time) clientv3.Op {
+	return clientv3.OpPut(key, strconv.FormatInt(arrived.UnixMilli(), 10), clientv3.WithLease(lease))
 }
