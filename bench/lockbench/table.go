@@ -46,7 +46,7 @@ func Write(w io.Writer, rep *Report) error {
 
 	fmt.Fprintln(w, "\nevery figure as a ratio, value ÷ etcd Mutex / value ÷ redislock (latency and gap: lower is better; ops/s and handoffs/s: higher is better)")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "impl\tuncontended p50\tp99\t−Put\tthroughput ops/s\thandoffs/s\tgap p50\tgap p99\t")
+	fmt.Fprintln(tw, "impl\tuncontended p50\tp99\tthroughput ops/s\thandoffs/s\tgap p50\tgap p99\t")
 	for _, r := range rep.Results {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Impl,
 			ratios(r, etcd, rl, func(x Result) float64 { return float64(x.UncP50) }),
