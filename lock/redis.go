@@ -53,6 +53,9 @@ var (
 // Give the client ContextTimeoutEnabled (redis.Options and friends): without
 // it go-redis bounds each call by its own read and write timeouts, not by
 // the context, and a wait budget cannot cut a call to a Redis that hangs.
+// With it, a lone script call also runs on its caller's goroutine, without
+// a hand-off to the pipeline's goroutine (about 150 us less per uncontended
+// acquire+release here; redispipe.go).
 //
 // Keys, under the prefix and the hash tag {name}:
 //

@@ -11,17 +11,16 @@
 // (a hung backend) does not hold a caller past the caller's deadline.
 //
 // No timer holds a request back. A request that finds a slot free takes
-// the slot's first batch itself, after the same yield; if that batch is
+// the slot's first batch itself, after the same yield. If that batch is
 // the request alone, its context can end only at a deadline (or never),
-// and the Committer is Inline, the caller commits it on its own
-// goroutine, bounded by its
-// context (Context): it still returns by its deadline, and it saves the
-// hand-off to a runner and back, 30-50 us per call on an idle process
-// (docs/design.md, "Batches in flight"). Any other first batch goes to a
-// runner: a shared batch must not hold a caller, and a context that can
-// be cancelled before its deadline must let its caller leave at once even
-// if the backend's client does not watch for cancellation (go-redis
-// does not).
+// and the Committer is Inline, the caller commits it on its own goroutine,
+// bounded by its context (Context): it still returns by its deadline, and
+// it saves the hand-off to a runner and back, 30-50 us per call on an idle
+// process (docs/design.md, "A lone call commits itself"). Any other first
+// batch goes to a runner: a shared batch must not hold a caller, and a
+// context that can be cancelled before its deadline must let its caller
+// leave at once even if the backend's client does not watch for
+// cancellation (go-redis does not).
 package groupcommit
 
 import (
