@@ -32,13 +32,37 @@ func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-func freePort() (int, error) {
+// freePort returns a port that is free now. The child that binds it later
+// may find it taken meanwhile by another program, so every start that binds
+// ports from freePort goes through withFreePorts. A variable for tests.
+var freePort = func() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portTries is how many sets of fresh ports a start gets.
+const portTries = 3
+
+// withFreePorts calls start, which binds ports it takes from freePort,
+// again with fresh ports while its error says a port was taken between
+// freePort's check and the child's bind.
+func withFreePorts[T any](start func(try int) (T, error)) (T, error) {
+	for try := 0; ; try++ {
+		v, err := start(try)
+		if err == nil || try == portTries-1 || !portTaken(err) {
+			return v, err
+		}
+	}
+}
+
+// portTaken reports a bind that failed on a taken port: the children report
+// it as text (etcd's error on stderr, redis-server's log).
+func portTaken(err error) bool {
+	return strings.Contains(strings.ToLower(err.Error()), "address already in use")
 }
 
 // proc is a child process that can be frozen, resumed and killed.
@@ -91,6 +115,10 @@ var (
 )
 
 func startRedis(ctx context.Context, dir string, faketime bool, extra ...string) (*redisNode, error) {
+	return withFreePorts(func(int) (*redisNode, error) { return startRedisOnce(ctx, dir, faketime, extra...) })
+}
+
+func startRedisOnce(ctx context.Context, dir string, faketime bool, extra ...string) (*redisNode, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -136,9 +164,21 @@ func (r *redisNode) start(ctx context.Context) error {
 		default:
 		}
 		if time.Now().After(deadline) {
+			p.kill()
 			return fmt.Errorf("redis-server on %s did not answer in 10s", r.Addr)
 		}
 		time.Sleep(5 * time.Millisecond) // polling a process that is starting
+	}
+	// Another redis-server may have taken the port before this one bound
+	// it; then the answer came from that one, and this one is exiting.
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		p.kill()
+		return fmt.Errorf("redis-server on %s: INFO: %w", r.Addr, err)
+	}
+	if !strings.Contains(info, fmt.Sprintf("\nprocess_id:%d\r", p.cmd.Process.Pid)) {
+		p.kill()
+		return fmt.Errorf("redis-server on %s: another process answers on the port (address already in use)", r.Addr)
 	}
 	return nil
 }
@@ -242,8 +282,19 @@ func (m *etcdMember) start(ctx context.Context, exe string) error {
 	}
 }
 
-// startEtcd starts n members of one cluster in child processes.
+// startEtcd starts n members of one cluster in child processes. A try
+// after a taken port starts a new cluster in a directory of its own.
 func startEtcd(ctx context.Context, exe, dir string, n int) ([]*etcdMember, error) {
+	return withFreePorts(func(try int) ([]*etcdMember, error) {
+		d := dir
+		if try > 0 {
+			d = fmt.Sprintf("%s/try%d", dir, try)
+		}
+		return startEtcdOnce(ctx, exe, d, n)
+	})
+}
+
+func startEtcdOnce(ctx context.Context, exe, dir string, n int) ([]*etcdMember, error) {
 	members := make([]*etcdMember, n)
 	var initial []string
 	for i := range members {

@@ -20,46 +20,99 @@ import (
 type RedisProc struct {
 	Addr string
 	port int
-	dir  string
 	args []string
 	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has been waited for
+	out  *SyncBuffer   // the server's log
 	t    testing.TB
 }
 
 // StartRedis starts redis-server with no persistence and extra args.
 func StartRedis(t testing.TB, extra ...string) *RedisProc {
 	t.Helper()
+	return startRedis(t, nil, append([]string{"--save", "", "--appendonly", "no"}, extra...))
+}
+
+// StartRedisConf starts redis-server with a config file (Sentinel needs
+// one it can rewrite) and extra args.
+func StartRedisConf(t testing.TB, conf string, extra ...string) *RedisProc {
+	t.Helper()
+	return startRedis(t, []string{conf}, extra)
+}
+
+// startRedis starts redis-server on a port free a moment ago, and on a
+// fresh one while the port was taken before the server bound it (other
+// tests run in parallel processes).
+func startRedis(t testing.TB, conf, extra []string) *RedisProc {
+	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server is not installed (apt-get install redis-server): %v", err)
 	}
+	dir := t.TempDir()
+	for try := 1; ; try++ {
+		port := freePort(t)
+		r := &RedisProc{Addr: fmt.Sprintf("127.0.0.1:%d", port), port: port, t: t}
+		r.args = append(append(append([]string{}, conf...), "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir), extra...)
+		err := r.start()
+		if err == nil {
+			t.Cleanup(r.Kill)
+			return r
+		}
+		if try == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+	}
+}
+
+// freePort is a loopback port free a moment ago. A variable for tests.
+var freePort = func(t testing.TB) int {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &RedisProc{Addr: fmt.Sprintf("127.0.0.1:%d", port), port: port, dir: t.TempDir(), t: t}
-	r.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir}, extra...)
-	r.start()
-	t.Cleanup(func() { r.Kill() })
-	return r
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
-func (r *RedisProc) start() {
-	r.t.Helper()
-	r.cmd = exec.Command("redis-server", r.args...)
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatalf("start redis-server: %v", err)
+// start starts the process and waits until it answers. The answer must come
+// from this process: another redis-server may have taken the port first.
+func (r *RedisProc) start() error {
+	r.out = &SyncBuffer{}
+	cmd := exec.Command("redis-server", r.args...)
+	cmd.Stdout, cmd.Stderr = r.out, r.out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r.cmd, r.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(r.done) }()
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
 	defer rdb.Close()
+	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
-	for rdb.Ping(context.Background()).Err() != nil {
+	for rdb.Ping(ctx).Err() != nil {
+		select {
+		case <-r.done:
+			r.cmd = nil
+			return fmt.Errorf("redis-server on %s exited at start: %s", r.Addr, strings.TrimSpace(r.out.String()))
+		default:
+		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("redis-server on %s did not answer in 10s", r.Addr)
+			r.Kill()
+			return fmt.Errorf("redis-server on %s did not answer in 10s", r.Addr)
 		}
 		time.Sleep(5 * time.Millisecond) // polling a process that is starting
 	}
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		r.Kill()
+		return fmt.Errorf("redis-server on %s: INFO: %w", r.Addr, err)
+	}
+	if !strings.Contains(info, fmt.Sprintf("\nprocess_id:%d\r", cmd.Process.Pid)) {
+		r.Kill()
+		return fmt.Errorf("redis-server on %s: another process answers on the port (address already in use)", r.Addr)
+	}
+	return nil
 }
 
 // Port is the TCP port.
@@ -91,15 +144,18 @@ func (r *RedisProc) Kill() {
 	}
 	_ = r.cmd.Process.Signal(syscall.SIGCONT) // a stopped process must run to die promptly
 	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
+	<-r.done
 	r.cmd = nil
 }
 
 // Restart kills the process and starts it again on the same port: with no
 // persistence it comes back empty.
 func (r *RedisProc) Restart() {
+	r.t.Helper()
 	r.Kill()
-	r.start()
+	if err := r.start(); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 // StartRedisCluster starts n masters in cluster mode and joins them into one
@@ -132,21 +188,4 @@ func StartRedisCluster(t testing.TB, n int) []*RedisProc {
 		}
 	}
 	return nodes
-}
-
-// StartRedisConf starts redis-server with a config file (Sentinel needs
-// one it can rewrite) and extra args.
-func StartRedisConf(t testing.TB, conf string, extra ...string) *RedisProc {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &RedisProc{Addr: fmt.Sprintf("127.0.0.1:%d", port), port: port, dir: t.TempDir(), t: t}
-	r.args = append([]string{conf, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", r.dir}, extra...)
-	r.start()
-	t.Cleanup(func() { r.Kill() })
-	return r
 }

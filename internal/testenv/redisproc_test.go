@@ -1,0 +1,38 @@
+package testenv
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// A redis-server whose port another redis-server took before it bound it
+// is started again on a fresh port. Before, the other server's answer to
+// PING passed for its own, and the test used a stranger's Redis.
+func TestStartRedisWhenItsPortIsTaken(t *testing.T) {
+	other := StartRedis(t)
+	real, given := freePort, false
+	freePort = func(t testing.TB) int {
+		if !given {
+			given = true
+			return other.Port()
+		}
+		return real(t)
+	}
+	defer func() { freePort = real }()
+	r := StartRedis(t)
+	if r.Port() == other.Port() {
+		t.Fatalf("the server is on the taken port %d", r.Port())
+	}
+	info, err := r.Client().Info(t.Context(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("process_id:%d", r.cmd.Process.Pid); !strings.Contains(info, want) {
+		t.Fatalf("the server's address answers as another process: want %s in INFO", want)
+	}
+	r.Restart()
+	if err := r.Client().Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("after a restart: %v", err)
+	}
+}
