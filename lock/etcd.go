@@ -62,6 +62,10 @@ type EtcdStore struct {
 	released map[string]tombstone    // lease ids released here, for a retried release
 	places   map[placeKey]place      // fair waiters' places
 	slots    map[string]map[int]bool // queue slots in use, by lock name (see place)
+	orphans  map[slotKey]bool        // queue keys to delete off the callers' path (see orphanLocked)
+	cleanAt  time.Time               // when to try deleting orphans again
+	cleanGap time.Duration           // the wait after the next failure to delete them
+	cleaning bool                    // a deleteOrphans runs
 	instance string                  // names this store's queue slots
 	events   eventHeap               // deadlines and tombstone expiries
 	loop     bool                    // the store's goroutine runs
@@ -86,7 +90,7 @@ type session struct {
 	nextRenew  time.Time
 	renewing   bool
 	dead       bool
-	users      int // holdings attached
+	users      int // holdings and waiters' places attached: the store renews the session while any are
 }
 
 // holding is a lock this store granted (or took over), whose deadline it
@@ -253,7 +257,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 	s := &EtcdStore{
 		cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log), log: c.log,
 		sessions: map[int64]*session{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{}, places: map[placeKey]place{},
-		slots: map[string]map[int]bool{}, instance: instance,
+		slots: map[string]map[int]bool{}, orphans: map[slotKey]bool{}, instance: instance,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	s.gc.Commit, s.gc.Slots, s.gc.Inline = s.commitCounted, c.inflight, true
@@ -298,6 +302,11 @@ func (s *EtcdStore) Close() error {
 
 type placeKey struct{ name, waiter string }
 
+type slotKey struct {
+	name string
+	slot int
+}
+
 // place is a fair waiter's place in a lock's queue: a queue key named by
 // one of this store's slots for that lock, reused by later waiters once
 // its waiter is done, and the key's create revision once it joined (0
@@ -307,9 +316,14 @@ type placeKey struct{ name, waiter string }
 // queue visits them, so a hot lock slowed by the hour (docs/design.md,
 // defect 10). A key re-created under the same name adds no new key to the
 // index.
+//
+// A joined place is a user of the session its key is on, so that the store
+// renews that session for as long as the waiter waits, even with no lock
+// held on it (defect 12).
 type place struct {
 	slot int
 	rev  int64
+	sess *session // the session its key is on, once joined
 }
 
 // placeLocked is the waiter's place, reserving a slot if it has none.
@@ -333,19 +347,103 @@ func (s *EtcdStore) placeLocked(pk placeKey) place {
 	return p
 }
 
-// unplaceLocked frees the waiter's slot for later waiters. Its key may
-// still be in etcd (a reply lost): the next waiter on the slot then takes
-// that place over, rather than leave it to block the queue. Called with mu.
-func (s *EtcdStore) unplaceLocked(pk placeKey) {
+// joinedLocked records the place a waiter's attempt joined the queue at,
+// on sess. Called with mu.
+func (s *EtcdStore) joinedLocked(pk placeKey, rev int64, sess *session) {
 	p, ok := s.places[pk]
 	if !ok {
 		return
 	}
-	delete(s.places, pk)
-	delete(s.slots[pk.name], p.slot)
-	if len(s.slots[pk.name]) == 0 {
-		delete(s.slots, pk.name)
+	if p.sess != nil {
+		p.sess.users--
 	}
+	p.rev, p.sess = rev, sess
+	sess.users++
+	s.places[pk] = p
+	s.poke() // the session may have had no users: renew it in time
+}
+
+// forgetLocked forgets the waiter's place and returns it; its slot stays
+// reserved. Called with mu.
+func (s *EtcdStore) forgetLocked(pk placeKey) (place, bool) {
+	p, ok := s.places[pk]
+	if !ok {
+		return place{}, false
+	}
+	delete(s.places, pk)
+	if p.sess != nil {
+		p.sess.users--
+	}
+	return p, true
+}
+
+// freeSlotLocked frees a slot for later waiters. Called with mu.
+func (s *EtcdStore) freeSlotLocked(name string, slot int) {
+	delete(s.slots[name], slot)
+	if len(s.slots[name]) == 0 {
+		delete(s.slots, name)
+	}
+}
+
+// unplaceLocked forgets the waiter's place, whose key is gone, and frees
+// its slot. Called with mu.
+func (s *EtcdStore) unplaceLocked(pk placeKey) {
+	if p, ok := s.forgetLocked(pk); ok {
+		s.freeSlotLocked(pk.name, p.slot)
+	}
+}
+
+// orphanLocked forgets the waiter's place, whose key may still be in etcd
+// (a Leave whose delete failed, a join whose reply was lost), and has the
+// store's goroutine delete the key, trying again until it succeeds or the
+// store closes. Until then the slot stays reserved, so no later waiter's
+// key is deleted in its stead. Left alone, the key would stand ahead of
+// every fair waiter of the lock, in every process, for as long as this
+// store's session lives (defect 12). Called with mu.
+func (s *EtcdStore) orphanLocked(pk placeKey) {
+	p, ok := s.forgetLocked(pk)
+	if !ok {
+		return
+	}
+	s.orphans[slotKey{pk.name, p.slot}] = true
+	s.startLoopLocked()
+	s.poke()
+}
+
+// deleteOrphans deletes orphaned queue keys, a Txn per batch; after a
+// failure the store tries again later, the wait doubling up to 5 s, so an
+// etcd outage costs one failing call per wait, not one per orphan.
+func (s *EtcdStore) deleteOrphans(keys []slotKey) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	for len(keys) > 0 && err == nil {
+		n := min(len(keys), 100) // under etcd's default --max-txn-ops of 128
+		ops := make([]clientv3.Op, n)
+		for i, k := range keys[:n] {
+			ops[i] = clientv3.OpDelete(s.queueKey(k.name, k.slot))
+		}
+		if _, err = s.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit(); err == nil {
+			s.mu.Lock()
+			for _, k := range keys[:n] {
+				delete(s.orphans, k)
+				s.freeSlotLocked(k.name, k.slot)
+			}
+			s.mu.Unlock()
+			keys = keys[n:]
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cleaning = false
+	if err == nil {
+		s.cleanGap = 0
+		return
+	}
+	s.cleanGap = min(max(2*s.cleanGap, 100*time.Millisecond), 5*time.Second)
+	s.cleanAt = time.Now().Add(s.cleanGap)
+	s.poke()
 }
 
 // queueKey is the key of a place.
@@ -384,9 +482,8 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		hr, _ := v.(heldResult)
 		if req.Waiter != "" {
 			s.mu.Lock()
-			if p, ok := s.places[pk]; ok && hr.joinedRev > 0 {
-				p.rev = hr.joinedRev
-				s.places[pk] = p
+			if hr.joinedRev > 0 {
+				s.joinedLocked(pk, hr.joinedRev, op.waiterSess)
 			}
 			if hr.placeLost {
 				s.unplaceLocked(pk)
@@ -413,8 +510,9 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		if req.Waiter != "" {
 			s.mu.Lock()
 			if s.places[pk].rev == 0 {
-				// No place known: the caller ends here without leaving.
-				s.unplaceLocked(pk)
+				// No place known, though the attempt may have joined (a
+				// reply lost): the caller ends here without leaving.
+				s.orphanLocked(pk)
 			}
 			s.mu.Unlock()
 		}
@@ -829,21 +927,24 @@ func (s *EtcdStore) ForceRelease(ctx context.Context, name string) (State, error
 	return State{}, backendErr("etcd", "force-release", errors.New("the lock kept changing hands"))
 }
 
-// Leave implements LeaseStore: the waiter's queue key goes.
+// Leave implements LeaseStore: the waiter's queue key goes. If the delete
+// fails, the store's goroutine deletes it later.
 func (s *EtcdStore) Leave(ctx context.Context, name, waiter string) error {
 	pk := placeKey{name, waiter}
 	s.mu.Lock()
 	p, ok := s.places[pk]
-	s.unplaceLocked(pk)
 	s.mu.Unlock()
 	if !ok {
 		return nil // no place here: never joined, or already gone
 	}
-	// If the delete fails the key stays until the next waiter on its slot
-	// takes it over, or the session ends.
-	if _, err := s.cli.Delete(clientv3.WithRequireLeader(ctx), s.queueKey(name, p.slot)); err != nil {
+	_, err := s.cli.Delete(clientv3.WithRequireLeader(ctx), s.queueKey(name, p.slot))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.orphanLocked(pk)
 		return backendErr("etcd", "leave", err)
 	}
+	s.unplaceLocked(pk)
 	return nil
 }
 
@@ -1164,6 +1265,21 @@ func (s *EtcdStore) step(now time.Time) time.Time {
 		}
 		if sess.nextRenew.Before(next) {
 			next = sess.nextRenew
+		}
+	}
+	if len(s.orphans) > 0 && !s.cleaning {
+		if now.Before(s.cleanAt) {
+			if s.cleanAt.Before(next) {
+				next = s.cleanAt
+			}
+		} else {
+			keys := make([]slotKey, 0, len(s.orphans))
+			for k := range s.orphans {
+				keys = append(keys, k)
+			}
+			s.cleaning = true
+			s.wg.Add(1)
+			go s.deleteOrphans(keys)
 		}
 	}
 	for s.events.Len() > 0 {

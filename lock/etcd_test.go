@@ -475,3 +475,93 @@ func TestEtcdQueueKeysAreReused(t *testing.T) {
 	}
 	t.Logf("%d joins on %d keys", joins, len(keys))
 }
+
+// A fair waiter keeps its place for as long as it waits, even when its
+// store holds no lock: the place's key is on the store's session, which
+// the store renewed only while locks were held on it. Before, a wait
+// longer than the session's TTL (twice the lock's) lost the place with the
+// session, and the waiter queued again behind those who came after it.
+func TestEtcdLongWaitKeepsItsPlace(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	prefix := "/" + testenv.Name(t) + "/"
+	store := func() *lock.Client { return newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix))) }
+	holder, first, second := store(), store(), store()
+	name := testenv.Name(t)
+	h, err := holder.Acquire(t.Context(), name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 2)
+	wait := func(c *lock.Client, who string, ttl time.Duration) {
+		l, err := c.Acquire(t.Context(), name, ttl, lock.WithWait(30*time.Second))
+		if err != nil {
+			t.Errorf("%s: %v", who, err)
+			got <- who
+			return
+		}
+		got <- who
+		if err := l.Release(context.Background()); err != nil {
+			t.Errorf("%s: release: %v", who, err)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { wait(first, "first", 2*time.Second) }) // a session of 4 s
+	waitUntil(t, func() bool { st, err := holder.Inspect(t.Context(), name); return err == nil && st.Waiters == 1 })
+	wg.Go(func() { wait(second, "second", 30*time.Second) })
+	waitUntil(t, func() bool { st, err := holder.Inspect(t.Context(), name); return err == nil && st.Waiters == 2 })
+	// Not a synchronisation: the property is a place that outlives the
+	// first session lease its waiter's store granted (4 s, and etcd's
+	// lessor revokes within 0.5 s after).
+	time.Sleep(6 * time.Second)
+	if err := h.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if w := <-got; w != "first" {
+		t.Fatalf("the lock went to the %s waiter first; want the first, who waited longer", w)
+	}
+}
+
+// A place whose Leave could not reach etcd does not block the queue: the
+// store deletes its key later. Before, the key stood ahead of every fair
+// waiter of the lock, in every process, for as long as the store's session
+// lived, and a store that holds locks keeps its session alive.
+func TestEtcdFailedLeaveDoesNotBlockTheQueue(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	prefix := "/" + testenv.Name(t) + "/"
+	a := newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix))
+	holder := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
+	other := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
+	name := testenv.Name(t)
+	// a keeps its session in use with a lock of the same TTL.
+	kept, err := newClient(t, a).Acquire(t.Context(), testenv.Name(t)+"-kept", 5*time.Second, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Release(context.Background())
+	h, err := holder.Acquire(t.Context(), name, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: "0123456789abcdef0123456789abcdef",
+		TTL: 5 * time.Second, Waiter: "fedcba9876543210fedcba9876543210", WaiterTTL: lock.DefaultWaiterTTL})
+	var held *lock.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("a waiter's attempt on a held lock: %v, want a HeldError", err)
+	}
+	gone, cancel := context.WithCancel(t.Context())
+	cancel() // the delete cannot reach etcd
+	if err := a.Leave(gone, name, "fedcba9876543210fedcba9876543210"); err == nil {
+		t.Fatal("Leave with a cancelled context succeeded")
+	}
+	if err := h.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := other.Acquire(t.Context(), name, 5*time.Second, lock.WithWait(3*time.Second))
+	if err != nil {
+		t.Fatalf("a fair waiter behind the place that failed to leave: %v", err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
