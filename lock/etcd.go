@@ -152,11 +152,12 @@ type createResult struct {
 
 // heldResult is what a create that did not take the lock learnt.
 type heldResult struct {
-	joinedRev int64 // the waiter's place, if it joined the queue now
-	placeLost bool  // the waiter's place is gone (its session expired)
-	position  int   // the waiter's place in the queue, 1 at the head; 0 unknown
-	cur       sequencer.LockState
-	curHeld   bool // cur was read (a holder's attempt)
+	joinedRev  int64    // the waiter's place, if it joined the queue now
+	joinedSess *session // the session it joined on
+	placeLost  bool     // the waiter's place is gone (its session expired)
+	position   int      // the waiter's place in the queue, 1 at the head; 0 unknown
+	cur        sequencer.LockState
+	curHeld    bool // cur was read (a holder's attempt)
 }
 
 // countResult is what a release of a reentrant lock learnt: it counts
@@ -483,7 +484,7 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		if req.Waiter != "" {
 			s.mu.Lock()
 			if hr.joinedRev > 0 {
-				s.joinedLocked(pk, hr.joinedRev, op.waiterSess)
+				s.joinedLocked(pk, hr.joinedRev, hr.joinedSess)
 			}
 			if hr.placeLost {
 				s.unplaceLocked(pk)
@@ -1380,7 +1381,8 @@ func (s *EtcdStore) commit(batch []*groupcommit.Request[etcdOp]) {
 }
 
 // resession marks the sessions of the batch's creates lost and gives each
-// create a new one; creates that cannot get one are answered and dropped.
+// create a new one, for its lock and for the queue key it may join;
+// creates that cannot get one are answered and dropped.
 func (s *EtcdStore) resession(ctx context.Context, batch []*groupcommit.Request[etcdOp]) []*groupcommit.Request[etcdOp] {
 	s.mu.Lock()
 	for _, r := range batch {
@@ -1398,6 +1400,11 @@ func (s *EtcdStore) resession(ctx context.Context, batch []*groupcommit.Request[
 				continue
 			}
 			r.Arg.sess = sess
+			if r.Arg.waiterSess != nil {
+				// A queue key on the lost session would fail the Txn
+				// again, and every create batched with it (defect 13).
+				r.Arg.waiterSess = sess
+			}
 		}
 		kept = append(kept, r)
 	}
@@ -1603,7 +1610,7 @@ func (s *EtcdStore) heldResult(op etcdOp, resps []*pb.ResponseOp) heldResult {
 	case op.waiter == "":
 	case op.waiterRev == 0:
 		if kvs := resps[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
-			hr.joinedRev = kvs[0].CreateRevision
+			hr.joinedRev, hr.joinedSess = kvs[0].CreateRevision, op.waiterSess
 		}
 		hr.position = int(resps[2].GetResponseRange().GetCount())
 		i = 3

@@ -565,3 +565,57 @@ func TestEtcdFailedLeaveDoesNotBlockTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A fair waiter whose store's session expired unnoticed (revoked here, as
+// a long pause past its TTL would) joins the queue on the fresh session
+// the store gets. Before, the store moved the lock's create onto the fresh
+// session but not the queue key, and the Txn failed again: the waiter got
+// an error, and so did every other caller batched with it.
+func TestEtcdWaiterJoinsOnAFreshSession(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	prefix := "/" + testenv.Name(t) + "/"
+	ks := sequencer.NewKeyspace(prefix)
+	a := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
+	holder := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
+	name, other := testenv.Name(t), testenv.Name(t)
+	// a's session: the lease of the lock a holds.
+	mine, err := a.Acquire(t.Context(), other, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cli.Get(t.Context(), ks.LockKey(other))
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("a's lock in etcd: %v, %v", r, err)
+	}
+	if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(r.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := holder.Acquire(t.Context(), name, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := a.Acquire(context.Background(), name, 5*time.Second, lock.WithWait(20*time.Second))
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitUntil(t, func() bool {
+		select {
+		case err := <-got:
+			t.Fatalf("the waiter ended before the lock was released: %v", err)
+		default:
+		}
+		st, err := holder.Inspect(t.Context(), name)
+		return err == nil && st.Waiters == 1
+	})
+	if err := h.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter on a fresh session: %v", err)
+	}
+	_ = mine.Release(t.Context()) // lost with the session
+}
