@@ -34,7 +34,8 @@ import (
 //   - Each lock's own deadline is enforced by the store that granted it: a
 //     lock not refreshed by its deadline is deleted then (a compare-and-
 //     delete), so it frees within its TTL, in milliseconds, while the
-//     store's other locks stay alive. If the store's process dies, its
+//     store's other locks stay alive; if etcd does not answer then, the
+//     store tries again until it does. If the store's process dies, its
 //     locks free when the session lease expires: within twice the TTL, in
 //     whole seconds and at least etcd's minimum lease TTL.
 //   - Creates and deletes of different locks share one Txn (group commit),
@@ -548,7 +549,11 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 }
 
 // abandon releases a lock whose acquisition failed in a way that may have
-// created it, off the caller's path.
+// created it, off the caller's path, trying until etcd answers: the store
+// knows no deadline for a create whose reply was lost, and the lock would
+// otherwise stay, held by nobody, for as long as the store's session lives
+// (defect 14). Each try waits up to 5 s; the pause between tries doubles
+// from 0.1 s to 5 s.
 func (s *EtcdStore) abandon(name, leaseID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -558,9 +563,21 @@ func (s *EtcdStore) abandon(name, leaseID string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Release(ctx, name, leaseID) // its deadline frees it anyway
+		for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := s.Release(ctx, name, leaseID)
+			cancel()
+			if err == nil || errors.Is(err, ErrLost) {
+				return // released, or it was never created
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-s.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
 	}()
 }
 
@@ -1315,19 +1332,35 @@ func (s *EtcdStore) step(now time.Time) time.Time {
 }
 
 // expire deletes a lock whose deadline passed without a refresh, if it is
-// still as this store wrote it.
+// still as this store wrote it, trying until etcd answers: the session
+// lease frees it only if nothing else keeps the session alive, and other
+// locks of the store do (defect 14). Refreshes meanwhile find it lost.
 func (s *EtcdStore) expire(name string, h *holding) {
 	defer s.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := s.gc.Do(clientv3.WithRequireLeader(ctx), name, etcdOp{kind: opExpire, name: name, id: h.id, modRev: h.modRev, plain: h.plain})
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil && !errors.Is(err, errHeld) {
-		// etcd did not answer: the session lease still frees it at worst.
-		s.log.Warn("could not delete an expired lock; its session lease will free it", "lock", name, "err", err)
+	defer func() {
+		s.mu.Lock()
+		s.dropLocked(name, h)
+		s.mu.Unlock()
+	}()
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := s.gc.Do(clientv3.WithRequireLeader(ctx), name, etcdOp{kind: opExpire, name: name, id: h.id, modRev: h.modRev, plain: h.plain})
+		cancel()
+		if err == nil || errors.Is(err, errHeld) {
+			return // deleted, or no longer as this store wrote it
+		}
+		if pause == 100*time.Millisecond {
+			s.log.Warn("could not delete an expired lock; trying again until etcd answers", "lock", name, "err", err,
+				"hint", "check the network to etcd and etcd's health")
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return // the session lease frees it, once nothing renews it
+		case <-t.C:
+		}
 	}
-	s.dropLocked(name, h)
 }
 
 // Group commit of creates and deletes.

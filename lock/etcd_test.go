@@ -482,6 +482,7 @@ func TestEtcdQueueKeysAreReused(t *testing.T) {
 // longer than the session's TTL (twice the lock's) lost the place with the
 // session, and the waiter queued again behind those who came after it.
 func TestEtcdLongWaitKeepsItsPlace(t *testing.T) {
+	t.Parallel()
 	_, cli := testenv.Etcd(t)
 	prefix := "/" + testenv.Name(t) + "/"
 	store := func() *lock.Client { return newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix))) }
@@ -618,4 +619,82 @@ func TestEtcdWaiterJoinsOnAFreshSession(t *testing.T) {
 		t.Fatalf("the waiter on a fresh session: %v", err)
 	}
 	_ = mine.Release(t.Context()) // lost with the session
+}
+
+// A create whose reply was lost, and whose release then failed too (etcd
+// out of reach for a while), is released once etcd answers again. Before,
+// the store tried the release once: the lock, held by nobody, stayed for
+// as long as the store's session lived, and a store that holds other
+// locks keeps its session alive.
+func TestEtcdLostCreateIsReleasedWhenEtcdAnswers(t *testing.T) {
+	t.Parallel()
+	e, direct := testenv.Etcd(t)
+	pr, cli := testenv.EtcdThroughProxy(t, e)
+	prefix := "/" + testenv.Name(t) + "/"
+	a := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
+	other := newClient(t, newEtcdStore(t, direct, lock.WithEtcdPrefix(prefix)))
+	kept, err := a.Acquire(t.Context(), testenv.Name(t), 10*time.Second, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Release(context.Background())
+	name := testenv.Name(t)
+	lost := pr.LoseReplyAndRefuse([]byte(name))
+	if _, err := a.TryAcquire(t.Context(), name, 10*time.Second); err == nil {
+		t.Fatal("an acquisition whose reply was lost succeeded")
+	}
+	<-lost
+	st, err := other.Inspect(t.Context(), name)
+	if err != nil || !st.Held {
+		t.Fatalf("the create whose reply was lost did not commit: %+v, %v", st, err)
+	}
+	// Not a synchronisation: the fault is an etcd out of reach for 6 s,
+	// longer than the store's first try to release waits (5 s).
+	time.Sleep(6 * time.Second)
+	pr.Refuse(false)
+	l, err := other.Acquire(t.Context(), name, 10*time.Second, lock.WithWait(8*time.Second))
+	if err != nil {
+		t.Fatalf("the lock nobody holds: %v", err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lock whose deadline passed while etcd was out of reach is deleted once
+// etcd answers again. Before, the store tried once (for 10 s) and then
+// left it to the session lease, which the store's other locks keep alive:
+// the lock, held by nobody, stayed for as long as the process ran.
+func TestEtcdExpiryOutlastsAnOutage(t *testing.T) {
+	t.Parallel()
+	e, direct := testenv.Etcd(t)
+	pr, cli := testenv.EtcdThroughProxy(t, e)
+	prefix := "/" + testenv.Name(t) + "/"
+	a := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
+	other := newClient(t, newEtcdStore(t, direct, lock.WithEtcdPrefix(prefix)))
+	const ttl = 10 * time.Second // a session of 20 s, which outlives the outage
+	kept, err := a.Acquire(t.Context(), testenv.Name(t), ttl, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Release(context.Background())
+	name := testenv.Name(t)
+	if _, err := a.Acquire(t.Context(), name, ttl); err != nil { // never refreshed
+		t.Fatal(err)
+	}
+	// Not a synchronisation: the fault is etcd out of reach from just
+	// before the deadline until past the store's first try to delete the
+	// lock (10 s), about as long as the session survives.
+	time.Sleep(ttl - time.Second)
+	pr.Refuse(true)
+	pr.CutAll()
+	time.Sleep(12 * time.Second)
+	pr.Refuse(false)
+	l, err := other.Acquire(t.Context(), name, ttl, lock.WithWait(8*time.Second))
+	if err != nil {
+		t.Fatalf("the expired lock: %v", err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
