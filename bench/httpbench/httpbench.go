@@ -10,6 +10,13 @@
 // and etcd connections; the difference between them is the API: JSON,
 // HTTP/1.1 over loopback TCP, the server's handler and the client.
 //
+// A third path, the HTTP floor, is the same HTTP client against a handler
+// that answers acquire and release with canned JSON: net/http, JSON and the
+// client, with no authentication, metrics, logging or lease store. Its CPU
+// per pair is what any request-per-operation HTTP API over loopback costs
+// here, before it does anything; SDK plus floor bounds what the HTTP path
+// can reach on a machine whose cores it saturates.
+//
 // Two scenarios, the paths taking turns in rounds with the order rotating:
 // uncontended acquire+release latency (one goroutine, one name, sequential)
 // and throughput of many goroutines on distinct names. Before them, a few
@@ -24,6 +31,7 @@ package httpbench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +46,7 @@ import (
 
 	"github.com/fenced/fenced/bench/internal/benchkit"
 
+	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/lock"
@@ -54,8 +63,9 @@ const (
 
 // Paths, the rows of the table.
 const (
-	SDK  = "SDK"
-	HTTP = "HTTP"
+	SDK   = "SDK"
+	HTTP  = "HTTP"
+	Floor = "HTTP floor"
 )
 
 // Config says what to run. DefaultConfig and ShortConfig give the usual
@@ -163,7 +173,7 @@ type Report struct {
 	Store   string // what the leases and tokens are kept in
 	Load    string // load averages before and after, from /proc/loadavg
 	Checks  []Check
-	Results []Result // SDK, then HTTP
+	Results []Result // SDK, HTTP, then the HTTP floor
 }
 
 // Find returns the result of path, nil if there is none.
@@ -210,6 +220,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		{HTTP, func(ctx context.Context, name string) (*lock.Lease, error) {
 			return env.http.TryAcquire(ctx, name, cfg.TTL)
 		}},
+		{Floor, func(ctx context.Context, name string) (*lock.Lease, error) {
+			return env.floor.TryAcquire(ctx, name, cfg.TTL)
+		}},
 	}
 	rep = &Report{Config: cfg, Store: env.desc}
 	loadBefore := benchkit.Loadavg()
@@ -217,7 +230,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	// The check: one name, sequential, the paths alternating.
 	checkName := "httpbench-" + run + "-check"
 	for i := range cfg.Checks {
-		p := paths[i%len(paths)]
+		p := paths[i%2] // SDK and HTTP: the floor's tokens are canned
 		var tok fence.Token
 		if err := pair(ctx, p.acq, checkName, &tok); err != nil {
 			return nil, fmt.Errorf("httpbench: check, %s: %w", p.name, err)
@@ -238,7 +251,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			if cfg.Log != nil {
 				fmt.Fprintf(cfg.Log, "httpbench: round %d/%d: %s\n", round+1, cfg.Rounds, p.name)
 			}
-			prefix := fmt.Sprintf("httpbench-%s-%s", run, strings.ToLower(p.name))
+			prefix := fmt.Sprintf("httpbench-%s-%s", run, strings.ReplaceAll(strings.ToLower(p.name), " ", "-"))
 			if err := uncontended(ctx, n, p.acq, prefix+"-unc", &res[i], &counts[i]); err != nil {
 				return nil, fmt.Errorf("httpbench: %s: %w", p.name, err)
 			}
@@ -264,6 +277,7 @@ type env struct {
 	closers []func() error // in the order of setup
 	locks   *lock.Client
 	http    *client.Client
+	floor   *client.Client // of the canned handler
 }
 
 func (e *env) close() error {
@@ -362,6 +376,20 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The client as a user gets it: its default transport keeps an idle
+	// connection per goroutine (client.DefaultIdleConns).
+	if e.http, err = e.serve(h, true); err != nil {
+		return nil, err
+	}
+	if e.floor, err = e.serve(floorHandler(), false); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// serve serves h on a loopback port and returns a client of it; both are
+// closed with e.
+func (e *env) serve(h http.Handler, auth bool) (*client.Client, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -378,19 +406,48 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 		}
 		return err
 	})
-
-	// The client as a user gets it: its default transport keeps an idle
-	// connection per goroutine (client.DefaultIdleConns).
-	e.http, err = client.New("http://"+ln.Addr().String(), client.WithBearerToken(benchToken))
+	var opts []client.Option
+	if auth {
+		opts = append(opts, client.WithBearerToken(benchToken))
+	}
+	c, err := client.New("http://"+ln.Addr().String(), opts...)
 	if err != nil {
 		return nil, err
 	}
 	e.closers = append(e.closers, func() error {
 		ctx, cancel := closeCtx()
 		defer cancel()
-		return e.http.Close(ctx)
+		return c.Close(ctx)
 	})
-	return e, nil
+	return c, nil
+}
+
+// floorHandler answers acquire and release as fenced's server would, from
+// nothing: a lease id and a growing token for every acquire, {} for every
+// release. It decodes each request as the server does.
+func floorHandler() http.Handler {
+	var token atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/locks/{name}/acquire", func(w http.ResponseWriter, r *http.Request) {
+		var req api.AcquireRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.TTLMs == nil {
+			http.Error(w, `{"error":{"code":"invalid","message":"want ttl_ms"}}`, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(api.Lease{Name: r.PathValue("name"), LeaseID: "0123456789abcdef0123456789abcdef",
+			Token: fence.Token(token.Add(1)), TTLMs: *req.TTLMs})
+	})
+	mux.HandleFunc("POST /v1/locks/{name}/release", func(w http.ResponseWriter, r *http.Request) {
+		var req api.ReleaseRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, `{"error":{"code":"invalid","message":"want lease_id"}}`, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "{}\n")
+	})
+	return mux
 }
 
 // opTimeout bounds one acquire+release pair; nothing healthy comes near it.

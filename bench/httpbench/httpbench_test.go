@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func TestRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, path := range []string{httpbench.SDK, httpbench.HTTP} {
+			for _, path := range []string{httpbench.SDK, httpbench.HTTP, httpbench.Floor} {
 				r := rep.Find(path)
 				if r == nil {
 					t.Fatalf("no result for %s", path)
@@ -56,6 +57,9 @@ func TestRun(t *testing.T) {
 			var buf bytes.Buffer
 			if err := httpbench.Write(&buf, rep); err != nil {
 				t.Fatal(err)
+			}
+			if !strings.Contains(buf.String(), "Bound for any request-per-operation HTTP API") {
+				t.Errorf("the table does not give the floor's bound")
 			}
 			t.Log("\n" + buf.String())
 		})

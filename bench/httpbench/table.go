@@ -11,7 +11,7 @@ import (
 )
 
 // Write prints the report: one row per path, the HTTP÷SDK ratios, the
-// ops/s of each round and the check tokens.
+// bound the HTTP floor sets, the ops/s of each round and the check tokens.
 func Write(w io.Writer, rep *Report) error {
 	cfg := rep.Config
 	fmt.Fprintf(w, "httpbench: store %s (%s); %s, GOMAXPROCS %d, %d CPUs; load average %s\n",
@@ -35,6 +35,14 @@ func Write(w io.Writer, rep *Report) error {
 		return err
 	}
 	fmt.Fprintln(w, "\ncpu/op: CPU time of this whole process (clients, HTTP server, lock client, embedded etcd) per acquire+release in the throughput scenario.")
+	if f := rep.Find(Floor); f != nil && sdk != nil && f.CPUPerOp() > 0 && sdk.OpsPerSec() > 0 {
+		// Any pair over HTTP costs at least the SDK's work plus the
+		// floor's: with every CPU busy, no more pairs a second than this.
+		limit := float64(runtime.NumCPU()) / (sdk.CPUPerOp() + f.CPUPerOp()).Seconds()
+		fmt.Fprintf(w, "HTTP floor: the HTTP client against canned answers (net/http, JSON, no auth, metrics or store), %s CPU per pair.\n"+
+			"Bound for any request-per-operation HTTP API here: %d CPUs ÷ (SDK %s + floor %s) = %.0f pairs/s, %s the SDK's throughput.\n",
+			benchkit.US(f.CPUPerOp()), runtime.NumCPU(), benchkit.US(sdk.CPUPerOp()), benchkit.US(f.CPUPerOp()), limit, ratio(limit, sdk.OpsPerSec()))
+	}
 	for _, r := range rep.Results {
 		fmt.Fprintf(w, "%s throughput ops/s by round:", r.Path)
 		for _, v := range r.RoundOpsRate {
