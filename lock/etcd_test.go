@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
@@ -558,13 +559,7 @@ func TestEtcdFailedLeaveDoesNotBlockTheQueue(t *testing.T) {
 	if err := h.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	l, err := other.Acquire(t.Context(), name, 5*time.Second, lock.WithWait(3*time.Second))
-	if err != nil {
-		t.Fatalf("a fair waiter behind the place that failed to leave: %v", err)
-	}
-	if err := l.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	getsIt(t, other, name, lock.WithWait(3*time.Second), "a fair waiter behind the place that failed to leave")
 }
 
 // A fair waiter whose store's session expired unnoticed (revoked here, as
@@ -628,16 +623,7 @@ func TestEtcdWaiterJoinsOnAFreshSession(t *testing.T) {
 // locks keeps its session alive.
 func TestEtcdLostCreateIsReleasedWhenEtcdAnswers(t *testing.T) {
 	t.Parallel()
-	e, direct := testenv.Etcd(t)
-	pr, cli := testenv.EtcdThroughProxy(t, e)
-	prefix := "/" + testenv.Name(t) + "/"
-	a := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
-	other := newClient(t, newEtcdStore(t, direct, lock.WithEtcdPrefix(prefix)))
-	kept, err := a.Acquire(t.Context(), testenv.Name(t), 10*time.Second, lock.WithKeepAlive())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kept.Release(context.Background())
+	pr, a, other := behindProxy(t, 10*time.Second)
 	name := testenv.Name(t)
 	lost := pr.LoseReplyAndRefuse([]byte(name))
 	if _, err := a.TryAcquire(t.Context(), name, 10*time.Second); err == nil {
@@ -652,13 +638,7 @@ func TestEtcdLostCreateIsReleasedWhenEtcdAnswers(t *testing.T) {
 	// longer than the store's first try to release waits (5 s).
 	time.Sleep(6 * time.Second)
 	pr.Refuse(false)
-	l, err := other.Acquire(t.Context(), name, 10*time.Second, lock.WithWait(8*time.Second))
-	if err != nil {
-		t.Fatalf("the lock nobody holds: %v", err)
-	}
-	if err := l.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	getsIt(t, other, name, lock.WithWait(8*time.Second), "the lock nobody holds")
 }
 
 // A lock whose deadline passed while etcd was out of reach is deleted once
@@ -667,17 +647,8 @@ func TestEtcdLostCreateIsReleasedWhenEtcdAnswers(t *testing.T) {
 // the lock, held by nobody, stayed for as long as the process ran.
 func TestEtcdExpiryOutlastsAnOutage(t *testing.T) {
 	t.Parallel()
-	e, direct := testenv.Etcd(t)
-	pr, cli := testenv.EtcdThroughProxy(t, e)
-	prefix := "/" + testenv.Name(t) + "/"
-	a := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
-	other := newClient(t, newEtcdStore(t, direct, lock.WithEtcdPrefix(prefix)))
 	const ttl = 10 * time.Second // a session of 20 s, which outlives the outage
-	kept, err := a.Acquire(t.Context(), testenv.Name(t), ttl, lock.WithKeepAlive())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kept.Release(context.Background())
+	pr, a, other := behindProxy(t, ttl)
 	name := testenv.Name(t)
 	if _, err := a.Acquire(t.Context(), name, ttl); err != nil { // never refreshed
 		t.Fatal(err)
@@ -690,9 +661,34 @@ func TestEtcdExpiryOutlastsAnOutage(t *testing.T) {
 	pr.CutAll()
 	time.Sleep(12 * time.Second)
 	pr.Refuse(false)
-	l, err := other.Acquire(t.Context(), name, ttl, lock.WithWait(8*time.Second))
+	getsIt(t, other, name, lock.WithWait(8*time.Second), "the expired lock")
+}
+
+// behindProxy is a client of a store that reaches etcd through a fault
+// proxy, keeping its session in use with a kept-alive lock of ttl, and a
+// client of another store that reaches etcd directly.
+func behindProxy(t *testing.T, ttl time.Duration) (*faultproxy.Proxy, *lock.Client, *lock.Client) {
+	t.Helper()
+	e, direct := testenv.Etcd(t)
+	pr, cli := testenv.EtcdThroughProxy(t, e)
+	prefix := "/" + testenv.Name(t) + "/"
+	a := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
+	other := newClient(t, newEtcdStore(t, direct, lock.WithEtcdPrefix(prefix)))
+	kept, err := a.Acquire(t.Context(), testenv.Name(t), ttl, lock.WithKeepAlive())
 	if err != nil {
-		t.Fatalf("the expired lock: %v", err)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kept.Release(context.Background()) })
+	return pr, a, other
+}
+
+// getsIt checks that c acquires name (within the wait opt allows), and
+// releases it.
+func getsIt(t *testing.T, c *lock.Client, name string, opt lock.Option, what string) {
+	t.Helper()
+	l, err := c.Acquire(t.Context(), name, 5*time.Second, opt)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
