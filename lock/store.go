@@ -50,7 +50,10 @@ type AcquireRequest struct {
 	// TryAcquire does).
 	Waiter string
 	// WaiterTTL is how long a waiter's place lasts without another attempt;
-	// a waiter that gave up or died leaves the queue when it runs out.
+	// a waiter that gave up or died leaves the queue when it runs out. The
+	// etcd store keeps a place on its session instead: it lasts until the
+	// waiter leaves (the store deletes it later if etcd does not answer
+	// then) or the process dies and the session expires.
 	WaiterTTL time.Duration
 	// Holder is the holder's identity for reentrancy: an attempt by the
 	// holder that holds the lock now gets its lease and token again, and
