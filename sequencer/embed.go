@@ -22,7 +22,8 @@ import (
 // single-member cluster in a temporary directory on free loopback ports.
 type EmbedConfig struct {
 	// Dir is the data directory. Empty means a new temporary directory that
-	// Close removes.
+	// Close removes; one left by a process killed before Close is removed
+	// by the next member started so.
 	Dir string
 	// Name is the member name. Default "fenced".
 	Name string
@@ -55,6 +56,7 @@ type Embedded struct {
 	etcd      *embed.Etcd
 	dir       string
 	tempDir   bool
+	tempLock  *os.File // held while the member runs (see tempDataDir)
 	clientURL string
 	peerURL   string
 	name      string
@@ -110,7 +112,7 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	}
 	e := &Embedded{dir: c.Dir, clientURL: c.ClientURL, peerURL: c.PeerURL, name: c.Name}
 	if e.dir == "" {
-		if e.dir, err = os.MkdirTemp("", "fenced-etcd-"); err != nil {
+		if e.dir, e.tempLock, err = tempDataDir(); err != nil {
 			return nil, fmt.Errorf("sequencer: temporary data dir: %w", err)
 		}
 		e.tempDir = true
@@ -222,6 +224,7 @@ func (e *Embedded) Close() error {
 		}
 		if e.tempDir {
 			e.closeErr = os.RemoveAll(e.dir)
+			e.tempLock.Close() // after the removal: no sweep meets a half-removed dir
 		}
 	})
 	return e.closeErr

@@ -11,8 +11,9 @@ import (
 )
 
 const devSummary = `Run fenced for development in one process that needs nothing else: an
-embedded single-member etcd (in a temporary directory removed on exit, or in
---data-dir to keep tokens across restarts) issues the tokens and holds the
+embedded single-member etcd (in a temporary directory removed on exit, or by
+the next fenced dev if this one is killed; or in --data-dir to keep tokens
+across restarts) issues the tokens and holds the
 leases, and the HTTP API listens on --listen. With --redis-addr the leases
 live in that Redis instead, with millisecond TTLs, as fenced serve keeps
 them.
@@ -33,7 +34,7 @@ func newDevCommand() (*command, *devOpts) {
 	cmd := newCommand("fenced dev", "", devSummary)
 	o := &devOpts{}
 	o.h.register(cmd.fs)
-	cmd.fs.StringVar(&o.member.dataDir, "data-dir", "", "Keep the embedded etcd's data in this `dir`, so that tokens keep increasing across restarts.\nEmpty: a temporary directory removed on exit.")
+	cmd.fs.StringVar(&o.member.dataDir, "data-dir", "", "Keep the embedded etcd's data in this `dir`, so that tokens keep increasing across restarts.\nEmpty: a temporary directory removed on exit (or, if fenced is killed\nfirst, by the next fenced dev).")
 	cmd.fs.StringVar(&o.member.clientURL, "etcd-client-url", "", "`URL` the embedded etcd serves clients on, http://127.0.0.1:port. Empty: a free loopback port (printed at start).")
 	registerPrefix(cmd.fs, &o.prefix)
 	o.redis.registerAddr(cmd.fs, "Keep the leases in this Redis server, `host:port` (millisecond TTLs, as fenced serve does);\ntokens still come from the embedded etcd. Empty: leases in etcd.")
