@@ -96,15 +96,21 @@ func TestElect(t *testing.T) {
 	if second.Token() <= first.Token() {
 		t.Fatalf("term %d after %d", second.Token(), first.Token())
 	}
+	// A campaign request whose wait ended while its grant was being
+	// written leaves a term that nobody learnt of, which the store then
+	// releases: observers may see it lead, briefly, before the term the
+	// candidate got from its next request.
 	for {
 		l := testenv.Next(t, obs)
 		if !l.Leading {
 			continue
 		}
-		if l.Value != "host-b:8080" || l.Token != second.Token() {
+		if l.Value != "host-b:8080" || l.Token > second.Token() || l.Token <= first.Token() {
 			t.Fatalf("observed %+v; want host-b:8080 with term %d", l, second.Token())
 		}
-		break
+		if l.Token == second.Token() {
+			break
+		}
 	}
 }
 
