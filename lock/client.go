@@ -164,6 +164,13 @@ var (
 // if the store never answered in time, that is the error. Every other
 // context error matches ctx.Err().
 func (c *Client) fail(ctx context.Context, name string, err, busy error, began time.Time) error {
+	if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(dl) {
+		// The store saw the deadline pass (go-redis with
+		// ContextTimeoutEnabled ends a call at it by the clock) before the
+		// context's own timer marked ctx done; that is due now. Without
+		// the wait, the end of a wait budget read as a backend failure.
+		<-ctx.Done()
+	}
 	if ctx.Err() != nil && context.Cause(ctx) == errWaitBudget {
 		if busy != nil {
 			we := &WaitError{Name: name, Waited: time.Since(began)}
