@@ -22,7 +22,7 @@ func (c lateCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 // The end of a wait budget is a WaitError even when the store reported the
 // deadline before the budget's context was marked done. Before, the caller
 // got the store's "context deadline exceeded" as a backend failure (a 503
-// over HTTP, not a 409), as a benchmark run saw 11 times.
+// over HTTP, not a 409).
 func TestWaitBudgetSeenFirstByTheStore(t *testing.T) {
 	parent, cancel := context.WithCancelCause(context.Background())
 	ctx := lateCtx{parent, time.Now().Add(-time.Millisecond)}
