@@ -5,7 +5,8 @@
 --       queue: unfair), 4 a place's ttl ms, 5 holder ('' not reentrant).
 -- Returns {0} when this lease id now holds the lease (to be confirmed);
 -- {1, lease id, token, count} when the holder already held it (reentry);
--- {2, holder's remaining ms or 0, place in the queue or -1} when not.
+-- {2, holder's remaining ms (at least 1), or 0 if unknown or free, place in
+-- the queue or -1} when not.
 -- Safe to run twice: a retry after a lost reply finds its own lease id
 -- (docs/design.md, defect 4).
 -- The common case first: nobody waits, so a free lock goes to whoever asks.
@@ -52,6 +53,12 @@ if ARGV[3] ~= '' then
   redis.call('PEXPIREAT', KEYS[4], last[2])
   pos = redis.call('ZRANK', KEYS[3], ARGV[3])
 end
+-- A held lease has at least 1 ms left: PTTL is 0 in its last millisecond,
+-- and 0 tells the waiter "unknown", which it answers with a full backoff.
+-- -1 (a lease with no TTL, never set so by fenced) stays unknown.
 local pttl = 0
-if cur then pttl = math.max(redis.call('PTTL', KEYS[1]), 0) end
+if cur then
+  local p = redis.call('PTTL', KEYS[1])
+  if p >= 0 then pttl = math.max(p, 1) end
+end
 return {2, pttl, pos}
