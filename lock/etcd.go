@@ -360,9 +360,10 @@ func (s *EtcdStore) joinedLocked(pk placeKey, rev int64, sess *session) {
 		p.sess.users--
 	}
 	p.rev, p.sess = rev, sess
-	sess.users++
 	s.places[pk] = p
-	s.poke() // the session may have had no users: renew it in time
+	if sess.users++; sess.users == 1 {
+		s.poke() // its first user: the store's goroutine renews it from now on
+	}
 }
 
 // forgetLocked forgets the waiter's place and returns it; its slot stays
@@ -552,8 +553,7 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 // created it, off the caller's path, trying until etcd answers: the store
 // knows no deadline for a create whose reply was lost, and the lock would
 // otherwise stay, held by nobody, for as long as the store's session lives
-// (defect 14). Each try waits up to 5 s; the pause between tries doubles
-// from 0.1 s to 5 s.
+// (defect 14). Each try waits up to 5 s.
 func (s *EtcdStore) abandon(name, leaseID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -563,22 +563,33 @@ func (s *EtcdStore) abandon(name, leaseID string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.untilAnswered(5*time.Second, func(ctx context.Context) bool {
 			err := s.Release(ctx, name, leaseID)
-			cancel()
-			if err == nil || errors.Is(err, ErrLost) {
-				return // released, or it was never created
-			}
-			t := time.NewTimer(pause)
-			select {
-			case <-s.stop:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
+			return err == nil || errors.Is(err, ErrLost) // released, or it was never created
+		})
 	}()
+}
+
+// untilAnswered calls try, each call bounded by timeout, until it reports
+// done or the store closes, pausing 0.1 s after the first failure and
+// doubling the pause up to 5 s: for deletes that cannot be left to the
+// session lease, which the store's other locks keep alive (defect 14).
+func (s *EtcdStore) untilAnswered(timeout time.Duration, try func(ctx context.Context) (done bool)) {
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		done := try(ctx)
+		cancel()
+		if done {
+			return
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return // the session lease frees what is left, once nothing renews it
+		case <-t.C:
+		}
+	}
 }
 
 // hold records a lock this store now enforces, and returns the TTL it
@@ -1342,25 +1353,19 @@ func (s *EtcdStore) expire(name string, h *holding) {
 		s.dropLocked(name, h)
 		s.mu.Unlock()
 	}()
-	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	warned := false
+	s.untilAnswered(10*time.Second, func(ctx context.Context) bool {
 		_, err := s.gc.Do(clientv3.WithRequireLeader(ctx), name, etcdOp{kind: opExpire, name: name, id: h.id, modRev: h.modRev, plain: h.plain})
-		cancel()
 		if err == nil || errors.Is(err, errHeld) {
-			return // deleted, or no longer as this store wrote it
+			return true // deleted, or no longer as this store wrote it
 		}
-		if pause == 100*time.Millisecond {
+		if !warned {
+			warned = true
 			s.log.Warn("could not delete an expired lock; trying again until etcd answers", "lock", name, "err", err,
 				"hint", "check the network to etcd and etcd's health")
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-s.stop:
-			t.Stop()
-			return // the session lease frees it, once nothing renews it
-		case <-t.C:
-		}
-	}
+		return false
+	})
 }
 
 // Group commit of creates and deletes.
