@@ -39,7 +39,7 @@ func EtcdClusterTimed(t testing.TB, n int, tickMs, electionMs uint) []*sequencer
 			}
 			return members
 		}
-		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+		if attempt == 3 || !portTaken(err) {
 			t.Fatal(err)
 		}
 	}

@@ -58,11 +58,15 @@ func startRedis(t testing.TB, conf, extra []string) *RedisProc {
 			t.Cleanup(r.Kill)
 			return r
 		}
-		if try == 3 || !strings.Contains(err.Error(), "address already in use") {
+		if try == 3 || !portTaken(err) {
 			t.Fatal(err)
 		}
 	}
 }
+
+// portTaken reports a start that failed because another process took its
+// port between the free-port check and the bind.
+func portTaken(err error) bool { return strings.Contains(err.Error(), "address already in use") }
 
 // freePort is a loopback port free a moment ago. A variable for tests.
 var freePort = func(t testing.TB) int {
