@@ -78,10 +78,15 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 		req.WaiterTTL = DefaultWaiterTTL
 	}
+	// An acquisition with a deadline rides out a backend that is briefly
+	// unavailable; one without fails at once rather than hang unseen on a
+	// backend that is down (docs/design.md, "Riding out an outage").
+	_, bounded := ctx.Deadline()
 	var (
 		notify   <-chan struct{}
 		stopWait func()
-		busy     error // the last attempt's reason it did not get the lease
+		busy     error // the last answer's reason it did not get the lease
+		down     error // the last attempt's transient backend error, if it had no answer
 		acquired bool
 	)
 	defer func() {
@@ -107,9 +112,32 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 		var held *HeldError
 		if !errors.As(err, &held) && !errors.Is(err, ErrLost) && !errors.Is(err, errNoValidity) {
-			return nil, c.fail(ctx, name, err, busy, began)
+			if !bounded || !outage(ctx, err) {
+				if down != nil && (ctx.Err() != nil || pastDeadline(ctx)) {
+					// The budget ended while the store was down: that, not
+					// a held lock, is why the acquisition failed.
+					return nil, c.fail(ctx, name, down, nil, began)
+				}
+				return nil, c.fail(ctx, name, err, busy, began)
+			}
+			down = err
+			d := o.Retry.NextBackoff()
+			if d <= 0 {
+				return nil, c.fail(ctx, name, err, nil, began)
+			}
+			if req.Waiter != "" {
+				d = min(d, req.WaiterTTL/3) // keep the place, if the backend kept it
+			}
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, c.fail(ctx, name, down, nil, began)
+			}
+			continue
 		}
-		busy = err
+		busy, down = err, nil
 		d := o.Retry.NextBackoff()
 		if d <= 0 {
 			return nil, notAcquired(name, busy)
@@ -154,6 +182,20 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	}
 }
 
+// outage reports whether an attempt's err is a backend briefly unavailable
+// (see transient) with time left to wait it out: ctx is live and its
+// deadline has not passed by the clock (an error at the deadline is the
+// deadline's, see fail).
+func outage(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && !pastDeadline(ctx) && transient(err)
+}
+
+// pastDeadline: ctx has a deadline, and the clock has passed it.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
 var (
 	errWaitBudget = errors.New("lock: wait budget ran out")
 	errNoValidity = errors.New("lock: lease granted with no validity left")
@@ -164,7 +206,7 @@ var (
 // if the store never answered in time, that is the error. Every other
 // context error matches ctx.Err().
 func (c *Client) fail(ctx context.Context, name string, err, busy error, began time.Time) error {
-	if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(dl) {
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && pastDeadline(ctx) {
 		// The store saw the deadline pass (go-redis with
 		// ContextTimeoutEnabled ends a call at it by the clock) before the
 		// context's own timer marked ctx done; that is due now. Without

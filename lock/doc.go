@@ -70,6 +70,13 @@
 // [ErrInvalidTTL] before any key is touched. A held lock is
 // [ErrNotAcquired]; a refresh or release by a lease id that no longer holds
 // the lease is [ErrLost]. When the context ends, the error matches ctx.Err().
+// A backend that failed or did not answer is a [*BackendError]. An Acquire
+// with a deadline (WithWait, or the context's) tries again after errors of
+// a backend that is briefly unavailable (etcd without a leader, a Redis
+// restarting, loading or failing over, a dropped connection) until the
+// deadline, and then returns the backend's error; one without a deadline,
+// and TryAcquire, return it at once (docs/design.md, "Riding out an
+// outage").
 //
 // # Leader election
 //

@@ -54,7 +54,9 @@ func WithRetry(s RetryStrategy) Option {
 }
 
 // WithWait bounds how long Acquire waits for a held lock before it returns
-// ErrNotAcquired. Default 0: wait until the context ends. Acquire only.
+// ErrNotAcquired, and for a backend that is briefly unavailable (see the
+// package doc, Errors). Default 0: wait until the context ends. Acquire
+// only.
 func WithWait(d time.Duration) Option {
 	return func(o *acquireOpts) { o.wait, o.waitSet = d, true }
 }

@@ -71,7 +71,9 @@
 // can see. A lease taken for a client that went away is released at once.
 //
 // A wait_ms that runs out is a 409 only if the lock was seen held; if Redis
-// or etcd did not answer in that time, it is a 503.
+// or etcd did not answer in that time, it is a 503. Within wait_ms, a
+// backend that is briefly down (no etcd leader, a Redis restarting) is
+// tried again rather than answered with a 503 at once.
 //
 // # Authentication
 //

@@ -1,15 +1,19 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestEtcdWithoutLeader: while the etcd member fenced talks to has no
@@ -103,5 +107,63 @@ func TestEtcdHangsBackendTimeout(t *testing.T) {
 			!regexp.MustCompile(`op=`+op+` lock=\S+ backend=etcd `).MatchString(logs.String()) {
 			t.Errorf("the log does not name etcd for the %s that timed out:\n%s", op, logs.String())
 		}
+	}
+}
+
+// failedOnce wraps a store and says when an Acquire first failed other
+// than with ErrNotAcquired.
+type failedOnce struct {
+	lock.LeaseStore
+	failed chan error
+	once   sync.Once
+}
+
+func (f *failedOnce) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+	g, err := f.LeaseStore.Acquire(ctx, req)
+	if err != nil && !errors.Is(err, lock.ErrNotAcquired) {
+		f.once.Do(func() { f.failed <- err })
+	}
+	return g, err
+}
+
+// TestAcquireWaitRidesOutARedisRestart: an acquire with wait_ms that meets
+// a Redis that is down keeps trying, and answers 200 once Redis is back
+// (docs/design.md, "Riding out an outage"); before, it answered 503 at the
+// first failed attempt.
+func TestAcquireWaitRidesOutARedisRestart(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	_, cli := testenv.Etcd(t)
+	rs, err := lock.NewRedisStore(rdb, newSequencer(t, cli))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	s := &failedOnce{LeaseStore: rs, failed: make(chan error, 1)}
+	e := newEnv(t, s, nil)
+	r.Kill()
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	res := make(chan answer, 1)
+	go func() {
+		resp, err := e.ts.Client().Post(e.ts.URL+"/v1/locks/"+testenv.Name(t)+"/acquire", "application/json",
+			strings.NewReader(`{"ttl_ms":5000,"wait_ms":30000}`))
+		if err != nil {
+			res <- answer{err: err}
+			return
+		}
+		res <- answer{status: resp.StatusCode, body: string(readAll(resp))}
+	}()
+	if err := testenv.Next(t, s.failed); !strings.Contains(err.Error(), "redis") {
+		t.Fatalf("the attempt while Redis was down: %v", err)
+	}
+	r.Restart()
+	a := testenv.Next(t, res)
+	if a.err != nil || a.status != http.StatusOK || !strings.Contains(a.body, `"token"`) {
+		t.Fatalf("acquire with wait_ms across a Redis restart: %d %s %v, want 200 with a token", a.status, a.body, a.err)
 	}
 }

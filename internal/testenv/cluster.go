@@ -150,3 +150,30 @@ func distinctURLs(t testing.TB, n int) []string {
 	}
 	return urls
 }
+
+// Restart starts member i of members again, closed before, on its data dir
+// and URLs, with EtcdCluster's timing; it replaces members[i] and is
+// closed by t.Cleanup. It returns once the member has joined a quorum, so
+// with the others of a majority down it must run concurrently with their
+// restarts. Its ports were its own a moment ago; another process may take
+// one meanwhile, which fails the test (the peers know these URLs only).
+func Restart(t testing.TB, members []*sequencer.Embedded, i int) *sequencer.Embedded {
+	t.Helper()
+	var initial []string
+	for _, m := range members {
+		initial = append(initial, m.Name()+"="+m.PeerURL())
+	}
+	m := members[i]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	again, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{
+		Dir: m.Dir(), Name: m.Name(), ClientURL: m.ClientURL(), PeerURL: m.PeerURL(),
+		InitialCluster: strings.Join(initial, ","), TickMs: 50, ElectionMs: 500, UnsafeNoFsync: true,
+	})
+	if err != nil {
+		t.Fatalf("restart etcd member %s: %v", m.Name(), err)
+	}
+	t.Cleanup(func() { again.Close() })
+	members[i] = again
+	return again
+}

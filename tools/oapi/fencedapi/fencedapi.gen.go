@@ -589,7 +589,9 @@ type ClientInterface interface {
 	// to that long for the holder to release the lease or for it to
 	// expire, then answers 409 with how long it waited and its place in
 	// the queue. Waiting is fair: waiters are served in arrival order,
-	// unless "unfair" is true. ttl_ms in the response is the TTL really
+	// unless "unfair" is true. A backend that is briefly down (an etcd
+	// election, a Redis restart) is waited out within wait_ms too; if it
+	// is still down when wait_ms ends, the answer is 503. ttl_ms in the response is the TTL really
 	// granted: the TTL asked for, or less when the lease store cannot
 	// vouch for more. With "holder", an acquire by the holder that holds
 	// the lock now returns its lease id and token again with count + 1;
@@ -606,7 +608,9 @@ type ClientInterface interface {
 	// to that long for the holder to release the lease or for it to
 	// expire, then answers 409 with how long it waited and its place in
 	// the queue. Waiting is fair: waiters are served in arrival order,
-	// unless "unfair" is true. ttl_ms in the response is the TTL really
+	// unless "unfair" is true. A backend that is briefly down (an etcd
+	// election, a Redis restart) is waited out within wait_ms too; if it
+	// is still down when wait_ms ends, the answer is 503. ttl_ms in the response is the TTL really
 	// granted: the TTL asked for, or less when the lease store cannot
 	// vouch for more. With "holder", an acquire by the holder that holds
 	// the lock now returns its lease id and token again with count + 1;
@@ -964,7 +968,9 @@ func (c *Client) InspectHead(ctx context.Context, name Name, reqEditors ...Reque
 // to that long for the holder to release the lease or for it to
 // expire, then answers 409 with how long it waited and its place in
 // the queue. Waiting is fair: waiters are served in arrival order,
-// unless "unfair" is true. ttl_ms in the response is the TTL really
+// unless "unfair" is true. A backend that is briefly down (an etcd
+// election, a Redis restart) is waited out within wait_ms too; if it
+// is still down when wait_ms ends, the answer is 503. ttl_ms in the response is the TTL really
 // granted: the TTL asked for, or less when the lease store cannot
 // vouch for more. With "holder", an acquire by the holder that holds
 // the lock now returns its lease id and token again with count + 1;
@@ -991,7 +997,9 @@ func (c *Client) AcquireWithBody(ctx context.Context, name Name, contentType str
 // to that long for the holder to release the lease or for it to
 // expire, then answers 409 with how long it waited and its place in
 // the queue. Waiting is fair: waiters are served in arrival order,
-// unless "unfair" is true. ttl_ms in the response is the TTL really
+// unless "unfair" is true. A backend that is briefly down (an etcd
+// election, a Redis restart) is waited out within wait_ms too; if it
+// is still down when wait_ms ends, the answer is 503. ttl_ms in the response is the TTL really
 // granted: the TTL asked for, or less when the lease store cannot
 // vouch for more. With "holder", an acquire by the holder that holds
 // the lock now returns its lease id and token again with count + 1;
@@ -2056,7 +2064,9 @@ type ClientWithResponsesInterface interface {
 	// to that long for the holder to release the lease or for it to
 	// expire, then answers 409 with how long it waited and its place in
 	// the queue. Waiting is fair: waiters are served in arrival order,
-	// unless "unfair" is true. ttl_ms in the response is the TTL really
+	// unless "unfair" is true. A backend that is briefly down (an etcd
+	// election, a Redis restart) is waited out within wait_ms too; if it
+	// is still down when wait_ms ends, the answer is 503. ttl_ms in the response is the TTL really
 	// granted: the TTL asked for, or less when the lease store cannot
 	// vouch for more. With "holder", an acquire by the holder that holds
 	// the lock now returns its lease id and token again with count + 1;
@@ -2073,7 +2083,9 @@ type ClientWithResponsesInterface interface {
 	// to that long for the holder to release the lease or for it to
 	// expire, then answers 409 with how long it waited and its place in
 	// the queue. Waiting is fair: waiters are served in arrival order,
-	// unless "unfair" is true. ttl_ms in the response is the TTL really
+	// unless "unfair" is true. A backend that is briefly down (an etcd
+	// election, a Redis restart) is waited out within wait_ms too; if it
+	// is still down when wait_ms ends, the answer is 503. ttl_ms in the response is the TTL really
 	// granted: the TTL asked for, or less when the lease store cannot
 	// vouch for more. With "holder", an acquire by the holder that holds
 	// the lock now returns its lease id and token again with count + 1;
@@ -3964,7 +3976,9 @@ func (c *ClientWithResponses) InspectHeadWithResponse(ctx context.Context, name 
 // to that long for the holder to release the lease or for it to
 // expire, then answers 409 with how long it waited and its place in
 // the queue. Waiting is fair: waiters are served in arrival order,
-// unless "unfair" is true. ttl_ms in the response is the TTL really
+// unless "unfair" is true. A backend that is briefly down (an etcd
+// election, a Redis restart) is waited out within wait_ms too; if it
+// is still down when wait_ms ends, the answer is 503. ttl_ms in the response is the TTL really
 // granted: the TTL asked for, or less when the lease store cannot
 // vouch for more. With "holder", an acquire by the holder that holds
 // the lock now returns its lease id and token again with count + 1;
@@ -3987,7 +4001,9 @@ func (c *ClientWithResponses) AcquireWithBodyWithResponse(ctx context.Context, n
 // to that long for the holder to release the lease or for it to
 // expire, then answers 409 with how long it waited and its place in
 // the queue. Waiting is fair: waiters are served in arrival order,
-// unless "unfair" is true. ttl_ms in the response is the TTL really
+// unless "unfair" is true. A backend that is briefly down (an etcd
+// election, a Redis restart) is waited out within wait_ms too; if it
+// is still down when wait_ms ends, the answer is 503. ttl_ms in the response is the TTL really
 // granted: the TTL asked for, or less when the lease store cannot
 // vouch for more. With "holder", an acquire by the holder that holds
 // the lock now returns its lease id and token again with count + 1;
