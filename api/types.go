@@ -26,6 +26,10 @@ type AcquireRequest struct {
 	// Unfair takes a free lock whoever waits longer, rather than joining
 	// the queue (wait_ms > 0 only; one attempt is always unfair).
 	Unfair bool `json:"unfair,omitempty"`
+	// Waiter is the caller's place in the queue, the same in every
+	// request of one acquisition (32 hex digits, new for each), so that a
+	// wait longer than one request keeps its place (wait_ms > 0 only).
+	Waiter string `json:"waiter,omitempty"`
 }
 
 // CampaignRequest is the body of POST /v1/elections/{name}/campaign. As
@@ -37,6 +41,9 @@ type CampaignRequest struct {
 	// Value is what observers see of the leader, such as its address (1
 	// to 128 bytes of printable UTF-8).
 	Value string `json:"value,omitempty"`
+	// Waiter is as in AcquireRequest: the candidate's place in the queue
+	// across the requests of one campaign.
+	Waiter string `json:"waiter,omitempty"`
 }
 
 // Leader is the answer to GET /v1/elections/{name}: who leads, with which
@@ -145,6 +152,7 @@ const (
 	FieldOwner   = "owner"    // the owner label
 	FieldHolder  = "holder"   // the reentrant holder identity
 	FieldUnfair  = "unfair"   // the unfair flag
+	FieldWaiter  = "waiter"   // the place in the queue across requests
 	FieldPrefix  = "prefix"   // list: the name prefix
 	FieldLimit   = "limit"    // list: the page size
 	FieldCursor  = "cursor"   // list: the cursor

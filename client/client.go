@@ -3,7 +3,9 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -230,6 +232,17 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if !o.Try {
 		mode = resendAlways
 	}
+	// One place in the queue for all the requests of a fair wait, so that
+	// a wait longer than one request does not queue anew with each
+	// (API field waiter).
+	waiter := o.Waiter
+	if waiter == "" && !o.Try && !o.Unfair {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("client: %s %q: waiter id: %w", verb, name, err)
+		}
+		waiter = hex.EncodeToString(b[:])
+	}
 	const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 	backoff := minBackoff
 	position := 0 // in the queue, as the last 409 that had one said
@@ -248,12 +261,16 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		start := time.Now()
 		var a api.Lease
 		ttlMs, waitMs := ttl.Milliseconds(), wait.Milliseconds()
+		w := waiter
+		if waitMs == 0 {
+			w = "" // one attempt has no place
+		}
 		var (
-			req  any = api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0}
+			req  any = api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0, Waiter: w}
 			path     = lockPath(name, "acquire")
 		)
 		if campaign {
-			req, path = api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner}, electionPath(name, "campaign")
+			req, path = api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: w}, electionPath(name, "campaign")
 		}
 		err := c.do(ctx, http.MethodPost, path, req, &a, mode)
 		if err == nil {

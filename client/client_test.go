@@ -23,9 +23,10 @@ import (
 // fixture is a fenced API server in this process over a real Redis lease
 // store and a real (embedded) etcd sequencer.
 type fixture struct {
-	locks   *lock.Client
-	url     string
-	failing atomic.Bool // when set, every request is answered 503
+	locks    *lock.Client
+	url      string
+	failing  atomic.Bool  // when set, every request is answered 503
+	acquires atomic.Int64 // acquire requests received
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -60,6 +61,9 @@ func (f *fixture) serve(t *testing.T, cfg server.Config) string {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/acquire") {
+			f.acquires.Add(1)
+		}
 		if f.failing.Load() {
 			http.Error(w, `{"error":{"code":"unavailable","message":"injected"}}`, http.StatusServiceUnavailable)
 			return

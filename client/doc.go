@@ -19,7 +19,10 @@
 // [Client.Acquire] lets the server wait for a held lock: each request asks
 // for wait_ms up to [WithMaxRequestWait] (30s by default, within the
 // server's default --max-wait of 60s) and is repeated until the lease is
-// granted, the [lock.WithWait] budget runs out, or the context ends.
+// granted, the [lock.WithWait] budget runs out, or the context ends. Its
+// requests carry one waiter id (the API's "waiter", drawn once per
+// acquisition, or [lock.WithWaiter]'s), so the wait keeps its place in the
+// lock's queue from one request to the next.
 // [Client.TryAcquire] makes one attempt. An option that does not apply is
 // an error matching [lock.ErrInvalidOption], as with lock.Client; so is
 // [lock.WithRetry], since the server, not the client, waits.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
@@ -85,4 +86,71 @@ func TestWaitLongerThanTTL(t *testing.T) {
 	if !l.Deadline().After(releasing.Add(200 * time.Millisecond)) {
 		t.Fatalf("the lease's deadline is %s after the release began; a 300ms grant made after it lasts longer", l.Deadline().Sub(releasing))
 	}
+}
+
+// TestLongWaitKeepsItsPlace: a wait longer than one request (here 200 ms
+// a request) keeps its place in the queue across its requests. Waiter A
+// queues first and B second, B in one long request; A's requests end and
+// begin again meanwhile; when the holder releases, A gets the lock first.
+// Before, each of A's requests queued anew, behind B: a Go client waiting
+// longer than 30 s (its default request) went to the back of the queue
+// every 30 s, and a queue longer than that starved it.
+func TestLongWaitKeepsItsPlace(t *testing.T) {
+	f := newFixture(t)
+	long := newClient(t, f.url, client.WithMaxRequestWait(200*time.Millisecond))
+	other := newClient(t, f.url)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	holder, err := other.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		who string
+		l   *lock.Lease
+		err error
+	}
+	got := make(chan result, 2)
+	acquire := func(who string, c *client.Client) {
+		l, err := c.Acquire(ctx, name, 10*time.Second, lock.WithWait(30*time.Second))
+		got <- result{who, l, err}
+	}
+	waiters := func(n int) {
+		t.Helper()
+		for { // polling a condition
+			st, err := other.Inspect(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Waiters == n {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	go acquire("A", long)
+	waiters(1)
+	go acquire("B", other)
+	waiters(2)
+	for n := f.acquires.Load(); f.acquires.Load() < n+2; { // A asked again after B queued
+		time.Sleep(10 * time.Millisecond) // polling a condition
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := testenv.Next(t, got)
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	if first.who != "A" {
+		t.Fatalf("%s got the lock first; want A, which queued first and kept its place across its requests", first.who)
+	}
+	if err := first.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := testenv.Next(t, got)
+	if second.err != nil || second.who != "B" {
+		t.Fatalf("then %s: %v", second.who, second.err)
+	}
+	second.l.Release(ctx)
 }

@@ -11,8 +11,9 @@ import (
 
 // Client acquires leases from a LeaseStore. It implements Locker.
 type Client struct {
-	store LeaseStore
-	set   *LeaseSet // the leases it holds, kept through store
+	store  LeaseStore
+	set    *LeaseSet   // the leases it holds, kept through store
+	places *keptPlaces // the queue places of acquisitions made of several calls
 }
 
 // New returns a client of store. Close releases the leases it still holds;
@@ -25,7 +26,7 @@ func New(store LeaseStore) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{store: store, set: set}, nil
+	return &Client{store: store, set: set, places: newKeptPlaces(store, DefaultWaiterTTL)}, nil
 }
 
 // Store returns the client's lease store.
@@ -73,11 +74,14 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if !o.Unfair {
 		// A place in the queue, the same across this acquisition's attempts.
 		var err error
-		if req.Waiter, err = newLeaseID(); err != nil {
-			return nil, err
+		if req.Waiter = o.Waiter; req.Waiter == "" {
+			if req.Waiter, err = newLeaseID(); err != nil {
+				return nil, err
+			}
 		}
 		req.WaiterTTL = DefaultWaiterTTL
 	}
+	kept := o.Waiter != "" // the place outlives this call (WithWaiter)
 	// An acquisition with a deadline rides out a backend that is briefly
 	// unavailable; one without fails at once rather than hang unseen on a
 	// backend that is down (docs/design.md, "Riding out an outage").
@@ -89,9 +93,16 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		down     error // the last attempt's transient backend error, if it had no answer
 		acquired bool
 	)
+	if kept {
+		c.places.begin(name, req.Waiter)
+	}
 	defer func() {
 		if stopWait != nil {
 			stopWait()
+		}
+		if kept {
+			c.places.end(name, req.Waiter, acquired)
+			return
 		}
 		if req.Waiter != "" && !acquired && busy != nil {
 			// Give up the place, so that those behind need not wait for it
@@ -287,8 +298,13 @@ func (c *Client) Adopt(ctx context.Context, name, leaseID string, g Grant, start
 }
 
 // Close releases every lease the client still holds and waits for their
-// keep-alive goroutines. Later calls return ErrClosed. Close is idempotent.
-func (c *Client) Close(ctx context.Context) error { return c.set.Close(ctx) }
+// keep-alive goroutines, and gives up the queue places kept between calls
+// (WithWaiter). Later calls return ErrClosed. Close is idempotent.
+func (c *Client) Close(ctx context.Context) error {
+	err := c.set.Close(ctx)
+	c.places.close(ctx)
+	return err
+}
 
 // Inspect reports who holds name, and who waits.
 func (c *Client) Inspect(ctx context.Context, name string) (State, error) {

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -41,6 +42,8 @@ type acquireOpts struct {
 	ownerSet  bool
 	holder    string
 	holderSet bool
+	waiter    string
+	waiterSet bool
 	nilOption bool
 }
 
@@ -78,6 +81,18 @@ func WithDetached() Option { return func(o *acquireOpts) { o.detached = true } }
 // TryAcquire does. Default off: a waiting Acquire is fair, and the waiter
 // that has waited longest gets the lock next. Acquire only.
 func WithUnfair() Option { return func(o *acquireOpts) { o.unfair = true } }
+
+// WithWaiter gives a fair acquisition made of several calls one place in
+// the lock's queue: every call with the same id (32 hex digits, 128 random
+// bits new for each acquisition, as a lease id) waits in that place, and a
+// call that ends without the lock keeps it for the next call instead of
+// giving it up. A place no call has used for DefaultWaiterTTL is given up.
+// For a server serving a remote waiter whose wait spans several requests
+// (the API's "waiter"); without it each call queues anew, behind everyone
+// who came meanwhile. Acquire and Elect only; not with WithUnfair.
+func WithWaiter(id string) Option {
+	return func(o *acquireOpts) { o.waiter, o.waiterSet = id, true }
+}
 
 // WithOwner stores a label with the lease, shown by Inspect, List and the
 // server's GET: who holds the lock, for people (a host, a job). 1 to
@@ -124,13 +139,17 @@ type AcquireOptions struct {
 	Unfair bool
 	// Owner and Holder are WithOwner's label and WithHolder's identity.
 	Owner, Holder string
+	// Waiter is WithWaiter's place id; "" gives each call a place of its
+	// own.
+	Waiter string
 }
 
 // ResolveOptions applies opts for Acquire (try false) or TryAcquire (try
 // true). It returns an error matching ErrInvalidOption for an option that
-// does not apply (WithWait or WithRetry with TryAcquire), for WithDetached
-// with WithKeepAlive, and for invalid values (a negative wait, a nil
-// strategy, a nil Option).
+// does not apply (WithWait, WithRetry or WithWaiter with TryAcquire), for
+// WithDetached with WithKeepAlive and WithWaiter with WithUnfair, and for
+// invalid values (a negative wait, a nil strategy, a waiter id that is not
+// 32 hex digits, a nil Option).
 func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 	var o acquireOpts
 	for _, f := range opts {
@@ -141,7 +160,7 @@ func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 		f(&o)
 	}
 	r := AcquireOptions{Try: try, Wait: o.wait, Retry: o.retry, KeepAlive: o.keepAlive, Detached: o.detached,
-		Unfair: o.unfair || try, Owner: o.owner, Holder: o.holder}
+		Unfair: o.unfair || try, Owner: o.owner, Holder: o.holder, Waiter: o.waiter}
 	switch {
 	case o.nilOption:
 		return r, fmt.Errorf("%w: a nil Option", ErrInvalidOption)
@@ -159,10 +178,27 @@ func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 		return r, fmt.Errorf("%w: WithOwner: %v", ErrInvalidOption, ValidateLabel(o.owner))
 	case o.holderSet && ValidateLabel(o.holder) != nil:
 		return r, fmt.Errorf("%w: WithHolder: %v", ErrInvalidOption, ValidateLabel(o.holder))
+	case try && o.waiterSet:
+		return r, fmt.Errorf("%w: WithWaiter does not apply to TryAcquire, which takes a free lock whoever waits and has no place in the queue", ErrInvalidOption)
+	case o.unfair && o.waiterSet:
+		return r, fmt.Errorf("%w: WithWaiter and WithUnfair together: an unfair acquisition has no place in the queue. Give one of them", ErrInvalidOption)
+	case o.waiterSet && ValidateWaiter(o.waiter) != nil:
+		return r, fmt.Errorf("%w: WithWaiter: %v", ErrInvalidOption, ValidateWaiter(o.waiter))
 	case o.keepAlive && o.detached:
 		return r, fmt.Errorf("%w: WithDetached and WithKeepAlive together: a detached lease has no goroutine to keep it alive; its remote holder refreshes it by lease id (RefreshID). Give one of them", ErrInvalidOption)
 	}
 	return r, nil
+}
+
+// ValidateWaiter checks a WithWaiter id: 32 hex digits.
+func ValidateWaiter(id string) error {
+	if len(id) != 32 {
+		return fmt.Errorf("%d characters; want 32 hex digits (128 random bits, new for each acquisition)", len(id))
+	}
+	if _, err := hex.DecodeString(id); err != nil {
+		return errors.New("not hex; want 32 hex digits (128 random bits, new for each acquisition)")
+	}
+	return nil
 }
 
 // ValidateLabel checks an owner label or a holder identity: 1 to

@@ -31,6 +31,10 @@ func TestOptionsThatDoNotApply(t *testing.T) {
 		{"acquire", []lock.Option{lock.WithWait(-time.Second)}, "want >= 0"},
 		{"acquire", []lock.Option{lock.WithRetry(nil)}, "WithRetry(nil)"},
 		{"acquire", []lock.Option{nil}, "nil Option"},
+		{"try", []lock.Option{lock.WithWaiter("0123456789abcdef0123456789abcdef")}, "WithWaiter does not apply to TryAcquire"},
+		{"acquire", []lock.Option{lock.WithUnfair(), lock.WithWaiter("0123456789abcdef0123456789abcdef")}, "WithWaiter and WithUnfair together"},
+		{"acquire", []lock.Option{lock.WithWaiter("0123")}, "4 characters; want 32 hex digits"},
+		{"acquire", []lock.Option{lock.WithWaiter("0123456789abcdef0123456789abcdeg")}, "not hex"},
 	} {
 		var err error
 		if tc.call == "try" {

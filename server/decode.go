@@ -24,6 +24,7 @@ type acquireRequest struct {
 	wait          time.Duration
 	owner, holder string
 	unfair        bool
+	waiter        string // the place across requests; "" for one of this request's own
 }
 
 type refreshRequest struct {
@@ -82,7 +83,32 @@ func (l limits) decodeAcquire(body []byte) (acquireRequest, *apiError) {
 			return acquireRequest{}, invalid(fieldUnfair, "unfair applies to a waiting acquire (wait_ms > 0): one attempt always takes a free lock, whoever waits")
 		}
 	}
+	if req.waiter, aerr = waiter(fields, req); aerr != nil {
+		return acquireRequest{}, aerr
+	}
 	return req, nil
+}
+
+// waiter returns the optional waiter of a waiting, fair acquire or
+// campaign, checked by lock.ValidateWaiter; "" when it is absent.
+func waiter(fields map[string]json.RawMessage, req acquireRequest) (string, *apiError) {
+	raw, ok := fields[fieldWaiter]
+	if !ok {
+		return "", nil
+	}
+	var v string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
+		return "", invalid(fieldWaiter, fmt.Sprintf("waiter: want a string of 32 hex digits, got %s", excerpt(raw)))
+	}
+	switch err := lock.ValidateWaiter(v); {
+	case err != nil:
+		return "", invalid(fieldWaiter, fmt.Sprintf("waiter: %v", err))
+	case req.wait == 0:
+		return "", invalid(fieldWaiter, "waiter applies to a waiting request (wait_ms > 0): one attempt has no place in the queue")
+	case req.unfair:
+		return "", invalid(fieldWaiter, "waiter and unfair together: an unfair acquire has no place in the queue; give one of them")
+	}
+	return v, nil
 }
 
 // decodeCampaign reads a campaign: an acquire whose owner is the
@@ -97,6 +123,9 @@ func (l limits) decodeCampaign(body []byte) (acquireRequest, *apiError) {
 		return acquireRequest{}, aerr
 	}
 	if req.owner, aerr = label(fields, fieldValue); aerr != nil {
+		return acquireRequest{}, aerr
+	}
+	if req.waiter, aerr = waiter(fields, req); aerr != nil {
 		return acquireRequest{}, aerr
 	}
 	return req, nil

@@ -32,6 +32,7 @@ const (
 	fieldOwner   = api.FieldOwner
 	fieldHolder  = api.FieldHolder
 	fieldUnfair  = api.FieldUnfair
+	fieldWaiter  = api.FieldWaiter
 	fieldPrefix  = api.FieldPrefix
 	fieldLimit   = api.FieldLimit
 	fieldCursor  = api.FieldCursor

@@ -112,10 +112,17 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 	case req.wait == 0: // a campaign's one attempt is an unfair one, as ever
 		l, err = s.locks.TryAcquire(ctx, name, req.ttl, opts...)
 	case campaign:
-		l, err = s.locks.Elect(ctx, name, req.owner, req.ttl, lock.WithDetached(), lock.WithWait(req.wait))
+		eopts := []lock.Option{lock.WithDetached(), lock.WithWait(req.wait)}
+		if req.waiter != "" {
+			eopts = append(eopts, lock.WithWaiter(req.waiter))
+		}
+		l, err = s.locks.Elect(ctx, name, req.owner, req.ttl, eopts...)
 	default:
 		if req.unfair {
 			opts = append(opts, lock.WithUnfair())
+		}
+		if req.waiter != "" {
+			opts = append(opts, lock.WithWaiter(req.waiter))
 		}
 		l, err = s.locks.Acquire(ctx, name, req.ttl, append(opts, lock.WithWait(req.wait))...)
 	}

@@ -207,7 +207,7 @@ func TestReentrantHolder(t *testing.T) {
 	}
 }
 
-// TestAcquireLabelsChecked: owner, holder and unfair are checked, each
+// TestAcquireLabelsChecked: owner, holder, unfair and waiter are checked, each
 // refusal naming its field.
 func TestAcquireLabelsChecked(t *testing.T) {
 	e := newEnv(t, backends(t)[0].store, nil)
@@ -221,6 +221,11 @@ func TestAcquireLabelsChecked(t *testing.T) {
 		{`{"unfair":"yes"}`, fieldUnfair},
 		{`{"unfair":null}`, fieldUnfair},
 		{`{"unfair":true}`, fieldUnfair}, // without wait_ms
+		{`{"wait_ms":100,"waiter":"abc"}`, fieldWaiter},
+		{`{"wait_ms":100,"waiter":12}`, fieldWaiter},
+		{`{"wait_ms":100,"waiter":"0123456789abcdef0123456789abcdeX"}`, fieldWaiter},
+		{`{"waiter":"0123456789abcdef0123456789abcdef"}`, fieldWaiter}, // without wait_ms
+		{`{"wait_ms":100,"unfair":true,"waiter":"0123456789abcdef0123456789abcdef"}`, fieldWaiter},
 	} {
 		r := e.do("POST", "/v1/locks/"+name+"/acquire", c.body)
 		r.errCode(t, http.StatusBadRequest, codeInvalidArgument)

@@ -32,6 +32,7 @@ const (
 	ErrorErrorFieldUnfair     ErrorErrorField = "unfair"
 	ErrorErrorFieldValue      ErrorErrorField = "value"
 	ErrorErrorFieldWaitMs     ErrorErrorField = "wait_ms"
+	ErrorErrorFieldWaiter     ErrorErrorField = "waiter"
 )
 
 // Valid indicates whether the value is a known member of the ErrorErrorField enum.
@@ -60,6 +61,8 @@ func (e ErrorErrorField) Valid() bool {
 	case ErrorErrorFieldValue:
 		return true
 	case ErrorErrorFieldWaitMs:
+		return true
+	case ErrorErrorFieldWaiter:
 		return true
 	default:
 		return false
@@ -139,6 +142,16 @@ type AcquireRequest struct {
 
 	// WaitMs How long to wait for a held lock, in milliseconds; 0 makes one attempt.
 	WaitMs *int64 `json:"wait_ms,omitempty"`
+
+	// Waiter The caller's place in the queue, kept across the requests of one
+	// acquisition (or campaign) whose wait is longer than one request's
+	// wait_ms: 32 hex digits, 128 random bits new for each acquisition,
+	// the same in each of its requests. A request that ends without the
+	// lock keeps the place for the next one; a place no request has used
+	// for 3 s is given up. Without it, each request queues anew, behind
+	// everyone who came meanwhile. Only with wait_ms > 0, and not with
+	// unfair.
+	Waiter *Waiter `json:"waiter,omitempty"`
 }
 
 // CampaignRequest defines model for CampaignRequest.
@@ -151,6 +164,16 @@ type CampaignRequest struct {
 
 	// WaitMs How long to wait for the leader to resign or lose its term, in milliseconds; 0 makes one attempt.
 	WaitMs *int64 `json:"wait_ms,omitempty"`
+
+	// Waiter The caller's place in the queue, kept across the requests of one
+	// acquisition (or campaign) whose wait is longer than one request's
+	// wait_ms: 32 hex digits, 128 random bits new for each acquisition,
+	// the same in each of its requests. A request that ends without the
+	// lock keeps the place for the next one; a place no request has used
+	// for 3 s is given up. Without it, each request queues anew, behind
+	// everyone who came meanwhile. Only with wait_ms > 0, and not with
+	// unfair.
+	Waiter *Waiter `json:"waiter,omitempty"`
 }
 
 // Empty defines model for Empty.
@@ -307,6 +330,16 @@ type TTL = int64
 // fence_admit in Postgres). Parse it as a 64-bit integer: it may pass
 // 2^53, where a double loses digits.
 type Token = int64
+
+// Waiter The caller's place in the queue, kept across the requests of one
+// acquisition (or campaign) whose wait is longer than one request's
+// wait_ms: 32 hex digits, 128 random bits new for each acquisition,
+// the same in each of its requests. A request that ends without the
+// lock keeps the place for the next one; a place no request has used
+// for 3 s is given up. Without it, each request queues anew, behind
+// everyone who came meanwhile. Only with wait_ms > 0, and not with
+// unfair.
+type Waiter = string
 
 // Name defines model for Name.
 type Name = string

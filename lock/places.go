@@ -1,0 +1,116 @@
+package lock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// keptPlaces are the queue places of acquisitions made of several calls,
+// each with the same WithWaiter id (a server serving a remote waiter's
+// requests, each of which waits a while). A call that ends without the
+// lock keeps its place for the next call; a place no call has used for
+// its waiter TTL is given up, as an in-process waiter's place is when its
+// Acquire ends (docs/design.md, "A place across requests").
+type keptPlaces struct {
+	store LeaseStore
+	ttl   time.Duration
+
+	mu     sync.Mutex
+	m      map[placeID]*keptPlace
+	closed bool
+	wg     sync.WaitGroup // leaves in progress
+}
+
+type placeID struct{ name, waiter string }
+
+type keptPlace struct {
+	calls int         // calls in progress with this place
+	timer *time.Timer // set while idle: gives the place up when it fires
+}
+
+func newKeptPlaces(store LeaseStore, ttl time.Duration) *keptPlaces {
+	return &keptPlaces{store: store, ttl: ttl, m: map[placeID]*keptPlace{}}
+}
+
+// begin marks a call using the place: it is not given up meanwhile.
+func (k *keptPlaces) begin(name, waiter string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	id := placeID{name, waiter}
+	p := k.m[id]
+	if p == nil {
+		p = &keptPlace{}
+		k.m[id] = p
+	}
+	p.calls++
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+}
+
+// end marks the call done. A place whose call got the lock is gone (the
+// grant took it from the queue); one that did not is kept for the next
+// call, for the waiter TTL, unless the client is closing.
+func (k *keptPlaces) end(name, waiter string, acquired bool) {
+	k.mu.Lock()
+	id := placeID{name, waiter}
+	p := k.m[id]
+	p.calls--
+	switch {
+	case p.calls > 0:
+		k.mu.Unlock()
+		return
+	case acquired:
+		delete(k.m, id)
+		k.mu.Unlock()
+		return
+	case k.closed:
+		delete(k.m, id)
+		k.mu.Unlock()
+		k.leave(context.Background(), id)
+		return
+	}
+	defer k.mu.Unlock()
+	var t *time.Timer
+	t = time.AfterFunc(k.ttl, func() {
+		k.mu.Lock()
+		if k.m[id] != p || p.timer != t {
+			k.mu.Unlock()
+			return // a call came back, or close gave the place up
+		}
+		delete(k.m, id)
+		k.wg.Add(1)
+		k.mu.Unlock()
+		defer k.wg.Done()
+		k.leave(context.Background(), id)
+	})
+	p.timer = t
+}
+
+// leave gives a place up; a store that cannot be reached lets it expire.
+func (k *keptPlaces) leave(ctx context.Context, id placeID) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_ = k.store.Leave(ctx, id.name, id.waiter)
+}
+
+// close gives up every idle place and waits for leaves in progress.
+func (k *keptPlaces) close(ctx context.Context) {
+	k.mu.Lock()
+	k.closed = true
+	var idle []placeID
+	for id, p := range k.m {
+		if p.calls == 0 {
+			p.timer.Stop()
+			idle = append(idle, id)
+			delete(k.m, id)
+		}
+	}
+	k.mu.Unlock()
+	for _, id := range idle {
+		k.leave(ctx, id)
+	}
+	k.wg.Wait()
+}

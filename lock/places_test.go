@@ -1,0 +1,82 @@
+package lock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+)
+
+// TestWaiterKeepsItsPlaceAcrossCalls: an acquisition made of several
+// calls with one WithWaiter id (a server serving a remote waiter's
+// requests) waits in one place: A's first call ends without the lock, B
+// queues, A calls again, and A gets the lock first. A place no call comes
+// back to is given up after DefaultWaiterTTL, and at Close; the etcd store
+// keeps a place as long as its session otherwise, ahead of every later
+// waiter.
+func TestWaiterKeepsItsPlaceAcrossCalls(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			c := newClient(t, b.store)
+			ctx := t.Context()
+			name := testenv.Name(t)
+			holder, err := c.TryAcquire(ctx, name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiters := func(n int) {
+				t.Helper()
+				waitUntil(t, func() bool {
+					st, err := c.Inspect(ctx, name)
+					return err == nil && st.Waiters == n
+				})
+			}
+			const a = "0123456789abcdef0123456789abcdef"
+			if _, err := c.Acquire(ctx, name, 5*time.Second, lock.WithWaiter(a), lock.WithWait(100*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("A's first call: %v, want ErrNotAcquired", err)
+			}
+			waiters(1) // A's place, kept
+			resB := acquireAsync(ctx, c, name, lock.WithWait(30*time.Second))
+			waiters(2)
+			resA := acquireAsync(ctx, c, name, lock.WithWaiter(a), lock.WithWait(30*time.Second))
+			if err := holder.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := testenv.Next(t, resA)
+			if r.err != nil {
+				t.Fatalf("A's second call: %v", r.err)
+			}
+			if st, err := c.Inspect(ctx, name); err != nil || st.Waiters != 1 {
+				t.Fatalf("A holds the lock: %d waiters (%v), want B alone", st.Waiters, err)
+			}
+			r.l.Release(ctx)
+			r = testenv.Next(t, resB)
+			if r.err != nil {
+				t.Fatalf("B: %v", r.err)
+			}
+
+			// A place nobody comes back to goes after the waiter TTL.
+			const gone = "fedcba9876543210fedcba9876543210"
+			if _, err := c.Acquire(ctx, name, 5*time.Second, lock.WithWaiter(gone), lock.WithWait(100*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("a call while B holds: %v, want ErrNotAcquired", err)
+			}
+			waiters(1)
+			waiters(0)
+			// And one kept when the client closes goes with it.
+			closing := newClient(t, b.store)
+			if _, err := closing.Acquire(ctx, name, 5*time.Second, lock.WithWaiter(a), lock.WithWait(100*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("a call while B holds: %v, want ErrNotAcquired", err)
+			}
+			if err := closing.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := c.Inspect(ctx, name); err != nil || st.Waiters != 0 {
+				t.Fatalf("after Close: %d waiters (%v), want the kept place given up", st.Waiters, err)
+			}
+			r.l.Release(ctx)
+		})
+	}
+}
