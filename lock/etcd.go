@@ -813,21 +813,13 @@ func (s *EtcdStore) releasedLocked(name, leaseID string) {
 // that released it, until the lease would have run out.
 func (s *EtcdStore) Inspect(ctx context.Context, name string) (State, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
-	qp := s.ks.QueuePrefix(name)
-	ops := append(s.ks.GetLock(name),
-		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)))
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	resp, err := s.cli.Txn(ctx).Then(append(s.ks.GetLock(name), s.queueOps(name)...)...).Commit()
 	if err != nil {
 		return State{}, backendErr("etcd", "inspect", err)
 	}
 	r := func(i int) *pb.RangeResponse { return resp.Responses[i].GetResponseRange() }
-	st := State{Name: name, Waiters: int(r(3).Count)}
-	if kvs := r(4).Kvs; len(kvs) == 1 {
-		if ms, err := strconv.ParseInt(string(kvs[0].Value), 10, 64); err == nil {
-			st.OldestWait = max(time.Since(time.UnixMilli(ms)), 0)
-		}
-	}
+	st := State{Name: name}
+	st.Waiters, st.OldestWait = parseQueue(r(3), r(4))
 	lk, held, err := s.ks.ParseLock(r(0), r(1), r(2))
 	if err != nil {
 		return State{}, backendErr("etcd", "inspect", err)
@@ -843,6 +835,27 @@ func (s *EtcdStore) Inspect(ctx context.Context, name string) (State, error) {
 	st.Held, st.LeaseID, st.Token, st.Owner, st.Holder, st.Count = true, lk.LeaseID, lk.Token, lk.Owner, lk.Holder, lk.Count
 	st.Remaining = s.remainingOf(ctx, name, lk, map[clientv3.LeaseID]time.Duration{})
 	return st, nil
+}
+
+// queueOps read lock name's queue: how many wait, and the place at its
+// head, whose value is when it arrived (see parseQueue).
+func (s *EtcdStore) queueOps(name string) []clientv3.Op {
+	qp := s.ks.QueuePrefix(name)
+	return []clientv3.Op{
+		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
+	}
+}
+
+// parseQueue reads the answers to queueOps: how many wait, and how long
+// the one at the head has waited.
+func parseQueue(count, head *pb.RangeResponse) (waiters int, oldest time.Duration) {
+	if kvs := head.GetKvs(); len(kvs) == 1 {
+		if ms, err := strconv.ParseInt(string(kvs[0].Value), 10, 64); err == nil {
+			oldest = max(time.Since(time.UnixMilli(ms)), 0)
+		}
+	}
+	return int(count.GetCount()), oldest
 }
 
 // remainingOf is how long lock lk has left: its deadline if this store
@@ -925,10 +938,35 @@ func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error)
 		page.Locks = append(page.Locks, State{Name: names[i], Held: true, LeaseID: lk.LeaseID, Token: lk.Token,
 			Owner: lk.Owner, Holder: lk.Holder, Count: lk.Count, Remaining: s.remainingOf(ctx, names[i], lk, ttls)})
 	}
+	if err := s.countWaiters(ctx, page.Locks); err != nil {
+		return ListPage{}, err
+	}
 	if locks.More {
 		page.Next = last
 	}
 	return page, nil
+}
+
+// countWaiters fills in the queue of each listed lock, as Inspect does:
+// read-only Txns of two ranges per lock, within etcd's default bound on
+// operations per Txn (128).
+func (s *EtcdStore) countWaiters(ctx context.Context, locks []State) error {
+	const perTxn = 64 / 2
+	for from := 0; from < len(locks); from += perTxn {
+		chunk := locks[from:min(from+perTxn, len(locks))]
+		var ops []clientv3.Op
+		for _, st := range chunk {
+			ops = append(ops, s.queueOps(st.Name)...)
+		}
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return backendErr("etcd", "list", err)
+		}
+		for i := range chunk {
+			chunk[i].Waiters, chunk[i].OldestWait = parseQueue(resp.Responses[2*i].GetResponseRange(), resp.Responses[2*i+1].GetResponseRange())
+		}
+	}
+	return nil
 }
 
 // ForceRelease implements LeaseStore.

@@ -192,8 +192,8 @@ func TestReentrant(t *testing.T) {
 	}
 }
 
-// TestListAndForceRelease: owners show in List, pages cover every held
-// lock once, and a force-release frees a lock whose holder then finds it
+// TestListAndForceRelease: owners and waiters show in List, pages cover
+// every held lock once, and a force-release frees a lock whose holder then finds it
 // lost.
 func TestListAndForceRelease(t *testing.T) {
 	for _, b := range backends(t) {
@@ -214,6 +214,15 @@ func TestListAndForceRelease(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer other.Release(t.Context())
+			// Two wait for job-1: List counts them, as Inspect does.
+			waiting, stopWaiting := context.WithCancel(t.Context())
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer stopWaiting()
+			for range 2 {
+				wg.Go(func() { c.Acquire(waiting, prefix+"job-1", time.Second) })
+			}
+			waitUntil(t, func() bool { st, _ := c.Inspect(t.Context(), prefix+"job-1"); return st.Waiters == 2 })
 			seen := map[string]bool{}
 			cursor := ""
 			for pages := 0; ; pages++ {
@@ -228,6 +237,9 @@ func TestListAndForceRelease(t *testing.T) {
 					l := held[st.Name]
 					if l == nil || seen[st.Name] || st.LeaseID != l.ID() || st.Token != l.Token() || st.Owner == "" || st.Remaining <= 0 {
 						t.Fatalf("listed %+v", st)
+					}
+					if want := map[bool]int{true: 2}[st.Name == prefix+"job-1"]; st.Waiters != want || (want > 0) != (st.OldestWait > 0) {
+						t.Fatalf("listed %s with %d waiters, the oldest waiting %s; want %d", st.Name, st.Waiters, st.OldestWait, want)
 					}
 					seen[st.Name] = true
 				}
