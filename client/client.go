@@ -245,6 +245,15 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	}
 	const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 	backoff := minBackoff
+	_, hasDeadline := ctx.Deadline()
+	bounded := !budgetEnd.IsZero() || hasDeadline
+	budgetLeft := func() bool {
+		if !budgetEnd.IsZero() && !time.Now().Before(budgetEnd) {
+			return false
+		}
+		dl, ok := ctx.Deadline()
+		return !ok || time.Now().Before(dl)
+	}
 	position := 0 // in the queue, as the last 409 that had one said
 	for {
 		var wait time.Duration
@@ -284,7 +293,23 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
 		}
 		if !errors.Is(err, lock.ErrNotAcquired) {
-			return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
+			// A bounded wait rides out a server that is briefly away (a
+			// restart, a lost answer, a 503), as the server rides out its
+			// backends; the waiter id makes a grant whose answer was lost
+			// come back with the next request (package documentation,
+			// "Waiting").
+			if o.Try || !bounded || !unanswered(err) || !budgetLeft() {
+				return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
+			}
+			pause := backoff
+			if !budgetEnd.IsZero() {
+				pause = min(pause, time.Until(budgetEnd))
+			}
+			if !sleep(ctx, pause) {
+				return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
 		}
 		if o.Try {
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
@@ -314,6 +339,29 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
 		}
 		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// unanswered reports whether a request failed without the server's
+// decision: it could not be sent, its answer was lost, or the server
+// answered 503 (a backend, or the server itself, briefly unavailable).
+func unanswered(err error) bool {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Status == http.StatusServiceUnavailable
+	}
+	return !errors.Is(err, lock.ErrClosed) && !errors.Is(err, lock.ErrInvalidOption) && !errors.Is(err, lock.ErrInvalidName) && !errors.Is(err, lock.ErrInvalidTTL)
+}
+
+// sleep waits d, or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -1,12 +1,15 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +30,33 @@ type fixture struct {
 	url      string
 	failing  atomic.Bool  // when set, every request is answered 503
 	acquires atomic.Int64 // acquire requests received
+
+	mu     sync.Mutex
+	grants []string // the bodies of the acquire answers with status 200, as sent
+}
+
+// granted returns the bodies of the acquire answers sent with status 200.
+func (f *fixture) granted() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.grants)
+}
+
+// teeWriter keeps a copy of what a handler writes.
+type teeWriter struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (w *teeWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+func (w *teeWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.body.Write(b)
+	return w.ResponseWriter.Write(b)
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -61,14 +91,22 @@ func (f *fixture) serve(t *testing.T, cfg server.Config) string {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/acquire") {
-			f.acquires.Add(1)
-		}
 		if f.failing.Load() {
 			http.Error(w, `{"error":{"code":"unavailable","message":"injected"}}`, http.StatusServiceUnavailable)
 			return
 		}
-		srv.ServeHTTP(w, r)
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/acquire") {
+			srv.ServeHTTP(w, r)
+			return
+		}
+		f.acquires.Add(1)
+		tw := &teeWriter{ResponseWriter: w}
+		srv.ServeHTTP(tw, r)
+		if tw.status == http.StatusOK {
+			f.mu.Lock()
+			f.grants = append(f.grants, tw.body.String())
+			f.mu.Unlock()
+		}
 	}))
 	t.Cleanup(hs.Close)
 	return hs.URL

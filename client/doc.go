@@ -55,10 +55,13 @@
 //     server may have granted a lease whose answer was lost; TryAcquire
 //     returns that error rather than report "held" because of its own
 //     lease.
-//   - Acquire, which waits anyway, moves on after a lost answer too. A
-//     lease granted unseen holds the lock until its TTL runs out and
-//     delays this Acquire by at most that; nobody can write with it, since
-//     its lease id never reached anyone.
+//   - Acquire, which waits anyway, moves on after a lost answer too, and
+//     with a single server asks it again while its wait (WithWait or the
+//     context's deadline) has time left. Its requests carry its waiter id,
+//     so a lease granted unseen comes back with the next request, from any
+//     server over the same Redis or etcd: the same lease id and token.
+//     (Before, such a lease held the lock until its TTL ran out.) Without
+//     a deadline, Acquire returns the error at once.
 //
 // When every server failed, the error joins a [*ServerError] per server.
 //

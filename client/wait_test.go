@@ -2,14 +2,18 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
@@ -153,4 +157,53 @@ func TestLongWaitKeepsItsPlace(t *testing.T) {
 		t.Fatalf("then %s: %v", second.who, second.err)
 	}
 	second.l.Release(ctx)
+}
+
+// TestLostAnswerFindsItsGrant: the answer to an acquire that the server
+// granted is lost on its way (the connection cut after the request); the
+// client asks again with the same waiter id and gets that grant, the same
+// lease and token, with no second token taken. Before, a single server's
+// client failed with the connection's error, and one of several servers'
+// clients waited behind its own lease until its TTL ran out.
+func TestLostAnswerFindsItsGrant(t *testing.T) {
+	f := newFixture(t)
+	pr, err := faultproxy.New(strings.TrimPrefix(f.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pr.Close() })
+	c := newClient(t, "http://"+pr.Addr())
+	ctx := t.Context()
+	name := testenv.Name(t)
+	fired := pr.LoseReply([]byte("/acquire"))
+	l, err := c.Acquire(ctx, name, 30*time.Second, lock.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("acquire whose first answer was lost: %v", err)
+	}
+	select {
+	case <-fired:
+	default:
+		t.Fatal("the fault did not fire: no answer was lost")
+	}
+	st, err := f.locks.Inspect(ctx, name)
+	if err != nil || !st.Held || st.LeaseID != l.ID() || st.Token != l.Token() {
+		t.Fatalf("the store holds %+v (%v); the client got lease %s token %d: want the same", st, err, l.ID(), l.Token())
+	}
+	// The server answered twice: the grant whose answer was lost, and the
+	// same again.
+	answers := f.granted()
+	if len(answers) != 2 {
+		t.Fatalf("%d grants answered, want 2: %q", len(answers), answers)
+	}
+	var first, second api.Lease
+	if json.Unmarshal([]byte(answers[0]), &first) != nil || json.Unmarshal([]byte(answers[1]), &second) != nil ||
+		first.LeaseID != l.ID() || first.Token != l.Token() || second.LeaseID != l.ID() {
+		t.Fatalf("answers %q; the client got lease %s token %d: want the lost grant's lease both times", answers, l.ID(), l.Token())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
+		t.Fatalf("after the release: %+v, %v", st, err)
+	}
 }

@@ -82,6 +82,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		req.WaiterTTL = DefaultWaiterTTL
 	}
 	kept := o.Waiter != "" // the place outlives this call (WithWaiter)
+	req.Rejoins = kept     // and the caller may ask again after a lost answer
 	// An acquisition with a deadline rides out a backend that is briefly
 	// unavailable; one without fails at once rather than hang unseen on a
 	// backend that is down (docs/design.md, "Riding out an outage").

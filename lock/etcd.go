@@ -119,15 +119,16 @@ type tombstone struct {
 // Its result is booked by the commit itself, so that a create whose caller
 // left still has its deadline enforced.
 type etcdOp struct {
-	kind   int
-	name   string
-	id     string
-	sess   *session      // create: the session to attach to
-	start  time.Time     // create: when the acquisition began here
-	ttl    time.Duration // create
-	owner  string        // create
-	holder string        // create: reentrant holder
-	waiter string        // create: fair waiter
+	kind    int
+	name    string
+	id      string
+	sess    *session      // create: the session to attach to
+	start   time.Time     // create: when the acquisition began here
+	ttl     time.Duration // create
+	owner   string        // create
+	holder  string        // create: reentrant holder
+	waiter  string        // create: fair waiter
+	rejoins bool          // create: record the waiter with the grant (AcquireRequest.Rejoins)
 	// create: the waiter's queue key (see place).
 	waiterKey string
 	// create: the waiter's place, the create revision of its queue key; 0
@@ -136,6 +137,15 @@ type etcdOp struct {
 	waiterSess *session
 	modRev     int64 // expire: only the lock as this store wrote it
 	plain      bool  // delete, expire: the lock has no reentrant holder (holding.plain)
+}
+
+// rejoinWaiter is the waiter a create records with its grant: only one
+// that may ask again after a lost answer.
+func (op etcdOp) rejoinWaiter() string {
+	if op.rejoins {
+		return op.waiter
+	}
+	return ""
 }
 
 const (
@@ -468,7 +478,7 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		return Grant{}, err
 	}
 	op := etcdOp{kind: opCreate, name: req.Name, id: req.LeaseID, sess: sess, start: start, ttl: req.TTL,
-		owner: req.Owner, holder: req.Holder, waiter: req.Waiter}
+		owner: req.Owner, holder: req.Holder, waiter: req.Waiter, rejoins: req.Rejoins && req.Waiter != ""}
 	pk := placeKey{req.Name, req.Waiter}
 	if req.Waiter != "" {
 		s.mu.Lock()
@@ -492,6 +502,16 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 				s.unplaceLocked(pk)
 			}
 			s.mu.Unlock()
+		}
+		if op.rejoins && hr.curHeld && hr.cur.Waiter == req.Waiter {
+			// Granted to this waiter already, the answer lost on its way
+			// to the caller: the same lease again, its count unchanged.
+			g, err := s.Refresh(ctx, req.Name, hr.cur.LeaseID, req.TTL)
+			if err != nil {
+				return Grant{}, err
+			}
+			_ = s.Leave(ctx, req.Name, req.Waiter) // a place this attempt joined
+			return Grant{Token: hr.cur.Token, TTL: g.TTL, LeaseID: hr.cur.LeaseID, Count: hr.cur.Count}, nil
 		}
 		if req.Holder != "" && hr.curHeld && hr.cur.Holder == req.Holder {
 			g, err := s.reenter(ctx, req, hr.cur)
@@ -1596,7 +1616,7 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 	case opCreate:
 		t := opTxnParts{
 			cmps: []clientv3.Cmp{s.ks.LockFree(name)},
-			then: s.ks.PutLock(name, op.id, op.sess.id, sequencer.LockInfo{Offset: offset, Owner: op.owner, Holder: op.holder}),
+			then: s.ks.PutLock(name, op.id, op.sess.id, sequencer.LockInfo{Offset: offset, Owner: op.owner, Holder: op.holder, Waiter: op.rejoinWaiter()}),
 		}
 		switch {
 		case op.waiter == "":
@@ -1615,7 +1635,9 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 			t.els = append(t.els, clientv3.OpGet(op.waiterKey, clientv3.WithCountOnly()),
 				clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithMaxCreateRev(op.waiterRev)))
 		}
-		if op.holder != "" {
+		if op.holder != "" || op.rejoins {
+			// Read the lock when it is held: this holder's to reenter, or
+			// this waiter's grant whose answer was lost.
 			t.els = append(t.els, s.ks.GetLock(name)...)
 		}
 		return t
@@ -1697,7 +1719,7 @@ func (s *EtcdStore) heldResult(op etcdOp, resps []*pb.ResponseOp) heldResult {
 		}
 		i = 2
 	}
-	if op.holder != "" && len(resps) >= i+3 {
+	if (op.holder != "" || op.rejoins) && len(resps) >= i+3 {
 		var err error
 		hr.cur, hr.curHeld, err = s.ks.ParseLock(resps[i].GetResponseRange(), resps[i+1].GetResponseRange(), resps[i+2].GetResponseRange())
 		hr.curHeld = hr.curHeld && err == nil

@@ -80,3 +80,54 @@ func TestWaiterKeepsItsPlaceAcrossCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestLostGrantIsFoundAgain: a remote acquisition (WithWaiter) whose grant
+// never reached its caller (the answer lost on the way, or the server that
+// made it gone) asks again with the same waiter and gets the same lease:
+// its lease id and token, its count unchanged, so one release frees it.
+// Before, the second call waited behind its own lease until its TTL ran
+// out. The record is bound to the grant: another waiter waits as usual,
+// and after a release the waiter never gets a later holder's lease.
+func TestLostGrantIsFoundAgain(t *testing.T) {
+	_, redlock := startRedlock(t)
+	for _, b := range append(backends(t), backend{name: "redlock", store: redlock}) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			ctx := t.Context()
+			name := testenv.Name(t)
+			const w = "00112233445566778899aabbccddeeff"
+			remote := []lock.Option{lock.WithWaiter(w), lock.WithWait(time.Second), lock.WithDetached()}
+			lost, err := c.Acquire(ctx, name, 30*time.Second, remote...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := c.Acquire(ctx, name, 30*time.Second, remote...)
+			if err != nil {
+				t.Fatalf("the same waiter asking again: %v, want its lease", err)
+			}
+			if again.ID() != lost.ID() || again.Token() != lost.Token() {
+				t.Fatalf("asked again: lease %s token %d; want the lost grant's %s token %d", again.ID(), again.Token(), lost.ID(), lost.Token())
+			}
+			if _, err := c.Acquire(ctx, name, time.Second, lock.WithWait(100*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("another waiter: %v, want ErrNotAcquired", err)
+			}
+			if _, err := c.Acquire(ctx, name, time.Second, lock.WithWaiter("ffeeddccbbaa99887766554433221100"), lock.WithWait(100*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("another remote waiter: %v, want ErrNotAcquired", err)
+			}
+			if err := again.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := c.Inspect(ctx, name); err != nil || st.Held {
+				t.Fatalf("after one release: %+v, %v; want the lock free (the count was not raised)", st, err)
+			}
+			next, err := c.TryAcquire(ctx, name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer next.Release(ctx)
+			if l, err := c.Acquire(ctx, name, time.Second, lock.WithWaiter(w), lock.WithWait(100*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("the waiter after its lease was released and the lock taken by another: %v (%v), want ErrNotAcquired", err, l)
+			}
+		})
+	}
+}

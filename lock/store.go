@@ -55,6 +55,13 @@ type AcquireRequest struct {
 	// waiter leaves (the store deletes it later if etcd does not answer
 	// then) or the process dies and the session expires.
 	WaiterTTL time.Duration
+	// Rejoins says the waiter may ask again after a grant whose answer it
+	// never got (a fenced server's caller, WithWaiter): the grant records
+	// the waiter, and an attempt by that waiter that finds it gets the same
+	// lease again (its lease id and token, extended to TTL, its count
+	// unchanged) instead of waiting behind it (docs/design.md, "A lost
+	// answer").
+	Rejoins bool
 	// Holder is the holder's identity for reentrancy: an attempt by the
 	// holder that holds the lock now gets its lease and token again, and
 	// the lock counts one more release to go. "" is not reentrant.

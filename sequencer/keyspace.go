@@ -251,6 +251,10 @@ type LockInfo struct {
 	Offset uint64 `json:"offset"`
 	Owner  string `json:"owner,omitempty"`  // a label for people: who holds it
 	Holder string `json:"holder,omitempty"` // the holder's identity, for reentrancy
+	// Waiter is the place of a remote acquisition (a fenced server's
+	// caller), so that its next request finds a grant whose answer was
+	// lost; empty otherwise.
+	Waiter string `json:"waiter,omitempty"`
 }
 
 // LockFree is the compare that lock name is not held.
@@ -330,7 +334,8 @@ type LockState struct {
 	Lease   clientv3.LeaseID // the etcd lease the keys are attached to
 	Owner   string
 	Holder  string
-	Count   int // reentrancy count; 1 when not reentrant
+	Waiter  string // the remote acquisition it was granted to (LockInfo.Waiter)
+	Count   int    // reentrancy count; 1 when not reentrant
 	ModRev  int64
 }
 
@@ -352,7 +357,7 @@ func (k Keyspace) ParseLock(rs ...*pb.RangeResponse) (st LockState, held bool, e
 	}
 	// No info key only if it was written by hand: offset 0 then makes a
 	// token every fence rejects, never one it wrongly admits.
-	st.Token, st.Owner, st.Holder = Token(kv.CreateRevision, info.Offset), info.Owner, info.Holder
+	st.Token, st.Owner, st.Holder, st.Waiter = Token(kv.CreateRevision, info.Offset), info.Owner, info.Holder, info.Waiter
 	if len(rs) > 2 && rs[2] != nil && len(rs[2].Kvs) == 1 {
 		if n, err := strconv.Atoi(string(rs[2].Kvs[0].Value)); err == nil && n > 0 {
 			st.Count = n

@@ -6,7 +6,9 @@
 -- Returns {0} when this lease id now holds the lease (to be confirmed);
 -- {1, lease id, token, count} when the holder already held it (reentry);
 -- {2, holder's remaining ms (at least 1), or 0 if unknown or free, place in
--- the queue or -1} when not.
+-- the queue or -1} when not. A waiter that finds the lease granted to it
+-- already (a remote acquisition whose answer was lost, see confirm.lua) gets
+-- {1, lease id, token, count}, as a reentry with the count unchanged.
 -- Safe to run twice: a retry after a lost reply finds its own lease id
 -- (docs/design.md, defect 4).
 -- The common case first: nobody waits, so a free lock goes to whoever asks.
@@ -17,6 +19,12 @@ local now = now_ms()
 drop_expired(KEYS[3], KEYS[4], now)
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then return {0} end
+if cur and ARGV[3] ~= '' then
+  -- Bound to the lease id, so that a record left by an earlier lease of
+  -- this name can never hand over a later one.
+  local g = redis.call('HMGET', KEYS[2], 'w', 't', 'c')
+  if g[1] == cur .. ' ' .. ARGV[3] and g[2] then return {1, cur, g[2], tonumber(g[3] or '1')} end
+end
 if cur and ARGV[5] ~= '' then
   local h = redis.call('HMGET', KEYS[2], 'h', 't')
   if h[1] == ARGV[5] and h[2] then

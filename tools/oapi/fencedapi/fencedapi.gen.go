@@ -149,8 +149,11 @@ type AcquireRequest struct {
 	// the same in each of its requests. A request that ends without the
 	// lock keeps the place for the next one; a place no request has used
 	// for 3 s is given up. Without it, each request queues anew, behind
-	// everyone who came meanwhile. Only with wait_ms > 0, and not with
-	// unfair.
+	// everyone who came meanwhile. A request whose answer was lost
+	// after the server granted it (a cut connection, a server gone) is
+	// found again by the next request with the same waiter: the answer
+	// is that grant, the same lease_id and token, extended to ttl_ms.
+	// Only with wait_ms > 0, and not with unfair.
 	Waiter *Waiter `json:"waiter,omitempty"`
 }
 
@@ -171,8 +174,11 @@ type CampaignRequest struct {
 	// the same in each of its requests. A request that ends without the
 	// lock keeps the place for the next one; a place no request has used
 	// for 3 s is given up. Without it, each request queues anew, behind
-	// everyone who came meanwhile. Only with wait_ms > 0, and not with
-	// unfair.
+	// everyone who came meanwhile. A request whose answer was lost
+	// after the server granted it (a cut connection, a server gone) is
+	// found again by the next request with the same waiter: the answer
+	// is that grant, the same lease_id and token, extended to ttl_ms.
+	// Only with wait_ms > 0, and not with unfair.
 	Waiter *Waiter `json:"waiter,omitempty"`
 }
 
@@ -337,8 +343,11 @@ type Token = int64
 // the same in each of its requests. A request that ends without the
 // lock keeps the place for the next one; a place no request has used
 // for 3 s is given up. Without it, each request queues anew, behind
-// everyone who came meanwhile. Only with wait_ms > 0, and not with
-// unfair.
+// everyone who came meanwhile. A request whose answer was lost
+// after the server granted it (a cut connection, a server gone) is
+// found again by the next request with the same waiter: the answer
+// is that grant, the same lease_id and token, extended to ttl_ms.
+// Only with wait_ms > 0, and not with unfair.
 type Waiter = string
 
 // Name defines model for Name.
