@@ -92,13 +92,9 @@ func (l limits) decodeAcquire(body []byte) (acquireRequest, *apiError) {
 // waiter returns the optional waiter of a waiting, fair acquire or
 // campaign, checked by lock.ValidateWaiter; "" when it is absent.
 func waiter(fields map[string]json.RawMessage, req acquireRequest) (string, *apiError) {
-	raw, ok := fields[fieldWaiter]
-	if !ok {
-		return "", nil
-	}
-	var v string
-	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
-		return "", invalid(fieldWaiter, fmt.Sprintf("waiter: want a string of 32 hex digits, got %s", excerpt(raw)))
+	v, ok, aerr := stringField(fields, fieldWaiter, "a string of 32 hex digits")
+	if !ok || aerr != nil {
+		return "", aerr
 	}
 	switch err := lock.ValidateWaiter(v); {
 	case err != nil:
@@ -161,16 +157,25 @@ func (l limits) wait(raw json.RawMessage) (time.Duration, *apiError) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
+// stringField returns the optional JSON string field; ok is false when
+// it is absent. want says what is allowed, for the error.
+func stringField(fields map[string]json.RawMessage, field, want string) (v string, ok bool, aerr *apiError) {
+	raw, ok := fields[field]
+	if !ok {
+		return "", false, nil
+	}
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
+		return "", true, invalid(field, fmt.Sprintf("%s: want %s, got %s", field, want, excerpt(raw)))
+	}
+	return v, true, nil
+}
+
 // label returns the optional string field (owner or holder), checked by
 // lock.ValidateLabel; "" when it is absent.
 func label(fields map[string]json.RawMessage, field string) (string, *apiError) {
-	raw, ok := fields[field]
-	if !ok {
-		return "", nil
-	}
-	var v string
-	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
-		return "", invalid(field, fmt.Sprintf("%s: want a string, got %s", field, excerpt(raw)))
+	v, ok, aerr := stringField(fields, field, "a string")
+	if !ok || aerr != nil {
+		return "", aerr
 	}
 	if err := lock.ValidateLabel(v); err != nil {
 		return "", invalid(field, fmt.Sprintf("%s: %v", field, err))

@@ -13,7 +13,6 @@ import (
 
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestEtcdWithoutLeader: while the etcd member fenced talks to has no
@@ -132,15 +131,7 @@ func (f *failedOnce) Acquire(ctx context.Context, req lock.AcquireRequest) (lock
 // first failed attempt.
 func TestAcquireWaitRidesOutARedisRestart(t *testing.T) {
 	r := testenv.StartRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	_, cli := testenv.Etcd(t)
-	rs, err := lock.NewRedisStore(rdb, newSequencer(t, cli))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rs.Close() })
-	s := &failedOnce{LeaseStore: rs, failed: make(chan error, 1)}
+	s := &failedOnce{LeaseStore: redisStoreOn(t, r.Addr), failed: make(chan error, 1)}
 	e := newEnv(t, s, nil)
 	r.Kill()
 	type answer struct {

@@ -306,6 +306,21 @@ func closedAddr(t *testing.T) string {
 	return addr
 }
 
+// redisStoreOn is a Redis lease store on the Redis at addr, with tokens
+// from an embedded etcd; calls end at their context's deadline.
+func redisStoreOn(t *testing.T, addr string) *lock.RedisStore {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	_, cli := testenv.Etcd(t)
+	rs, err := lock.NewRedisStore(rdb, newSequencer(t, cli))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	return rs
+}
+
 // redisDown returns a Redis client of a port where nothing listens.
 func redisDown(t *testing.T) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})

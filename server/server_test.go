@@ -450,15 +450,7 @@ func TestReadyzWithAuth(t *testing.T) {
 // that a probe with a one-second timeout sees an answer.
 func TestReadyzBounded(t *testing.T) {
 	r := testenv.StartRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	_, cli := testenv.Etcd(t)
-	rs, err := lock.NewRedisStore(rdb, newSequencer(t, cli))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rs.Close() })
-	e := newEnv(t, rs, func(c *Config) { c.BackendTimeout = time.Minute })
+	e := newEnv(t, redisStoreOn(t, r.Addr), func(c *Config) { c.BackendTimeout = time.Minute })
 	if r := e.do("GET", "/readyz", ""); r.status != http.StatusOK {
 		t.Fatalf("readyz: %d %s", r.status, r.body)
 	}
