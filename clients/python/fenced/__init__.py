@@ -16,6 +16,14 @@ Errors are typed by the API's error code (never by message text): HeldError
 (409 held), LostError (410 lost), InvalidArgumentError (400), ... all
 subclasses of FencedError. UnavailableError (503) and TransportError (no
 answer) are retryable.
+
+A waiting acquire or campaign (wait_ms > 0) sends a waiter, 32 hex digits
+drawn once per call: its place in the server's queue, and the key to a
+grant whose answer was lost. Such a call is asked again, with the same
+body, after a 503 or after its answer was lost (the connection closed or
+reset once the request was sent): the server hands back the grant it made
+for that waiter, the same lease id and token, instead of leaving a lease
+nobody knows to hold the lock until its TTL.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import secrets
 import select
 import threading
 import time
@@ -235,7 +244,9 @@ class Client:
     "Authorization: Bearer ..." when the server requires one (default none).
     timeout: seconds to wait for an answer, on top of an acquire's wait_ms
     (default 10). retries: how often a 503 unavailable answer is retried,
-    after its Retry-After or 100 ms, 200 ms, ... (default 2; 0 disables).
+    after its Retry-After or 100 ms, 200 ms, ... (default 2; 0 disables);
+    a waiting acquire or campaign also retries, within the same count, a
+    request whose answer was lost (see acquire).
     A Client is safe to share between threads. Each thread keeps one
     connection to the server open between its calls (HTTP keep-alive), so a
     call costs no new TCP (or TLS) handshake; close() closes the calling
@@ -273,15 +284,21 @@ class Client:
         --max-wait bounds it, 60 s by default) for the holder to release it or
         for its lease to expire. Raises HeldError if it is still held then.
         ttl_ms None means the server's default TTL. The granted TTL may be
-        longer (etcd leases are whole seconds): see Lease.ttl_ms."""
-        body: dict[str, int] = {}
+        longer (etcd leases are whole seconds): see Lease.ttl_ms.
+
+        With wait_ms > 0 the request carries a waiter (32 hex digits, new
+        for each call), and a request whose answer was lost after it was
+        sent (the connection closed or reset: TransportError) is sent again,
+        as a 503 is, up to retries times: the server answers it with the
+        grant it made for the lost one, the same lease id and token. With
+        wait_ms 0 (try_acquire) a lost answer raises TransportError, and the
+        lease it may have taken holds the lock until its TTL."""
+        body: dict[str, Any] = {}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
         if wait_ms:
             body["wait_ms"] = wait_ms
-        started = time.monotonic()
-        doc = self._call("POST", name, "/acquire", body, extra_timeout=wait_ms / 1000.0)
-        return Lease(self, doc, started)
+        return self._take(name, "/acquire", body, wait_ms, "locks")
 
     def lock(self, name: str, ttl_ms: Optional[int] = None, wait_ms: int = 30_000,
              on_lost: Optional[Callable[["Lease", FencedError], None]] = None) -> "Lease":
@@ -301,7 +318,7 @@ class Client:
         the term, to send with every write; release() resigns. value is what
         leader() shows of the leader, such as its address. The server must
         keep its leases in etcd: on Redis leases it answers
-        InvalidArgumentError."""
+        InvalidArgumentError. A lost answer is asked again as in acquire."""
         body: dict[str, Any] = {}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
@@ -309,9 +326,7 @@ class Client:
             body["wait_ms"] = wait_ms
         if value is not None:
             body["value"] = value
-        started = time.monotonic()
-        doc = self._call("POST", name, "/campaign", body, extra_timeout=wait_ms / 1000.0, kind="elections")
-        return Lease(self, doc, started)
+        return self._take(name, "/campaign", body, wait_ms, "elections")
 
     def lead(self, name: str, value: Optional[str] = None, ttl_ms: Optional[int] = None,
              wait_ms: int = 30_000, on_lost: Optional[Callable[["Lease", FencedError], None]] = None) -> "Lease":
@@ -351,11 +366,31 @@ class Client:
         """Release the lease lease_id of name. Lease.release is the usual way."""
         self._call("POST", name, "/release", {"lease_id": lease_id})
 
+    def _take(self, name: str, action: str, body: dict[str, Any], wait_ms: int, kind: str) -> "Lease":
+        """POST an acquire or campaign body and make its answer a Lease."""
+        # One place in the queue for every request of this call, and the
+        # key to its grant if an answer is lost (API field waiter). A
+        # request without a wait has no place (the server refuses one).
+        waiter = wait_ms > 0
+        if waiter:
+            body["waiter"] = secrets.token_hex(16)
+        sent: list[float] = []
+        doc = self._call("POST", name, action, body, extra_timeout=wait_ms / 1000.0, kind=kind,
+                         resend_lost=waiter, sent=sent)
+        # The validity runs from the request that answered: a grant found
+        # again is extended to ttl_ms by that request.
+        return Lease(self, doc, sent[-1])
+
     # -- HTTP --------------------------------------------------------------
 
     def _call(self, method: str, name: str, action: str, body: Optional[dict[str, Any]],
               extra_timeout: float = 0.0, timeout: Optional[float] = None,
-              retries: Optional[int] = None, kind: str = "locks") -> dict[str, Any]:
+              retries: Optional[int] = None, kind: str = "locks",
+              resend_lost: bool = False, sent: Optional[list[float]] = None) -> dict[str, Any]:
+        """One API call, retried after a 503 up to retries times; with
+        resend_lost (a body with a waiter) also after an answer lost once
+        the request was sent. sent, if given, gets the time.monotonic()
+        before each request."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"lock name {name!r}: want a non-empty string")
         # Quote everything but the characters lock names may have: a bad
@@ -364,9 +399,13 @@ class Client:
         attempt = 0
         retries = self.retries if retries is None else retries
         while True:
+            if sent is not None:
+                sent.append(time.monotonic())
             try:
                 return self._request(method, path, body, (timeout or self.timeout) + extra_timeout)
-            except UnavailableError as e:
+            except (UnavailableError, TransportError) as e:
+                if isinstance(e, TransportError) and not (resend_lost and _lost_answer(e)):
+                    raise
                 if attempt >= retries:
                     raise
                 attempt += 1
@@ -412,8 +451,9 @@ class Client:
         if self._bearer:
             headers["Authorization"] = "Bearer " + self._bearer
         # A new lease's request is not sent twice: if it reached the server,
-        # the lease would be held by nobody until its TTL.
-        resend = not path.endswith(("/acquire", "/campaign"))
+        # the lease would be held by nobody until its TTL. With a waiter it
+        # may be: the server hands that lease back to the same waiter.
+        resend = not path.endswith(("/acquire", "/campaign")) or "waiter" in (body or {})
         for attempt in (0, 1):
             conn, reused = self._conn(timeout)
             try:
@@ -442,6 +482,18 @@ class Client:
         if not isinstance(doc, dict):
             raise FencedError(f"{method} {path}: answer is not a JSON object: {raw[:80]!r}", status)
         return doc
+
+
+# The connection closed or was reset while the request went out or its
+# answer was awaited: the server may have acted on it.
+_LOST_ANSWER = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
+                http.client.RemoteDisconnected, http.client.IncompleteRead)
+
+
+def _lost_answer(e: TransportError) -> bool:
+    """Whether e is a request sent (or being sent) whose answer never came:
+    not a refused connection, a timeout, or a bad answer."""
+    return isinstance(e.__cause__, _LOST_ANSWER)
 
 
 def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:

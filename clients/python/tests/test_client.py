@@ -3,15 +3,19 @@ fenced serve with leases in the local Redis (millisecond TTLs)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import socket
 import sys
 import tempfile
 import threading
 import time
 import unittest
 import urllib.error
+import urllib.parse
 import urllib.request
+from typing import Any, Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
@@ -20,6 +24,123 @@ import http_resource  # noqa: E402
 from daemon import Daemon, unique  # noqa: E402
 
 LEASE_ID = re.compile(r"^[0-9a-f]{32}$")
+WAITER = re.compile(r"^[0-9a-f]{32}$")
+
+
+class FaultProxy:
+    """A TCP proxy in front of a fenced at target_url: it forwards both
+    ways and records each request (as sent, once its answer begins). With
+    cut_on (bytes), the first request containing it reaches the server,
+    and both of that connection's sockets are closed as soon as the answer
+    starts coming back: the server acted on the request, the client never
+    hears of it. cut is set then. stop() ends every thread and joins it."""
+
+    def __init__(self, target_url: str, cut_on: Optional[bytes] = None):
+        u = urllib.parse.urlsplit(target_url)
+        self._target = (u.hostname, u.port)
+        self._cut_on = cut_on
+        self._armed = cut_on is not None
+        self.cut = threading.Event()
+        #: Set whenever request bytes arrive from the client.
+        self.request_seen = threading.Event()
+        self.requests: list[bytes] = []
+        self._mu = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._socks: list[socket.socket] = []
+        self._closing = threading.Event()
+        self._ln = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._ln.getsockname()[1]}"
+        self._spawn(self._accept)
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        with self._mu:
+            self._threads.append(t)
+        t.start()
+
+    def _accept(self) -> None:
+        while True:
+            down, _ = self._ln.accept()
+            if self._closing.is_set():
+                down.close()
+                return
+            up = socket.create_connection(self._target)
+            state = {"request": b"", "cut": False}
+            with self._mu:
+                self._socks += [down, up]
+            self._spawn(self._upstream, down, up, state)
+            self._spawn(self._downstream, up, down, state)
+
+    @staticmethod
+    def _shut(*socks: socket.socket) -> None:
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _upstream(self, down: socket.socket, up: socket.socket, state: dict) -> None:
+        """Client to server."""
+        try:
+            while True:
+                data = down.recv(65536)
+                if not data:
+                    return
+                with self._mu:
+                    state["request"] += data
+                    if self._armed and self._cut_on in state["request"]:
+                        self._armed, state["cut"] = False, True
+                self.request_seen.set()
+                up.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._shut(down, up)
+
+    def _downstream(self, up: socket.socket, down: socket.socket, state: dict) -> None:
+        """Server to client: an answer's first bytes end its request."""
+        try:
+            while True:
+                data = up.recv(65536)
+                if not data:
+                    return
+                with self._mu:
+                    if state["request"]:
+                        self.requests.append(state["request"])
+                        state["request"] = b""
+                    cut = state["cut"]
+                if cut:
+                    self.cut.set()
+                    return  # finally closes both: the answer is lost
+                down.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._shut(down, up)
+
+    def bodies(self, part: bytes) -> list[dict]:
+        """The JSON bodies of the recorded requests whose text has part."""
+        with self._mu:
+            reqs = [r for r in self.requests if part in r]
+        return [json.loads(r.split(b"\r\n\r\n", 1)[1]) for r in reqs]
+
+    def stop(self) -> None:
+        self._closing.set()
+        socket.create_connection(self._ln.getsockname()).close()  # wakes accept
+        with self._mu:
+            accept = self._threads[0]
+        accept.join(timeout=10)
+        self._ln.close()
+        with self._mu:
+            socks, threads = list(self._socks), list(self._threads)
+        self._shut(*socks)
+        for t in threads:
+            t.join(timeout=10)
+        for s in socks:
+            s.close()
+        alive = [t for t in threads if t.is_alive()]
+        if alive:
+            raise AssertionError(f"proxy threads still running: {alive}")
 
 
 class DevTest(unittest.TestCase):
@@ -136,6 +257,92 @@ class DevTest(unittest.TestCase):
         self.addCleanup(second.release)
         self.assertGreater(second.token, first.token)
         self.assertEqual(self.client.leader(name).value, "py-b:8080")
+
+    def proxy(self, cut_on: Optional[bytes] = None) -> tuple[FaultProxy, fenced.Client]:
+        """A FaultProxy in front of the daemon, and a client through it."""
+        proxy = FaultProxy(self.daemon.url, cut_on)
+        self.addCleanup(proxy.stop)
+        c = fenced.Client(proxy.url)
+        self.addCleanup(c.close)
+        return proxy, c
+
+    def test_waiting_acquire_sends_a_waiter(self) -> None:
+        # A waiting acquire (and campaign) carries a new 32-hex waiter,
+        # which the server takes (it refuses a malformed one, or one with
+        # wait_ms 0): the waiter queued behind a holder gets the lock.
+        proxy, c = self.proxy()
+        name = unique()
+        holder = self.client.acquire(name, ttl_ms=10_000, wait_ms=0)
+        got: list[fenced.Lease] = []
+
+        def wait() -> None:
+            try:
+                got.append(c.acquire(name, ttl_ms=10_000, wait_ms=10_000))
+            finally:
+                c.close()  # this thread's connection
+        t = threading.Thread(target=wait)
+        t.start()
+        self.assertTrue(proxy.request_seen.wait(timeout=10))
+        holder.release()
+        t.join(timeout=20)
+        self.assertEqual(len(got), 1, "the waiting acquire did not get the lock")
+        self.addCleanup(got[0].release)
+        self.assertGreater(got[0].token, holder.token)
+        self.assertIsNone(c.try_acquire(name, ttl_ms=10_000))  # wait_ms 0: no waiter
+        with self.assertRaises(fenced.HeldError):
+            c.acquire(name, ttl_ms=10_000, wait_ms=100)
+        waits = proxy.bodies(b"/acquire")
+        self.assertEqual([b.get("wait_ms", 0) for b in waits], [10_000, 0, 100])
+        self.assertRegex(waits[0]["waiter"], WAITER)
+        self.assertNotIn("waiter", waits[1])
+        self.assertRegex(waits[2]["waiter"], WAITER)
+        self.assertNotEqual(waits[0]["waiter"], waits[2]["waiter"])  # one per call
+
+        term = c.elect(unique(), value="py-w", wait_ms=1000)
+        self.addCleanup(term.release)
+        self.assertRegex(proxy.bodies(b"/campaign")[0]["waiter"], WAITER)
+
+    def test_lost_answer_finds_its_grant(self) -> None:
+        # The answer to the first acquire is cut after the server granted
+        # it. The client asks again with the same waiter and gets that
+        # grant back: the holder's token, a lease id that releases it.
+        proxy, c = self.proxy(cut_on=b"/acquire")
+        name = unique()
+        lease = c.acquire(name, ttl_ms=30_000, wait_ms=5000)
+        self.assertTrue(proxy.cut.is_set(), "the proxy cut no answer")
+        sent = proxy.bodies(b"/acquire")
+        self.assertEqual(len(sent), 2)
+        self.assertRegex(sent[0]["waiter"], WAITER)
+        self.assertEqual(sent[0], sent[1])  # the same body, so the same waiter
+        st = self.client.inspect(name)
+        self.assertTrue(st.held)
+        self.assertEqual(st.token, lease.token)
+        self.assertGreater(lease.valid_for(), 25.0)
+        lease.release()  # a lease id other than the holder's would answer lost
+        self.assertFalse(self.client.inspect(name).held)
+
+    def test_lost_campaign_answer_finds_its_term(self) -> None:
+        proxy, c = self.proxy(cut_on=b"/campaign")
+        name = unique()
+        term = c.elect(name, value="py-lost", ttl_ms=30_000, wait_ms=5000)
+        self.assertTrue(proxy.cut.is_set(), "the proxy cut no answer")
+        self.assertEqual(len(proxy.bodies(b"/campaign")), 2)
+        now = self.client.leader(name)
+        self.assertEqual((now.leading, now.value, now.token), (True, "py-lost", term.token))
+        term.release()
+        self.assertFalse(self.client.leader(name).leading)
+
+    def test_one_attempt_lost_answer_raises(self) -> None:
+        # Without a wait there is no waiter: a lost answer is not asked
+        # again (it could take a second lease), and the lease it took
+        # holds the lock until its TTL, as documented.
+        proxy, c = self.proxy(cut_on=b"/acquire")
+        name = unique()
+        with self.assertRaises(fenced.TransportError):
+            c.acquire(name, ttl_ms=2000, wait_ms=0)
+        self.assertTrue(proxy.cut.is_set())
+        self.assertEqual(len(proxy.bodies(b"/acquire")), 1)
+        self.assertTrue(self.client.inspect(name).held)
 
     def test_context_manager_releases(self) -> None:
         name = unique()
