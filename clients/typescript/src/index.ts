@@ -18,8 +18,17 @@
  * HeldError (409 held), LostError (410 lost), InvalidArgumentError (400), …,
  * all FencedError. UnavailableError (503) and TransportError (no answer) are
  * retryable.
+ *
+ * A waiting acquire or campaign (waitMs > 0) sends a waiter, 32 hex digits
+ * drawn once per call: its place in the server's queue, and the key to a
+ * grant whose answer was lost. Such a call is asked again, with the same
+ * body, after a 503 or after its answer was lost (the connection closed or
+ * reset once the request was sent): the server hands back the grant it made
+ * for that waiter, the same lease id and token, instead of leaving a lease
+ * nobody knows to hold the lock until its TTL.
  */
 
+import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 
 /** The HTTP header that carries a fencing token to a protected resource, in decimal (docs/fencing-token-http.md). */
@@ -226,7 +235,11 @@ export interface ClientOptions {
   bearerToken?: string;
   /** Milliseconds to wait for an answer, on top of an acquire's waitMs. Default 10000. */
   timeoutMs?: number;
-  /** How often a 503 unavailable answer is retried, after its Retry-After or 100 ms, 200 ms, …. Default 2; 0 disables. */
+  /**
+   * How often a 503 unavailable answer is retried, after its Retry-After or
+   * 100 ms, 200 ms, …. Default 2; 0 disables. A waiting acquire or campaign
+   * also retries, within the same count, a request whose answer was lost.
+   */
   retries?: number;
 }
 
@@ -248,6 +261,10 @@ interface CallOptions {
   timeoutMs?: number;
   retries?: number;
   signal?: AbortSignal;
+  /** Also retry a request whose answer was lost once it was sent: only for a body with a waiter. */
+  resendLost?: boolean;
+  /** Called just before each request is sent. */
+  onSend?: () => void;
 }
 
 /** A client of one fenced server. It holds no connection of its own and may be shared. */
@@ -291,18 +308,21 @@ export class Client {
    * Take the lock, waiting up to waitMs (default 30 s) for the holder to
    * release it or for its lease to expire. Rejects with HeldError if it is
    * still held then.
+   *
+   * With waitMs > 0 the request carries a waiter (32 hex digits, new for
+   * each call), and a request whose answer was lost after it was sent (the
+   * connection closed or reset: TransportError) is sent again, as a 503 is,
+   * up to `retries` times: the server answers it with the grant it made for
+   * the lost one, the same lease id and token. With waitMs 0 (tryAcquire) a
+   * lost answer rejects with TransportError, and the lease it may have
+   * taken holds the lock until its TTL.
    */
   async acquire(name: string, options: AcquireOptions = {}): Promise<Lease> {
     const waitMs = options.waitMs ?? 30_000;
-    const body: Record<string, number> = {};
+    const body: Record<string, unknown> = {};
     if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
     if (waitMs) body.wait_ms = waitMs;
-    const started = performance.now();
-    const doc = await this.call("POST", name, "/acquire", body, {
-      timeoutMs: this.timeoutMs + waitMs,
-      signal: options.signal,
-    });
-    return new Lease(this, doc, started);
+    return this.#take(name, "/acquire", body, waitMs, options.signal, "locks");
   }
 
   /** acquire, then keepAlive. Release the lease when done (withLock does). */
@@ -336,7 +356,8 @@ export class Client {
    * lead; rejects with HeldError if another still leads then. The Lease is
    * the leadership: its token is the term, to send with every write;
    * release() resigns. The server must keep its leases in etcd (on Redis
-   * leases: InvalidArgumentError).
+   * leases: InvalidArgumentError). A waiter and a lost answer are handled
+   * as in acquire.
    */
   async elect(name: string, options: ElectOptions = {}): Promise<Lease> {
     const waitMs = options.waitMs ?? 30_000;
@@ -344,11 +365,32 @@ export class Client {
     if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
     if (waitMs) body.wait_ms = waitMs;
     if (options.value !== undefined) body.value = options.value;
-    const started = performance.now();
-    const doc = await this.call("POST", name, "/campaign", body, {
+    return this.#take(name, "/campaign", body, waitMs, options.signal, "elections");
+  }
+
+  /** POST an acquire or campaign body and make its answer a Lease. */
+  async #take(
+    name: string,
+    action: "/acquire" | "/campaign",
+    body: Record<string, unknown>,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+    kind: "locks" | "elections",
+  ): Promise<Lease> {
+    // One place in the queue for every request of this call, and the key
+    // to its grant if an answer is lost (API field waiter). A request
+    // without a wait has no place (the server refuses one).
+    const waiter = waitMs > 0;
+    if (waiter) body.waiter = randomBytes(16).toString("hex");
+    let started = performance.now();
+    const doc = await this.call("POST", name, action, body, {
       timeoutMs: this.timeoutMs + waitMs,
-      signal: options.signal,
-    }, "elections");
+      signal,
+      resendLost: waiter,
+      // The validity runs from the request that answered: a grant found
+      // again is extended to ttl_ms by that request.
+      onSend: () => (started = performance.now()),
+    }, kind);
     return new Lease(this, doc, started);
   }
 
@@ -410,9 +452,14 @@ export class Client {
     const retries = options.retries ?? this.retries;
     for (let attempt = 0; ; attempt++) {
       try {
+        options.onSend?.();
         return await this.request(method, url, body, options.timeoutMs ?? this.timeoutMs, options.signal);
       } catch (e) {
-        if (!(e instanceof UnavailableError) || attempt >= retries) throw e;
+        // A lost answer is asked again only with a waiter: without one, a
+        // grant the server made would hold the lock, known to nobody, and
+        // the next request would wait behind it.
+        const again = e instanceof UnavailableError || (options.resendLost === true && e instanceof TransportError && answerLost(e));
+        if (!again || attempt >= retries) throw e;
         const pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
         await sleep(pause, undefined, { signal: options.signal }); // back off before retrying
       }
@@ -454,6 +501,25 @@ export class Client {
     }
     throw apiError(resp.status, resp.headers, text);
   }
+}
+
+/**
+ * The error codes of a connection that closed or was reset after the
+ * request went out, before or while its answer came: the server may have
+ * acted on it. Not a refused connection (nothing was sent) and not a
+ * timeout (the server may still be waiting).
+ */
+const LOST_ANSWER_CODES = new Set(["UND_ERR_SOCKET", "ECONNRESET", "EPIPE", "ECONNABORTED"]);
+
+/** Whether e (a TransportError) is a request sent whose answer never came: its causes name a closed or reset connection. */
+function answerLost(e: TransportError): boolean {
+  let cause: unknown = e.cause;
+  for (let depth = 0; depth < 5 && typeof cause === "object" && cause !== null; depth++) {
+    const code = (cause as { code?: unknown }).code;
+    if (typeof code === "string" && LOST_ANSWER_CODES.has(code)) return true;
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return false;
 }
 
 function apiError(status: number, headers: Headers, text: string): FencedError {

@@ -7,6 +7,8 @@ import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { createServer, connect, type Socket } from "node:net";
+import { once } from "node:events";
 
 import {
   Client,
@@ -37,6 +39,65 @@ async function within<T>(p: Promise<T>, ms: number): Promise<T | "timeout"> {
   } finally {
     ac.abort();
   }
+}
+
+/**
+ * A TCP proxy to target (http://host:port) that forwards both ways, except
+ * that the first request whose bytes contain marker reaches the daemon and
+ * then loses its answer: both sockets are destroyed as soon as the daemon's
+ * answer starts coming back. cuts() says how many answers it cut (0 or 1).
+ */
+async function startCuttingProxy(target: string, marker: string): Promise<{ url: string; cuts: () => number; close: () => Promise<void> }> {
+  const { hostname, port } = new URL(target);
+  const sockets = new Set<Socket>();
+  let armed = true;
+  let cuts = 0;
+  const server = createServer((down) => {
+    const up = connect(Number(port), hostname);
+    sockets.add(down).add(up);
+    let cutThis = false;
+    let seen = "";
+    down.on("data", (chunk: Buffer) => {
+      if (armed) {
+        seen = (seen + chunk.toString("latin1")).slice(-4096);
+        if (seen.includes(marker)) {
+          armed = false;
+          cutThis = true;
+        }
+      }
+      up.write(chunk);
+    });
+    up.on("data", (chunk: Buffer) => {
+      if (cutThis) {
+        cuts++;
+        down.destroy();
+        up.destroy();
+        return;
+      }
+      down.write(chunk);
+    });
+    down.on("end", () => up.end());
+    up.on("end", () => down.end());
+    for (const [s, other] of [[down, up], [up, down]] as const) {
+      s.on("error", () => other.destroy());
+      s.on("close", () => {
+        other.destroy();
+        sockets.delete(s);
+      });
+    }
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const addr = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${addr.port}`,
+    cuts: () => cuts,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      server.close();
+      await once(server, "close");
+    },
+  };
 }
 
 describe("fenced dev (etcd leases)", () => {
@@ -146,6 +207,95 @@ describe("fenced dev (etcd leases)", () => {
       await lease.stopKeepAlive();
     }
     await assert.rejects(lease.release(), LostError);
+  });
+
+  it("sends a waiter with a waiting acquire or campaign, new for each call, and the server keeps it with the grant", async () => {
+    const bodies: { url: string; body: Record<string, unknown> }[] = [];
+    const realFetch = globalThis.fetch;
+    globalThis.fetch = (input, init) => {
+      if (typeof init?.body === "string") bodies.push({ url: String(input), body: JSON.parse(init.body) as Record<string, unknown> });
+      return realFetch(input, init);
+    };
+    const name = unique();
+    let lease: Lease | undefined;
+    try {
+      const holder = await client.acquire(name, { ttlMs: 10_000, waitMs: 0 }); // one attempt: no waiter (the server refuses one)
+      const waiting = client.acquire(name, { ttlMs: 10_000, waitMs: 10_000 });
+      await holder.release();
+      lease = await waiting;
+      const second = await client.tryAcquire(name, { ttlMs: 10_000 });
+      assert.equal(second, null);
+      const term = await client.elect(unique(), { value: "v", ttlMs: 10_000, waitMs: 5000 });
+      await term.release();
+      const again = await client.acquire(unique(), { ttlMs: 10_000, waitMs: 1000 });
+      await again.release();
+    } finally {
+      globalThis.fetch = realFetch;
+    }
+    const sent = bodies.filter((b) => /\/(acquire|campaign)$/.test(b.url)).map((b) => b.body);
+    assert.equal(sent.length, 5, JSON.stringify(sent));
+    assert.equal(sent[0].waiter, undefined);
+    assert.equal(sent[2].waiter, undefined);
+    const waiters = [sent[1].waiter, sent[3].waiter, sent[4].waiter];
+    for (const w of waiters) assert.match(String(w), LEASE_ID);
+    assert.equal(new Set(waiters).size, 3, "a waiter is drawn anew for each call");
+
+    // The server recorded that waiter with the grant: the same waiter gets
+    // the same lease back (what a lost answer's retry relies on).
+    const resp = await fetch(`${daemon.url}/v1/locks/${name}/acquire`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ ttl_ms: 10_000, wait_ms: 1000, waiter: sent[1].waiter }),
+    });
+    const text = await resp.text();
+    assert.equal(resp.status, 200, text);
+    const doc = parseAnswer(text);
+    assert.equal(doc.lease_id, lease.leaseID);
+    assert.equal(doc.token, lease.token);
+    await lease.release();
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
+  it("finds a waiting acquire's grant again when its answer is lost", async () => {
+    const proxy = await startCuttingProxy(daemon.url, "/acquire");
+    try {
+      const name = unique();
+      const lease = await new Client(proxy.url).acquire(name, { ttlMs: 30_000, waitMs: 5000 });
+      assert.equal(proxy.cuts(), 1, "the proxy cut no answer");
+      const st = await client.inspect(name); // directly, not through the proxy
+      assert.equal(st.held, true);
+      assert.equal(st.token, lease.token, "the lease returned is not the one holding the lock");
+      await lease.release();
+      assert.equal((await client.inspect(name)).held, false, "releasing the lease returned did not free the lock");
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("finds a waiting campaign's term again when its answer is lost", async () => {
+    const proxy = await startCuttingProxy(daemon.url, "/campaign");
+    try {
+      const name = unique();
+      const term = await new Client(proxy.url).elect(name, { value: "ts-lost:8080", ttlMs: 30_000, waitMs: 5000 });
+      assert.equal(proxy.cuts(), 1, "the proxy cut no answer");
+      const now = await client.leader(name);
+      assert.deepEqual([now.leading, now.value, now.token], [true, "ts-lost:8080", term.token]);
+      await term.release();
+      assert.equal((await client.leader(name)).leading, false, "resigning the term returned did not end it");
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("does not resend a one-attempt acquire whose answer is lost", async () => {
+    const proxy = await startCuttingProxy(daemon.url, "/acquire");
+    try {
+      const name = unique();
+      await assert.rejects(new Client(proxy.url).tryAcquire(name, { ttlMs: 2000 }), TransportError);
+      assert.equal(proxy.cuts(), 1);
+    } finally {
+      await proxy.close();
+    }
   });
 
   it("reads tokens as bigint, past 2^53", () => {
