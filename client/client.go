@@ -3,9 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -237,33 +235,26 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	// (API field waiter).
 	waiter := o.Waiter
 	if waiter == "" && !o.Try && !o.Unfair {
-		var b [16]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return nil, fmt.Errorf("client: %s %q: waiter id: %w", verb, name, err)
+		var err error
+		if waiter, err = lock.NewWaiterID(); err != nil {
+			return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 		}
-		waiter = hex.EncodeToString(b[:])
+	}
+	// end is when the wait ends: its budget or the context's deadline,
+	// whichever comes first; zero when it has neither.
+	end := budgetEnd
+	if dl, ok := ctx.Deadline(); ok && (end.IsZero() || dl.Before(end)) {
+		end = dl
 	}
 	const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 	backoff := minBackoff
-	_, hasDeadline := ctx.Deadline()
-	bounded := !budgetEnd.IsZero() || hasDeadline
-	budgetLeft := func() bool {
-		if !budgetEnd.IsZero() && !time.Now().Before(budgetEnd) {
-			return false
-		}
-		dl, ok := ctx.Deadline()
-		return !ok || time.Now().Before(dl)
-	}
 	position := 0 // in the queue, as the last 409 that had one said
 	for {
 		var wait time.Duration
 		if !o.Try {
 			wait = c.maxRequestWait
-			if !budgetEnd.IsZero() {
-				wait = min(wait, time.Until(budgetEnd))
-			}
-			if dl, ok := ctx.Deadline(); ok {
-				wait = min(wait, time.Until(dl))
+			if !end.IsZero() {
+				wait = min(wait, time.Until(end))
 			}
 			wait = max(wait.Truncate(time.Millisecond), 0)
 		}
@@ -297,15 +288,11 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			// restart, a lost answer, a 503), as the server rides out its
 			// backends; the waiter id makes a grant whose answer was lost
 			// come back with the next request (package documentation,
-			// "Waiting").
-			if o.Try || !bounded || !unanswered(err) || !budgetLeft() {
+			// "Several servers").
+			if o.Try || end.IsZero() || !unanswered(err) || !time.Now().Before(end) {
 				return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 			}
-			pause := backoff
-			if !budgetEnd.IsZero() {
-				pause = min(pause, time.Until(budgetEnd))
-			}
-			if !sleep(ctx, pause) {
+			if !sleep(ctx, min(backoff, time.Until(end))) {
 				return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
 			}
 			backoff = min(2*backoff, maxBackoff)
@@ -331,11 +318,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			backoff = minBackoff
 			continue
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, backoff) {
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
 		}
 		backoff = min(2*backoff, maxBackoff)
@@ -347,10 +330,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 // answered 503 (a backend, or the server itself, briefly unavailable).
 func unanswered(err error) bool {
 	var ae *APIError
-	if errors.As(err, &ae) {
-		return ae.Status == http.StatusServiceUnavailable
-	}
-	return !errors.Is(err, lock.ErrClosed) && !errors.Is(err, lock.ErrInvalidOption) && !errors.Is(err, lock.ErrInvalidName) && !errors.Is(err, lock.ErrInvalidTTL)
+	return !errors.As(err, &ae) || ae.Status == http.StatusServiceUnavailable
 }
 
 // sleep waits d, or until ctx ends; it reports whether ctx is still live.

@@ -83,10 +83,15 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	}
 	kept := o.Waiter != "" // the place outlives this call (WithWaiter)
 	req.Rejoins = kept     // and the caller may ask again after a lost answer
-	// An acquisition with a deadline rides out a backend that is briefly
-	// unavailable; one without fails at once rather than hang unseen on a
-	// backend that is down (docs/design.md, "Riding out an outage").
-	_, bounded := ctx.Deadline()
+	// pause is the retry strategy's next backoff, 0 to give up; a fair
+	// waiter's stays under a third of its place's TTL, so that it keeps it.
+	pause := func() time.Duration {
+		d := o.Retry.NextBackoff()
+		if d > 0 && req.Waiter != "" {
+			d = min(d, req.WaiterTTL/3)
+		}
+		return d
+	}
 	var (
 		notify   <-chan struct{}
 		stopWait func()
@@ -124,7 +129,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 		var held *HeldError
 		if !errors.As(err, &held) && !errors.Is(err, ErrLost) && !errors.Is(err, errNoValidity) {
-			if !bounded || !outage(ctx, err) {
+			if !outage(ctx, err) {
 				if down != nil && (ctx.Err() != nil || pastDeadline(ctx)) {
 					// The budget ended while the store was down: that, not
 					// a held lock, is why the acquisition failed.
@@ -133,29 +138,19 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 				return nil, c.fail(ctx, name, err, busy, began)
 			}
 			down = err
-			d := o.Retry.NextBackoff()
+			d := pause()
 			if d <= 0 {
 				return nil, c.fail(ctx, name, err, nil, began)
 			}
-			if req.Waiter != "" {
-				d = min(d, req.WaiterTTL/3) // keep the place, if the backend kept it
-			}
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			if !sleep(ctx, d) {
 				return nil, c.fail(ctx, name, down, nil, began)
 			}
 			continue
 		}
 		busy, down = err, nil
-		d := o.Retry.NextBackoff()
+		d := pause()
 		if d <= 0 {
 			return nil, notAcquired(name, busy)
-		}
-		if req.Waiter != "" {
-			d = min(d, req.WaiterTTL/3) // keep the place
 		}
 		if notify == nil {
 			// Subscribe, then try once more at once: a release between the
@@ -195,11 +190,14 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 }
 
 // outage reports whether an attempt's err is a backend briefly unavailable
-// (see transient) with time left to wait it out: ctx is live and its
-// deadline has not passed by the clock (an error at the deadline is the
-// deadline's, see fail).
+// (see transient) that the acquisition may wait out: it has a deadline (a
+// wait budget or the context's), not yet passed by the clock (an error at
+// the deadline is the deadline's, see fail). One without a deadline fails
+// at once rather than hang unseen on a backend that is down
+// (docs/design.md, "Riding out an outage").
 func outage(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && !pastDeadline(ctx) && transient(err)
+	_, bounded := ctx.Deadline()
+	return bounded && ctx.Err() == nil && !pastDeadline(ctx) && transient(err)
 }
 
 // pastDeadline: ctx has a deadline, and the clock has passed it.

@@ -119,16 +119,16 @@ type tombstone struct {
 // Its result is booked by the commit itself, so that a create whose caller
 // left still has its deadline enforced.
 type etcdOp struct {
-	kind    int
-	name    string
-	id      string
-	sess    *session      // create: the session to attach to
-	start   time.Time     // create: when the acquisition began here
-	ttl     time.Duration // create
-	owner   string        // create
-	holder  string        // create: reentrant holder
-	waiter  string        // create: fair waiter
-	rejoins bool          // create: record the waiter with the grant (AcquireRequest.Rejoins)
+	kind     int
+	name     string
+	id       string
+	sess     *session      // create: the session to attach to
+	start    time.Time     // create: when the acquisition began here
+	ttl      time.Duration // create
+	owner    string        // create
+	holder   string        // create: reentrant holder
+	waiter   string        // create: fair waiter
+	rejoinAs string        // create: the waiter the grant records (AcquireRequest.Rejoins), or ""
 	// create: the waiter's queue key (see place).
 	waiterKey string
 	// create: the waiter's place, the create revision of its queue key; 0
@@ -137,15 +137,6 @@ type etcdOp struct {
 	waiterSess *session
 	modRev     int64 // expire: only the lock as this store wrote it
 	plain      bool  // delete, expire: the lock has no reentrant holder (holding.plain)
-}
-
-// rejoinWaiter is the waiter a create records with its grant: only one
-// that may ask again after a lost answer.
-func (op etcdOp) rejoinWaiter() string {
-	if op.rejoins {
-		return op.waiter
-	}
-	return ""
 }
 
 const (
@@ -478,7 +469,7 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		return Grant{}, err
 	}
 	op := etcdOp{kind: opCreate, name: req.Name, id: req.LeaseID, sess: sess, start: start, ttl: req.TTL,
-		owner: req.Owner, holder: req.Holder, waiter: req.Waiter, rejoins: req.Rejoins && req.Waiter != ""}
+		owner: req.Owner, holder: req.Holder, waiter: req.Waiter, rejoinAs: req.rejoinWaiter()}
 	pk := placeKey{req.Name, req.Waiter}
 	if req.Waiter != "" {
 		s.mu.Lock()
@@ -503,7 +494,7 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 			}
 			s.mu.Unlock()
 		}
-		if op.rejoins && hr.curHeld && hr.cur.Waiter == req.Waiter {
+		if op.rejoinAs != "" && hr.curHeld && hr.cur.Waiter == op.rejoinAs {
 			// Granted to this waiter already, the answer lost on its way
 			// to the caller: the same lease again, its count unchanged.
 			g, err := s.Refresh(ctx, req.Name, hr.cur.LeaseID, req.TTL)
@@ -1616,7 +1607,7 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 	case opCreate:
 		t := opTxnParts{
 			cmps: []clientv3.Cmp{s.ks.LockFree(name)},
-			then: s.ks.PutLock(name, op.id, op.sess.id, sequencer.LockInfo{Offset: offset, Owner: op.owner, Holder: op.holder, Waiter: op.rejoinWaiter()}),
+			then: s.ks.PutLock(name, op.id, op.sess.id, sequencer.LockInfo{Offset: offset, Owner: op.owner, Holder: op.holder, Waiter: op.rejoinAs}),
 		}
 		switch {
 		case op.waiter == "":
@@ -1635,7 +1626,7 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 			t.els = append(t.els, clientv3.OpGet(op.waiterKey, clientv3.WithCountOnly()),
 				clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithMaxCreateRev(op.waiterRev)))
 		}
-		if op.holder != "" || op.rejoins {
+		if op.holder != "" || op.rejoinAs != "" {
 			// Read the lock when it is held: this holder's to reenter, or
 			// this waiter's grant whose answer was lost.
 			t.els = append(t.els, s.ks.GetLock(name)...)
@@ -1719,7 +1710,7 @@ func (s *EtcdStore) heldResult(op etcdOp, resps []*pb.ResponseOp) heldResult {
 		}
 		i = 2
 	}
-	if (op.holder != "" || op.rejoins) && len(resps) >= i+3 {
+	if (op.holder != "" || op.rejoinAs != "") && len(resps) >= i+3 {
 		var err error
 		hr.cur, hr.curHeld, err = s.ks.ParseLock(resps[i].GetResponseRange(), resps[i+1].GetResponseRange(), resps[i+2].GetResponseRange())
 		hr.curHeld = hr.curHeld && err == nil

@@ -190,6 +190,10 @@ func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 	return r, nil
 }
 
+// NewWaiterID returns a fresh WithWaiter id: 128 random bits in hex, as a
+// lease id. For other implementations of Locker (package client).
+func NewWaiterID() (string, error) { return newLeaseID() }
+
 // ValidateWaiter checks a WithWaiter id: 32 hex digits.
 func ValidateWaiter(id string) error {
 	if len(id) != 32 {

@@ -169,11 +169,7 @@ func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error
 
 // confirm is step 4: record the token if the lease is still leaseID's.
 func (s *RedisStore) confirm(ctx context.Context, req AcquireRequest, tok fence.Token) (ok bool, err error) {
-	var waiter string
-	if req.Rejoins {
-		waiter = req.Waiter
-	}
-	pttl, err := s.run(ctx, confirmScript, s.keys(req.Name)[:2], req.LeaseID, uint64(tok), req.Owner, req.Holder, waiter).Int64()
+	pttl, err := s.run(ctx, confirmScript, s.keys(req.Name)[:2], req.LeaseID, uint64(tok), req.Owner, req.Holder, req.rejoinWaiter()).Int64()
 	return err == nil && pttl >= 0, err
 }
 

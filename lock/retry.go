@@ -81,13 +81,21 @@ func (l *limited) NextBackoff() time.Duration {
 func untilOK(ctx context.Context, f func() error) bool {
 	b := ExponentialBackoff(10*time.Millisecond, time.Second)
 	for f() != nil {
-		t := time.NewTimer(b.NextBackoff())
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, b.NextBackoff()) {
 			return false
-		case <-t.C:
 		}
 	}
 	return true
+}
+
+// sleep waits d, or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

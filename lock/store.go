@@ -101,6 +101,14 @@ type State struct {
 	OldestWait time.Duration
 }
 
+// rejoinWaiter is the waiter a grant records (see Rejoins), or "".
+func (r AcquireRequest) rejoinWaiter() string {
+	if r.Rejoins {
+		return r.Waiter
+	}
+	return ""
+}
+
 // ListRequest asks for one page of held locks.
 type ListRequest struct {
 	Prefix string // lock names that start with it; "" for all

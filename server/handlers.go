@@ -108,23 +108,22 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 	if req.holder != "" {
 		opts = append(opts, lock.WithHolder(req.holder))
 	}
+	// A waiting acquire's or campaign's: its wait, and its place across
+	// requests.
+	waiting := []lock.Option{lock.WithWait(req.wait)}
+	if req.waiter != "" {
+		waiting = append(waiting, lock.WithWaiter(req.waiter))
+	}
 	switch {
 	case req.wait == 0: // a campaign's one attempt is an unfair one, as ever
 		l, err = s.locks.TryAcquire(ctx, name, req.ttl, opts...)
 	case campaign:
-		eopts := []lock.Option{lock.WithDetached(), lock.WithWait(req.wait)}
-		if req.waiter != "" {
-			eopts = append(eopts, lock.WithWaiter(req.waiter))
-		}
-		l, err = s.locks.Elect(ctx, name, req.owner, req.ttl, eopts...)
+		l, err = s.locks.Elect(ctx, name, req.owner, req.ttl, append(waiting, lock.WithDetached())...)
 	default:
 		if req.unfair {
 			opts = append(opts, lock.WithUnfair())
 		}
-		if req.waiter != "" {
-			opts = append(opts, lock.WithWaiter(req.waiter))
-		}
-		l, err = s.locks.Acquire(ctx, name, req.ttl, append(opts, lock.WithWait(req.wait))...)
+		l, err = s.locks.Acquire(ctx, name, req.ttl, append(opts, waiting...)...)
 	}
 	s.metrics.acquireDuration.Observe(time.Since(start).Seconds())
 	if errors.Is(err, lock.ErrNotAcquired) {

@@ -307,10 +307,15 @@ func closedAddr(t *testing.T) string {
 }
 
 // redisStoreOn is a Redis lease store on the Redis at addr, with tokens
-// from an embedded etcd; calls end at their context's deadline.
-func redisStoreOn(t *testing.T, addr string) *lock.RedisStore {
+// from an embedded etcd; calls end at their context's deadline. mods
+// change the go-redis options.
+func redisStoreOn(t *testing.T, addr string, mods ...func(*redis.Options)) *lock.RedisStore {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	o := &redis.Options{Addr: addr, ContextTimeoutEnabled: true}
+	for _, m := range mods {
+		m(o)
+	}
+	rdb := redis.NewClient(o)
 	t.Cleanup(func() { rdb.Close() })
 	_, cli := testenv.Etcd(t)
 	rs, err := lock.NewRedisStore(rdb, newSequencer(t, cli))

@@ -420,14 +420,7 @@ func TestReadyz(t *testing.T) {
 // but not its address; an authenticated caller gets the details.
 func TestReadyzWithAuth(t *testing.T) {
 	r := testenv.StartRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { rdb.Close() })
-	_, cli := testenv.Etcd(t)
-	rs, err := lock.NewRedisStore(rdb, newSequencer(t, cli))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rs.Close() })
+	rs := redisStoreOn(t, r.Addr, func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
 	token := strings.Repeat("k", 32)
 	e := newEnv(t, rs, func(c *Config) { c.Tokens = fullAccess(t, token) })
 	if r := e.do("GET", "/readyz", ""); r.status != http.StatusOK {
