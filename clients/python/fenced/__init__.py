@@ -20,10 +20,12 @@ answer) are retryable.
 A waiting acquire or campaign (wait_ms > 0) sends a waiter, 32 hex digits
 drawn once per call: its place in the server's queue, and the key to a
 grant whose answer was lost. Such a call is asked again, with the same
-body, after a 503 or after its answer was lost (the connection closed or
+waiter, after a 503 or after its answer was lost (the connection closed or
 reset once the request was sent): the server hands back the grant it made
 for that waiter, the same lease id and token, instead of leaving a lease
-nobody knows to hold the lock until its TTL.
+nobody knows to hold the lock until its TTL. A request asked again waits
+only what is left of wait_ms: the call as a whole waits no longer than it
+was asked to.
 """
 
 from __future__ import annotations
@@ -289,8 +291,9 @@ class Client:
         With wait_ms > 0 the request carries a waiter (32 hex digits, new
         for each call), and a request whose answer was lost after it was
         sent (the connection closed or reset: TransportError) is sent again,
-        as a 503 is, up to retries times: the server answers it with the
-        grant it made for the lost one, the same lease id and token. With
+        as a 503 is, up to retries times while wait_ms has time left (each
+        such request waits what is left of it): the server answers it with
+        the grant it made for the lost one, the same lease id and token. With
         wait_ms 0 (try_acquire) a lost answer raises TransportError, and the
         lease it may have taken holds the lock until its TTL."""
         body: dict[str, Any] = {}
@@ -376,7 +379,8 @@ class Client:
             body["waiter"] = secrets.token_hex(16)
         sent: list[float] = []
         doc = self._call("POST", name, action, body, extra_timeout=wait_ms / 1000.0, kind=kind,
-                         resend_lost=waiter, sent=sent)
+                         resend_lost=waiter, sent=sent,
+                         wait_end=time.monotonic() + wait_ms / 1000.0 if waiter else None)
         # The validity runs from the request that answered: a grant found
         # again is extended to ttl_ms by that request.
         return Lease(self, doc, sent[-1])
@@ -386,11 +390,15 @@ class Client:
     def _call(self, method: str, name: str, action: str, body: Optional[dict[str, Any]],
               extra_timeout: float = 0.0, timeout: Optional[float] = None,
               retries: Optional[int] = None, kind: str = "locks",
-              resend_lost: bool = False, sent: Optional[list[float]] = None) -> dict[str, Any]:
+              resend_lost: bool = False, sent: Optional[list[float]] = None,
+              wait_end: Optional[float] = None) -> dict[str, Any]:
         """One API call, retried after a 503 up to retries times; with
         resend_lost (a body with a waiter) also after an answer lost once
         the request was sent. sent, if given, gets the time.monotonic()
-        before each request."""
+        before each request. wait_end, for a waiting acquire or campaign,
+        is the time.monotonic() its wait ends at: a request sent again asks
+        for the wait_ms left (not the whole again), and none is sent after
+        it."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"lock name {name!r}: want a non-empty string")
         # Quote everything but the characters lock names may have: a bad
@@ -410,7 +418,15 @@ class Client:
                     raise
                 attempt += 1
                 pause = e.retry_after if e.retry_after is not None else 0.1 * attempt
-                time.sleep(min(pause, 1.0) * (0.5 + random.random() / 2))  # back off before retrying
+                pause = min(pause, 1.0) * (0.5 + random.random() / 2)  # back off before retrying
+                if wait_end is not None:
+                    left_ms = int((wait_end - time.monotonic() - pause) * 1000)
+                    if left_ms < 1:
+                        raise  # the wait is over: no time left to ask again
+                    assert body is not None
+                    body["wait_ms"] = left_ms
+                    extra_timeout = left_ms / 1000.0
+                time.sleep(pause)
 
     def close(self) -> None:
         """Close the calling thread's connection, if it has one; the next call opens another."""

@@ -33,12 +33,14 @@ class FaultProxy:
     cut_on (bytes), the first request containing it reaches the server,
     and both of that connection's sockets are closed as soon as the answer
     starts coming back: the server acted on the request, the client never
-    hears of it. cut is set then. stop() ends every thread and joins it."""
+    hears of it. cut is set then; with every, each such request is cut,
+    not only the first. stop() ends every thread and joins it."""
 
-    def __init__(self, target_url: str, cut_on: Optional[bytes] = None):
+    def __init__(self, target_url: str, cut_on: Optional[bytes] = None, every: bool = False):
         u = urllib.parse.urlsplit(target_url)
         self._target = (u.hostname, u.port)
         self._cut_on = cut_on
+        self._every = every
         self._armed = cut_on is not None
         self.cut = threading.Event()
         #: Set whenever request bytes arrive from the client.
@@ -89,7 +91,7 @@ class FaultProxy:
                 with self._mu:
                     state["request"] += data
                     if self._armed and self._cut_on in state["request"]:
-                        self._armed, state["cut"] = False, True
+                        self._armed, state["cut"] = self._every, True
                 self.request_seen.set()
                 up.sendall(data)
         except OSError:
@@ -258,11 +260,12 @@ class DevTest(unittest.TestCase):
         self.assertGreater(second.token, first.token)
         self.assertEqual(self.client.leader(name).value, "py-b:8080")
 
-    def proxy(self, cut_on: Optional[bytes] = None) -> tuple[FaultProxy, fenced.Client]:
+    def proxy(self, cut_on: Optional[bytes] = None, every: bool = False,
+              retries: int = 2) -> tuple[FaultProxy, fenced.Client]:
         """A FaultProxy in front of the daemon, and a client through it."""
-        proxy = FaultProxy(self.daemon.url, cut_on)
+        proxy = FaultProxy(self.daemon.url, cut_on, every)
         self.addCleanup(proxy.stop)
-        c = fenced.Client(proxy.url)
+        c = fenced.Client(proxy.url, retries=retries)
         self.addCleanup(c.close)
         return proxy, c
 
@@ -313,13 +316,33 @@ class DevTest(unittest.TestCase):
         sent = proxy.bodies(b"/acquire")
         self.assertEqual(len(sent), 2)
         self.assertRegex(sent[0]["waiter"], WAITER)
-        self.assertEqual(sent[0], sent[1])  # the same body, so the same waiter
+        self.assertEqual(sent[1]["waiter"], sent[0]["waiter"])
+        self.assertEqual(sent[1]["ttl_ms"], 30_000)
+        # The second request waits what is left of the call's wait.
+        self.assertEqual(sent[0]["wait_ms"], 5000)
+        self.assertTrue(0 < sent[1]["wait_ms"] < 5000, sent[1])
         st = self.client.inspect(name)
         self.assertTrue(st.held)
         self.assertEqual(st.token, lease.token)
         self.assertGreater(lease.valid_for(), 25.0)
         lease.release()  # a lease id other than the holder's would answer lost
         self.assertFalse(self.client.inspect(name).held)
+
+    def test_lost_answers_end_with_the_wait(self) -> None:
+        # Every answer is lost. The call asks again, each time for what is
+        # left of its wait, and gives up when the wait is over, whatever
+        # retries allows: a call waits no longer than wait_ms (plus the
+        # answers' time), not retries+1 times it.
+        proxy, c = self.proxy(cut_on=b"/acquire", every=True, retries=50)
+        with self.assertRaises(fenced.TransportError):
+            c.acquire(unique(), ttl_ms=2000, wait_ms=300)
+        waits = [b["wait_ms"] for b in proxy.bodies(b"/acquire")]
+        # Back-offs of at least 50, 100, 150 ms: at most three resends fit.
+        self.assertTrue(2 <= len(waits) <= 4, waits)
+        self.assertEqual(waits[0], 300)
+        self.assertEqual(waits, sorted(waits, reverse=True), waits)
+        self.assertEqual(len(set(waits)), len(waits), waits)
+        self.assertEqual(len({b["waiter"] for b in proxy.bodies(b"/acquire")}), 1)
 
     def test_lost_campaign_answer_finds_its_term(self) -> None:
         proxy, c = self.proxy(cut_on=b"/campaign")

@@ -22,10 +22,12 @@
  * A waiting acquire or campaign (waitMs > 0) sends a waiter, 32 hex digits
  * drawn once per call: its place in the server's queue, and the key to a
  * grant whose answer was lost. Such a call is asked again, with the same
- * body, after a 503 or after its answer was lost (the connection closed or
+ * waiter, after a 503 or after its answer was lost (the connection closed or
  * reset once the request was sent): the server hands back the grant it made
  * for that waiter, the same lease id and token, instead of leaving a lease
- * nobody knows to hold the lock until its TTL.
+ * nobody knows to hold the lock until its TTL. A request asked again waits
+ * only what is left of waitMs: the call as a whole waits no longer than it
+ * was asked to.
  */
 
 import { randomBytes } from "node:crypto";
@@ -265,6 +267,12 @@ interface CallOptions {
   resendLost?: boolean;
   /** Called just before each request is sent. */
   onSend?: () => void;
+  /**
+   * For a waiting acquire or campaign: the performance.now() its wait ends
+   * at. A request sent again asks for the wait_ms left, not the whole
+   * again, and none is sent after it.
+   */
+  waitEnd?: number;
 }
 
 /** A client of one fenced server. It holds no connection of its own and may be shared. */
@@ -312,8 +320,9 @@ export class Client {
    * With waitMs > 0 the request carries a waiter (32 hex digits, new for
    * each call), and a request whose answer was lost after it was sent (the
    * connection closed or reset: TransportError) is sent again, as a 503 is,
-   * up to `retries` times: the server answers it with the grant it made for
-   * the lost one, the same lease id and token. With waitMs 0 (tryAcquire) a
+   * up to `retries` times while waitMs has time left (each such request
+   * waits what is left of it): the server answers it with the grant it made
+   * for the lost one, the same lease id and token. With waitMs 0 (tryAcquire) a
    * lost answer rejects with TransportError, and the lease it may have
    * taken holds the lock until its TTL.
    */
@@ -387,6 +396,7 @@ export class Client {
       timeoutMs: this.timeoutMs + waitMs,
       signal,
       resendLost: waiter,
+      waitEnd: waiter ? started + waitMs : undefined,
       // The validity runs from the request that answered: a grant found
       // again is extended to ttl_ms by that request.
       onSend: () => (started = performance.now()),
@@ -450,10 +460,11 @@ export class Client {
     // A bad name still reaches the server, which says what is allowed.
     const url = `${this.baseURL}/v1/${kind}/${encodeURIComponent(name)}${action}`;
     const retries = options.retries ?? this.retries;
+    let timeoutMs = options.timeoutMs ?? this.timeoutMs;
     for (let attempt = 0; ; attempt++) {
       try {
         options.onSend?.();
-        return await this.request(method, url, body, options.timeoutMs ?? this.timeoutMs, options.signal);
+        return await this.request(method, url, body, timeoutMs, options.signal);
       } catch (e) {
         // A lost answer is asked again only with a waiter: without one, a
         // grant the server made would hold the lock, known to nobody, and
@@ -461,6 +472,12 @@ export class Client {
         const again = e instanceof UnavailableError || (options.resendLost === true && e instanceof TransportError && answerLost(e));
         if (!again || attempt >= retries) throw e;
         const pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
+        if (options.waitEnd !== undefined && body !== undefined) {
+          const leftMs = Math.floor(options.waitEnd - performance.now() - pause);
+          if (leftMs < 1) throw e; // the wait is over: no time left to ask again
+          body.wait_ms = leftMs;
+          timeoutMs = this.timeoutMs + leftMs;
+        }
         await sleep(pause, undefined, { signal: options.signal }); // back off before retrying
       }
     }

@@ -43,25 +43,40 @@ async function within<T>(p: Promise<T>, ms: number): Promise<T | "timeout"> {
 
 /**
  * A TCP proxy to target (http://host:port) that forwards both ways, except
- * that the first request whose bytes contain marker reaches the daemon and
- * then loses its answer: both sockets are destroyed as soon as the daemon's
- * answer starts coming back. cuts() says how many answers it cut (0 or 1).
+ * that the first request whose bytes contain marker (with every, each such
+ * request) reaches the daemon and then loses its answer: both sockets are
+ * destroyed as soon as the daemon's answer starts coming back. cuts() says
+ * how many answers it cut; bodies() the JSON bodies of the requests that
+ * contained marker, in order.
  */
-async function startCuttingProxy(target: string, marker: string): Promise<{ url: string; cuts: () => number; close: () => Promise<void> }> {
+async function startCuttingProxy(
+  target: string,
+  marker: string,
+  every = false,
+): Promise<{ url: string; cuts: () => number; bodies: () => Record<string, unknown>[]; close: () => Promise<void> }> {
   const { hostname, port } = new URL(target);
   const sockets = new Set<Socket>();
+  const bodies: Record<string, unknown>[] = [];
   let armed = true;
   let cuts = 0;
   const server = createServer((down) => {
     const up = connect(Number(port), hostname);
     sockets.add(down).add(up);
     let cutThis = false;
-    let seen = "";
+    let pending = ""; // this connection's request bytes not yet parsed
     down.on("data", (chunk: Buffer) => {
-      if (armed) {
-        seen = (seen + chunk.toString("latin1")).slice(-4096);
-        if (seen.includes(marker)) {
-          armed = false;
+      pending += chunk.toString("latin1");
+      for (;;) {
+        const head = pending.indexOf("\r\n\r\n");
+        if (head < 0) break;
+        const length = Number(/content-length: *(\d+)/i.exec(pending.slice(0, head))?.[1] ?? 0);
+        if (pending.length < head + 4 + length) break;
+        const request = pending.slice(0, head + 4 + length);
+        pending = pending.slice(head + 4 + length);
+        if (!request.includes(marker)) continue;
+        bodies.push(JSON.parse(request.slice(head + 4)));
+        if (armed) {
+          armed = every;
           cutThis = true;
         }
       }
@@ -92,6 +107,7 @@ async function startCuttingProxy(target: string, marker: string): Promise<{ url:
   return {
     url: `http://127.0.0.1:${addr.port}`,
     cuts: () => cuts,
+    bodies: () => bodies,
     close: async () => {
       for (const s of sockets) s.destroy();
       server.close();
@@ -262,11 +278,38 @@ describe("fenced dev (etcd leases)", () => {
       const name = unique();
       const lease = await new Client(proxy.url).acquire(name, { ttlMs: 30_000, waitMs: 5000 });
       assert.equal(proxy.cuts(), 1, "the proxy cut no answer");
+      const sent = proxy.bodies();
+      assert.equal(sent.length, 2, JSON.stringify(sent));
+      assert.match(String(sent[0].waiter), LEASE_ID);
+      assert.equal(sent[1].waiter, sent[0].waiter, "the request sent again has another waiter");
+      // The second request waits what is left of the call's wait.
+      assert.equal(sent[0].wait_ms, 5000);
+      assert.ok((sent[1].wait_ms as number) > 0 && (sent[1].wait_ms as number) < 5000, JSON.stringify(sent[1]));
       const st = await client.inspect(name); // directly, not through the proxy
       assert.equal(st.held, true);
       assert.equal(st.token, lease.token, "the lease returned is not the one holding the lock");
       await lease.release();
       assert.equal((await client.inspect(name)).held, false, "releasing the lease returned did not free the lock");
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("asks again after lost answers only while the wait lasts", async () => {
+    // Every answer is lost. The call asks again, each time for what is
+    // left of its wait, and gives up when the wait is over, whatever
+    // retries allows: it waits no longer than waitMs (plus the answers'
+    // time), not retries+1 times it.
+    const proxy = await startCuttingProxy(daemon.url, "/acquire", true);
+    try {
+      await assert.rejects(new Client(proxy.url, { retries: 50 }).acquire(unique(), { ttlMs: 2000, waitMs: 300 }), TransportError);
+      const sent = proxy.bodies();
+      const waits = sent.map((b) => b.wait_ms as number);
+      // Back-offs of at least 50, 100, 150 ms: at most three resends fit.
+      assert.ok(waits.length >= 2 && waits.length <= 4, JSON.stringify(waits));
+      assert.equal(waits[0], 300);
+      for (let i = 1; i < waits.length; i++) assert.ok(waits[i] < waits[i - 1], JSON.stringify(waits));
+      assert.equal(new Set(sent.map((b) => b.waiter)).size, 1, "one waiter for the whole call");
     } finally {
       await proxy.close();
     }
