@@ -249,30 +249,44 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 	backoff := minBackoff
 	position := 0 // in the queue, as the last 409 that had one said
+	path := lockPath(name, "acquire")
+	if campaign {
+		path = electionPath(name, "campaign")
+	}
 	for {
-		var wait time.Duration
-		if !o.Try {
-			wait = c.maxRequestWait
-			if !end.IsZero() {
-				wait = min(wait, time.Until(end))
-			}
-			wait = max(wait.Truncate(time.Millisecond), 0)
-		}
-		start := time.Now()
-		var a api.Lease
-		ttlMs, waitMs := ttl.Milliseconds(), wait.Milliseconds()
-		w := waiter
-		if waitMs == 0 {
-			w = "" // one attempt has no place
-		}
+		// The body is built for each server the request goes to, so that
+		// a request passed on to the next server asks only for the wait
+		// that is left, and none is sent once it is over.
+		first := true
 		var (
-			req  any = api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0, Waiter: w}
-			path     = lockPath(name, "acquire")
+			start time.Time     // when the last request built was sent
+			asked time.Duration // and the wait it asked for
 		)
-		if campaign {
-			req, path = api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: w}, electionPath(name, "campaign")
-		}
-		err := c.do(ctx, http.MethodPost, path, req, &a, mode)
+		body := rebuilt(func() any {
+			var wait time.Duration
+			if !o.Try {
+				wait = c.maxRequestWait
+				if !end.IsZero() {
+					wait = min(wait, time.Until(end))
+				}
+				wait = max(wait.Truncate(time.Millisecond), 0)
+				if wait == 0 && !first {
+					return nil
+				}
+			}
+			first, start, asked = false, time.Now(), wait
+			ttlMs, waitMs := ttl.Milliseconds(), wait.Milliseconds()
+			w := waiter
+			if waitMs == 0 {
+				w = "" // one attempt has no place
+			}
+			if campaign {
+				return api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: w}
+			}
+			return api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0, Waiter: w}
+		})
+		var a api.Lease
+		err := c.do(ctx, http.MethodPost, path, body, &a, mode)
 		if err == nil {
 			l, err := c.adopt(ctx, name, start, a, o)
 			if err == nil || o.Try || !errors.Is(err, lock.ErrNotAcquired) {
@@ -314,7 +328,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		// A server that answers held well before the wait it was asked for
 		// (a shorter --max-wait, a context deadline) must not be polled in
 		// a busy loop.
-		if time.Since(start) >= wait/2 && wait > 0 {
+		if time.Since(start) >= asked/2 && asked > 0 {
 			backoff = minBackoff
 			continue
 		}
@@ -472,23 +486,39 @@ const (
 	resendUnsent
 )
 
+// rebuilt is a request body built anew for each server a request is sent
+// to: a waiting acquisition's asks only for the wait that is left. It
+// returns nil when there is nothing left to ask for.
+type rebuilt func() any
+
 // do sends one request and decodes a 200 answer into out (if not nil),
-// moving through the servers as mode allows. Any other status is an
-// *APIError. With several servers, the error after every server failed
-// joins a *ServerError for each.
+// moving through the servers as mode allows. in is the body: nil, a
+// value to encode, or a rebuilt. Any other status is an *APIError. With
+// several servers, the error after every server failed joins a
+// *ServerError for each; a rebuilt that returns nil ends the round with
+// the last server's error.
 func (c *Client) do(ctx context.Context, method, path string, in, out any, mode resend) error {
-	var body []byte
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("client: encode request: %w", err)
-		}
-		body = b
-	}
 	n := len(c.urls)
 	first := int(c.cur.Load())
-	var errs []error
+	var (
+		errs []error
+		last error
+	)
 	for i := range n {
+		v := in
+		if b, ok := in.(rebuilt); ok {
+			if v = b(); v == nil {
+				return last
+			}
+		}
+		var body []byte
+		if v != nil {
+			b, err := json.Marshal(v)
+			if err != nil {
+				return fmt.Errorf("client: encode request: %w", err)
+			}
+			body = b
+		}
 		k := (first + i) % n
 		sent, err := c.send(ctx, c.urls[k], method, path, body, out)
 		if err == nil {
@@ -508,7 +538,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, mode 
 		if n == 1 || !next {
 			return err
 		}
-		errs = append(errs, &ServerError{URL: c.urls[k], Err: err})
+		last = &ServerError{URL: c.urls[k], Err: err}
+		errs = append(errs, last)
 		c.cur.CompareAndSwap(int32(k), int32((k+1)%n)) // prefer the next from now on
 	}
 	return fmt.Errorf("client: none of %d fenced servers answered %s %s: %w", n, method, path, errors.Join(errs...))

@@ -61,7 +61,10 @@
 //     so a lease granted unseen comes back with the next request, from any
 //     server over the same Redis or etcd: the same lease id and token.
 //     (Before, such a lease held the lock until its TTL ran out.) Without
-//     a deadline, Acquire returns the error at once.
+//     a deadline, Acquire returns the error at once. Each request asks
+//     only for the wait that is left, the next server's too, and none is
+//     sent once the wait is over: a wait over several servers lasts no
+//     longer than its budget.
 //
 // When every server failed, the error joins a [*ServerError] per server.
 //

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -161,4 +162,76 @@ func TestLockerOptions(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitAsked is the wait_ms of an acquire body.
+func waitAsked(t *testing.T, r *http.Request) time.Duration {
+	var b struct {
+		WaitMs int64 `json:"wait_ms"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+		t.Errorf("decode %s: %v", r.URL.Path, err)
+	}
+	return time.Duration(b.WaitMs) * time.Millisecond
+}
+
+// TestFailoverAsksForTheWaitLeft: a waiting acquisition that a server
+// answers 503 after waiting part of its budget (its backend stayed down) is
+// passed on to the next server with only the wait that is left, and not at
+// all once the budget is over. It was passed on with the whole wait again,
+// so a wait over n servers could last n times its budget.
+func TestFailoverAsksForTheWaitLeft(t *testing.T) {
+	const budget = time.Second
+	// busy waits the given share of the wait it was asked for, then
+	// answers 503, as a fenced whose backend stays down does.
+	busy := func(share float64) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			d := time.Duration(float64(waitAsked(t, r)) * share)
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+			}
+			unavailable(w, r)
+		}
+	}
+	// held records the first wait it was asked for and answers 409.
+	held := func(first *atomic.Int64) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			first.CompareAndSwap(0, int64(waitAsked(t, r)))
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			io.WriteString(w, `{"error":{"code":"held","message":"injected"}}`)
+		}
+	}
+
+	t.Run("PartLeft", func(t *testing.T) {
+		u1, _ := counted(t, busy(0.5))
+		var first atomic.Int64
+		u2, _ := counted(t, held(&first))
+		c := newClient(t, u1+","+u2)
+		_, err := c.Acquire(t.Context(), testenv.Name(t), time.Second, lock.WithWait(budget))
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("acquire: %v, want ErrNotAcquired", err)
+		}
+		// The first server kept the request for half the budget.
+		if got := time.Duration(first.Load()); got <= 0 || got > budget/2 {
+			t.Fatalf("the second server was asked to wait %v, want at most the %v left", got, budget/2)
+		}
+	})
+
+	t.Run("NothingLeft", func(t *testing.T) {
+		u1, n1 := counted(t, busy(1))
+		var first atomic.Int64
+		u2, n2 := counted(t, held(&first))
+		c := newClient(t, u1+","+u2)
+		_, err := c.Acquire(t.Context(), testenv.Name(t), time.Second, lock.WithWait(budget))
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
+			t.Fatalf("acquire: %v, want the first server's 503", err)
+		}
+		if n1.Load() != 1 || n2.Load() != 0 {
+			t.Fatalf("requests: %d to the first server, %d to the second (asked to wait %v); want 1 and 0: the budget was over",
+				n1.Load(), n2.Load(), time.Duration(first.Load()))
+		}
+	})
 }
