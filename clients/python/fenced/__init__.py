@@ -343,14 +343,17 @@ class Client:
     def leader(self, name: str, after_token: Optional[int] = None, wait_ms: int = 0) -> Leader:
         """Who leads the election name. With after_token (the last answer's
         token, or 0) and wait_ms, waits up to wait_ms for a term other than
-        after_token: a long poll, to follow every change."""
-        query = ""
+        after_token: a long poll, to follow every change. A poll retried
+        after a 503 waits only what is left of wait_ms."""
+        query, wait_end = "", None
         if after_token is not None:
             q = {"after_token": str(after_token)}
             if wait_ms:
                 q["wait_ms"] = str(wait_ms)
+                wait_end = time.monotonic() + wait_ms / 1000.0
             query = "?" + urllib.parse.urlencode(q)
-        doc = self._call("GET", name, query, None, extra_timeout=wait_ms / 1000.0, kind="elections")
+        doc = self._call("GET", name, query, None, extra_timeout=wait_ms / 1000.0, kind="elections",
+                         wait_end=wait_end)
         return Leader(doc["name"], doc["leading"], doc.get("value", ""), doc["token"])
 
     def inspect(self, name: str) -> LockState:
@@ -395,10 +398,10 @@ class Client:
         """One API call, retried after a 503 up to retries times; with
         resend_lost (a body with a waiter) also after an answer lost once
         the request was sent. sent, if given, gets the time.monotonic()
-        before each request. wait_end, for a waiting acquire or campaign,
-        is the time.monotonic() its wait ends at: a request sent again asks
-        for the wait_ms left (not the whole again), and none is sent after
-        it."""
+        before each request. wait_end, for a request that waits (wait_ms in
+        its body, or in its query for a long poll), is the time.monotonic()
+        its wait ends at: a request sent again asks for the wait_ms left
+        (not the whole again), and none is sent after it."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"lock name {name!r}: want a non-empty string")
         # Quote everything but the characters lock names may have: a bad
@@ -423,8 +426,10 @@ class Client:
                     left_ms = int((wait_end - time.monotonic() - pause) * 1000)
                     if left_ms < 1:
                         raise  # the wait is over: no time left to ask again
-                    assert body is not None
-                    body["wait_ms"] = left_ms
+                    if body is not None:
+                        body["wait_ms"] = left_ms
+                    else:
+                        path = _with_wait(path, left_ms)
                     extra_timeout = left_ms / 1000.0
                 time.sleep(pause)
 
@@ -504,6 +509,14 @@ class Client:
 # answer was awaited: the server may have acted on it.
 _LOST_ANSWER = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
                 http.client.RemoteDisconnected, http.client.IncompleteRead)
+
+
+def _with_wait(path: str, wait_ms: int) -> str:
+    """path with its query's wait_ms set to wait_ms."""
+    u = urllib.parse.urlsplit(path)
+    q = dict(urllib.parse.parse_qsl(u.query))
+    q["wait_ms"] = str(wait_ms)
+    return urllib.parse.urlunsplit(u._replace(query=urllib.parse.urlencode(q)))
 
 
 def _lost_answer(e: TransportError) -> bool:

@@ -34,13 +34,18 @@ class FaultProxy:
     and both of that connection's sockets are closed as soon as the answer
     starts coming back: the server acted on the request, the client never
     hears of it. cut is set then; with every, each such request is cut,
-    not only the first. stop() ends every thread and joins it."""
+    not only the first. With refuse_on, each request (without a body)
+    containing it never reaches the server: the proxy answers it 503 itself,
+    as a fenced whose backend is down. stop() ends every thread and joins
+    it."""
 
-    def __init__(self, target_url: str, cut_on: Optional[bytes] = None, every: bool = False):
+    def __init__(self, target_url: str, cut_on: Optional[bytes] = None, every: bool = False,
+                 refuse_on: Optional[bytes] = None):
         u = urllib.parse.urlsplit(target_url)
         self._target = (u.hostname, u.port)
         self._cut_on = cut_on
         self._every = every
+        self._refuse_on = refuse_on
         self._armed = cut_on is not None
         self.cut = threading.Event()
         #: Set whenever request bytes arrive from the client.
@@ -92,7 +97,17 @@ class FaultProxy:
                     state["request"] += data
                     if self._armed and self._cut_on in state["request"]:
                         self._armed, state["cut"] = self._every, True
+                    refuse = (self._refuse_on is not None and self._refuse_on in state["request"]
+                              and state["request"].endswith(b"\r\n\r\n"))
+                    if refuse:
+                        self.requests.append(state["request"])
+                        state["request"] = b""
                 self.request_seen.set()
+                if refuse:
+                    msg = b'{"error":{"code":"unavailable","message":"injected by the proxy"}}'
+                    down.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: " + str(len(msg)).encode() + b"\r\n\r\n" + msg)
+                    continue
                 up.sendall(data)
         except OSError:
             pass
@@ -119,6 +134,11 @@ class FaultProxy:
             pass
         finally:
             self._shut(down, up)
+
+    def request_lines(self, part: bytes) -> list[str]:
+        """The first lines of the recorded requests whose text has part."""
+        with self._mu:
+            return [r.split(b"\r\n", 1)[0].decode() for r in self.requests if part in r]
 
     def bodies(self, part: bytes) -> list[dict]:
         """The JSON bodies of the recorded requests whose text has part."""
@@ -260,10 +280,10 @@ class DevTest(unittest.TestCase):
         self.assertGreater(second.token, first.token)
         self.assertEqual(self.client.leader(name).value, "py-b:8080")
 
-    def proxy(self, cut_on: Optional[bytes] = None, every: bool = False,
+    def proxy(self, cut_on: Optional[bytes] = None, every: bool = False, refuse_on: Optional[bytes] = None,
               retries: int = 2) -> tuple[FaultProxy, fenced.Client]:
         """A FaultProxy in front of the daemon, and a client through it."""
-        proxy = FaultProxy(self.daemon.url, cut_on, every)
+        proxy = FaultProxy(self.daemon.url, cut_on, every, refuse_on)
         self.addCleanup(proxy.stop)
         c = fenced.Client(proxy.url, retries=retries)
         self.addCleanup(c.close)
@@ -343,6 +363,22 @@ class DevTest(unittest.TestCase):
         self.assertEqual(waits, sorted(waits, reverse=True), waits)
         self.assertEqual(len(set(waits)), len(waits), waits)
         self.assertEqual(len({b["waiter"] for b in proxy.bodies(b"/acquire")}), 1)
+
+    def test_long_poll_retried_waits_what_is_left(self) -> None:
+        # Every leader long poll is answered 503. Each retry asks for what
+        # is left of wait_ms, and none is sent once it is over: the call
+        # waits no longer than it was asked to, not retries+1 times it.
+        proxy, c = self.proxy(refuse_on=b"after_token", retries=50)
+        with self.assertRaises(fenced.UnavailableError):
+            c.leader(unique(), after_token=0, wait_ms=300)
+        lines = proxy.request_lines(b"after_token")
+        waits = [int(urllib.parse.parse_qs(urllib.parse.urlsplit(line.split(" ")[1]).query)["wait_ms"][0])
+                 for line in lines]
+        # Back-offs of at least 50, 100, 150 ms: at most three retries fit.
+        self.assertTrue(2 <= len(waits) <= 4, waits)
+        self.assertEqual(waits[0], 300)
+        self.assertEqual(waits, sorted(waits, reverse=True), waits)
+        self.assertEqual(len(set(waits)), len(waits), waits)
 
     def test_lost_campaign_answer_finds_its_term(self) -> None:
         proxy, c = self.proxy(cut_on=b"/campaign")

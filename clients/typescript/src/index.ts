@@ -268,9 +268,10 @@ interface CallOptions {
   /** Called just before each request is sent. */
   onSend?: () => void;
   /**
-   * For a waiting acquire or campaign: the performance.now() its wait ends
-   * at. A request sent again asks for the wait_ms left, not the whole
-   * again, and none is sent after it.
+   * For a request that waits (wait_ms in its body, or in its query for a
+   * long poll): the performance.now() its wait ends at. A request sent
+   * again asks for the wait_ms left, not the whole again, and none is sent
+   * after it.
    */
   waitEnd?: number;
 }
@@ -414,17 +415,21 @@ export class Client {
   /**
    * Who leads the election name. With afterToken and waitMs, waits up to
    * waitMs for a term other than afterToken: a long poll, to follow every
-   * change.
+   * change. A poll retried after a 503 waits only what is left of waitMs.
    */
   async leader(name: string, options: LeaderOptions = {}): Promise<Leader> {
     let query = "";
+    let waitEnd: number | undefined;
     const waitMs = options.waitMs ?? 0;
     if (options.afterToken !== undefined) {
       const q = new URLSearchParams({ after_token: options.afterToken.toString() });
-      if (waitMs) q.set("wait_ms", String(waitMs));
+      if (waitMs) {
+        q.set("wait_ms", String(waitMs));
+        waitEnd = performance.now() + waitMs;
+      }
       query = "?" + q.toString();
     }
-    const doc = await this.call("GET", name, query, undefined, { timeoutMs: this.timeoutMs + waitMs, signal: options.signal }, "elections");
+    const doc = await this.call("GET", name, query, undefined, { timeoutMs: this.timeoutMs + waitMs, signal: options.signal, waitEnd }, "elections");
     return { name: doc.name as string, leading: doc.leading as boolean, value: (doc.value as string | undefined) ?? "", token: doc.token as bigint };
   }
 
@@ -458,7 +463,7 @@ export class Client {
       throw new TypeError(`lock name ${JSON.stringify(name)}: want a non-empty string`);
     }
     // A bad name still reaches the server, which says what is allowed.
-    const url = `${this.baseURL}/v1/${kind}/${encodeURIComponent(name)}${action}`;
+    let url = `${this.baseURL}/v1/${kind}/${encodeURIComponent(name)}${action}`;
     const retries = options.retries ?? this.retries;
     let timeoutMs = options.timeoutMs ?? this.timeoutMs;
     for (let attempt = 0; ; attempt++) {
@@ -472,10 +477,16 @@ export class Client {
         const again = e instanceof UnavailableError || (options.resendLost === true && e instanceof TransportError && answerLost(e));
         if (!again || attempt >= retries) throw e;
         const pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
-        if (options.waitEnd !== undefined && body !== undefined) {
+        if (options.waitEnd !== undefined) {
           const leftMs = Math.floor(options.waitEnd - performance.now() - pause);
           if (leftMs < 1) throw e; // the wait is over: no time left to ask again
-          body.wait_ms = leftMs;
+          if (body !== undefined) {
+            body.wait_ms = leftMs;
+          } else {
+            const u = new URL(url);
+            u.searchParams.set("wait_ms", String(leftMs));
+            url = u.toString();
+          }
           timeoutMs = this.timeoutMs + leftMs;
         }
         await sleep(pause, undefined, { signal: options.signal }); // back off before retrying

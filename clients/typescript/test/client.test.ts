@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { createServer, connect, type Socket } from "node:net";
+import { createServer as createHTTPServer } from "node:http";
 import { once } from "node:events";
 
 import {
@@ -20,6 +21,7 @@ import {
   NotFoundError,
   TransportError,
   UnauthenticatedError,
+  UnavailableError,
   ForbiddenError,
   parseAnswer,
   setFencingToken,
@@ -312,6 +314,34 @@ describe("fenced dev (etcd leases)", () => {
       assert.equal(new Set(sent.map((b) => b.waiter)).size, 1, "one waiter for the whole call");
     } finally {
       await proxy.close();
+    }
+  });
+
+  it("retries a long poll after a 503 only for what is left of its wait", async () => {
+    // A server that answers every request 503, as a fenced whose backend
+    // is down. Each retry asks for what is left of waitMs, and none is
+    // sent once it is over: the call waits no longer than it was asked
+    // to, not retries+1 times it.
+    const urls: string[] = [];
+    const down = createHTTPServer((req, res) => {
+      urls.push(req.url ?? "");
+      res.writeHead(503, { "Content-Type": "application/json" });
+      res.end('{"error":{"code":"unavailable","message":"injected"}}');
+    });
+    down.listen(0, "127.0.0.1");
+    await once(down, "listening");
+    try {
+      const { port } = down.address() as { port: number };
+      const c = new Client(`http://127.0.0.1:${port}`, { retries: 50 });
+      await assert.rejects(c.leader(unique(), { afterToken: 0n, waitMs: 300 }), UnavailableError);
+      const waits = urls.map((u) => Number(new URL(u, "http://x").searchParams.get("wait_ms")));
+      // Back-offs of at least 50, 100, 150 ms: at most three retries fit.
+      assert.ok(waits.length >= 2 && waits.length <= 4, JSON.stringify(waits));
+      assert.equal(waits[0], 300);
+      for (let i = 1; i < waits.length; i++) assert.ok(waits[i] < waits[i - 1], JSON.stringify(waits));
+    } finally {
+      down.closeAllConnections();
+      down.close();
     }
   });
 
