@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/internal/freeport"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
@@ -51,12 +51,10 @@ func vanishing(w http.ResponseWriter, r *http.Request) {
 
 // deadURL is a URL where nothing listens: a request cannot be written.
 func deadURL(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	u, err := freeport.URL()
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := "http://" + l.Addr().String()
-	l.Close()
 	return u
 }
 

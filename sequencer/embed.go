@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/fenced/fenced/internal/freeport"
 )
 
 // EmbedConfig configures an embedded etcd member. The zero value is a
@@ -251,18 +253,16 @@ func (q *quietClose) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore
 }
 
 // freeLoopbackURL returns http://127.0.0.1:port for a port that was free a
-// moment ago. Another process may take it before etcd binds it; StartEmbedded
-// then fails with an address-in-use error and the caller may retry.
+// moment ago, never the one it returned for another URL (package freeport:
+// the client and peer URL could be the same port). Another process may take
+// it before etcd binds it; StartEmbedded then fails with an address-in-use
+// error and the caller may retry.
 func freeLoopbackURL() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	u, err := freeport.URL()
 	if err != nil {
-		return "", fmt.Errorf("sequencer: find a free port: %w", err)
+		return "", fmt.Errorf("sequencer: %w", err)
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", err
-	}
-	return "http://" + addr, nil
+	return u, nil
 }
 
 // ParseEndpoints splits a comma-separated list of etcd endpoints and checks

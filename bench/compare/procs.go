@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/fenced/fenced/internal/freeport"
 	"github.com/fenced/fenced/sequencer"
 )
 
@@ -32,17 +32,11 @@ func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// freePort returns a port that is free now. The child that binds it later
+// freePort returns a port that is free now, never one it returned before
+// (freeport: a cluster's ports once collided). The child that binds it later
 // may find it taken meanwhile by another program, so every start that binds
 // ports from freePort goes through withFreePorts. A variable for tests.
-var freePort = func() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+var freePort = freeport.Port
 
 // portTries is how many sets of fresh ports a start gets.
 const portTries = 3

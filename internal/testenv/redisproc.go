@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fenced/fenced/internal/freeport"
 )
 
 // RedisProc is a redis-server process of the test's own, on a free port,
@@ -68,15 +69,15 @@ func startRedis(t testing.TB, conf, extra []string) *RedisProc {
 // port between the free-port check and the bind.
 func portTaken(err error) bool { return strings.Contains(err.Error(), "address already in use") }
 
-// freePort is a loopback port free a moment ago. A variable for tests.
+// freePort is a loopback port free a moment ago, never handed out before
+// in this process. A variable for tests.
 var freePort = func(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // start starts the process and waits until it answers. The answer must come

@@ -8,12 +8,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/internal/freeport"
 	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -79,15 +79,15 @@ func Name(t testing.TB) string {
 	return "t-" + hex.EncodeToString(b[:])
 }
 
-// FreeURL returns http://127.0.0.1:port for a loopback port free a moment ago.
+// FreeURL returns http://127.0.0.1:port for a loopback port free a moment
+// ago, never handed out before in this process (package freeport).
 func FreeURL(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	u, err := freeport.URL()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return "http://" + l.Addr().String()
+	return u
 }
 
 // SyncBuffer is a bytes.Buffer safe to write from one goroutine (a
