@@ -202,34 +202,37 @@ func TestFailoverAsksForTheWaitLeft(t *testing.T) {
 		}
 	}
 
-	t.Run("PartLeft", func(t *testing.T) {
-		u1, _ := counted(t, busy(0.5))
+	// try acquires through a server that answers 503 after share of its
+	// wait, then one that answers 409: the first wait the second was asked
+	// for, each server's count of requests, and the error.
+	try := func(t *testing.T, share float64) (second time.Duration, n1, n2 int64, err error) {
+		u1, c1 := counted(t, busy(share))
 		var first atomic.Int64
-		u2, _ := counted(t, held(&first))
+		u2, c2 := counted(t, held(&first))
 		c := newClient(t, u1+","+u2)
-		_, err := c.Acquire(t.Context(), testenv.Name(t), time.Second, lock.WithWait(budget))
+		_, err = c.Acquire(t.Context(), testenv.Name(t), time.Second, lock.WithWait(budget))
+		return time.Duration(first.Load()), c1.Load(), c2.Load(), err
+	}
+
+	t.Run("PartLeft", func(t *testing.T) {
+		second, _, _, err := try(t, 0.5)
 		if !errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatalf("acquire: %v, want ErrNotAcquired", err)
 		}
 		// The first server kept the request for half the budget.
-		if got := time.Duration(first.Load()); got <= 0 || got > budget/2 {
-			t.Fatalf("the second server was asked to wait %v, want at most the %v left", got, budget/2)
+		if second <= 0 || second > budget/2 {
+			t.Fatalf("the second server was asked to wait %v, want at most the %v left", second, budget/2)
 		}
 	})
 
 	t.Run("NothingLeft", func(t *testing.T) {
-		u1, n1 := counted(t, busy(1))
-		var first atomic.Int64
-		u2, n2 := counted(t, held(&first))
-		c := newClient(t, u1+","+u2)
-		_, err := c.Acquire(t.Context(), testenv.Name(t), time.Second, lock.WithWait(budget))
+		second, n1, n2, err := try(t, 1)
 		var ae *client.APIError
 		if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
 			t.Fatalf("acquire: %v, want the first server's 503", err)
 		}
-		if n1.Load() != 1 || n2.Load() != 0 {
-			t.Fatalf("requests: %d to the first server, %d to the second (asked to wait %v); want 1 and 0: the budget was over",
-				n1.Load(), n2.Load(), time.Duration(first.Load()))
+		if n1 != 1 || n2 != 0 {
+			t.Fatalf("requests: %d to the first server, %d to the second (asked to wait %v); want 1 and 0: the budget was over", n1, n2, second)
 		}
 	})
 }
