@@ -284,9 +284,9 @@ func (c *Client) attempt(ctx context.Context, req AcquireRequest, o AcquireOptio
 		return nil, err
 	}
 	if g.LeaseID != "" {
-		id = g.LeaseID // a reentrant holder's lease
+		id = g.LeaseID // a reentrant holder's lease, or a lost answer's grant
 	}
-	return c.set.adopt(ctx, req.Name, id, g, start, o)
+	return c.set.adopt(ctx, req.Name, id, g, start, o, id != req.LeaseID)
 }
 
 // Adopt makes a Lease of a lease taken elsewhere, for example through a

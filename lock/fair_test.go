@@ -144,6 +144,9 @@ func TestReentrant(t *testing.T) {
 			if again.ID() != a.ID() || again.Token() != a.Token() {
 				t.Fatalf("reentry: lease %s token %d, want %s %d", again.ID(), again.Token(), a.ID(), a.Token())
 			}
+			if a.Reused() || !again.Reused() {
+				t.Fatalf("Reused: %v for the first hold, %v for the reentry; want false, true", a.Reused(), again.Reused())
+			}
 			st, err := c.Inspect(t.Context(), name)
 			if err != nil || st.Count != 2 || st.Holder != "worker-1" || st.Owner != "host-a" {
 				t.Fatalf("inspect after reentry: %+v, %v", st, err)

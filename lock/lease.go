@@ -22,6 +22,8 @@ type Lease struct {
 	id    string
 	token fence.Token
 	count int // releases to go when granted
+	// reused: the grant is a hold that existed before the acquisition.
+	reused bool
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -70,6 +72,13 @@ func (l *Lease) ID() string { return l.id }
 
 // Token is the fencing token granted with the lease.
 func (l *Lease) Token() fence.Token { return l.token }
+
+// Reused reports whether the acquisition was handed a hold that existed
+// before it, with the token issued then, rather than a new grant: its
+// holder's reentry (WithHolder; Count > 1), or, for a waiter that asks
+// again (WithWaiter), the grant made for its earlier request whose answer
+// was lost. A fenced server counts only the others as tokens issued.
+func (l *Lease) Reused() bool { return l.reused }
 
 // Count is how many releases the lock took to be freed when this lease was
 // granted: 1, or more when a reentrant holder (WithHolder) acquired a lock

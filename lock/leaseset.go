@@ -62,14 +62,16 @@ func (s *LeaseSet) Adopt(ctx context.Context, name, leaseID string, g Grant, sta
 	if g.Token == 0 || g.TTL <= 0 {
 		return nil, fmt.Errorf("lock: adopt %q: a grant needs a token and a TTL, got %d and %s", name, g.Token, g.TTL)
 	}
-	l, err := s.adopt(ctx, name, leaseID, g, start, o)
+	l, err := s.adopt(ctx, name, leaseID, g, start, o, false)
 	if errors.Is(err, errNoValidity) {
 		return nil, fmt.Errorf("%w: %q: %v", ErrNotAcquired, name, err)
 	}
 	return l, err
 }
 
-func (s *LeaseSet) adopt(ctx context.Context, name, id string, g Grant, start time.Time, o AcquireOptions) (*Lease, error) {
+// adopt makes the Lease; reused is whether the grant is a hold that existed
+// before the acquisition (Lease.Reused).
+func (s *LeaseSet) adopt(ctx context.Context, name, id string, g Grant, start time.Time, o AcquireOptions, reused bool) (*Lease, error) {
 	validity := g.TTL - time.Since(start) - Drift(g.TTL)
 	if validity <= 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -78,6 +80,7 @@ func (s *LeaseSet) adopt(ctx context.Context, name, id string, g Grant, start ti
 		return nil, errNoValidity
 	}
 	l := newLease(ctx, s, name, id, g, start, o.KeepAlive)
+	l.reused = reused
 	if o.Detached {
 		return l, nil
 	}

@@ -108,6 +108,9 @@ func TestLostGrantIsFoundAgain(t *testing.T) {
 			if again.ID() != lost.ID() || again.Token() != lost.Token() {
 				t.Fatalf("asked again: lease %s token %d; want the lost grant's %s token %d", again.ID(), again.Token(), lost.ID(), lost.Token())
 			}
+			if lost.Reused() || !again.Reused() {
+				t.Fatalf("Reused: %v for the grant, %v for it found again; want false, true", lost.Reused(), again.Reused())
+			}
 			if _, err := c.Acquire(ctx, name, time.Second, lock.WithWait(100*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
 				t.Fatalf("another waiter: %v, want ErrNotAcquired", err)
 			}

@@ -94,7 +94,7 @@
 //
 //	fenced_acquisitions_total{result="acquired|held|invalid|error|cancelled"}
 //	fenced_acquire_duration_seconds          histogram, waiting included
-//	fenced_tokens_issued_total
+//	fenced_tokens_issued_total               not a reentry or a grant found again
 //	fenced_active_leases                     gauge, see below
 //	fenced_refreshes_total{result="refreshed|lost|invalid|error|cancelled"}
 //	fenced_releases_total{result="released|lost|invalid|error|cancelled"}

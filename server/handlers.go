@@ -151,7 +151,9 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 		writeError(w, aerr)
 		return
 	}
-	s.metrics.tokensIssued.Inc()
+	if !l.Reused() {
+		s.metrics.tokensIssued.Inc()
+	}
 	if r.Context().Err() != nil {
 		// The client went away while the lease was being taken: nobody
 		// will ever learn its lease id, so free it now rather than at the

@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer, leases *leaseTracker) (*metrics, erro
 		}),
 		tokensIssued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenced_tokens_issued_total",
-			Help: "Fencing tokens issued with acquired leases.",
+			Help: "Fencing tokens issued with acquired leases; a reentry or a lost answer's grant found again issues none.",
 		}),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_refreshes_total",

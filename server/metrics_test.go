@@ -80,6 +80,33 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// TestTokensIssuedCountsNewGrantsOnly: a reentrant holder's acquire, and a
+// waiter's acquire that finds the grant made for its earlier request, hand
+// back a hold with the token issued before; fenced_tokens_issued_total
+// counts neither. It counted both.
+func TestTokensIssuedCountsNewGrantsOnly(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b.store, nil)
+			n1, n2 := testenv.Name(t), testenv.Name(t)
+			h1 := e.mustAcquire(n1, `{"ttl_ms":30000,"holder":"job-7"}`)
+			h2 := e.mustAcquire(n1, `{"ttl_ms":30000,"holder":"job-7"}`)
+			waiter := `{"ttl_ms":30000,"wait_ms":1000,"waiter":"` + strings.Repeat("ab", 16) + `"}`
+			w1 := e.mustAcquire(n2, waiter)
+			w2 := e.mustAcquire(n2, waiter) // as after a lost answer
+			if h2.Token != h1.Token || h2.LeaseID != h1.LeaseID || w2.Token != w1.Token || w2.LeaseID != w1.LeaseID {
+				t.Fatalf("the second acquisitions were new grants: holder %+v then %+v, waiter %+v then %+v", h1, h2, w1, w2)
+			}
+			if got := metric(e.scrape(), "fenced_tokens_issued_total"); got != 2 {
+				t.Fatalf("fenced_tokens_issued_total = %v after two new grants and two reused ones, want 2", got)
+			}
+			if got := metric(e.scrape(), "fenced_acquisitions_total", "result", "acquired"); got != 4 {
+				t.Fatalf("fenced_acquisitions_total{result=acquired} = %v, want 4: every acquire that got a lease", got)
+			}
+		})
+	}
+}
+
 func findMetric(mfs map[string]*dto.MetricFamily, name string, labels ...string) (*dto.Metric, bool) {
 	mf := mfs[name]
 	if mf == nil {
