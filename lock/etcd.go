@@ -849,12 +849,13 @@ func (s *EtcdStore) Inspect(ctx context.Context, name string) (State, error) {
 }
 
 // queueOps read lock name's queue: how many wait, and the place at its
-// head, whose value is when it arrived (see parseQueue).
-func (s *EtcdStore) queueOps(name string) []clientv3.Op {
+// head, whose value is when it arrived (see parseQueue); opts go to both
+// reads (List reads as of a revision).
+func (s *EtcdStore) queueOps(name string, opts ...clientv3.OpOption) []clientv3.Op {
 	qp := s.ks.QueuePrefix(name)
 	return []clientv3.Op{
-		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
+		clientv3.OpGet(qp, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}, opts...)...),
+		clientv3.OpGet(qp, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}, opts...)...),
 	}
 }
 
@@ -894,6 +895,10 @@ func (s *EtcdStore) remainingOf(ctx context.Context, name string, lk sequencer.L
 	return max(rem, time.Millisecond)
 }
 
+// listedHook, if set (by tests), runs in List between its read of the
+// locks and its read of their info.
+var listedHook func()
+
 // List implements LeaseStore: a range over the lock keys, in name order;
 // the cursor is the last name of the page before.
 func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error) {
@@ -918,10 +923,18 @@ func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error)
 	for i, kv := range locks.Kvs {
 		names[i] = strings.TrimPrefix(string(kv.Key), s.ks.LocksPrefix())
 	}
+	if listedHook != nil {
+		listedHook()
+	}
+	// The locks' info, counts and queues as of the same revision as the
+	// locks: a lock that changed hands between the reads would otherwise
+	// be listed with its lease id and the next holder's owner, token
+	// offset and count.
+	rev := clientv3.WithRev(locks.Header.Revision)
 	first, last := names[0], names[len(names)-1]
 	rest, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(s.ks.InfoKey(first), clientv3.WithRange(s.ks.InfoKey(last)+"\x00")),
-		clientv3.OpGet(s.ks.CountKey(first), clientv3.WithRange(s.ks.CountKey(last)+"\x00")),
+		clientv3.OpGet(s.ks.InfoKey(first), clientv3.WithRange(s.ks.InfoKey(last)+"\x00"), rev),
+		clientv3.OpGet(s.ks.CountKey(first), clientv3.WithRange(s.ks.CountKey(last)+"\x00"), rev),
 	).Commit()
 	if err != nil {
 		return ListPage{}, backendErr("etcd", "list", err)
@@ -949,7 +962,7 @@ func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error)
 		page.Locks = append(page.Locks, State{Name: names[i], Held: true, LeaseID: lk.LeaseID, Token: lk.Token,
 			Owner: lk.Owner, Holder: lk.Holder, Count: lk.Count, Remaining: s.remainingOf(ctx, names[i], lk, ttls)})
 	}
-	if err := s.countWaiters(ctx, page.Locks); err != nil {
+	if err := s.countWaiters(ctx, page.Locks, locks.Header.Revision); err != nil {
 		return ListPage{}, err
 	}
 	if locks.More {
@@ -958,16 +971,16 @@ func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error)
 	return page, nil
 }
 
-// countWaiters fills in the queue of each listed lock, as Inspect does:
-// read-only Txns of two ranges per lock, within etcd's default bound on
-// operations per Txn (128).
-func (s *EtcdStore) countWaiters(ctx context.Context, locks []State) error {
+// countWaiters fills in the queue of each listed lock, as Inspect does,
+// as of revision rev: read-only Txns of two ranges per lock, within etcd's
+// default bound on operations per Txn (128).
+func (s *EtcdStore) countWaiters(ctx context.Context, locks []State, rev int64) error {
 	const perTxn = 64 / 2
 	for from := 0; from < len(locks); from += perTxn {
 		chunk := locks[from:min(from+perTxn, len(locks))]
 		var ops []clientv3.Op
 		for _, st := range chunk {
-			ops = append(ops, s.queueOps(st.Name)...)
+			ops = append(ops, s.queueOps(st.Name, clientv3.WithRev(rev))...)
 		}
 		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {

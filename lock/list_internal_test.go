@@ -1,0 +1,57 @@
+package lock
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+)
+
+// The etcd store's List reads every lock as of one revision. A lock that
+// changed hands between its read of the lock keys and its read of their
+// info was listed with the first holder's lease id and the next holder's
+// owner (and token offset and count).
+func TestEtcdListIsOneSnapshot(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s, err := NewEtcdStore(cli, WithEtcdPrefix("/"+testenv.Name(t)+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(t.Context()); s.Close() })
+	ctx := t.Context()
+	name := testenv.Name(t)
+	first, err := c.Acquire(ctx, name, 5*time.Second, WithOwner("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var second *Lease
+	listedHook = func() {
+		listedHook = nil
+		if err := first.Release(ctx); err != nil {
+			t.Error(err)
+		}
+		if second, err = c.Acquire(ctx, name, 5*time.Second, WithOwner("second")); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { listedHook = nil })
+	page, err := s.List(ctx, ListRequest{Prefix: name, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == nil {
+		t.Fatal("the lock did not change hands during List")
+	}
+	if len(page.Locks) != 1 {
+		t.Fatalf("listed %+v, want the one lock", page.Locks)
+	}
+	got := page.Locks[0]
+	if got.LeaseID != first.ID() || got.Owner != "first" || got.Token != first.Token() {
+		t.Fatalf("listed lease %s owner %q token %d; want the first holder's as read: %s %q %d (the second is %s %q %d)",
+			got.LeaseID, got.Owner, got.Token, first.ID(), "first", first.Token(), second.ID(), "second", second.Token())
+	}
+}
