@@ -1090,20 +1090,20 @@ func (s *EtcdStore) Watch(ctx context.Context, name, waiter string) (<-chan stru
 			if gone {
 				signal()
 			}
-			if target == lockKey || !gone {
+			if target.key == lockKey || !gone {
 				for wr := range wch {
 					if len(wr.Events) == 0 {
 						continue
 					}
 					signal()
-					if target != lockKey {
+					if target.key != lockKey {
 						gone = true
 						break
 					}
 				}
 			}
 			stopOne()
-			if !gone || target == lockKey || wctx.Err() != nil {
+			if !gone || target.key == lockKey || wctx.Err() != nil {
 				return // the watch ended: no leader, or stop
 			}
 			// The place ahead went: watch the next one ahead, or the lock.
@@ -1128,11 +1128,22 @@ func (s *EtcdStore) Watch(ctx context.Context, name, waiter string) (<-chan stru
 	return ch, stop, nil
 }
 
-// watchKey watches deletions of key from etcd's current revision on, under
-// wctx, and then reads whether key still exists: a deletion before the
-// watch began is seen by the read, one after by the watch. ctx bounds the
-// wait for etcd's confirmation.
-func (s *EtcdStore) watchKey(ctx, wctx context.Context, key string) (clientv3.WatchChan, bool, error) {
+// watched is the key a waiter watches, and for a place ahead its create
+// revision: a place key is reused by later waiters of its store, so the
+// same key created again is not the place that was ahead.
+type watched struct {
+	key string
+	rev int64 // 0 for the lock key: whoever holds it
+}
+
+// watchKey watches deletions of target's key from etcd's current revision
+// on, under wctx, and then reads whether target still exists: a deletion
+// before the watch began is seen by the read, one after by the watch. A
+// place ahead deleted and created again by a later waiter before the watch
+// began (its slot reused) is gone: the later waiter is behind. ctx bounds
+// the wait for etcd's confirmation.
+func (s *EtcdStore) watchKey(ctx, wctx context.Context, target watched) (clientv3.WatchChan, bool, error) {
+	key := target.key
 	wch := s.cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	select {
 	case wr, ok := <-wch:
@@ -1146,32 +1157,39 @@ func (s *EtcdStore) watchKey(ctx, wctx context.Context, key string) (clientv3.Wa
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
-	r, err := s.cli.Get(clientv3.WithRequireLeader(ctx), key, clientv3.WithCountOnly())
+	r, err := s.cli.Get(clientv3.WithRequireLeader(ctx), key, clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, false, backendErr("etcd", "watch", err)
 	}
-	return wch, r.Count > 0, nil
+	return wch, len(r.Kvs) == 1 && (target.rev == 0 || r.Kvs[0].CreateRevision == target.rev), nil
 }
 
-// watchTarget is the key a waiter watches: the place just ahead of its
-// own, or the lock key.
-func (s *EtcdStore) watchTarget(ctx context.Context, name, waiter string) (string, error) {
+// watchTarget is what a waiter watches: the place just ahead of its own,
+// or the lock key.
+func (s *EtcdStore) watchTarget(ctx context.Context, name, waiter string) (watched, error) {
 	s.mu.Lock()
 	rev := s.places[placeKey{name, waiter}].rev
 	s.mu.Unlock()
-	if waiter == "" || rev == 0 {
-		return s.ks.LockKey(name), nil
+	target := watched{key: s.ks.LockKey(name)}
+	if waiter != "" && rev != 0 {
+		r, err := s.cli.Get(clientv3.WithRequireLeader(ctx), s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithMaxCreateRev(rev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+		if err != nil {
+			return watched{}, backendErr("etcd", "watch", err)
+		}
+		if len(r.Kvs) == 1 {
+			target = watched{key: string(r.Kvs[0].Key), rev: r.Kvs[0].CreateRevision}
+		}
 	}
-	r, err := s.cli.Get(clientv3.WithRequireLeader(ctx), s.ks.QueuePrefix(name), clientv3.WithPrefix(),
-		clientv3.WithMaxCreateRev(rev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
-	if err != nil {
-		return "", backendErr("etcd", "watch", err)
+	if watchTargetHook != nil {
+		watchTargetHook(target.key)
 	}
-	if len(r.Kvs) == 1 {
-		return string(r.Kvs[0].Key), nil
-	}
-	return s.ks.LockKey(name), nil
+	return target, nil
 }
+
+// watchTargetHook, if set (by tests), runs when a waiter has chosen the key
+// to watch, before it watches it.
+var watchTargetHook func(key string)
 
 // Sessions.
 
