@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/internal/clock"
 	"github.com/fenced/fenced/lock"
 )
 
@@ -257,9 +258,8 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		// The body is built for each server the request goes to, so that
 		// a request passed on to the next server asks only for the wait
 		// that is left, and none is sent once it is over.
-		first := true
 		var (
-			start time.Time     // when the last request built was sent
+			start time.Time     // when the last request built was sent; zero before the first
 			asked time.Duration // and the wait it asked for
 		)
 		body := rebuilt(func() any {
@@ -270,11 +270,11 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 					wait = min(wait, time.Until(end))
 				}
 				wait = max(wait.Truncate(time.Millisecond), 0)
-				if wait == 0 && !first {
-					return nil
+				if wait == 0 && !start.IsZero() {
+					return nil // the wait ended: no request to the next server
 				}
 			}
-			first, start, asked = false, time.Now(), wait
+			start, asked = time.Now(), wait
 			ttlMs, waitMs := ttl.Milliseconds(), wait.Milliseconds()
 			w := waiter
 			if waitMs == 0 {
@@ -306,7 +306,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			if o.Try || end.IsZero() || !unanswered(err) || !time.Now().Before(end) {
 				return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 			}
-			if !sleep(ctx, min(backoff, time.Until(end))) {
+			if !clock.Sleep(ctx, min(backoff, time.Until(end))) {
 				return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
 			}
 			backoff = min(2*backoff, maxBackoff)
@@ -332,7 +332,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			backoff = minBackoff
 			continue
 		}
-		if !sleep(ctx, backoff) {
+		if !clock.Sleep(ctx, backoff) {
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
 		}
 		backoff = min(2*backoff, maxBackoff)
@@ -345,18 +345,6 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 func unanswered(err error) bool {
 	var ae *APIError
 	return !errors.As(err, &ae) || ae.Status == http.StatusServiceUnavailable
-}
-
-// sleep waits d, or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // adopt turns an acquire answer into a lock.Lease. A lease granted with no

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/clock"
 	"github.com/fenced/fenced/lock"
 )
 
@@ -69,12 +70,8 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan lock.Leader, 
 					return
 				}
 				if err != nil {
-					t := time.NewTimer(backoff)
-					select {
-					case <-ctx.Done():
-						t.Stop()
+					if !clock.Sleep(ctx, backoff) {
 						return
-					case <-t.C:
 					}
 					backoff = min(2*backoff, maxBackoff)
 					continue

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fenced/fenced/internal/clock"
 )
 
 // Client acquires leases from a LeaseStore. It implements Locker.
@@ -142,7 +144,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			if d <= 0 {
 				return nil, c.fail(ctx, name, err, nil, began)
 			}
-			if !sleep(ctx, d) {
+			if !clock.Sleep(ctx, d) {
 				return nil, c.fail(ctx, name, down, nil, began)
 			}
 			continue

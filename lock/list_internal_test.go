@@ -4,24 +4,35 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fenced/fenced/internal/testenv"
 )
+
+// etcdStore is an etcd lease store on a fresh embedded etcd, under a
+// prefix of its own, and its etcd client; closed with the test.
+func etcdStore(t *testing.T) (*EtcdStore, *clientv3.Client) {
+	t.Helper()
+	_, cli := testenv.Etcd(t)
+	s, err := NewEtcdStore(cli, WithEtcdPrefix("/"+testenv.Name(t)+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, cli
+}
 
 // The etcd store's List reads every lock as of one revision. A lock that
 // changed hands between its read of the lock keys and its read of their
 // info was listed with the first holder's lease id and the next holder's
 // owner (and token offset and count).
 func TestEtcdListIsOneSnapshot(t *testing.T) {
-	_, cli := testenv.Etcd(t)
-	s, err := NewEtcdStore(cli, WithEtcdPrefix("/"+testenv.Name(t)+"/"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := etcdStore(t)
 	c, err := New(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close(t.Context()); s.Close() })
+	t.Cleanup(func() { c.Close(t.Context()) })
 	ctx := t.Context()
 	name := testenv.Name(t)
 	first, err := c.Acquire(ctx, name, 5*time.Second, WithOwner("first"))

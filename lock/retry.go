@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/fenced/fenced/internal/clock"
 )
 
 // RetryStrategy says how long a waiter may sleep before it tries again when
@@ -81,21 +83,9 @@ func (l *limited) NextBackoff() time.Duration {
 func untilOK(ctx context.Context, f func() error) bool {
 	b := ExponentialBackoff(10*time.Millisecond, time.Second)
 	for f() != nil {
-		if !sleep(ctx, b.NextBackoff()) {
+		if !clock.Sleep(ctx, b.NextBackoff()) {
 			return false
 		}
 	}
 	return true
-}
-
-// sleep waits d, or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -18,12 +18,7 @@ import (
 // which is behind it, and only its backoff (up to 256 ms a round) woke it:
 // with the lock free, the whole queue behind it waited too.
 func TestEtcdWatchSeesAReusedPlaceAsGone(t *testing.T) {
-	_, cli := testenv.Etcd(t)
-	s, err := NewEtcdStore(cli, WithEtcdPrefix("/"+testenv.Name(t)+"/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s, cli := etcdStore(t)
 	ctx := t.Context()
 	name := testenv.Name(t)
 	attempt := func(waiter string) error {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fenced/fenced/internal/clock"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
@@ -185,12 +186,8 @@ func ensureFloor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, pr
 			return fmt.Errorf("set the token floor in etcd: %w", ctx.Err())
 		}
 		log.Warn("etcd does not answer; fenced waits for it before serving, since tokens come from it", "err", err)
-		t := time.NewTimer(time.Second)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !clock.Sleep(ctx, time.Second) {
 			return fmt.Errorf("set the token floor in etcd: %w", ctx.Err())
-		case <-t.C:
 		}
 	}
 }
