@@ -51,8 +51,9 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 // Middleware guards an HTTP handler with a fence. For each request it reads
 // the Fencing-Token header, admits the token to store for the resource named
 // by resource(r), and only then calls next, with the token in the request's
-// context (FromContext). A missing or malformed header, or a token the store
-// cannot represent (ErrInvalidToken), is a 400; a stale token a 409; both
+// context (FromContext). A missing or malformed header, a token the store
+// cannot represent (ErrInvalidToken) or a resource name it cannot hold
+// (ErrInvalidResource) is a 400; a stale token a 409; both
 // carry a JSON body {"error":{"code":"invalid_argument"|"stale","message":"…"}}
 // and next is not called. Any other error from the store is a 503.
 //
@@ -88,7 +89,9 @@ func Middleware(store Store, resource func(*http.Request) string) func(http.Hand
 					writeError(w, http.StatusConflict, "stale", se.Error(), se)
 					return
 				}
-				if errors.Is(err, ErrInvalidToken) { // e.g. above what the store can hold
+				// A token or a resource name the store cannot hold: no
+				// retry can succeed.
+				if errors.Is(err, ErrInvalidToken) || errors.Is(err, ErrInvalidResource) {
 					writeError(w, http.StatusBadRequest, "invalid_argument", err.Error(), nil)
 					return
 				}

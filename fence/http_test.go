@@ -191,27 +191,39 @@ func TestTransportSetsHeader(t *testing.T) {
 }
 
 // narrowStore holds tokens up to 1000 only, as a store whose column is
-// narrower than a token would.
+// narrower than a token would, and no resource name with a NUL byte, as
+// PostgreSQL text would.
 type narrowStore struct{ fence.MemoryStore }
 
 func (s *narrowStore) Admit(ctx context.Context, resource string, t fence.Token) error {
 	if t > 1000 {
 		return fmt.Errorf("%w: %d does not fit this store", fence.ErrInvalidToken, t)
 	}
+	if strings.ContainsRune(resource, 0) {
+		return fmt.Errorf("%w: %q holds a NUL byte", fence.ErrInvalidResource, resource)
+	}
 	return s.MemoryStore.Admit(ctx, resource, t)
 }
 
-// A token the store cannot represent is the caller's mistake (400), not
-// the store being unavailable (503).
-func TestMiddlewareTokenTheStoreCannotHold(t *testing.T) {
-	h := fence.Middleware(&narrowStore{}, func(r *http.Request) string { return "r" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	for tok, want := range map[string]int{"5": 200, "5000": 400, "9223372036854775808": 400} {
+// A token or a resource name the store cannot hold is the caller's mistake
+// (400), not the store being unavailable (503), which a client may retry.
+func TestMiddlewareWhatTheStoreCannotHold(t *testing.T) {
+	h := fence.Middleware(&narrowStore{}, func(r *http.Request) string { return r.URL.Path })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, c := range []struct {
+		path, tok string
+		want      int
+	}{
+		{"/r", "5", 200},
+		{"/r", "5000", 400},
+		{"/r", "9223372036854775808", 400},
+		{"/a%00b", "5", 400},
+	} {
 		rec := httptest.NewRecorder()
-		req := httptest.NewRequest("PUT", "/", nil)
-		req.Header.Set(fence.Header, tok)
+		req := httptest.NewRequest("PUT", c.path, nil)
+		req.Header.Set(fence.Header, c.tok)
 		h.ServeHTTP(rec, req)
-		if rec.Code != want {
-			t.Errorf("token %s: %d %s, want %d", tok, rec.Code, rec.Body, want)
+		if rec.Code != c.want {
+			t.Errorf("%s, token %s: %d %s, want %d", c.path, c.tok, rec.Code, rec.Body, c.want)
 		}
 	}
 }

@@ -10,6 +10,11 @@ import (
 // because its token is lower than the highest the resource has admitted.
 var ErrStale = errors.New("fence: stale token")
 
+// ErrInvalidResource is matched by the error of a store that cannot hold a
+// resource name: PostgreSQL text, for one, holds no NUL byte and only valid
+// UTF-8. Asking again cannot succeed; Middleware answers it 400.
+var ErrInvalidResource = errors.New("fence: invalid resource")
+
 // StaleError says which token was rejected and what the resource had seen.
 type StaleError struct {
 	Resource string
@@ -32,7 +37,8 @@ func IsStale(err error) bool { return errors.Is(err, ErrStale) }
 // Admit atomically admits t for resource if t is greater than or equal to the
 // highest token admitted for it, and records t as the highest. Otherwise it
 // returns an error that matches ErrStale (a *StaleError). A zero token is
-// rejected with ErrInvalidToken.
+// rejected with ErrInvalidToken, a resource name the store cannot hold with
+// ErrInvalidResource.
 type Store interface {
 	Admit(ctx context.Context, resource string, t Token) error
 }

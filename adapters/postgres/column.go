@@ -18,12 +18,12 @@ import (
 // A stale error names the row as the resource "<table>/<key>", the key
 // formatted with fmt's %v.
 type Column struct {
-	db        Beginner
-	table     string
-	keyColumn string
-	txOptions pgx.TxOptions
+	db                  Beginner
+	schema, table       string
+	keyColumn, fenceCol string
+	txOptions           pgx.TxOptions
 
-	admitSQL, highestSQL, addSQL string
+	admitSQL, highestSQL, addSQL, checkSQL string
 }
 
 // NewColumn returns a Column that guards the rows of table, found by
@@ -52,7 +52,7 @@ func NewColumn(db Beginner, table, keyColumn string, opts ...Option) (*Column, e
 	if keyColumn == c.fenceColumn {
 		return nil, fmt.Errorf("%w: key column and fence column are both %q", ErrInvalidName, keyColumn)
 	}
-	col := &Column{db: db, table: table, keyColumn: keyColumn, txOptions: c.txOptions}
+	col := &Column{db: db, schema: c.schema, table: table, keyColumn: keyColumn, fenceCol: c.fenceColumn, txOptions: c.txOptions}
 	idents := map[string]string{
 		"table":        pgx.Identifier{c.schema, table}.Sanitize(),
 		"key_column":   pgx.Identifier{keyColumn}.Sanitize(),
@@ -62,6 +62,7 @@ func NewColumn(db Beginner, table, keyColumn string, opts ...Option) (*Column, e
 		"sql/column_admit.sql":   &col.admitSQL,
 		"sql/column_highest.sql": &col.highestSQL,
 		"sql/column_add.sql":     &col.addSQL,
+		"sql/column_check.sql":   &col.checkSQL,
 	}); err != nil {
 		return nil, err
 	}
@@ -70,11 +71,23 @@ func NewColumn(db Beginner, table, keyColumn string, opts ...Option) (*Column, e
 
 // AddColumn adds the fence column, bigint NOT NULL DEFAULT 0, to the table
 // if it is not there yet. It takes an ACCESS EXCLUSIVE lock on the table for
-// a moment; run it with your schema migrations.
+// a moment; run it with your schema migrations. A column of that name that
+// is there already but is not bigint NOT NULL is an error matching
+// [ErrInvalidOption]: a NULL token admits nothing.
 func (c *Column) AddColumn(ctx context.Context) error {
 	err := inTx(ctx, c.db, pgx.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, c.addSQL)
-		return err
+		if _, err := tx.Exec(ctx, c.addSQL); err != nil {
+			return err
+		}
+		var problem string
+		if err := tx.QueryRow(ctx, c.checkSQL, c.schema, c.table, c.fenceCol).Scan(&problem); err != nil {
+			return err
+		}
+		if problem != "" {
+			return fmt.Errorf("%w: column %q exists and cannot hold tokens (%s); make it bigint NOT NULL DEFAULT 0, or choose another name with WithFenceColumn",
+				ErrInvalidOption, c.fenceCol, problem)
+		}
+		return nil
 	}, nil)
 	if err != nil {
 		return withCtx(ctx, fmt.Errorf("postgres: add fence column to %q: %w", c.table, err))
@@ -140,17 +153,21 @@ func (c *Column) Rejected(ctx context.Context, tx pgx.Tx, key any, t fence.Token
 var errAdmissible = errors.New("postgres: token is not stale for the row")
 
 func (c *Column) rejected(ctx context.Context, tx pgx.Tx, key any, t fence.Token, tok int64) error {
-	var highest int64
+	var highest *int64
 	err := tx.QueryRow(ctx, c.highestSQL, key).Scan(&highest)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s", ErrNoRow, c.resource(key))
 	case err != nil:
 		return withCtx(ctx, fmt.Errorf("postgres: read fence token of %s: %w", c.resource(key), err))
-	case highest > tok:
-		return &fence.StaleError{Resource: c.resource(key), Token: t, Highest: fence.Token(highest)}
+	case highest == nil:
+		// NULL <= t is never true: no token can be admitted for the row.
+		return fmt.Errorf("postgres: the fence column %q of %s is NULL, which admits no token; set it to 0 and make the column NOT NULL (AddColumn checks it)",
+			c.fenceCol, c.resource(key))
+	case *highest > tok:
+		return &fence.StaleError{Resource: c.resource(key), Token: t, Highest: fence.Token(*highest)}
 	}
-	return fmt.Errorf("%w: %s has token %d, and %d may write", errAdmissible, c.resource(key), highest, tok)
+	return fmt.Errorf("%w: %s has token %d, and %d may write", errAdmissible, c.resource(key), *highest, tok)
 }
 
 // InTx runs fn in a transaction that first admits t for the row whose key is

@@ -64,10 +64,15 @@
 // A stale token is a [*fence.StaleError], which matches [fence.ErrStale] and
 // carries the highest token admitted. A row that a Column cannot find matches
 // [ErrNoRow], and is not stale. A zero token, or one above math.MaxInt64
-// (tokens are stored as bigint), matches [fence.ErrInvalidToken]. Names of
-// schemas, tables and columns are quoted as identifiers, never pasted into
-// SQL; an unusable name or option is an error from [NewFence] or
-// [NewColumn].
+// (tokens are stored as bigint), matches [fence.ErrInvalidToken]; a resource
+// name that PostgreSQL text cannot hold (a NUL byte, invalid UTF-8) matches
+// [fence.ErrInvalidResource], which [fence.Middleware] answers 400, not 503.
+// Names of schemas, tables and columns are quoted as identifiers, never
+// pasted into SQL; an unusable name or option is an error from [NewFence] or
+// [NewColumn]. A table of the fence table's name that is not a fence table,
+// or a fence column that is not bigint NOT NULL, made before for something
+// else, is an error from [Fence.Migrate] or [Column.AddColumn] matching
+// [ErrInvalidOption], not a success followed by failing admits.
 //
 // # Other languages
 //

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -53,6 +54,19 @@ func pgToken(t fence.Token) (int64, error) {
 		return 0, fmt.Errorf("%w: %w: %d does not fit in a bigint (at most %d)", ErrTokenRange, fence.ErrInvalidToken, uint64(t), int64(math.MaxInt64))
 	}
 	return int64(t), nil
+}
+
+// checkResource refuses a resource name that a text column cannot hold, as
+// a caller's error rather than a failure of the database: PostgreSQL text
+// holds no NUL byte, and pgx talks UTF-8 to the server.
+func checkResource(resource string) error {
+	switch {
+	case strings.ContainsRune(resource, 0):
+		return fmt.Errorf("%w: %q contains a NUL byte, which PostgreSQL text cannot hold", fence.ErrInvalidResource, resource)
+	case !utf8.ValidString(resource):
+		return fmt.Errorf("%w: %q is not valid UTF-8, which PostgreSQL text needs", fence.ErrInvalidResource, resource)
+	}
+	return nil
 }
 
 // MapError turns an error raised by the SQL function fence_admit (SQLSTATE

@@ -70,6 +70,9 @@ func fenceConfig(opts []Option) (config, error) {
 	if err := checkName("fence table", c.table, true); err != nil {
 		return c, err
 	}
+	if c.table == versionTable {
+		return c, fmt.Errorf("%w: fence table %q is the name of the table that records the migrations; choose another", ErrInvalidName, c.table)
+	}
 	return c, nil
 }
 
@@ -120,6 +123,9 @@ func (f *Fence) admit(ctx context.Context, q querier, resource string, t fence.T
 	if err != nil {
 		return err
 	}
+	if err := checkResource(resource); err != nil {
+		return err
+	}
 	for range admitAttempts {
 		var got int64
 		err := q.QueryRow(ctx, f.admitSQL, resource, tok).Scan(&got)
@@ -157,6 +163,9 @@ func (f *Fence) InTx(ctx context.Context, resource string, t fence.Token, fn fun
 	if _, err := pgToken(t); err != nil {
 		return err
 	}
+	if err := checkResource(resource); err != nil {
+		return err
+	}
 	return inTx(ctx, f.db, f.txOptions, func(ctx context.Context, tx pgx.Tx) error {
 		return f.AdmitTx(ctx, tx, resource, t)
 	}, fn)
@@ -165,6 +174,9 @@ func (f *Fence) InTx(ctx context.Context, resource string, t fence.Token, fn fun
 // Highest returns the highest token admitted for resource, or 0 when none
 // has been.
 func (f *Fence) Highest(ctx context.Context, resource string) (fence.Token, error) {
+	if err := checkResource(resource); err != nil {
+		return 0, err
+	}
 	var highest int64
 	read := func(ctx context.Context, q querier) error {
 		err := q.QueryRow(ctx, f.highestSQL, resource).Scan(&highest)

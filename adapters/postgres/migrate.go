@@ -28,8 +28,8 @@ type migration struct {
 }
 
 type migrateSQL struct {
-	schemaExists, createSchema, versionTable, applied, record, lock string
-	migrations                                                      []migration
+	schemaExists, createSchema, versionTable, applied, record, lock, check string
+	migrations                                                             []migration
 }
 
 // renderMigrate renders the migration runner's statements and the
@@ -37,12 +37,13 @@ type migrateSQL struct {
 func renderMigrate(idents map[string]string) (migrateSQL, error) {
 	var m migrateSQL
 	err := renderAll(idents, map[string]*string{
-		"sql/migrate_lock.sql":     &m.lock,
-		"sql/schema_exists.sql":    &m.schemaExists,
-		"sql/create_schema.sql":    &m.createSchema,
-		"sql/version_table.sql":    &m.versionTable,
-		"sql/versions_applied.sql": &m.applied,
-		"sql/version_record.sql":   &m.record,
+		"sql/migrate_lock.sql":      &m.lock,
+		"sql/schema_exists.sql":     &m.schemaExists,
+		"sql/create_schema.sql":     &m.createSchema,
+		"sql/version_table.sql":     &m.versionTable,
+		"sql/versions_applied.sql":  &m.applied,
+		"sql/version_record.sql":    &m.record,
+		"sql/fence_table_check.sql": &m.check,
 	})
 	if err != nil {
 		return m, err
@@ -82,7 +83,9 @@ func renderMigrate(idents map[string]string) (migrateSQL, error) {
 // runs in one READ COMMITTED transaction that first takes the advisory lock
 // [MigrationLockKey], applies only the migrations not recorded yet, and
 // commits them together with their records. A schema that already holds a
-// fence table of another name is an error matching [ErrInvalidOption].
+// fence table of another name, or a table of the fence table's name that is
+// not a fence table (created before, for something else), is an error
+// matching [ErrInvalidOption], and nothing is migrated.
 func (f *Fence) Migrate(ctx context.Context) error {
 	// READ COMMITTED so that each statement after the lock sees what an
 	// earlier migrator committed while this one waited.
@@ -143,6 +146,14 @@ func (f *Fence) migrateTx(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, m.record, mig.version, mig.name, f.table); err != nil {
 			return err
 		}
+	}
+	var problem string
+	if err := tx.QueryRow(ctx, m.check, f.schema, f.table).Scan(&problem); err != nil {
+		return err
+	}
+	if problem != "" {
+		return fmt.Errorf("%w: schema %q has a table %q that is not a fence table (%s); give the fence another table name (WithTable) or schema (WithSchema)",
+			ErrInvalidOption, f.schema, f.table, problem)
 	}
 	return nil
 }

@@ -114,22 +114,34 @@ func checkName(what, name string, inBody bool) error {
 var sqlFiles embed.FS
 
 // render reads an embedded SQL template and replaces each {{name}} with the
-// given, already quoted, identifier. A placeholder left over is an error, so
-// that no template can reach the server half filled.
+// given, already quoted, identifier. An unknown or unterminated placeholder
+// is an error, so that no template can reach the server half filled. The
+// template is scanned, not the result: a name may itself hold "{{".
 func render(file string, idents map[string]string) (string, error) {
 	b, err := sqlFiles.ReadFile(file)
 	if err != nil {
 		return "", fmt.Errorf("postgres: embedded SQL %s: %w", file, err)
 	}
-	pairs := make([]string, 0, 2*len(idents))
-	for k, v := range idents {
-		pairs = append(pairs, "{{"+k+"}}", v)
+	var out strings.Builder
+	for rest := string(b); ; {
+		i := strings.Index(rest, "{{")
+		if i < 0 {
+			out.WriteString(rest)
+			break
+		}
+		j := strings.Index(rest[i:], "}}")
+		v, ok := "", false
+		if j >= 0 {
+			v, ok = idents[rest[i+2:i+j]]
+		}
+		if !ok {
+			return "", fmt.Errorf("postgres: embedded SQL %s: unknown placeholder at byte %d", file, len(b)-len(rest)+i)
+		}
+		out.WriteString(rest[:i])
+		out.WriteString(v)
+		rest = rest[i+j+2:]
 	}
-	s := strings.NewReplacer(pairs...).Replace(string(b))
-	if i := strings.Index(s, "{{"); i >= 0 {
-		return "", fmt.Errorf("postgres: embedded SQL %s: unknown placeholder at byte %d", file, i)
-	}
-	return strings.TrimSpace(s), nil
+	return strings.TrimSpace(out.String()), nil
 }
 
 // renderAll renders several templates with the same identifiers.

@@ -54,6 +54,7 @@ func MigrationSQL(opts ...Option) (string, error) {
 	stmts := []struct{ name, sql string }{
 		{"lock", m.lock}, {"schemaExists", m.schemaExists}, {"createSchema", m.createSchema},
 		{"versionTable", m.versionTable}, {"applied", m.applied}, {"record", m.record},
+		{"check", m.check},
 	}
 	for _, s := range stmts {
 		v, err := quote("fenced_sql", s.sql)
@@ -85,6 +86,7 @@ DECLARE
 	applied_table text;
 	applied integer[] := '{}';
 	done integer := 0;
+	problem text;
 BEGIN
 	EXECUTE %s
 		USING %d::bigint;
@@ -128,6 +130,17 @@ BEGIN
 	END IF;
 `, label, mig.version, body, *q["record"], mig.version, quoteLiteral(mig.name), tableLit, label, schemaLit)
 	}
+	fmt.Fprintf(&b, `
+	-- A table of the fence table's name that was there before is kept by
+	-- CREATE TABLE IF NOT EXISTS, whatever its shape.
+	EXECUTE %s
+		INTO problem USING %s, %s;
+	IF problem <> '' THEN
+		RAISE EXCEPTION 'postgres: schema %% has a table %% that is not a fence table (%%); give the fence another table name or schema',
+			%s, %s, problem
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+`, *q["check"], schemaLit, tableLit, schemaLit, tableLit)
 	fmt.Fprintf(&b, `
 	IF done = 0 THEN
 		RAISE NOTICE 'fenced: schema %% is up to date (%d migrations)', %s;
