@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/clock"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -128,9 +129,28 @@ func (i *Issuer) Follow() (stop func()) {
 	done := make(chan struct{})
 	go func() { // owned by stop
 		defer close(done)
-		for wr := range i.cli.Watch(ctx, i.ks.CounterKey()) {
-			for _, ev := range wr.Events {
-				i.observe(ev.Kv.ModRevision)
+		// etcd ends a watch for good when the history it has yet to send
+		// was compacted (a follower cut off for longer than etcd keeps
+		// history): watch again, from the compaction, counted as a token
+		// seen. That is safe: every later token is above it.
+		var from int64 // 0: from now
+		for {
+			var opts []clientv3.OpOption
+			if from > 0 {
+				opts = append(opts, clientv3.WithRev(from))
+			}
+			for wr := range i.cli.Watch(ctx, i.ks.CounterKey(), opts...) {
+				for _, ev := range wr.Events {
+					i.observe(ev.Kv.ModRevision)
+					from = ev.Kv.ModRevision + 1
+				}
+				if wr.CompactRevision > 0 {
+					i.observe(wr.CompactRevision)
+					from = wr.CompactRevision
+				}
+			}
+			if !clock.Sleep(ctx, 100*time.Millisecond) {
+				return
 			}
 		}
 	}()
