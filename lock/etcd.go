@@ -107,6 +107,10 @@ type holding struct {
 	refreshing int  // refreshes in flight: the deadline is not enforced meanwhile
 	expiring   bool // the enforcer is deleting it
 	plain      bool // taken with no reentrant holder: it never has a count
+	// holds is the reentrancy count as this store last set it. Above 1, a
+	// refresh never moves the deadline earlier: the other holds' validity
+	// runs to it (defect 19).
+	holds int
 }
 
 type tombstone struct {
@@ -541,9 +545,17 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 	return Grant{Token: cr.token, TTL: cr.granted, LeaseID: req.LeaseID, Count: 1}, nil
 }
 
-// reenter counts one more hold of a lock its holder holds, and extends it
-// to the new TTL, under the lease id it holds it by.
+// reenter counts one more hold of a lock its holder holds, under the lease
+// id it holds it by, and extends it to the new TTL. It extends first, and
+// never to an earlier deadline (the holds before keep their validity), and
+// counts last: a refresh that failed after the count went up left a hold
+// nobody knew of, and the lock held after its holder's last release
+// (defect 19).
 func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequencer.LockState) (Grant, error) {
+	g, err := s.refresh(ctx, req.Name, cur.LeaseID, req.TTL, true)
+	if err != nil {
+		return Grant{}, err
+	}
 	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountIs(req.Name, cur.Count)).
 		Then(s.ks.PutCount(req.Name, cur.Count+1, cur.Lease)).Commit()
 	if err != nil {
@@ -553,11 +565,17 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 		return Grant{}, &HeldError{} // released or reentered meanwhile: the client tries again
 	}
 	s.txns.Add(1)
-	g, err := s.Refresh(ctx, req.Name, cur.LeaseID, req.TTL)
-	if err != nil {
-		return Grant{}, err
-	}
+	s.setHolds(req.Name, cur.LeaseID, cur.Count+1)
 	return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count + 1}, nil
+}
+
+// setHolds books the reentrancy count of this store's holding of name.
+func (s *EtcdStore) setHolds(name, leaseID string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.held[name]; h != nil && h.id == leaseID {
+		h.holds = n
+	}
 }
 
 // abandon releases a lock whose acquisition failed in a way that may have
@@ -636,6 +654,12 @@ func (s *EtcdStore) remaining(name string) time.Duration {
 // it over: it moves the keys onto its own session, one Raft write, and
 // enforces the deadline from then on.
 func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
+	return s.refresh(ctx, name, leaseID, ttl, false)
+}
+
+// refresh is Refresh; with keep (or a lock held more than once) it never
+// moves the deadline earlier.
+func (s *EtcdStore) refresh(ctx context.Context, name, leaseID string, ttl time.Duration, keep bool) (Grant, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
 	start := time.Now()
 	sess, err := s.sessionFor(ctx, ttl, start)
@@ -649,10 +673,13 @@ func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, ttl time.
 			s.mu.Unlock()
 			return Grant{}, ErrLost // too late: its deadline passed
 		}
-		if h.sess == sess {
+		keep = keep || h.holds > 1
+		// A refresh that keeps a later deadline stays on its session,
+		// which outlives it, whatever the TTL class of the new ttl.
+		if h.sess == sess || (keep && !h.sess.dead && !h.sess.validUntil.Before(start.Add(ttl))) {
 			h.refreshing++
 			s.mu.Unlock()
-			return s.refreshHeld(ctx, name, h, start, ttl)
+			return s.refreshHeld(ctx, name, h, start, ttl, keep)
 		}
 	}
 	s.mu.Unlock()
@@ -661,7 +688,7 @@ func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, ttl time.
 
 // refreshHeld checks that the lock is still as this store wrote it and
 // moves its deadline.
-func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, start time.Time, ttl time.Duration) (Grant, error) {
+func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, start time.Time, ttl time.Duration, keep bool) (Grant, error) {
 	v, err := s.checks.Do(ctx, name, name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -680,7 +707,9 @@ func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, st
 		s.scheduleLocked(name, h)
 		return Grant{}, backendErr("etcd", "refresh", errors.New("the session lease could not be renewed in time"))
 	}
-	h.deadline = start.Add(granted)
+	if d := start.Add(granted); !keep || d.After(h.deadline) {
+		h.deadline = d
+	}
 	s.scheduleLocked(name, h)
 	return Grant{Token: h.token, TTL: granted, LeaseID: h.id}, nil
 }
@@ -787,6 +816,8 @@ func (s *EtcdStore) countDown(ctx context.Context, name, leaseID string, cr coun
 				s.mu.Lock()
 				s.releasedLocked(name, leaseID)
 				s.mu.Unlock()
+			} else {
+				s.setHolds(name, leaseID, cr.count-1)
 			}
 			return nil
 		}

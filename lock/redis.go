@@ -176,7 +176,11 @@ func (s *RedisStore) confirm(ctx context.Context, req AcquireRequest, tok fence.
 // release deletes the lease if leaseID holds it or was the last to; a
 // reentrant holder's release only counts down.
 func (s *RedisStore) release(ctx context.Context, name, leaseID string) (ok bool, err error) {
-	n, err := s.run(ctx, releaseScript, s.keys(name), leaseID, s.channel(name)).Int64()
+	nonce, err := newLeaseID() // go-redis sends it again with the script
+	if err != nil {
+		return false, err
+	}
+	n, err := s.run(ctx, releaseScript, s.keys(name), leaseID, s.channel(name), nonce).Int64()
 	return err == nil && n != 0, err
 }
 
@@ -191,7 +195,9 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 	}
 	switch {
 	case t.reentry:
-		return s.reentered(ctx, req, t)
+		// The script extended the lease (never shortened it) with the
+		// count: no second step that could fail after the count went up.
+		return Grant{Token: t.token, TTL: req.TTL, LeaseID: t.leaseID, Count: t.count}, nil
 	case !t.ok:
 		return Grant{}, &HeldError{Remaining: t.held, Position: t.position}
 	}
@@ -211,15 +217,6 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 	return Grant{Token: tok, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil
 }
 
-// reentered extends a lease its holder took again, to the new TTL, and
-// grants it once more under its own lease id.
-func (s *RedisStore) reentered(ctx context.Context, req AcquireRequest, t taken) (Grant, error) {
-	g, err := s.Refresh(ctx, req.Name, t.leaseID, req.TTL)
-	if err != nil {
-		return Grant{}, err
-	}
-	return Grant{Token: t.token, TTL: g.TTL, LeaseID: t.leaseID, Count: t.count}, nil
-}
 
 // abandon frees a lease whose token could not be taken or confirmed, so
 // that others need not wait for it to expire.

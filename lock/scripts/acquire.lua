@@ -4,7 +4,8 @@
 -- ARGV: 1 lease id, 2 ttl ms, 3 waiter ('' takes a free lock whatever the
 --       queue: unfair), 4 a place's ttl ms, 5 holder ('' not reentrant).
 -- Returns {0} when this lease id now holds the lease (to be confirmed);
--- {1, lease id, token, count} when the holder already held it (reentry);
+-- {1, lease id, token, count} when the holder already held it (reentry,
+-- the lease extended to ttl ms unless it had longer);
 -- {2, holder's remaining ms (at least 1), or 0 if unknown or free, place in
 -- the queue or -1} when not. A waiter that finds the lease granted to it
 -- already (a remote acquisition whose answer was lost, see confirm.lua) gets
@@ -23,12 +24,31 @@ if cur and ARGV[3] ~= '' then
   -- Bound to the lease id, so that a record left by an earlier lease of
   -- this name can never hand over a later one.
   local g = redis.call('HMGET', KEYS[2], 'w', 't', 'c')
-  if g[1] == cur .. ' ' .. ARGV[3] and g[2] then return {1, cur, g[2], tonumber(g[3] or '1')} end
+  if g[1] == cur .. ' ' .. ARGV[3] and g[2] then
+    redis.call('ZREM', KEYS[3], ARGV[3])
+    redis.call('ZREM', KEYS[4], ARGV[3])
+    return {1, cur, g[2], tonumber(g[3] or '1')}
+  end
 end
 if cur and ARGV[5] ~= '' then
-  local h = redis.call('HMGET', KEYS[2], 'h', 't')
+  local h = redis.call('HMGET', KEYS[2], 'h', 't', 'c', 'ops')
   if h[1] == ARGV[5] and h[2] then
-    local c = redis.call('HINCRBY', KEYS[2], 'c', 1)
+    -- A reentry: one more hold, counted once even if this runs twice (the
+    -- attempt's own lease id marks it), its place in the queue given up,
+    -- and the lease extended to the new TTL but never shortened under the
+    -- holds before it (docs/design.md, defect 19).
+    local c = tonumber(h[3] or '1')
+    if not seen(h[4], ARGV[1]) then
+      record(KEYS[2], h[4], ARGV[1])
+      c = redis.call('HINCRBY', KEYS[2], 'c', 1)
+    end
+    if ARGV[3] ~= '' then
+      redis.call('ZREM', KEYS[3], ARGV[3])
+      redis.call('ZREM', KEYS[4], ARGV[3])
+    end
+    local ttl = math.max(tonumber(ARGV[2]), redis.call('PTTL', KEYS[1]))
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[2], ttl)
     return {1, cur, h[2], c}
   end
 end

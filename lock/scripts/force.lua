@@ -7,6 +7,8 @@ if not id then return {false, false} end
 local tok = redis.call('HGET', KEYS[2], 't')
 local pttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1], KEYS[2])
-if pttl > 0 then redis.call('SET', KEYS[3], id .. ' ' .. (tok or '0'), 'PX', pttl) end
+-- The record keeps the last token for Inspect, marked so that the removed
+-- holder's release never reads it as its own (it did not release).
+if pttl > 0 then redis.call('SET', KEYS[3], 'forced:' .. id .. ' ' .. (tok or '0'), 'PX', pttl) end
 redis.call('PUBLISH', ARGV[1], redis.call('ZRANGE', KEYS[4], 0, 0)[1] or '')
 return {id, tok}

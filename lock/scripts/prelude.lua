@@ -17,3 +17,21 @@ local function drop_expired(queue, places, now)
   end
 end
 
+
+-- A call that changes a reentrant lock's count (a reentry, a release that
+-- counts down) carries an id drawn afresh for it, and the token hash's
+-- 'ops' field keeps the last few. go-redis sends a script again after a
+-- lost reply, with the same arguments: the count must change once
+-- (docs/design.md, defect 19). seen reports whether op is in ops (the
+-- field's value); record adds it.
+local function seen(ops, op)
+  -- Redis hands a missing field to Lua as false.
+  if not ops or op == '' then return false end
+  return string.find(ops, ' ' .. op .. ' ', 1, true) ~= nil
+end
+
+local function record(key, ops, op)
+  ops = (ops or '') .. ' ' .. op .. ' '
+  while #ops > 512 do ops = string.sub(ops, string.find(ops, '  ', 1, true) + 1) end
+  redis.call('HSET', key, 'ops', ops)
+end

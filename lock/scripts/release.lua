@@ -1,6 +1,6 @@
 -- Release the lease if ARGV[1] holds it. KEYS: 1 lease, 2 token (hash),
 -- 3 last (the last released lease id and its token), 4 queue, 5 places.
--- ARGV: 1 lease id, 2 the release channel.
+-- ARGV: 1 lease id, 2 the release channel, 3 a nonce drawn for this call.
 -- Returns 1 when released, 2 when a reentrant holder still holds it (its
 -- count went down by one), 0 when not held.
 -- A release publishes the id of the waiter at the head of the queue (or
@@ -10,9 +10,12 @@
 -- lease had left, makes a retry a success (docs/design.md, defect 4). No
 -- key outlives its lease.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  local h = redis.call('HMGET', KEYS[2], 'c', 't')
+  local h = redis.call('HMGET', KEYS[2], 'c', 't', 'ops')
   local c = tonumber(h[1] or '1')
+  -- A count-down runs once, even if this runs twice (the nonce marks it).
+  if seen(h[3], ARGV[3]) then return 2 end
   if c > 1 then
+    record(KEYS[2], h[3], ARGV[3])
     redis.call('HINCRBY', KEYS[2], 'c', -1)
     return 2
   end

@@ -1,0 +1,186 @@
+package lock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+)
+
+// A reentrant holder's release whose reply is lost is sent again by
+// go-redis. It used to count down twice: one release of two freed the lock
+// while the other hold still believed it held it (defect 19).
+func TestLostReentrantReleaseReplyCountsOnce(t *testing.T) {
+	pr := newProxiedRedis(t)
+	c := newClient(t, pr.store)
+	other := newClient(t, pr.store)
+	name := testenv.Name(t)
+	a, err := c.Acquire(t.Context(), name, 30*time.Second, lock.WithHolder("worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.TryAcquire(t.Context(), name, 30*time.Second, lock.WithHolder("worker-1"))
+	if err != nil || again.Count() != 2 {
+		t.Fatalf("reentry: %v", err)
+	}
+	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/release.lua")))
+	if err := again.Release(t.Context()); err != nil {
+		t.Fatalf("release of the reentry: %v", err)
+	}
+	<-lost
+	if st, err := c.Inspect(t.Context(), name); err != nil || !st.Held || st.Count != 1 {
+		t.Fatalf("after one release of two, its reply lost: %+v, %v; want held, count 1", st, err)
+	}
+	if l, err := other.TryAcquire(t.Context(), name, 30*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("another client's acquire while the first hold (token %d) is valid: %v, %v", a.Token(), l, err)
+	}
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A reentrant acquire whose reply is lost is sent again by go-redis. It
+// used to count up twice: after as many releases as acquisitions the lock
+// stayed held, by nobody, for its TTL (defect 19).
+func TestLostReentrantAcquireReplyCountsOnce(t *testing.T) {
+	pr := newProxiedRedis(t)
+	c := newClient(t, pr.store)
+	name := testenv.Name(t)
+	a, err := c.Acquire(t.Context(), name, 30*time.Second, lock.WithHolder("worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/acquire.lua")))
+	again, err := c.TryAcquire(t.Context(), name, 30*time.Second, lock.WithHolder("worker-1"))
+	<-lost
+	if err != nil {
+		t.Fatalf("reentry after a lost reply: %v", err)
+	}
+	if again.Count() != 2 {
+		t.Errorf("reentry counted %d holds, want 2", again.Count())
+	}
+	if err := errors.Join(again.Release(t.Context()), a.Release(t.Context())); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Inspect(t.Context(), name); err != nil || st.Held {
+		t.Fatalf("after as many releases as acquisitions: %+v, %v; want free", st, err)
+	}
+}
+
+// A reentry with a shorter TTL, or a shorter refresh of one of several
+// holds, used to shorten the lock under the holds before it, whose
+// validity did not change: another client could take the lock while they
+// still held it (defect 1, through reentry; defect 19).
+func TestShorterReentryKeepsTheLongerHold(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			a, err := c.Acquire(t.Context(), name, 20*time.Second, lock.WithHolder("h"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := c.TryAcquire(t.Context(), name, b.ttl, lock.WithHolder("h"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			remaining := func(what string) {
+				t.Helper()
+				st, err := c.Inspect(t.Context(), name)
+				if err != nil || !st.Held || st.Remaining < 15*time.Second {
+					t.Fatalf("after %s: %+v, %v; want held for the first hold's 20s", what, st, err)
+				}
+			}
+			remaining("a reentry with a TTL of " + b.ttl.String())
+			if err := again.Refresh(t.Context(), b.ttl); err != nil {
+				t.Fatal(err)
+			}
+			remaining("a refresh of the reentry to " + b.ttl.String())
+			if err := errors.Join(again.Release(t.Context()), a.Release(t.Context())); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A fair reentry that queued behind another holder, then found the lock
+// held by its own holder, kept its place in the Redis queue: the place
+// stood ahead of every later fair waiter on the free lock until it
+// expired, about 3 s (defect 11 on Redis leases; defect 19).
+func TestQueuedReentryLeavesItsPlace(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			x, err := c.Acquire(t.Context(), name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiters := func() int {
+				st, err := c.Inspect(t.Context(), name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st.Waiters
+			}
+			type res struct {
+				l   *lock.Lease
+				err error
+			}
+			got := make(chan res, 2)
+			for want := 1; want <= 2; want++ {
+				go func() {
+					l, err := c.Acquire(t.Context(), name, 30*time.Second, lock.WithHolder("h"), lock.WithWait(20*time.Second))
+					got <- res{l, err}
+				}()
+				waitUntil(t, func() bool { return waiters() == want })
+			}
+			if err := x.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			r1, r2 := <-got, <-got
+			if r1.err != nil || r2.err != nil {
+				t.Fatalf("holder h: %v, %v", r1.err, r2.err)
+			}
+			if n := waiters(); n != 0 {
+				t.Fatalf("held twice by h, %d place(s) left in the queue; want none", n)
+			}
+			if err := errors.Join(r2.l.Release(t.Context()), r1.l.Release(t.Context())); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// After a force-release, the removed holder's release used to succeed on
+// Redis leases, even with another holder on the lock: the record kept for
+// Inspect read as its own release. It has lost its lease, and must hear so.
+func TestReleaseAfterForceReleaseIsLost(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			a, err := c.Acquire(t.Context(), name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.ForceRelease(t.Context(), name); err != nil {
+				t.Fatal(err)
+			}
+			st, err := c.Inspect(t.Context(), name)
+			if err != nil || st.Held || (b.name == "redis" && st.LastToken != a.Token()) {
+				t.Fatalf("after the force-release: %+v, %v; want free (on Redis, last token %d)", st, err, a.Token())
+			}
+			next, err := c.TryAcquire(t.Context(), name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer next.Release(t.Context())
+			if err := b.store.Release(t.Context(), name, a.ID()); !errors.Is(err, lock.ErrLost) {
+				t.Errorf("the removed holder's release, token %d holding: %v; want ErrLost", next.Token(), err)
+			}
+		})
+	}
+}
