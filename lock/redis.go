@@ -217,7 +217,6 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 	return Grant{Token: tok, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil
 }
 
-
 // abandon frees a lease whose token could not be taken or confirmed, so
 // that others need not wait for it to expire.
 func (s *RedisStore) abandon(ctx context.Context, name, leaseID string) {
