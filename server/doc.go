@@ -48,7 +48,10 @@
 // anything else is 415. A body over Config.MaxBodyBytes is 413. Lock names are 1 to 200
 // characters of A-Z a-z 0-9 . _ - : ([lock.ValidateName]); the path is not
 // cleaned, so a name with "/" or "%2F" is a 400, and no invalid request
-// touches a key in Redis or etcd.
+// touches a key in Redis or etcd. A query string (the list's, the
+// leader's long poll) takes only its documented parameters, each once; one
+// that [net/url.ParseQuery] refuses (a bad %-escape, a ';') is a 400 as a
+// whole, never served with the pairs it could read.
 //
 // # Errors
 //

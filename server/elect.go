@@ -49,8 +49,11 @@ func (s *Server) campaign(w http.ResponseWriter, r *http.Request, name string) {
 // poll: an observer in any language follows the terms with one request
 // each).
 func (s *Server) leader(w http.ResponseWriter, r *http.Request, name string) {
-	q := r.URL.Query()
-	if aerr := checkQuery(q, "GET /v1/elections/{name}", fieldAfter, fieldWaitMs); aerr != nil {
+	q, aerr := query(r)
+	if aerr == nil {
+		aerr = checkQuery(q, "GET /v1/elections/{name}", fieldAfter, fieldWaitMs)
+	}
+	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
@@ -68,7 +71,6 @@ func (s *Server) leader(w http.ResponseWriter, r *http.Request, name string) {
 		after, waitFor = fence.Token(t), true
 	}
 	if v, ok := q[fieldWaitMs]; ok {
-		var aerr *apiError
 		if wait, aerr = s.limits.wait([]byte(v[0])); aerr != nil {
 			writeError(w, aerr)
 			return

@@ -250,6 +250,17 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 // defaultListLimit is the page size of GET /v1/locks without limit.
 const defaultListLimit = 100
 
+// query is the request's query string, parsed. r.URL.Query drops a pair
+// it cannot decode (a bad %-escape, a ';') and keeps the rest, so
+// ?prefix=%zz would list every lock: a malformed query string is a 400.
+func query(r *http.Request) (url.Values, *apiError) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, invalid("", fmt.Sprintf("query string %s: %v; escape each parameter's name and value (%%XX), and separate the parameters with & (not ;)", excerpt([]byte(r.URL.RawQuery)), err))
+	}
+	return q, nil
+}
+
 // checkQuery refuses a query parameter not in allowed, or one given more
 // than once; route names the operation in the message.
 func checkQuery(q url.Values, route string, allowed ...string) *apiError {
@@ -267,8 +278,11 @@ func checkQuery(q url.Values, route string, allowed ...string) *apiError {
 // list answers one page of the held locks under a prefix. ServeHTTP has
 // checked the prefix against the caller's token.
 func (s *Server) list(w http.ResponseWriter, r *http.Request, _ string) {
-	q := r.URL.Query()
-	if aerr := checkQuery(q, "GET /v1/locks", fieldPrefix, fieldLimit, fieldCursor); aerr != nil {
+	q, aerr := query(r)
+	if aerr == nil {
+		aerr = checkQuery(q, "GET /v1/locks", fieldPrefix, fieldLimit, fieldCursor)
+	}
+	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}

@@ -313,3 +313,55 @@ func TestListScopedToken(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedQueryRefused: a query string url.ParseQuery refuses (a bad
+// %-escape, a ';' between parameters) is a 400 for the list and the
+// leader's long poll, with or without a token limited to a prefix; the
+// pair it could not read is never dropped and the rest served (a list of
+// every lock, a long poll answered at once).
+func TestMalformedQueryRefused(t *testing.T) {
+	const secret = "ci-token-0123456789abc"
+	toks, err := ParseTokens([]byte(secret + " name=ci prefixes=build: allow=acquire,inspect\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := backends(t)[1] // etcd: elections too
+	name := "build:" + testenv.Name(t)
+	for _, scoped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("scoped=%v", scoped), func(t *testing.T) {
+			var mod func(*Config)
+			if scoped {
+				mod = func(c *Config) { c.Tokens = toks }
+			}
+			e := newEnv(t, b.store, mod)
+			if scoped {
+				e.bearer = secret
+			}
+			l := e.mustAcquire(name, `{"ttl_ms":10000}`)
+			defer e.release(name, l.LeaseID)
+			for _, path := range []string{
+				"/v1/locks?prefix=%zz",
+				"/v1/locks?prefix=build:;x",
+				"/v1/locks?prefix=build:&limit=%zz",
+				"/v1/locks?prefix=build:&limit=1%",
+				"/v1/locks?prefix=build:&cursor=%G0",
+				"/v1/locks?prefix=build:&%zz=1",
+				"/v1/elections/" + name + "?after_token=0&wait_ms=%zz",
+				"/v1/elections/" + name + "?after_token=%zz",
+				"/v1/elections/" + name + "?after_token=0;wait_ms=100",
+			} {
+				r := e.do("GET", path, "")
+				if r.status != http.StatusBadRequest {
+					t.Errorf("GET %s: %d %s, want 400", path, r.status, r.body)
+					continue
+				}
+				msg := r.errCode(t, http.StatusBadRequest, codeInvalidArgument)
+				var eb api.ErrorBody
+				r.decode(t, &eb)
+				if eb.Error.Field != "" || !strings.Contains(msg, "query string") {
+					t.Errorf("GET %s: field %q, message %q; want no field and a message about the query string", path, eb.Error.Field, msg)
+				}
+			}
+		})
+	}
+}

@@ -409,7 +409,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if tok != nil {
 		aerr := tok.authorize(rt.perm, rt.op, name)
 		if aerr == nil && rt == routeList {
-			aerr = tok.authorizePrefix(rt.op, r.URL.Query().Get(fieldPrefix))
+			// A prefix the query string does not say clearly is the
+			// list's 400, not a 403 about a prefix read past a bad pair.
+			q, qerr := query(r)
+			if qerr != nil {
+				writeError(rec, qerr)
+				return
+			}
+			aerr = tok.authorizePrefix(rt.op, q.Get(fieldPrefix))
 		}
 		if aerr != nil {
 			s.metrics.authRefused.WithLabelValues(string(codeForbidden)).Inc()

@@ -195,8 +195,9 @@ type Error struct {
 		Code ErrorCode `json:"code"`
 
 		// Field The part of the request that was refused: name (the lock name
-		// in the path), a body field, or a query parameter of the list.
-		// Absent when the request as a whole was refused.
+		// in the path), a body field, or a query parameter (the list's,
+		// an election's). Absent when the request as a whole was
+		// refused, or its query string did not decode.
 		Field *ErrorErrorField `json:"field,omitempty"`
 
 		// Message What was wrong and, where it helps, what to do. For people; clients decide by code and field.
@@ -211,8 +212,9 @@ type Error struct {
 }
 
 // ErrorErrorField The part of the request that was refused: name (the lock name
-// in the path), a body field, or a query parameter of the list.
-// Absent when the request as a whole was refused.
+// in the path), a body field, or a query parameter (the list's,
+// an election's). Absent when the request as a whole was
+// refused, or its query string did not decode.
 type ErrorErrorField string
 
 // ErrorCode invalid_argument 400, unauthenticated 401, forbidden 403,
