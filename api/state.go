@@ -6,14 +6,15 @@ import (
 	"github.com/fenced/fenced/lock"
 )
 
-// NewLockState is a lock's state as the API shows it: never its lease id;
-// the holder's fields only while held (count only above 1), the last token
+// NewLockState is a lock's state as the API shows it: never its lease id
+// nor its holder identity (an acquire with it gets the lease id); the
+// owner and count only while held (count only above 1), the last token
 // only when free.
 func NewLockState(st lock.State) LockState {
 	r := LockState{Name: st.Name, Held: st.Held, Token: st.Token, TTLMs: st.Remaining.Milliseconds(),
 		Waiters: st.Waiters, OldestWaitMs: st.OldestWait.Milliseconds()}
 	if st.Held {
-		r.Owner, r.Holder = st.Owner, st.Holder
+		r.Owner = st.Owner
 		if st.Count > 1 {
 			r.Count = st.Count
 		}
@@ -23,15 +24,15 @@ func NewLockState(st lock.State) LockState {
 	return r
 }
 
-// State is the lock.State the answer describes (LeaseID empty: the API
-// never tells it).
+// State is the lock.State the answer describes (LeaseID and Holder empty:
+// the API never tells them).
 func (a LockState) State() lock.State {
 	count := a.Count
 	if a.Held && count == 0 {
 		count = 1
 	}
 	return lock.State{Name: a.Name, Held: a.Held, Token: a.Token, Remaining: time.Duration(a.TTLMs) * time.Millisecond,
-		Owner: a.Owner, Holder: a.Holder, Count: count, LastToken: a.LastToken,
+		Owner: a.Owner, Count: count, LastToken: a.LastToken,
 		Waiters: a.Waiters, OldestWait: time.Duration(a.OldestWaitMs) * time.Millisecond}
 }
 

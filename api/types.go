@@ -21,7 +21,9 @@ type AcquireRequest struct {
 	Owner string `json:"owner,omitempty"`
 	// Holder makes the acquisition reentrant: an acquire by the holder
 	// that holds the lock now gets its lease id and token again, and the
-	// lock takes one more release to be freed.
+	// lock takes one more release to be freed. So it is a credential, as
+	// good as the lease id: the API never shows it, and a caller picks an
+	// unguessable value (random per process, say) and never logs it.
 	Holder string `json:"holder,omitempty"`
 	// Unfair takes a free lock whoever waits longer, rather than joining
 	// the queue (wait_ms > 0 only; one attempt is always unfair).
@@ -86,18 +88,17 @@ type Lease struct {
 }
 
 // LockState is the answer to GET /v1/locks/{name}. It never carries the
-// lease id. Token and TTLMs are 0 when the lock is not held.
+// lease id, nor the reentrant holder identity, which gets the lease id
+// from acquire. Token and TTLMs are 0 when the lock is not held.
 type LockState struct {
 	Name  string      `json:"name"`
 	Held  bool        `json:"held"`
 	Token fence.Token `json:"token"`
 	TTLMs int64       `json:"ttl_ms"`
-	// Owner and Holder are the acquisition's label and reentrant holder
-	// identity; Count the releases to go, when above 1. Omitted when not
-	// set, or free.
-	Owner  string `json:"owner,omitempty"`
-	Holder string `json:"holder,omitempty"`
-	Count  int    `json:"count,omitempty"`
+	// Owner is the acquisition's label for people; Count the releases to
+	// go, when above 1. Omitted when not set, or free.
+	Owner string `json:"owner,omitempty"`
+	Count int    `json:"count,omitempty"`
 	// LastToken, for a free lock, is the token of the lease that held it
 	// last, while the store still remembers; omitted when it does not.
 	LastToken fence.Token `json:"last_token,omitempty"`

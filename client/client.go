@@ -172,6 +172,9 @@ func (c *Client) URLs() []string { return append([]string(nil), c.urls...) }
 // lock.Client.TryAcquire: WithKeepAlive or WithDetached, WithOwner (a label
 // GET and list show), WithHolder (reentrant: the holder that holds the lock
 // gets its lease again, and Lease.Count says how many releases it takes).
+// The holder identity is a credential, as the lease id is: whoever sends it
+// gets the lease id, so the server never shows it; choose an unguessable
+// one (random per process) and never log it.
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...lock.Option) (*Lease, error) {
 	o, err := lock.ResolveOptions(true, opts...)
 	if err != nil {
@@ -368,8 +371,9 @@ func (c *Client) adopt(ctx context.Context, name string, start time.Time, a api.
 	return c.leases.Adopt(ctx, name, a.LeaseID, g, start, opts...)
 }
 
-// Inspect reports who holds name. The server never tells the lease id, so
-// State.LeaseID is empty; State.Remaining is the TTL the lease has left.
+// Inspect reports who holds name. The server never tells the lease id or
+// the holder identity, so State.LeaseID and State.Holder are empty;
+// State.Remaining is the TTL the lease has left.
 func (c *Client) Inspect(ctx context.Context, name string) (lock.State, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return lock.State{}, err
@@ -387,7 +391,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (lock.State, error) {
 // List returns one page of the locks held now whose names start with
 // prefix: at most limit (1 to lock.MaxListLimit), from cursor ("" for the
 // first page; then the previous page's Next), as lock.Client.List does.
-// A token limited to name prefixes lists under one of them only.
+// A token limited to name prefixes lists under one of them only. As with
+// Inspect, each State's LeaseID and Holder are empty.
 func (c *Client) List(ctx context.Context, prefix string, limit int, cursor string) (lock.ListPage, error) {
 	if err := lock.ValidateNamePrefix(prefix); err != nil {
 		return lock.ListPage{}, err
@@ -415,7 +420,8 @@ func (c *Client) List(ctx context.Context, prefix string, limit int, cursor stri
 
 // ForceRelease deletes the lease of name whoever holds it (the server's
 // force-release permission), as lock.Client.ForceRelease does, and returns
-// the state the lock had: Held false if nobody held it.
+// the state the lock had: Held false if nobody held it (LeaseID and
+// Holder empty, as with Inspect).
 func (c *Client) ForceRelease(ctx context.Context, name string) (lock.State, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return lock.State{}, err

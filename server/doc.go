@@ -30,11 +30,15 @@
 // goroutine per lease, and the remote holder refreshes and releases it by
 // its lease id ([lock.Client.RefreshID], [lock.Client.ReleaseID]). The lease
 // id is the holder's secret: only acquire and refresh return it, to the
-// holder; GET /v1/locks/{name} never does. The token is a JSON number; pass
-// it to the protected resource with every write (package fence). ttl_ms in
-// a response is the TTL really granted. wait_ms 0 (the default) makes one
-// attempt; a larger value waits up to that long for the holder to release
-// or expire, and then answers 409 held.
+// holder; GET /v1/locks/{name} never does. Nor does the API ever show
+// acquire's "holder", the reentrant holder identity: an acquire with it
+// returns the lease id of the lock it holds, so it is a secret too (GET,
+// the list and force-release show the owner label and the count). The
+// token is a JSON number; pass it to the protected resource with every
+// write (package fence). ttl_ms in a response is the TTL really granted.
+// wait_ms 0 (the default) makes one attempt; a larger value waits up to
+// that long for the holder to release or expire, and then answers 409
+// held.
 //
 // # Requests
 //

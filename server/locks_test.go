@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -184,7 +185,7 @@ func TestReentrantHolder(t *testing.T) {
 			if again.LeaseID != first.LeaseID || again.Token != first.Token || first.Count != 0 || again.Count != 2 {
 				t.Fatalf("reentered: %+v after %+v; want the same lease id and token, count 2 (and none the first time)", again, first)
 			}
-			if st := e.state(name); st.Holder != "worker-1 pid 42" || st.Count != 2 {
+			if st := e.state(name); st.Count != 2 {
 				t.Fatalf("GET: %+v", st)
 			}
 			e.acquire(name, `{"ttl_ms":5000,"holder":"worker-2"}`)
@@ -361,6 +362,84 @@ func TestMalformedQueryRefused(t *testing.T) {
 				if eb.Error.Field != "" || !strings.Contains(msg, "query string") {
 					t.Errorf("GET %s: field %q, message %q; want no field and a message about the query string", path, eb.Error.Field, msg)
 				}
+			}
+		})
+	}
+}
+
+// TestHolderNeverShown: the reentrant holder identity is a credential, as
+// the lease id is (an acquire with it hands back the lease id), so GET,
+// the list and force-release's answer never show it. Before, team-b, with
+// acquire and inspect on the same prefix as team-a, read team-a's holder
+// from GET, reentered with it and got team-a's lease id, with which it
+// could release the lock without the force-release permission.
+func TestHolderNeverShown(t *testing.T) {
+	const secretA, secretB, admin = "aaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbb", "admin-token-0123456789"
+	toks, err := NewTokens(
+		Token{Name: "team-a", Secret: []byte(secretA), Prefixes: []string{"build:"}, Allow: PermAcquire | PermInspect},
+		Token{Name: "team-b", Secret: []byte(secretB), Prefixes: []string{"build:"}, Allow: PermAcquire | PermInspect},
+		Token{Name: "oncall", Secret: []byte(admin), Allow: PermAll},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b.store, func(c *Config) { c.Tokens = toks })
+			as := func(tok string) *env { c := *e; c.bearer = tok; return &c }
+			name := "build:" + testenv.Name(t)
+			const holder = "worker-1 pid 4242"
+			a := as(secretA).mustAcquire(name, `{"ttl_ms":10000,"owner":"nightly build","holder":"`+holder+`"}`)
+			as(secretA).mustAcquire(name, `{"ttl_ms":10000,"holder":"`+holder+`"}`) // count 2
+
+			// fields decodes one lock's state as JSON keys, failing the
+			// test if it names the holder.
+			fields := func(what string, raw json.RawMessage) map[string]json.RawMessage {
+				t.Helper()
+				var m map[string]json.RawMessage
+				if err := json.Unmarshal(raw, &m); err != nil {
+					t.Fatalf("%s: %s: %v", what, raw, err)
+				}
+				if _, ok := m["holder"]; ok || strings.Contains(string(raw), holder) {
+					t.Errorf("%s shows the holder: %s", what, raw)
+				}
+				return m
+			}
+
+			r := as(secretB).do("GET", "/v1/locks/"+name, "")
+			if r.status != http.StatusOK {
+				t.Fatalf("GET: %d %s", r.status, r.body)
+			}
+			got := fields("GET", r.body)
+			if string(got["owner"]) != `"nightly build"` || string(got["count"]) != "2" {
+				t.Errorf("GET %s: want the owner and count 2 still shown", r.body)
+			}
+
+			r = as(secretB).do("GET", "/v1/locks?prefix="+url.QueryEscape(name), "")
+			var page struct{ Locks []json.RawMessage }
+			if err := json.Unmarshal(r.body, &page); r.status != http.StatusOK || err != nil || len(page.Locks) != 1 {
+				t.Fatalf("list: %d %s (%v)", r.status, r.body, err)
+			}
+			fields("list", page.Locks[0])
+
+			// The attack: reenter with whatever holder GET showed.
+			shown := "worker-1" // a guess, when GET shows none
+			if h, ok := got["holder"]; ok {
+				json.Unmarshal(h, &shown)
+			}
+			body, _ := json.Marshal(map[string]any{"ttl_ms": 10000, "holder": shown})
+			stolen, r := as(secretB).acquire(name, string(body))
+			if r.status == http.StatusOK && stolen.LeaseID == a.LeaseID {
+				t.Fatalf("team-b got team-a's lease id by reentering as the holder %q", shown)
+			}
+			r.errCode(t, http.StatusConflict, codeHeld)
+
+			r = as(admin).do("DELETE", "/v1/locks/"+name, "")
+			if r.status != http.StatusOK {
+				t.Fatalf("DELETE: %d %s", r.status, r.body)
+			}
+			if got := fields("DELETE", r.body); string(got["count"]) != "2" {
+				t.Errorf("DELETE %s: want count 2 still shown", r.body)
 			}
 		})
 	}

@@ -165,7 +165,7 @@ func printLocks(w io.Writer, locks []lock.State) error {
 			owner = "-"
 		}
 		if st.Count > 1 {
-			owner += fmt.Sprintf(" (held %d times by %s)", st.Count, st.Holder)
+			owner += fmt.Sprintf(" (held %d times)", st.Count)
 		}
 		waiters := fmt.Sprint(st.Waiters)
 		if st.Waiters > 0 {

@@ -128,7 +128,7 @@ func (e StatusStatus) Valid() bool {
 
 // AcquireRequest defines model for AcquireRequest.
 type AcquireRequest struct {
-	// Holder The holder's identity, for reentrancy (never a thread id; say a worker's name and process).
+	// Holder The holder's identity, for reentrancy (never a thread id). A secret, like the lease id, which an acquire with it returns while the lock is held; never shown by GET or list. Pick an unguessable value (128 random bits per process, say).
 	Holder *Label `json:"holder,omitempty"`
 
 	// Owner A label for people (owner) or a holder identity, 1 to 128 bytes of printable UTF-8.
@@ -282,9 +282,6 @@ type LockState struct {
 	// Count Releases to go, for a reentrant holder that acquired more than once; absent for 1, and when free.
 	Count *int `json:"count,omitempty"`
 	Held  bool `json:"held"`
-
-	// Holder The reentrant holder's identity; absent when none, or when free.
-	Holder *string `json:"holder,omitempty"`
 
 	// LastToken For a free lock, the token of the lease that held it last, while the store still remembers (until that lease's TTL would have run out); absent otherwise.
 	LastToken *int64 `json:"last_token,omitempty"`
@@ -617,7 +614,7 @@ type ClientInterface interface {
 
 	// Inspect Whether a lock is held, and its token
 	//
-	// Never returns the lease id, which only the holder knows.
+	// Never returns the lease id, which only the holder knows, nor the reentrant holder identity, with which acquire returns the lease id.
 	//
 	// Corresponds with GET /v1/locks/{name} (the `Inspect` operationId).
 	Inspect(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -639,7 +636,10 @@ type ClientInterface interface {
 	// granted: the TTL asked for, or less when the lease store cannot
 	// vouch for more. With "holder", an acquire by the holder that holds
 	// the lock now returns its lease id and token again with count + 1;
-	// each release takes one off, and the lock is freed at 0.
+	// each release takes one off, and the lock is freed at 0. So the
+	// holder identity is a credential, as good as the lease id: the API
+	// never shows it; pick an unguessable value (random per process, say)
+	// and never log it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -658,7 +658,10 @@ type ClientInterface interface {
 	// granted: the TTL asked for, or less when the lease store cannot
 	// vouch for more. With "holder", an acquire by the holder that holds
 	// the lock now returns its lease id and token again with count + 1;
-	// each release takes one off, and the lock is freed at 0.
+	// each release takes one off, and the lock is freed at 0. So the
+	// holder identity is a credential, as good as the lease id: the API
+	// never shows it; pick an unguessable value (random per process, say)
+	// and never log it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -976,7 +979,7 @@ func (c *Client) ForceRelease(ctx context.Context, name Name, reqEditors ...Requ
 
 // Inspect Whether a lock is held, and its token
 //
-// Never returns the lease id, which only the holder knows.
+// Never returns the lease id, which only the holder knows, nor the reentrant holder identity, with which acquire returns the lease id.
 //
 // Corresponds with GET /v1/locks/{name} (the `Inspect` operationId).
 func (c *Client) Inspect(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1018,7 +1021,10 @@ func (c *Client) InspectHead(ctx context.Context, name Name, reqEditors ...Reque
 // granted: the TTL asked for, or less when the lease store cannot
 // vouch for more. With "holder", an acquire by the holder that holds
 // the lock now returns its lease id and token again with count + 1;
-// each release takes one off, and the lock is freed at 0.
+// each release takes one off, and the lock is freed at 0. So the
+// holder identity is a credential, as good as the lease id: the API
+// never shows it; pick an unguessable value (random per process, say)
+// and never log it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1047,7 +1053,10 @@ func (c *Client) AcquireWithBody(ctx context.Context, name Name, contentType str
 // granted: the TTL asked for, or less when the lease store cannot
 // vouch for more. With "holder", an acquire by the holder that holds
 // the lock now returns its lease id and token again with count + 1;
-// each release takes one off, and the lock is freed at 0.
+// each release takes one off, and the lock is freed at 0. So the
+// holder identity is a credential, as good as the lease id: the API
+// never shows it; pick an unguessable value (random per process, say)
+// and never log it.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2088,7 +2097,7 @@ type ClientWithResponsesInterface interface {
 
 	// InspectWithResponse Whether a lock is held, and its token
 	//
-	// Never returns the lease id, which only the holder knows.
+	// Never returns the lease id, which only the holder knows, nor the reentrant holder identity, with which acquire returns the lease id.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2114,7 +2123,10 @@ type ClientWithResponsesInterface interface {
 	// granted: the TTL asked for, or less when the lease store cannot
 	// vouch for more. With "holder", an acquire by the holder that holds
 	// the lock now returns its lease id and token again with count + 1;
-	// each release takes one off, and the lock is freed at 0.
+	// each release takes one off, and the lock is freed at 0. So the
+	// holder identity is a credential, as good as the lease id: the API
+	// never shows it; pick an unguessable value (random per process, say)
+	// and never log it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2133,7 +2145,10 @@ type ClientWithResponsesInterface interface {
 	// granted: the TTL asked for, or less when the lease store cannot
 	// vouch for more. With "holder", an acquire by the holder that holds
 	// the lock now returns its lease id and token again with count + 1;
-	// each release takes one off, and the lock is freed at 0.
+	// each release takes one off, and the lock is freed at 0. So the
+	// holder identity is a credential, as good as the lease id: the API
+	// never shows it; pick an unguessable value (random per process, say)
+	// and never log it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3988,7 +4003,7 @@ func (c *ClientWithResponses) ForceReleaseWithResponse(ctx context.Context, name
 
 // InspectWithResponse Whether a lock is held, and its token
 //
-// Never returns the lease id, which only the holder knows.
+// Never returns the lease id, which only the holder knows, nor the reentrant holder identity, with which acquire returns the lease id.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -4026,7 +4041,10 @@ func (c *ClientWithResponses) InspectHeadWithResponse(ctx context.Context, name 
 // granted: the TTL asked for, or less when the lease store cannot
 // vouch for more. With "holder", an acquire by the holder that holds
 // the lock now returns its lease id and token again with count + 1;
-// each release takes one off, and the lock is freed at 0.
+// each release takes one off, and the lock is freed at 0. So the
+// holder identity is a credential, as good as the lease id: the API
+// never shows it; pick an unguessable value (random per process, say)
+// and never log it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4051,7 +4069,10 @@ func (c *ClientWithResponses) AcquireWithBodyWithResponse(ctx context.Context, n
 // granted: the TTL asked for, or less when the lease store cannot
 // vouch for more. With "holder", an acquire by the holder that holds
 // the lock now returns its lease id and token again with count + 1;
-// each release takes one off, and the lock is freed at 0.
+// each release takes one off, and the lock is freed at 0. So the
+// holder identity is a credential, as good as the lease id: the API
+// never shows it; pick an unguessable value (random per process, say)
+// and never log it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
