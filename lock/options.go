@@ -106,6 +106,11 @@ func WithOwner(label string) Option {
 // Acquire by the holder that holds the lock now gets the same lease id and
 // token at once, and the lock is freed by as many releases as it was
 // acquired. 1 to MaxLabelLen printable characters. Default: not reentrant.
+//
+// The holder is a credential, as good as the lease id: whoever knows it can
+// reenter, and so gets the lease id and can release the lock. Where callers
+// do not trust each other (a shared fenced server), make it unguessable (a
+// random id per process) and never log it; the server's API never shows it.
 func WithHolder(id string) Option {
 	return func(o *acquireOpts) { o.holder, o.holderSet = id, true }
 }
