@@ -30,6 +30,7 @@ type Client struct {
 	ownHC          bool
 	auth           string // the Authorization header, or ""
 	maxRequestWait time.Duration
+	answerGrace    time.Duration
 
 	// leases gives every lease lock.Lease's machinery (validity,
 	// keep-alive, Done) over keeper, which refreshes and releases through
@@ -47,11 +48,17 @@ type config struct {
 	tls            *tls.Config
 	token          string
 	maxRequestWait time.Duration
+	answerGrace    time.Duration
 }
 
 // DefaultMaxRequestWait is the longest wait_ms one acquire request asks
 // for unless WithMaxRequestWait says otherwise.
 const DefaultMaxRequestWait = 30 * time.Second
+
+// DefaultAnswerGrace is how long past the end of the wait it asked for a
+// waiting request may take to be answered unless WithAnswerGrace says
+// otherwise.
+const DefaultAnswerGrace = 2 * time.Second
 
 // DefaultIdleConns is how many idle connections per server the default
 // HTTP client keeps for reuse: as many goroutines as share a client can
@@ -121,6 +128,27 @@ func WithMaxRequestWait(d time.Duration) Option {
 	}
 }
 
+// WithAnswerGrace sets how long a server has to answer a request that asks
+// it to wait (a waiting Acquire's or a campaign's, an Observe long poll)
+// once the wait it was asked for is over. A server that has not answered
+// by then is taken for one that stopped answering (a partition, a stopped
+// process): the request fails with an error matching ErrNoAnswer, and the
+// client moves on as after a lost answer (package documentation, "Servers
+// that stop answering"). Default DefaultAnswerGrace (2s). A server answers
+// within its wait plus its --backend-timeout (10s unless configured), so a
+// grace shorter than that gives up on a server whose backend is slow but
+// still answers; the price of a longer one is that a WithWait budget can be
+// overrun by up to the grace.
+func WithAnswerGrace(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("client: answer grace %s: want at least 1ms", d)
+		}
+		c.answerGrace = d
+		return nil
+	}
+}
+
 // New returns a client of the fenced server at urls, such as
 // http://127.0.0.1:7070 or https://fenced.example:7070/prefix, or of
 // several servers that share their Redis and etcd, separated by commas:
@@ -129,13 +157,13 @@ func WithMaxRequestWait(d time.Duration) Option {
 // be reached or answers 503 (see the package documentation for which
 // requests it sends again).
 func New(urls string, opts ...Option) (*Client, error) {
-	cfg := config{maxRequestWait: DefaultMaxRequestWait}
+	cfg := config{maxRequestWait: DefaultMaxRequestWait, answerGrace: DefaultAnswerGrace}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
-	c := &Client{maxRequestWait: cfg.maxRequestWait}
+	c := &Client{maxRequestWait: cfg.maxRequestWait, answerGrace: cfg.answerGrace}
 	for _, raw := range strings.Split(urls, ",") {
 		raw = strings.TrimSpace(raw)
 		u, err := url.Parse(raw)
@@ -185,7 +213,10 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration,
 
 // Acquire blocks until it holds the lease of name, the context ends (an
 // error matching ctx.Err()), or the wait budget of lock.WithWait runs out
-// (an error matching lock.ErrNotAcquired). The server does the waiting:
+// (an error matching lock.ErrNotAcquired). A server that does not answer a
+// request within the wait it asked for and WithAnswerGrace ends it too
+// (an error matching ErrNoAnswer; package documentation, "Servers that
+// stop answering"), budget or not. The server does the waiting:
 // each request asks it to wait up to WithMaxRequestWait. Options as for
 // lock.Client.Acquire, except lock.WithRetry: the server is notified of
 // releases, and the client has no fallback to tune. Waiting is fair within
@@ -260,13 +291,17 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	for {
 		// The body is built for each server the request goes to, so that
 		// a request passed on to the next server asks only for the wait
-		// that is left, and none is sent once it is over.
+		// that is left, and none is sent once it is over. A waiting
+		// request must be answered within its wait and the answer grace:
+		// a server that stops answering must not hold the call past its
+		// budget, or for ever without one. A TryAcquire is bounded by ctx
+		// alone, as it asks the server for no wait of the client's choosing.
 		var (
 			start time.Time     // when the last request built was sent; zero before the first
 			asked time.Duration // and the wait it asked for
 		)
-		body := rebuilt(func() any {
-			var wait time.Duration
+		body := rebuilt(func() (attempt, bool) {
+			var wait, within time.Duration
 			if !o.Try {
 				wait = c.maxRequestWait
 				if !end.IsZero() {
@@ -274,8 +309,9 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 				}
 				wait = max(wait.Truncate(time.Millisecond), 0)
 				if wait == 0 && !start.IsZero() {
-					return nil // the wait ended: no request to the next server
+					return attempt{}, false // the wait ended: no request to the next server
 				}
+				within = wait + c.answerGrace
 			}
 			start, asked = time.Now(), wait
 			ttlMs, waitMs := ttl.Milliseconds(), wait.Milliseconds()
@@ -284,9 +320,9 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 				w = "" // one attempt has no place
 			}
 			if campaign {
-				return api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: w}
+				return attempt{api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: w}, within}, true
 			}
-			return api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0, Waiter: w}
+			return attempt{api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0, Waiter: w}, within}, true
 		})
 		var a api.Lease
 		err := c.do(ctx, http.MethodPost, path, body, &a, mode)
@@ -480,17 +516,27 @@ const (
 	resendUnsent
 )
 
-// rebuilt is a request body built anew for each server a request is sent
-// to: a waiting acquisition's asks only for the wait that is left. It
-// returns nil when there is nothing left to ask for.
-type rebuilt func() any
+// attempt is a request to one server: its body (nil for none), and how
+// long the server has to answer it from when it is sent (0: as long as
+// ctx allows).
+type attempt struct {
+	body   any
+	within time.Duration
+}
+
+// rebuilt is a request built anew for each server it is sent to: a
+// waiting acquisition's asks only for the wait that is left. It returns
+// false when there is nothing left to ask for.
+type rebuilt func() (attempt, bool)
 
 // do sends one request and decodes a 200 answer into out (if not nil),
 // moving through the servers as mode allows. in is the body: nil, a
-// value to encode, or a rebuilt. Any other status is an *APIError. With
-// several servers, the error after every server failed joins a
-// *ServerError for each; a rebuilt that returns nil ends the round with
-// the last server's error.
+// value to encode, or a rebuilt. Any other status is an *APIError; a
+// server that does not answer within the time its attempt has is an
+// error matching ErrNoAnswer. With several
+// servers, the error after every server failed joins a *ServerError for
+// each; a rebuilt that returns false ends the round with the last
+// server's error.
 func (c *Client) do(ctx context.Context, method, path string, in, out any, mode resend) error {
 	n := len(c.urls)
 	first := int(c.cur.Load())
@@ -499,22 +545,30 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, mode 
 		last error
 	)
 	for i := range n {
-		v := in
+		at := attempt{body: in}
 		if b, ok := in.(rebuilt); ok {
-			if v = b(); v == nil {
+			var more bool
+			if at, more = b(); !more {
 				return last
 			}
 		}
 		var body []byte
-		if v != nil {
-			b, err := json.Marshal(v)
+		if at.body != nil {
+			b, err := json.Marshal(at.body)
 			if err != nil {
 				return fmt.Errorf("client: encode request: %w", err)
 			}
 			body = b
 		}
 		k := (first + i) % n
-		sent, err := c.send(ctx, c.urls[k], method, path, body, out)
+		within := at.within
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if within > 0 {
+			actx, cancel = context.WithTimeout(ctx, within)
+		}
+		sent, err := c.send(actx, c.urls[k], method, path, body, out)
+		timedOut := actx.Err() != nil
+		cancel()
 		if err == nil {
 			c.cur.Store(int32(k))
 			return nil
@@ -523,11 +577,17 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, mode 
 			return ctx.Err()
 		}
 		var ae *APIError
+		if timedOut && !errors.As(err, &ae) {
+			// Not the caller's deadline, which has not passed: this
+			// server's time is up. Said as such, so that it does not
+			// look like the caller's own context.DeadlineExceeded.
+			err = fmt.Errorf("%w: %s did not answer %s %s within %s", ErrNoAnswer, c.urls[k], method, path, within.Round(time.Millisecond))
+		}
 		next := false
 		if errors.As(err, &ae) {
 			next = ae.Status == http.StatusServiceUnavailable
 		} else {
-			next = !sent || mode == resendAlways
+			next = !sent || mode != resendUnsent
 		}
 		if n == 1 || !next {
 			return err

@@ -68,6 +68,27 @@
 //
 // When every server failed, the error joins a [*ServerError] per server.
 //
+// # Servers that stop answering
+//
+// A server that takes a request and never answers (a partition that
+// delivers nothing, a stopped or wedged process) is not a refused
+// connection: only a bound on the request ends it. The client sets these
+// bounds, and a request that outlives one fails with an error matching
+// [ErrNoAnswer] (never the context's DeadlineExceeded: the caller's
+// context has not ended) and is passed on as after a lost answer:
+//
+//   - A request that asks the server to wait (a waiting Acquire's or
+//     Elect's, an Observe long poll) must be answered within the wait it
+//     asked for plus [WithAnswerGrace] (2s by default). So a [lock.WithWait]
+//     budget holds, overrun by at most the grace, even when the context has
+//     no deadline. When that budget is spent waiting on a server that did
+//     not answer, no other server is asked (the wait is over) and the error
+//     matches ErrNoAnswer, not [lock.ErrNotAcquired]: nobody said the lock
+//     was held. A budget longer than one request's wait goes on with the
+//     next server, asking for the wait that is left.
+//   - A TryAcquire, Observe's first request, a refresh, a release and a
+//     read are bounded by the context only: give them a deadline.
+//
 // # Losing a lease
 //
 // A lease is valid until [Lease.Deadline]: the granted TTL from when the

@@ -101,8 +101,14 @@ func (c *Client) leader(ctx context.Context, name string, after *fence.Token, wa
 		}
 		path += "?" + q.Encode()
 	}
+	// A long poll must be answered within its wait and the grace, so that
+	// a server that stops answering does not hold the observer for ever.
+	var in any
+	if wait > 0 {
+		in = rebuilt(func() (attempt, bool) { return attempt{within: wait + c.answerGrace}, true })
+	}
 	var a api.Leader
-	if err := c.do(ctx, http.MethodGet, path, nil, &a, resendAlways); err != nil {
+	if err := c.do(ctx, http.MethodGet, path, in, &a, resendAlways); err != nil {
 		return lock.Leader{}, err
 	}
 	return a.Leader(), nil

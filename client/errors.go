@@ -1,12 +1,23 @@
 package client
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/lock"
 )
+
+// ErrNoAnswer: a server took a request but did not answer it within the
+// time it had, though the caller's context had not ended: a request that
+// asked the server to wait, within that wait and WithAnswerGrace. The
+// server may have stopped
+// (a partition, a stopped process) or be very slow, and may still have
+// acted on the request. It is neither lock.ErrNotAcquired (nobody said the
+// lock was held) nor the caller's context.DeadlineExceeded; with several
+// servers it comes inside a *ServerError that says which.
+var ErrNoAnswer = errors.New("client: no answer from the server in time")
 
 // APIError is an error answer of the fenced server:
 // {"error":{"code","message","field"}} with its HTTP status. A body that is
