@@ -415,7 +415,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (lock.State, error) {
 		return lock.State{}, err
 	}
 	var a api.LockState
-	if err := c.do(ctx, http.MethodGet, lockPath(name, ""), nil, &a, resendAlways); err != nil {
+	if err := c.do(ctx, http.MethodGet, lockPath(name, ""), nil, &a, resendShared); err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
@@ -441,7 +441,7 @@ func (c *Client) List(ctx context.Context, prefix string, limit int, cursor stri
 		q.Set("cursor", cursor)
 	}
 	var a api.LockList
-	if err := c.do(ctx, http.MethodGet, "/v1/locks?"+q.Encode(), nil, &a, resendAlways); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/v1/locks?"+q.Encode(), nil, &a, resendShared); err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
@@ -463,7 +463,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (lock.State, err
 		return lock.State{}, err
 	}
 	var a api.LockState
-	err := c.do(ctx, http.MethodDelete, lockPath(name, ""), nil, &a, resendAlways)
+	err := c.do(ctx, http.MethodDelete, lockPath(name, ""), nil, &a, resendShared)
 	var ae *APIError
 	if errors.As(err, &ae) && ae.Code == api.CodeNotFound && ae.Field == "" {
 		return lock.State{Name: name}, nil
@@ -514,6 +514,13 @@ const (
 	// resendUnsent: after a 503, or when the request was not written to
 	// the connection: it cannot have reached the server.
 	resendUnsent
+	// resendShared: as resendAlways, and each server has only its share
+	// of the time left before ctx's deadline (the time left divided by
+	// the servers left to try), so that one that stops answering leaves
+	// the next the time to answer. For short requests: refresh, release,
+	// inspect, list, force-release; not for one that asks the server to
+	// wait, which a share would cut short.
+	resendShared
 )
 
 // attempt is a request to one server: its body (nil for none), and how
@@ -532,8 +539,8 @@ type rebuilt func() (attempt, bool)
 // do sends one request and decodes a 200 answer into out (if not nil),
 // moving through the servers as mode allows. in is the body: nil, a
 // value to encode, or a rebuilt. Any other status is an *APIError; a
-// server that does not answer within the time its attempt has is an
-// error matching ErrNoAnswer. With several
+// server that does not answer within the time its attempt has (its
+// within, its share) is an error matching ErrNoAnswer. With several
 // servers, the error after every server failed joins a *ServerError for
 // each; a rebuilt that returns false ends the round with the last
 // server's error.
@@ -562,6 +569,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, mode 
 		}
 		k := (first + i) % n
 		within := at.within
+		if dl, ok := ctx.Deadline(); ok && mode == resendShared && i < n-1 {
+			if share := time.Until(dl) / time.Duration(n-i); within == 0 || share < within {
+				within = share
+			}
+		}
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if within > 0 {
 			actx, cancel = context.WithTimeout(ctx, within)

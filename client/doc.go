@@ -46,9 +46,9 @@
 // be reached or answers 503 unavailable, the client moves to the next, and
 // stays there. Whether a request is sent again depends on what it does:
 //
-//   - Refresh, release and inspect are safe to repeat (a release repeated
-//     by its own lease id succeeds), so they move on after any failure to
-//     get an answer.
+//   - Refresh, release, inspect, list and force-release are safe to repeat
+//     (a release repeated by its own lease id succeeds), so they move on
+//     after any failure to get an answer.
 //   - TryAcquire moves on only when its request cannot have reached the
 //     server: it was never written to a connection, or the server answered
 //     503. When the connection failed after the request was written, the
@@ -86,8 +86,15 @@
 //     matches ErrNoAnswer, not [lock.ErrNotAcquired]: nobody said the lock
 //     was held. A budget longer than one request's wait goes on with the
 //     next server, asking for the wait that is left.
-//   - A TryAcquire, Observe's first request, a refresh, a release and a
-//     read are bounded by the context only: give them a deadline.
+//   - With several servers, a refresh, release, inspect, list or
+//     force-release gives each server its share of the time left before its
+//     context's deadline (the time left divided by the servers left to
+//     try). A keep-alive refresh's deadline is the lease's own, so a server
+//     that hangs takes at most its share of it and the next one refreshes
+//     the lease in time.
+//   - A TryAcquire, Observe's first request, and a refresh, release or
+//     read whose context has no deadline are bounded by the context only:
+//     give them a deadline.
 //
 // # Losing a lease
 //

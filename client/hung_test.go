@@ -115,3 +115,53 @@ func TestAcquireMovesOnFromAServerThatStopsAnswering(t *testing.T) {
 	}
 	defer l.Release(t.Context())
 }
+
+// TestKeepAliveMovesOnFromAServerThatStopsAnswering: a client of two
+// servers holds a kept-alive lease through the first, which then stops
+// answering; the second is healthy. A keep-alive refresh's context ends
+// at the lease's deadline; each server has only its share of it, so the
+// hung first cannot use it all and the second refreshes the lease. It
+// must survive three TTLs.
+func TestKeepAliveMovesOnFromAServerThatStopsAnswering(t *testing.T) {
+	f := newFixture(t)
+	p, url := hangable(t, f.url)
+	c := newClient(t, url+","+f.url) // the hung one first
+	ctx := t.Context()
+	const ttl = 3 * time.Second
+	l, err := c.TryAcquire(ctx, testenv.Name(t), ttl, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hang(t, p)
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost %v after its grant, with a healthy second server: %v", time.Since(l.Started()).Round(time.Millisecond), l.Err())
+	case <-time.After(3 * ttl):
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release through the second server: %v", err)
+	}
+}
+
+// TestReleaseMovesOnFromAServerThatStopsAnswering: a release with a
+// deadline, first sent to a server that stops answering, has the second
+// server release the lease within that deadline.
+func TestReleaseMovesOnFromAServerThatStopsAnswering(t *testing.T) {
+	f := newFixture(t)
+	p, url := hangable(t, f.url)
+	c := newClient(t, url+","+f.url)
+	name := testenv.Name(t)
+	l, err := c.TryAcquire(t.Context(), name, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hang(t, p)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release with a 2s deadline and a healthy second server: %v", err)
+	}
+	if st, err := f.locks.Inspect(t.Context(), name); err != nil || st.Held {
+		t.Fatalf("after the release: %+v, %v; want not held", st, err)
+	}
+}

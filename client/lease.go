@@ -18,7 +18,10 @@ import (
 type Lease = lock.Lease
 
 // keeper is the lock.LeaseKeeper a Lease refreshes and releases through:
-// the API, by lease id. Both are safe to send again, to any server.
+// the API, by lease id. Both are safe to send again, to any server, and
+// each server has only its share of the time left (resendShared): a
+// keep-alive refresh's context ends at the lease's deadline, and a server
+// that stops answering must not use it all while another could refresh.
 type keeper struct{ c *Client }
 
 var _ lock.LeaseKeeper = keeper{}
@@ -31,7 +34,7 @@ func (k keeper) Refresh(ctx context.Context, name, leaseID string, ttl time.Dura
 	}
 	var a api.Lease
 	ttlMs := ttl.Milliseconds()
-	if err := k.c.do(ctx, http.MethodPost, lockPath(name, "refresh"), api.RefreshRequest{LeaseID: leaseID, TTLMs: &ttlMs}, &a, resendAlways); err != nil {
+	if err := k.c.do(ctx, http.MethodPost, lockPath(name, "refresh"), api.RefreshRequest{LeaseID: leaseID, TTLMs: &ttlMs}, &a, resendShared); err != nil {
 		return lock.Grant{}, fmt.Errorf("client: refresh %q: %w", name, err)
 	}
 	if a.TTLMs <= 0 || a.Token == 0 {
@@ -43,7 +46,7 @@ func (k keeper) Refresh(ctx context.Context, name, leaseID string, ttl time.Dura
 // Release asks the server to release the lease. A release sent again by
 // the lease id that released it succeeds, so a lost answer is safe.
 func (k keeper) Release(ctx context.Context, name, leaseID string) error {
-	if err := k.c.do(ctx, http.MethodPost, lockPath(name, "release"), api.ReleaseRequest{LeaseID: leaseID}, nil, resendAlways); err != nil {
+	if err := k.c.do(ctx, http.MethodPost, lockPath(name, "release"), api.ReleaseRequest{LeaseID: leaseID}, nil, resendShared); err != nil {
 		return fmt.Errorf("client: release %q: %w", name, err)
 	}
 	return nil
