@@ -36,7 +36,10 @@
 // [Client.Elect] and [Client.Observe] implement [lock.Elector] through
 // POST /v1/elections/{name}/campaign and long polls of
 // GET /v1/elections/{name}; the server must keep its leases in etcd (else
-// the error matches [lock.ErrElectionStore]).
+// the error matches [lock.ErrElectionStore]). Observe asks a server whose
+// --max-wait refuses its long poll's wait for less, and closes its channel
+// (ctx still alive) when a server refuses the poll for good (a 4xx such
+// as 401 or 403): calling Observe again then returns the refusal.
 //
 // # Several servers
 //

@@ -39,10 +39,23 @@ func (c *Client) Elect(ctx context.Context, name, value string, ttl time.Duratio
 
 // Observe reports who leads election name, first now and then at every
 // change, as lock.Client.Observe does, by long polls of
-// GET /v1/elections/{name} of up to WithMaxRequestWait each. The channel
-// is closed when ctx ends. A request that fails is sent again after a
-// backoff (50ms to 1s), to the next server if there are several. It
-// returns an error if the first request fails.
+// GET /v1/elections/{name} of up to WithMaxRequestWait each. It returns an
+// error if the first request fails.
+//
+// A long poll that fails is sent again after a backoff (50ms to 1s), to
+// the next server if there are several: one that could not be sent or was
+// not answered (within its wait and WithAnswerGrace, else ErrNoAnswer),
+// or answered 5xx. A server that refuses the wait asked for (400 on
+// wait_ms: its --max-wait is shorter than WithMaxRequestWait) is asked
+// for half as long, down to 1ms, until it accepts. Any other 4xx answer
+// (401, 403, 404, …) is taken as final: sending it again would be refused
+// again, and the channel would show a leader that may be long gone.
+//
+// The channel is closed when ctx ends, and also, while ctx lives, after
+// such a final refusal. A consumer that finds the channel closed with ctx
+// still alive learns why by calling Observe again: its first request
+// returns the refusal as its error (an *APIError), or, if the refusal has
+// passed (a token file reloaded, say), a new channel.
 func (c *Client) Observe(ctx context.Context, name string) (<-chan lock.Leader, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, err
@@ -52,11 +65,12 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan lock.Leader, 
 		return nil, fmt.Errorf("client: observe %q: %w", name, storeRefused(err))
 	}
 	out := make(chan lock.Leader)
-	go func() { // owned by ctx
+	go func() { // owned by ctx; it also ends after a final refusal
 		defer close(out)
 		cur := first
 		const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 		backoff := minBackoff
+		wait := c.maxRequestWait // less once a server refused it
 		for {
 			select {
 			case out <- cur:
@@ -65,8 +79,16 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan lock.Leader, 
 			}
 			for {
 				after := cur.Token
-				l, err := c.leader(ctx, name, &after, c.maxRequestWait)
+				l, err := c.leader(ctx, name, &after, wait)
 				if ctx.Err() != nil {
+					return
+				}
+				var ae *APIError
+				if errors.As(err, &ae) && ae.Code == api.CodeInvalidArgument && ae.Field == api.FieldWaitMs && wait > time.Millisecond {
+					wait = max(wait/2, time.Millisecond)
+					continue
+				}
+				if final(err) {
 					return
 				}
 				if err != nil {
@@ -112,6 +134,14 @@ func (c *Client) leader(ctx context.Context, name string, after *fence.Token, wa
 		return lock.Leader{}, err
 	}
 	return a.Leader(), nil
+}
+
+// final reports whether err is an answer that the same request would get
+// again: a 4xx other than 408 and 429.
+func final(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 &&
+		ae.Status != http.StatusRequestTimeout && ae.Status != http.StatusTooManyRequests
 }
 
 // storeRefused makes the server's refusal of elections on Redis leases (a

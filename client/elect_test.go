@@ -3,6 +3,10 @@ package client_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +20,13 @@ import (
 // real (embedded) etcd: elections need it.
 func etcdServer(t *testing.T) string {
 	t.Helper()
+	return etcdFixture(t).serve(t, server.Config{})
+}
+
+// etcdFixture is a fixture whose lock client keeps its leases in a real
+// (embedded) etcd; serve starts API servers over it.
+func etcdFixture(t *testing.T) *fixture {
+	t.Helper()
 	_, cli := testenv.Etcd(t)
 	store, err := lock.NewEtcdStore(cli)
 	if err != nil {
@@ -27,8 +38,7 @@ func etcdServer(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { locks.Close(context.Background()) })
-	f := &fixture{locks: locks}
-	return f.serve(t, server.Config{})
+	return &fixture{locks: locks}
 }
 
 // TestElect: two candidates through the server; the first leads and keeps
@@ -127,5 +137,90 @@ func TestElectOnRedisServer(t *testing.T) {
 	}
 	if _, err := c.Elect(t.Context(), "e", "v", time.Second, lock.WithUnfair()); !errors.Is(err, lock.ErrInvalidOption) {
 		t.Fatalf("Elect WithUnfair: %v", err)
+	}
+}
+
+// TestObserveAsksForLessWhenTheServerRefusesItsWait: a server whose
+// --max-wait (10s) is shorter than the client's request wait
+// (DefaultMaxRequestWait, 30s) refuses the long poll with 400 on wait_ms.
+// Observe must ask for less until the server accepts, and so report the
+// next leader, rather than send the refused poll again for ever while the
+// channel shows the first state.
+func TestObserveAsksForLessWhenTheServerRefusesItsWait(t *testing.T) {
+	f := etcdFixture(t)
+	url := f.serve(t, server.Config{MaxWait: 10 * time.Second})
+	c := newClient(t, url) // the default request wait
+	name := testenv.Name(t)
+	ctx := t.Context()
+	obs, err := c.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := testenv.Next(t, obs); l.Leading {
+		t.Fatalf("before any campaign: %+v", l)
+	}
+	leader, err := f.locks.Elect(ctx, name, "host-a", 5*time.Second) // another candidate, in the server's process
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Release(context.Background())
+	select {
+	case l, ok := <-obs:
+		if !ok || !l.Leading || l.Value != "host-a" || l.Token != leader.Token() {
+			t.Fatalf("observed %+v (open %v); want host-a with term %d", l, ok, leader.Token())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Observe reported no change 5s after host-a took term %d", leader.Token())
+	}
+}
+
+// TestObserveClosesAfterAFinalRefusal: once the server refuses the long
+// poll with an answer that sending it again cannot change (403 here, as
+// after a token lost its permission), the channel is closed although ctx
+// lives, and Observe called again says why. Before, the poll was sent
+// again for ever and the channel showed a leader that may be long gone.
+func TestObserveClosesAfterAFinalRefusal(t *testing.T) {
+	f := etcdFixture(t)
+	srv, err := server.New(server.Config{Locks: f.locks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refuse atomic.Bool
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuse.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, `{"error":{"code":"forbidden","message":"injected: this token may not observe this election"}}`)
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	c := newClient(t, hs.URL, client.WithMaxRequestWait(200*time.Millisecond))
+	name := testenv.Name(t)
+	ctx := t.Context()
+	obs, err := c.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := testenv.Next(t, obs); l.Leading {
+		t.Fatalf("before any campaign: %+v", l)
+	}
+	refuse.Store(true)
+	select {
+	case l, ok := <-obs:
+		if ok {
+			t.Fatalf("observed %+v after the server refused; want the channel closed", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the channel is still open 10s after the server began to refuse every long poll with 403")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("ctx ended")
+	}
+	_, err = c.Observe(ctx, name)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusForbidden {
+		t.Fatalf("Observe again: %v; want the server's 403", err)
 	}
 }
