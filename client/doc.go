@@ -51,7 +51,12 @@
 //
 //   - Refresh, release, inspect, list and force-release are safe to repeat
 //     (a release repeated by its own lease id succeeds), so they move on
-//     after any failure to get an answer.
+//     after any failure to get an answer. One exception: on etcd leases
+//     only the server that released a lease remembers it, so a release
+//     whose answer was lost and that is sent again to another server is
+//     answered 410 lost, and Release returns ErrLost for a lease its first
+//     request may have released. Take it as "may have been lost", which
+//     is what ErrLost asks of a holder anyway.
 //   - TryAcquire moves on only when its request cannot have reached the
 //     server: it was never written to a connection, or the server answered
 //     503. When the connection failed after the request was written, the
