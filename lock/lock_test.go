@@ -390,7 +390,7 @@ func TestInvalidInputTouchesNoKey(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			cs := &counting{LeaseStore: b.store}
 			c := newClient(t, cs)
-			for _, name := range []string{"", "a b", "a/b", "{x}", "a\nb", "ä", strings.Repeat("x", 201), "*"} {
+			for _, name := range []string{"", "a b", "a/b", "{x}", "a\nb", "ä", strings.Repeat("x", 201), "*", ".", ".."} {
 				if _, err := c.Acquire(t.Context(), name, time.Second); !errors.Is(err, lock.ErrInvalidName) {
 					t.Errorf("name %q: %v, want ErrInvalidName", name, err)
 				}
@@ -408,6 +408,16 @@ func TestInvalidInputTouchesNoKey(t *testing.T) {
 			}
 			if err := lock.ValidateName("A-z_0.9:" + strings.Repeat("x", 192)); err != nil {
 				t.Fatalf("a valid 200-character name: %v", err)
+			}
+			// Only "." and ".." alone are path segments; dots elsewhere, and
+			// prefixes of dots, are fine.
+			for _, name := range []string{"...", ".a", "a..", "..b"} {
+				if err := lock.ValidateName(name); err != nil {
+					t.Errorf("name %q: %v", name, err)
+				}
+			}
+			if err := errors.Join(lock.ValidateNamePrefix("."), lock.ValidateNamePrefix("..")); err != nil {
+				t.Errorf("prefixes of dots: %v", err)
 			}
 		})
 	}

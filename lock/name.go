@@ -16,9 +16,23 @@ const (
 )
 
 // ValidateName checks a lock name: 1 to 200 characters of A-Z a-z 0-9 and
-// . _ - :. Anything else could collide with key syntax (Redis hash tags,
-// etcd prefixes) and is rejected before any key is touched.
+// . _ - :, and not "." or "..". Anything else could collide with key
+// syntax (Redis hash tags, etcd prefixes) and is rejected before any key is
+// touched; "." and ".." are URL path segments that HTTP clients and proxies
+// rewrite (fetch sends /v1/locks/../acquire as /v1/acquire), so no client
+// could reach such a lock through the API.
 func ValidateName(name string) error {
+	if err := validateChars(name); err != nil {
+		return err
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%w: %q alone is a URL path segment that HTTP clients and proxies rewrite; use another name", ErrInvalidName, name)
+	}
+	return nil
+}
+
+// validateChars checks a name's length and characters.
+func validateChars(name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: empty; want 1 to %d characters of A-Z a-z 0-9 . _ - :", ErrInvalidName, MaxNameLen)
 	}
@@ -35,12 +49,13 @@ func ValidateName(name string) error {
 }
 
 // ValidateNamePrefix checks a prefix of lock names, as List takes: "" or
-// up to MaxNameLen characters of A-Z a-z 0-9 . _ - :.
+// up to MaxNameLen characters of A-Z a-z 0-9 . _ - : (a prefix may be
+// "." or "..": names that start so are fine).
 func ValidateNamePrefix(prefix string) error {
 	if prefix == "" {
 		return nil
 	}
-	if err := ValidateName(prefix); err != nil {
+	if err := validateChars(prefix); err != nil {
 		return fmt.Errorf("prefix: %w", err)
 	}
 	return nil

@@ -134,8 +134,8 @@ func NewTokens(ts ...Token) (*Tokens, error) {
 			return nil, fmt.Errorf("server: token %q: an empty list of prefixes allows no lock; leave Prefixes nil for every lock name", e.name)
 		}
 		for _, p := range tok.Prefixes {
-			if err := lock.ValidateName(p); err != nil {
-				return nil, fmt.Errorf("server: token %q: prefix %q: %w", e.name, p, err)
+			if err := lock.ValidateNamePrefix(p); err != nil || p == "" {
+				return nil, fmt.Errorf("server: token %q: prefix %q: want the start of a lock name, 1 to %d characters of A-Z a-z 0-9 . _ - :", e.name, p, lock.MaxNameLen)
 			}
 		}
 		if j, dup := names[e.name]; dup {
@@ -218,7 +218,7 @@ func ParseTokens(data []byte) (*Tokens, error) {
 			case "prefixes":
 				tok.Prefixes = strings.Split(v, ",")
 				for _, p := range tok.Prefixes {
-					if err := lock.ValidateName(p); err != nil {
+					if err := lock.ValidateNamePrefix(p); err != nil || p == "" {
 						return nil, fmt.Errorf("line %d: prefixes=: %q: want the start of a lock name, 1 to 200 characters of A-Z a-z 0-9 . _ - :", n, excerpt([]byte(p)))
 					}
 				}
