@@ -77,6 +77,14 @@
 // which only a client still listening (a server whose base context ended)
 // can see. A lease taken for a client that went away is released at once.
 //
+// [Server.Drain], for a server about to shut down, ends every wait at
+// once: an acquire or campaign with wait_ms, and an election long poll,
+// in progress or arriving later, answers 503 unavailable ("fenced is
+// shutting down") with Retry-After, so that its client tries another node
+// rather than be cut off when the shutdown's grace ends; GET /readyz
+// answers 503. Requests that do not wait are served as before. fenced
+// calls Drain when net/http's Server.Shutdown begins.
+//
 // A wait_ms that runs out is a 409 only if the lock was seen held; if Redis
 // or etcd did not answer in that time, it is a 503. Within wait_ms, a
 // backend that is briefly down (no etcd leader, a Redis restarting) is

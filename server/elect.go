@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -83,7 +82,7 @@ func (s *Server) leader(w http.ResponseWriter, r *http.Request, name string) {
 	if !s.electable(w) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), wait+s.backendTimeout)
+	ctx, cancel := s.waitContext(r, wait)
 	defer cancel() // also ends the observer
 	start := time.Now()
 	fail := func(err error) {

@@ -90,7 +90,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 // grant takes the lease of an acquire, or of a campaign (req.owner is then
 // the leader's value), and answers it.
 func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req acquireRequest, campaign bool) {
-	ctx, cancel := context.WithTimeout(r.Context(), req.wait+s.backendTimeout)
+	ctx, cancel := s.waitContext(r, req.wait)
 	defer cancel()
 	if req.wait > 0 {
 		s.metrics.waiters.Inc()
@@ -373,9 +373,14 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 			slog.String("op", op), slog.String("lock", name), slog.Any("cause", context.Cause(r.Context())))
 		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
 			message: "request cancelled before the lease store answered"}, resultCancelled
+	case context.Cause(ctx) == errShuttingDown:
+		// Drain ended the wait: the client, still listening, should try
+		// another node.
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "wait ended: fenced is shutting down",
+			slog.String("op", op), slog.String("lock", name))
+		return shuttingDown(), resultError
 	case errors.Is(err, lock.ErrClosed):
-		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
-			message: "fenced is shutting down; retry on another node or later"}, resultError
+		return shuttingDown(), resultError
 	}
 	s.metrics.backendErrors.WithLabelValues(op).Inc()
 	backend := backendOf(err)
@@ -409,6 +414,10 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ string) {
 // usually one second). Only the log and authenticated callers learn what
 // failed in detail: the error may name backend addresses.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ string) {
+	if s.draining() {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: "not ready: fenced is shutting down"})
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.readyTimeout)
 	defer cancel()
 	start := time.Now()

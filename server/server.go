@@ -90,6 +90,8 @@ type Server struct {
 	metrics        *metrics
 	leases         *leaseTracker
 	metricsHandler http.Handler
+	drained        context.Context    // ended by Drain
+	drain          context.CancelFunc //
 }
 
 // New checks cfg and returns a Server. An invalid field is a *ConfigError
@@ -112,6 +114,7 @@ func New(cfg Config) (*Server, error) {
 			defaultTTL: cfg.DefaultTTL, maxWait: cfg.MaxWait},
 		leases: newLeaseTracker(),
 	}
+	s.drained, s.drain = context.WithCancel(context.Background())
 	s.applyDefaults()
 	if s.ready == nil {
 		s.ready = cfg.Locks.Store().Ping
