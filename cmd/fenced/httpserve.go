@@ -49,7 +49,7 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.backendTimeout, "backend-timeout", server.DefaultBackendTimeout, "Bound on the Redis and etcd calls of one request, on top of its wait_ms; past it the answer is 503 with Retry-After.")
 	fs.DurationVar(&h.readyTimeout, "ready-timeout", server.DefaultReadyTimeout, "Bound on the backend check of GET /readyz; keep it below your probe's timeout (Kubernetes: 1s).")
 	fs.Int64Var(&h.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "Largest request body; a larger one is a 413.")
-	fs.DurationVar(&h.shutdownGrace, "shutdown-grace", 10*time.Second, "On SIGTERM or SIGINT, how long in-flight requests may take to finish before they are cut off.")
+	fs.DurationVar(&h.shutdownGrace, "shutdown-grace", 10*time.Second, "On SIGTERM or SIGINT, how long in-flight requests may take to finish before they are cut off.\nRequests that wait (wait_ms, election long polls) are answered 503 with Retry-After at once.")
 }
 
 // configFlags maps server.Config's fields to the flags that set them.
@@ -163,6 +163,10 @@ func serveLocks(ctx context.Context, c *closer, h *httpFlags, m *daemonMetrics, 
 	if err != nil {
 		return err
 	}
+	// Shutdown, once it has closed the listener, ends every wait: waiting
+	// acquires and long polls answer 503 with Retry-After at once, rather
+	// than hold the shutdown for the whole grace and then be cut off.
+	a.srv.RegisterOnShutdown(srv.Drain)
 	a.announce(stdout, st.lines)
 	log.Info("fenced "+st.cmd+" ready", append([]any{"version", buildVersion(), "url", a.url}, st.attrs...)...)
 	return a.run(ctx, st.fatal)
@@ -280,13 +284,14 @@ func (a *api) announce(w io.Writer, lines []string) {
 
 // run serves until ctx ends (a signal: a clean shutdown), the HTTP server
 // fails, or fatal (the embedded etcd) reports an error. It then stops
-// accepting connections, lets in-flight requests finish for
-// --shutdown-grace, cuts the rest off, and waits for Serve.
+// accepting connections, answers every wait (wait_ms, long polls) 503 at
+// once, lets the other in-flight requests finish for --shutdown-grace,
+// cuts the rest off, and waits for Serve.
 func (a *api) run(ctx context.Context, fatal <-chan error) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-		a.log.Info("shutting down: no new connections; in-flight requests may finish", "cause", context.Cause(ctx), "grace", a.h.shutdownGrace)
+		a.log.Info("shutting down: no new connections; waiting requests answered 503; in-flight requests may finish", "cause", context.Cause(ctx), "grace", a.h.shutdownGrace)
 	case err := <-a.errc:
 		return fmt.Errorf("HTTP server: %w", err)
 	case err := <-fatal:
