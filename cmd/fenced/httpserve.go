@@ -43,8 +43,8 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.tls.key, "tls-key", "", "PEM private key `file` of --tls-cert.")
 	fs.StringVar(&h.tls.ca, "tls-client-ca", "", "Mutual TLS: require a client certificate signed by a CA in this PEM `file` (needs --tls-cert).")
 	fs.StringVar(&h.authTokenFile, "auth-token-file", "", "Require Authorization: Bearer <token> with one of the tokens in this `file`:\none per line, at least 16 printable characters, # starts a comment. A token alone on\nits line may do everything; name=NAME prefixes=P1,P2 allow=acquire,inspect,force-release,metrics\nafter it narrow it. Reloaded on SIGHUP. /healthz and /readyz stay open. Empty: no authentication.")
-	fs.DurationVar(&h.defaultTTL, "default-ttl", server.DefaultTTL, "TTL of an acquire or refresh request without ttl_ms.")
-	fs.DurationVar(&h.maxTTL, "max-ttl", lock.MaxTTL, "Longest ttl_ms a request may ask for (10ms to 24h).")
+	fs.DurationVar(&h.defaultTTL, "default-ttl", server.DefaultTTL, "TTL of an acquire or refresh request without ttl_ms (10ms to --max-ttl).")
+	fs.DurationVar(&h.maxTTL, "max-ttl", lock.MaxTTL, "Longest ttl_ms a request may ask for (10ms to 24h; at least --default-ttl).")
 	fs.DurationVar(&h.maxWait, "max-wait", server.DefaultMaxWait, "Longest wait_ms an acquire request may ask for.")
 	fs.DurationVar(&h.backendTimeout, "backend-timeout", server.DefaultBackendTimeout, "Bound on the Redis and etcd calls of one request, on top of its wait_ms; past it the answer is 503 with Retry-After.")
 	fs.DurationVar(&h.readyTimeout, "ready-timeout", server.DefaultReadyTimeout, "Bound on the backend check of GET /readyz; keep it below your probe's timeout (Kubernetes: 1s).")
@@ -83,6 +83,17 @@ func (h *httpFlags) validate(cmd string) error {
 	}
 	if h.maxBodyBytes == 0 {
 		return usagef(cmd, "--max-body-bytes 0: want > 0")
+	}
+	// The TTLs are checked here, not left to server.Config.Check: a 0 there
+	// means the default (24h, 30s), and its message names Config fields.
+	if h.maxTTL < lock.MinTTL || h.maxTTL > lock.MaxTTL {
+		return usagef(cmd, "--max-ttl %s: want %s to %s", h.maxTTL, lock.MinTTL, lock.MaxTTL)
+	}
+	if h.defaultTTL < lock.MinTTL {
+		return usagef(cmd, "--default-ttl %s: want %s to %s (--max-ttl)", h.defaultTTL, lock.MinTTL, h.maxTTL)
+	}
+	if h.defaultTTL > h.maxTTL {
+		return usagef(cmd, "--default-ttl %s is above --max-ttl %s: lower --default-ttl or raise --max-ttl", h.defaultTTL, h.maxTTL)
 	}
 	var ce *server.ConfigError
 	if err := h.serverConfig(nil, nil, nil).Check(); errors.As(err, &ce) {
