@@ -23,7 +23,8 @@ lease alive (a refresh every TTL/3), and release it at the end.
 
 With a command, run CMD with FENCED_LOCK, FENCED_LEASE_ID and FENCED_TOKEN in
 its environment (and the rest of this environment, less fenced's own
-secrets: FENCED_CLIENT_TOKEN and the other passwords), and release the lock
+secrets: FENCED_CLIENT_TOKEN, the passwords, FENCED_DATABASE_URL, and the
+token and TLS key files), and release the lock
 when CMD exits. Pass $FENCED_TOKEN to the protected resource with every
 write. Without a command, print the token and hold the lock until
 interrupted (SIGINT or SIGTERM).
@@ -116,12 +117,18 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s pid %d", host, os.Getpid())
 }
 
-// secretEnv are environment variables the child of fenced exec does not
-// inherit: fenced's own secrets (exec's, serve's, and the name fenced exec
-// used for its token before), and the variables exec sets itself.
+// secretEnv are environment variables the child of fenced exec (and of
+// fenced elect) does not inherit: fenced's own secrets, of every command,
+// and where the files that hold them are (bearer tokens, passwords, the
+// Postgres URL with its password, TLS private keys); the name fenced exec
+// used for its token before; and the variables exec sets itself. A flag
+// added for a secret belongs here too (TestExecEnvironment looks for them
+// by name).
 var secretEnv = []string{
 	"FENCED_CLIENT_TOKEN", "FENCED_CLIENT_TOKEN_FILE", "FENCED_AUTH_TOKEN", "FENCED_AUTH_TOKEN_FILE",
 	"FENCED_REDIS_PASSWORD", "FENCED_REDIS_SENTINEL_PASSWORD", "FENCED_ETCD_PASSWORD",
+	"FENCED_DATABASE_URL",
+	"FENCED_TLS_KEY", "FENCED_CLIENT_TLS_KEY", "FENCED_REDIS_TLS_KEY", "FENCED_ETCD_KEY",
 	"FENCED_LOCK", "FENCED_LEASE_ID", "FENCED_TOKEN",
 }
 

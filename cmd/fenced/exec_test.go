@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -233,6 +234,24 @@ func TestExecLikeEtcdctlLock(t *testing.T) {
 	})
 }
 
+// vars are the environment variables of a fenced command's flags, from
+// its --help.
+func vars(t *testing.T, args ...string) map[string]bool {
+	t.Helper()
+	_, help, _ := run(t, nil, append(args, "--help")...)
+	m := map[string]bool{}
+	for _, v := range regexp.MustCompile(`\[\$(FENCED_[A-Z_]+)\]`).FindAllStringSubmatch(help, -1) {
+		m[v[1]] = true
+	}
+	return m
+}
+
+// notSecret are variables whose names look like a secret's but are not.
+var notSecret = map[string]bool{
+	"FENCED_MIN_TOKEN":          true, // admin raise-floor's token number
+	"FENCED_ETCD_CLUSTER_TOKEN": true, // the embedded etcd cluster's name
+}
+
 // TestExecEnvironment: the child gets the lease's variables and the rest of
 // the environment, but none of fenced's secrets; exec's own variables have
 // names distinct from serve's and dev's.
@@ -246,8 +265,29 @@ func TestExecEnvironment(t *testing.T) {
 		"FENCED_AUTH_TOKEN=old-secret-0123456789",
 		"FENCED_REDIS_PASSWORD=redis-secret",
 		"FENCED_ETCD_PASSWORD=etcd-secret",
+		"FENCED_DATABASE_URL=postgres://fence:pg-secret@db:5432/app",
 		"FENCED_TOKEN=42", // from an outer fenced exec: replaced
 		"KEEP_ME=yes",
+	}
+	secrets := []string{"client-secret", "old-secret", "redis-secret", "etcd-secret", "pg-secret", "FENCED_TOKEN=42\n"}
+	// Every other command's variable that holds a secret, or names the
+	// file of one, found by its name: fenced exec does not read them.
+	// exec's own (FENCED_CLIENT_TOKEN_FILE, FENCED_CLIENT_TLS_KEY) name
+	// files it would open, so only FENCED_CLIENT_TOKEN of them is set.
+	execVars := vars(t, "exec")
+	secretName := regexp.MustCompile(`PASSWORD|TOKEN|_KEY$|DATABASE_URL`)
+	for _, c := range [][]string{{"serve"}, {"dev"}, {"elect"}, {"locks", "list"}, {"admin", "raise-floor"}, {"admin", "pg-migrate"}} {
+		for v := range vars(t, c...) {
+			set := slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, v+"=") })
+			if execVars[v] || notSecret[v] || set || !secretName.MatchString(v) {
+				continue
+			}
+			secret := "secret-of-" + strings.ToLower(v)
+			env, secrets = append(env, v+"="+secret), append(secrets, secret)
+		}
+	}
+	if !slices.Contains(secrets, "secret-of-fenced_tls_key") || !slices.Contains(secrets, "secret-of-fenced_redis_tls_key") {
+		t.Fatalf("secrets %q: --help no longer lists the variables looked for", secrets)
 	}
 	name := testenv.Name(t)
 	code, _, stderr := run(t, env, "exec", name, "--", "sh", "-c", `env > "$0"`, out)
@@ -259,7 +299,7 @@ func TestExecEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := string(b)
-	for _, secret := range []string{"client-secret", "old-secret", "redis-secret", "etcd-secret", "FENCED_TOKEN=42\n"} {
+	for _, secret := range secrets {
 		if strings.Contains(got, secret) {
 			t.Errorf("the child sees %q", secret)
 		}
@@ -270,20 +310,11 @@ func TestExecEnvironment(t *testing.T) {
 		}
 	}
 
-	vars := func(args ...string) map[string]bool {
-		_, help, _ := run(t, nil, append(args, "--help")...)
-		m := map[string]bool{}
-		for _, v := range regexp.MustCompile(`\[\$(FENCED_[A-Z_]+)\]`).FindAllStringSubmatch(help, -1) {
-			m[v[1]] = true
-		}
-		return m
-	}
-	execVars := vars("exec")
 	if !execVars["FENCED_URL"] || !execVars["FENCED_CLIENT_TOKEN"] || len(execVars) < 10 {
 		t.Fatalf("exec's variables %v", execVars)
 	}
 	for _, daemon := range [][]string{{"serve"}, {"dev"}} {
-		for v := range vars(daemon...) {
+		for v := range vars(t, daemon...) {
 			if execVars[v] {
 				t.Errorf("%s is a variable of both fenced exec and fenced %s", v, daemon[0])
 			}
