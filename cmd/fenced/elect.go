@@ -122,20 +122,30 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // observeLeaders prints who leads name, and every change, until ctx ends
-// (exit 0 on a signal).
+// (exit 0 on a signal). The client closes its channel while ctx lives when
+// the server refuses the observer for good (a token revoked: 401, 403);
+// observing again then returns the refusal, which ends the command.
 func observeLeaders(ctx context.Context, c *client.Client, name string, stdout io.Writer) error {
-	ch, err := c.Observe(ctx, name)
-	if err != nil {
-		if errors.Is(err, lock.ErrElectionStore) {
-			return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w; point --url at a fenced server with --lease-store etcd (fenced dev is one)", err)}
+	for {
+		ch, err := c.Observe(ctx, name)
+		if err != nil {
+			if isSignalCause(ctx) {
+				return nil
+			}
+			if errors.Is(err, lock.ErrElectionStore) {
+				return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w; point --url at a fenced server with --lease-store etcd (fenced dev is one)", err)}
+			}
+			return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w", err)}
 		}
-		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w", err)}
-	}
-	for l := range ch {
-		if l.Leading {
-			fmt.Fprintf(stdout, "leader term %d value %s\n", l.Token, strconv.Quote(l.Value))
-		} else {
-			fmt.Fprintln(stdout, "no leader")
+		for l := range ch {
+			if l.Leading {
+				fmt.Fprintf(stdout, "leader term %d value %s\n", l.Token, strconv.Quote(l.Value))
+			} else {
+				fmt.Fprintln(stdout, "no leader")
+			}
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
 	if isSignalCause(ctx) {

@@ -73,3 +73,48 @@ func TestScopedTokensReloadOnSIGHUP(t *testing.T) {
 		t.Fatal("the log shows a token")
 	}
 }
+
+// TestObserverEndsWhenItsTokenIsRevoked: a token revoked by a reload makes
+// the server refuse the observer's next long poll for good. fenced elect
+// --observe then says why and exits 1; it used to exit with a message
+// built from a nil cause.
+func TestObserverEndsWhenItsTokenIsRevoked(t *testing.T) {
+	t.Parallel()
+	const (
+		admin    = "admin-token-0123456789abcdef"
+		observer = "observer-token-0123456789abcdef"
+	)
+	file := filepath.Join(t.TempDir(), "tokens")
+	write := func(content string) {
+		t.Helper()
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(admin + "\n" + observer + " name=observer allow=inspect\n")
+	p, url := startDev(t, []string{"FENCED_AUTH_TOKEN_FILE=" + file})
+	name := testenv.Name(t)
+	obs := start(t, []string{"FENCED_CLIENT_TOKEN=" + observer}, "elect", "--url", url, "--observe", name)
+	if l := obs.line(30 * time.Second); l != "no leader" {
+		t.Fatalf("observer's first line %q, want no leader", l)
+	}
+
+	write(admin + "\n")
+	p.signal(syscall.SIGHUP)
+	eventually(t, 20*time.Second, "the reload in the log", func() bool {
+		return strings.Contains(p.stderr.String(), "SIGHUP: auth tokens reloaded")
+	})
+	// A new leader ends the observer's long poll; its next one is refused.
+	lead := start(t, []string{"FENCED_CLIENT_TOKEN=" + admin}, "elect", "--url", url, "--value", "a", name, "--", "sleep", "60")
+	if code := obs.wait(30 * time.Second); code != 1 {
+		t.Fatalf("observer exit %d, want 1", code)
+	}
+	if msg := obs.stderr.String(); !strings.Contains(msg, "unauthenticated") || strings.Contains(msg, "%!") {
+		t.Fatalf("observer's message does not say it was refused:\n%s", msg)
+	}
+	lead.signal(syscall.SIGTERM)
+}
