@@ -514,10 +514,11 @@ const (
 	// resendUnsent: after a 503, or when the request was not written to
 	// the connection: it cannot have reached the server.
 	resendUnsent
-	// resendShared: as resendAlways, and each server has only its share
-	// of the time left before ctx's deadline (the time left divided by
-	// the servers left to try), so that one that stops answering leaves
-	// the next the time to answer. For short requests: refresh, release,
+	// resendShared: as resendAlways, and each server but the last has
+	// only half of the time left before ctx's deadline, so that one that
+	// stops answering leaves the next the time to answer, while the
+	// server tried first (the one that answered last, most often healthy)
+	// has the most time when it is only slow. For short requests: refresh, release,
 	// inspect, list, force-release; not for one that asks the server to
 	// wait, which a share would cut short.
 	resendShared
@@ -570,7 +571,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, mode 
 		k := (first + i) % n
 		within := at.within
 		if dl, ok := ctx.Deadline(); ok && mode == resendShared && i < n-1 {
-			if share := time.Until(dl) / time.Duration(n-i); within == 0 || share < within {
+			if share := time.Until(dl) / 2; within == 0 || share < within {
 				within = share
 			}
 		}

@@ -95,11 +95,13 @@
 //     was held. A budget longer than one request's wait goes on with the
 //     next server, asking for the wait that is left.
 //   - With several servers, a refresh, release, inspect, list or
-//     force-release gives each server its share of the time left before its
-//     context's deadline (the time left divided by the servers left to
-//     try). A keep-alive refresh's deadline is the lease's own, so a server
-//     that hangs takes at most its share of it and the next one refreshes
-//     the lease in time.
+//     force-release gives each server but the last half of the time left
+//     before its context's deadline. A keep-alive refresh's deadline is the
+//     lease's own, so a server that hangs takes at most half of it and the
+//     next one refreshes the lease in time, while a server that is only
+//     slow (a loaded node) still has the larger part. (A share of the time
+//     left divided by the servers left cut a loaded but healthy node off
+//     too soon: with three servers and a 1 s TTL, a refresh had 0.2 s.)
 //   - A TryAcquire, Observe's first request, and a refresh, release or
 //     read whose context has no deadline are bounded by the context only:
 //     give them a deadline.

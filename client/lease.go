@@ -19,7 +19,7 @@ type Lease = lock.Lease
 
 // keeper is the lock.LeaseKeeper a Lease refreshes and releases through:
 // the API, by lease id. Both are safe to send again, to any server, and
-// each server has only its share of the time left (resendShared): a
+// each server but the last has only half of the time left (resendShared): a
 // keep-alive refresh's context ends at the lease's deadline, and a server
 // that stops answering must not use it all while another could refresh.
 type keeper struct{ c *Client }
