@@ -581,6 +581,12 @@ class Lease:
         self._released = False
         self._on_lost: Optional[Callable[[Lease, FencedError], None]] = None
         self._stop = threading.Event()
+        # Set by stop_keep_alive and by every successful refresh, which
+        # counts in _refreshes and records its start in _refreshed: the
+        # keep-alive then plans its next refresh from that one.
+        self._wake = threading.Event()
+        self._refreshes = 0
+        self._refreshed = started
         self._thread: Optional[threading.Thread] = None
 
     def __repr__(self) -> str:
@@ -642,6 +648,9 @@ class Lease:
         with self._mu:
             self.ttl_ms = doc["ttl_ms"]
             self._deadline = started + validity(self.ttl_ms, started, started)
+            self._refreshed = started
+            self._refreshes += 1
+        self._wake.set()  # the keep-alive plans from this refresh (a shorter TTL: sooner)
 
     def release(self) -> None:
         """Stop the keep-alive and release the lease. Calling it again does
@@ -698,6 +707,7 @@ class Lease:
         refresh in flight finishes first; its timeout is at most the
         lease's remaining validity)."""
         self._stop.set()
+        self._wake.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join()
@@ -709,13 +719,29 @@ class Lease:
             self._client.close()  # this thread's connection
 
     def _keep_alive_loop(self) -> None:
-        interval = self.ttl_ms / 3000.0
-        next_refresh = time.monotonic() + interval
+        with self._mu:
+            seen = self._refreshes
+            next_refresh = time.monotonic() + self.ttl_ms / 3000.0
         while True:
-            deadline = self.deadline
-            # Wake for the next refresh, or at the deadline if that comes first.
-            if self._stop.wait(max(0.0, min(next_refresh, deadline) - time.monotonic())):
+            with self._mu:
+                if self._refreshes != seen:
+                    # Refreshed since (by this loop, or by refresh() in
+                    # another thread, perhaps with a shorter TTL): the next
+                    # refresh is a third of the new TTL after that one.
+                    seen = self._refreshes
+                    next_refresh = self._refreshed + self.ttl_ms / 3000.0
+                deadline = self._deadline
+            # Wake for the next refresh, or at the deadline if that comes
+            # first, or when refreshed or stopped. _wake is cleared before
+            # the state is read again, so a refresh after this wait is seen.
+            self._wake.wait(max(0.0, min(next_refresh, deadline) - time.monotonic()))
+            self._wake.clear()
+            if self._stop.is_set():
                 return
+            with self._mu:
+                if self._refreshes != seen:
+                    continue  # plan from that refresh
+                deadline = self._deadline
             now = time.monotonic()
             if now >= deadline:
                 self._signal_lost(LostError(f"lease of {self.name!r}: no successful refresh before its validity ran out", 0))
@@ -724,15 +750,17 @@ class Lease:
                 continue
             try:
                 self._refresh(self.ttl_ms, 0)  # this loop retries, within the validity
-                next_refresh = time.monotonic() + self.ttl_ms / 3000.0
             except LostError:
                 return  # refresh signalled it
             except FencedError as e:
                 if not e.retryable:
                     self._signal_lost(LostError(f"lease of {self.name!r}: refresh failed: {e}", e.status))
                     return
-                # Retry soon, but not in a busy loop; the deadline still rules.
+                # Retry soon, but not in a busy loop, and well within the
+                # validity left: fenced's Retry-After (1 s) would outlast a
+                # short lease. The deadline still rules.
                 pause = e.retry_after if e.retry_after is not None else max(0.01, self.ttl_ms / 30000.0)
+                pause = min(pause, max(0.01, (self.deadline - time.monotonic()) / 3))
                 next_refresh = time.monotonic() + pause
 
     def _signal_lost(self, err: FencedError) -> None:

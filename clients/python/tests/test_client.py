@@ -3,6 +3,8 @@ fenced serve with leases in the local Redis (millisecond TTLs)."""
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import json
 import os
 import re
@@ -163,6 +165,84 @@ class FaultProxy:
         alive = [t for t in threads if t.is_alive()]
         if alive:
             raise AssertionError(f"proxy threads still running: {alive}")
+
+
+class ScriptedProxy:
+    """An HTTP/1.1 reverse proxy in front of a fenced. script maps a path
+    suffix ("/refresh", "/release") to a list of actions, used up in order,
+    one per request whose path ends with it: "503" answers 503 unavailable
+    with Retry-After: 1 itself, as fenced does when its backend blips;
+    "drop" closes the connection without an answer and without forwarding
+    (the server never sees the request). Every other request is forwarded.
+    seen lists (path, action) for every request."""
+
+    def __init__(self, target_url: str, script: dict[str, list[str]]):
+        u = urllib.parse.urlsplit(target_url)
+        target = (u.hostname, u.port)
+        lock = threading.Lock()
+        self.seen: list[tuple[str, str]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                action = "forward"
+                with lock:
+                    for suffix, actions in script.items():
+                        if self.path.endswith(suffix) and actions:
+                            action = actions.pop(0)
+                            break
+                    outer.seen.append((self.path, action))
+                if action == "drop":
+                    self.close_connection = True
+                    return
+                if action == "503":
+                    msg = b'{"error":{"code":"unavailable","message":"injected by the proxy"}}'
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Retry-After", "1")
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                up = http.client.HTTPConnection(*target, timeout=30)
+                try:
+                    hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                    up.request(self.command, self.path, body=body, headers=hdrs)
+                    r = up.getresponse()
+                    data = r.read()
+                finally:
+                    up.close()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("connection", "content-length", "transfer-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = _any
+
+        self._srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._srv.daemon_threads = True
+        self._t = threading.Thread(target=self._srv.serve_forever, daemon=True)
+        self._t.start()
+        self.url = f"http://127.0.0.1:{self._srv.server_address[1]}"
+
+    def actions(self, suffix: str) -> list[str]:
+        """The actions taken on the requests whose path ends with suffix."""
+        return [a for p, a in self.seen if p.endswith(suffix)]
+
+    def stop(self) -> None:
+        self._srv.shutdown()
+        self._srv.server_close()
+        self._t.join()
 
 
 class DevTest(unittest.TestCase):
@@ -590,6 +670,43 @@ class RedisTest(unittest.TestCase):
         for bad in (0, -1, fenced.MAX_TOKEN + 1, True, "5", 1.0):
             with self.assertRaises(ValueError):
                 fenced.set_fencing_token({}, bad)  # type: ignore[arg-type]
+
+    def scripted(self, script: dict[str, list[str]], retries: int = 2) -> tuple[ScriptedProxy, fenced.Client]:
+        """A ScriptedProxy in front of the daemon, and a client through it."""
+        p = ScriptedProxy(self.daemon.url, script)
+        self.addCleanup(p.stop)
+        c = fenced.Client(p.url, bearer_token=self.bearer, retries=retries)
+        self.addCleanup(c.close)
+        return p, c
+
+    def test_keep_alive_follows_a_shorter_refresh(self) -> None:
+        # refresh(300) from this thread while the keep-alive sleeps toward
+        # the old ttl/3 (1 s): the keep-alive must plan anew from that
+        # refresh, or it wakes long after the 300 ms lease expired.
+        name = unique()
+        lost_at: list[float] = []
+        lease = self.client.lock(name, ttl_ms=3000, on_lost=lambda l, e: lost_at.append(time.monotonic()))
+        self.addCleanup(lease.stop_keep_alive)
+        lease.refresh(300)
+        deadline = lease.deadline
+        if lease.lost.wait(timeout=1.5):  # five of the new TTLs
+            self.fail(f"lease lost {lost_at[0] - deadline:+.3f} s after its deadline: {lease.lost_reason}")
+        self.assertEqual(lease.ttl_ms, 300)
+        self.assertTrue(self.client.inspect(name).held)
+        lease.release()
+
+    def test_keep_alive_retries_503s_within_the_validity(self) -> None:
+        # Two refreshes answer 503 with Retry-After: 1 (what fenced sends
+        # with every 503). Waiting that second would outlast the 600 ms
+        # lease: the keep-alive retries within the validity left instead.
+        p, c = self.scripted({"/refresh": ["503", "503"]})
+        name = unique()
+        lease = c.lock(name, ttl_ms=600)
+        self.addCleanup(lease.stop_keep_alive)
+        self.assertFalse(lease.lost.wait(timeout=1.5), f"lost after 503s: {lease.lost_reason}; requests {p.seen}")
+        self.assertEqual(p.actions("/refresh")[:3], ["503", "503", "forward"])
+        self.assertTrue(self.client.inspect(name).held)
+        lease.release()
 
 
 class KeptConnectionTest(unittest.TestCase):

@@ -594,6 +594,11 @@ export class Lease {
   #ttlMs: number;
   #deadline: number;
   #released = false;
+  /** Successful refreshes so far, and when the last one was sent: the keep-alive plans from it. */
+  #refreshes = 0;
+  #refreshedAt: number;
+  /** Wakes the keep-alive's sleep, while it sleeps. */
+  #wakeKeepAlive: (() => void) | undefined;
   #client: Client;
   #lost = new AbortController();
   #lostPromise: Promise<LostError>;
@@ -614,6 +619,7 @@ export class Lease {
     // (a wait longer than the TTL must not void the grant).
     startedMs += Math.max(0, Number(doc.waited_ms ?? 0));
     this.#deadline = startedMs + validityMs(this.#ttlMs, startedMs, startedMs);
+    this.#refreshedAt = startedMs;
     this.#lostPromise = new Promise((resolve) => (this.#resolveLost = resolve));
   }
 
@@ -682,6 +688,9 @@ export class Lease {
     }
     this.#ttlMs = doc.ttl_ms as number;
     this.#deadline = started + validityMs(this.#ttlMs, started, started);
+    this.#refreshedAt = started;
+    this.#refreshes++;
+    this.#wakeKeepAlive?.(); // it plans from this refresh (a shorter TTL: sooner)
   }
 
   /**
@@ -727,13 +736,30 @@ export class Lease {
 
   async #keepAlive(stop: AbortSignal): Promise<void> {
     let next = performance.now() + this.#ttlMs / 3;
+    let seen = this.#refreshes;
     while (!stop.aborted && !this.#lost.signal.aborted) {
-      const wake = Math.min(next, this.#deadline);
-      try {
-        await sleep(Math.max(0, wake - performance.now()), undefined, { signal: stop });
-      } catch {
-        return; // stopped
+      if (this.#refreshes !== seen) {
+        // Refreshed since (by this loop, or by refresh(), perhaps with a
+        // shorter TTL): the next refresh is a third of the new TTL after it.
+        seen = this.#refreshes;
+        next = this.#refreshedAt + this.#ttlMs / 3;
       }
+      // Sleep until the next refresh, or the deadline if that comes first;
+      // a stop or a refresh meanwhile wakes it.
+      const wake = new AbortController();
+      const onStop = () => wake.abort();
+      stop.addEventListener("abort", onStop);
+      this.#wakeKeepAlive = onStop;
+      try {
+        await sleep(Math.max(0, Math.min(next, this.#deadline) - performance.now()), undefined, { signal: wake.signal });
+      } catch {
+        // woken: see why below
+      } finally {
+        stop.removeEventListener("abort", onStop);
+        this.#wakeKeepAlive = undefined;
+      }
+      if (stop.aborted) return;
+      if (this.#refreshes !== seen) continue; // plan from that refresh
       const now = performance.now();
       if (now >= this.#deadline) {
         this.#signalLost(new LostError(`lease of ${JSON.stringify(this.name)}: no successful refresh before its validity ran out`));
@@ -742,11 +768,14 @@ export class Lease {
       if (now < next) continue;
       try {
         await this.#refresh(this.#ttlMs, { retries: 0, signal: stop }); // this loop retries, within the validity
-        next = performance.now() + this.#ttlMs / 3;
       } catch (e) {
         if (stop.aborted || e instanceof LostError) return;
         if (e instanceof FencedError && e.retryable) {
-          next = performance.now() + (e.retryAfterMs ?? Math.max(10, this.#ttlMs / 30)); // not a busy loop; the deadline still rules
+          // Retry soon, but not in a busy loop, and well within the validity
+          // left: fenced's Retry-After (1 s) would outlast a short lease.
+          // The deadline still rules.
+          const pause = Math.min(e.retryAfterMs ?? Math.max(10, this.#ttlMs / 30), Math.max(10, (this.#deadline - performance.now()) / 3));
+          next = performance.now() + pause;
           continue;
         }
         const status = e instanceof FencedError ? e.status : 0;

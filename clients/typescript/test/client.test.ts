@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { createServer, connect, type Socket } from "node:net";
-import { createServer as createHTTPServer } from "node:http";
+import { createServer as createHTTPServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { once } from "node:events";
 
 import {
@@ -112,6 +112,62 @@ async function startCuttingProxy(
     bodies: () => bodies,
     close: async () => {
       for (const s of sockets) s.destroy();
+      server.close();
+      await once(server, "close");
+    },
+  };
+}
+
+/**
+ * An HTTP reverse proxy to target. script maps a path suffix to actions,
+ * used up in order, one per request whose path ends with it: "503" answers
+ * 503 unavailable with Retry-After: 1 itself (as fenced does); "drop"
+ * destroys the connection without forwarding (fenced never sees it); "cut"
+ * forwards, then destroys the connection instead of answering (fenced
+ * acted, the client never hears). Anything else is forwarded. seen() lists
+ * "<path> <action>" for every request.
+ */
+async function startScriptedProxy(target: string, script: Record<string, string[]>) {
+  const seen: string[] = [];
+  const server = createHTTPServer(async (req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const body = Buffer.concat(chunks);
+    const suffix = Object.keys(script).find((s) => (req.url ?? "").endsWith(s) && script[s].length > 0);
+    const action = suffix ? script[suffix].shift()! : "forward";
+    seen.push(`${req.url} ${action}`);
+    if (action === "drop") {
+      req.socket.destroy();
+      return;
+    }
+    if (action === "503") {
+      res.writeHead(503, { "Content-Type": "application/json", "Retry-After": "1" });
+      res.end('{"error":{"code":"unavailable","message":"injected by the proxy"}}');
+      return;
+    }
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(req.headers)) {
+      if (typeof v === "string" && !["host", "connection", "content-length"].includes(k)) headers[k] = v;
+    }
+    const up = await fetch(target + req.url, { method: req.method, headers, body: body.length ? body : undefined });
+    const text = await up.text();
+    if (action === "cut") {
+      req.socket.destroy();
+      return;
+    }
+    res.writeHead(up.status, { "Content-Type": up.headers.get("Content-Type") ?? "application/json" });
+    res.end(text);
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const { port } = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    seen: () => [...seen],
+    /** The actions taken on the requests whose path ends with suffix. */
+    actions: (suffix: string) => seen.filter((s) => s.split(" ")[0].endsWith(suffix)).map((s) => s.split(" ")[1]),
+    close: async () => {
+      server.closeAllConnections();
       server.close();
       await once(server, "close");
     },
@@ -529,6 +585,43 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       assert.throws(() => setFencingToken({}, bad), RangeError);
     }
     assert.throws(() => setFencingToken({}, "5" as unknown as bigint), TypeError);
+  });
+
+  it("keeps alive a lease shortened by refresh()", async () => {
+    // refresh(300) while the keep-alive sleeps toward the old ttl/3 (1 s):
+    // it must plan anew from that refresh, or it wakes long after the
+    // 300 ms lease expired.
+    const name = unique();
+    let lostAt = 0;
+    const lease = await client.lock(name, { ttlMs: 3000, onLost: () => (lostAt = performance.now()) });
+    try {
+      await lease.refresh(300);
+      const deadline = lease.deadline;
+      const err = await within(lease.lost, 1500); // five of the new TTLs
+      if (err !== "timeout") assert.fail(`lease lost ${(lostAt - deadline).toFixed(0)} ms after its deadline: ${err.message}`);
+      assert.equal(lease.ttlMs, 300);
+      assert.equal((await client.inspect(name)).held, true);
+    } finally {
+      await lease.release().catch(() => {});
+    }
+  });
+
+  it("retries refreshes answered 503 within the validity", async () => {
+    // Two refreshes answer 503 with Retry-After: 1 (what fenced sends with
+    // every 503). Waiting that second would outlast the 600 ms lease: the
+    // keep-alive retries within the validity left instead.
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["503", "503"] });
+    const name = unique();
+    const lease = await new Client(proxy.url, { bearerToken: bearer }).lock(name, { ttlMs: 600 });
+    try {
+      const err = await within(lease.lost, 1500);
+      assert.equal(err, "timeout", `lost after 503s: ${err === "timeout" ? "" : err.message}; ${JSON.stringify(proxy.seen())}`);
+      assert.deepEqual(proxy.actions("/refresh").slice(0, 3), ["503", "503", "forward"]);
+      assert.equal((await client.inspect(name)).held, true);
+    } finally {
+      await lease.release().catch(() => {});
+      await proxy.close();
+    }
   });
 });
 
