@@ -369,8 +369,11 @@ class Client:
         return self._call("POST", name, "/refresh", body)
 
     def release_id(self, name: str, lease_id: str) -> None:
-        """Release the lease lease_id of name. Lease.release is the usual way."""
-        self._call("POST", name, "/release", {"lease_id": lease_id})
+        """Release the lease lease_id of name. Lease.release is the usual way.
+        A release whose answer was lost is sent again, as a 503 is (up to
+        retries times): the server answers a release by the lease id that
+        released it with success, so asking again is safe."""
+        self._call("POST", name, "/release", {"lease_id": lease_id}, resend_lost=True)
 
     def _take(self, name: str, action: str, body: dict[str, Any], wait_ms: int, kind: str) -> "Lease":
         """POST an acquire or campaign body and make its answer a Lease."""
@@ -396,7 +399,8 @@ class Client:
               resend_lost: bool = False, sent: Optional[list[float]] = None,
               wait_end: Optional[float] = None) -> dict[str, Any]:
         """One API call, retried after a 503 up to retries times; with
-        resend_lost (a body with a waiter) also after an answer lost once
+        resend_lost (a body with a waiter, or a release: requests the server
+        answers the same when asked again) also after an answer lost once
         the request was sent. sent, if given, gets the time.monotonic()
         before each request. wait_end, for a request that waits (wait_ms in
         its body, or in its query for a long poll), is the time.monotonic()
@@ -578,7 +582,8 @@ class Lease:
         # from there (a wait longer than the TTL must not void the grant).
         started += max(0, int(doc.get("waited_ms", 0))) / 1000.0
         self._deadline = started + max(0.0, validity(self.ttl_ms, started, started))
-        self._released = False
+        self._released = False  # a release was begun (or done); reset if it failed
+        self._release_done = False  # the server released it: no longer held
         self._on_lost: Optional[Callable[[Lease, FencedError], None]] = None
         self._stop = threading.Event()
         # Set by stop_keep_alive and by every successful refresh, which
@@ -601,16 +606,19 @@ class Lease:
             return self._deadline
 
     def valid_for(self) -> float:
-        """Seconds the lease is still surely held; 0 once lost."""
-        if self.lost.is_set():
+        """Seconds the lease is still surely held; 0 once lost or released."""
+        if self.lost.is_set() or self._release_done:
             return 0.0
         return max(0.0, self.deadline - time.monotonic())
 
     def check(self) -> None:
-        """Raise LostError if the lease is lost or its validity ran out.
-        Checking is no substitute for the fence: send the token too."""
+        """Raise LostError if the lease is lost, its validity ran out, or it
+        was released. Checking is no substitute for the fence: send the
+        token too."""
         if self.lost.is_set():
             raise self.lost_reason or LostError("lease lost", 0)
+        if self._release_done:
+            raise LostError(f"lease of {self.name!r} was released: it no longer holds the lock", 0)
         if time.monotonic() >= self.deadline:
             raise LostError(f"lease of {self.name!r} ran out of validity", 0)
 
@@ -653,9 +661,13 @@ class Lease:
         self._wake.set()  # the keep-alive plans from this refresh (a shorter TTL: sooner)
 
     def release(self) -> None:
-        """Stop the keep-alive and release the lease. Calling it again does
-        nothing. Raises LostError if the lease was no longer held (it expired
-        or was taken over: writes with its token may have been rejected)."""
+        """Stop the keep-alive and release the lease; valid_for() is 0 and
+        check() raises after it. Calling it again once it succeeded does
+        nothing. Raises LostError if the lease was no longer held (it
+        expired or was taken over: writes with its token may have been
+        rejected). Any other error (TransportError, UnavailableError after
+        the client's retries, ...) leaves the lease maybe still held:
+        calling release() again sends the release again, which is safe."""
         self.stop_keep_alive()
         with self._mu:
             if self._released:
@@ -670,6 +682,11 @@ class Lease:
         except LostError as e:
             self._signal_lost(e)
             raise
+        except BaseException:
+            with self._mu:
+                self._released = False  # maybe still held: a later release() sends again
+            raise
+        self._release_done = True
         if lost_before is not None:
             raise lost_before
 

@@ -708,6 +708,55 @@ class RedisTest(unittest.TestCase):
         self.assertTrue(self.client.inspect(name).held)
         lease.release()
 
+    def test_release_resends_after_a_lost_answer(self) -> None:
+        # The answer to the release is cut after fenced released the lease.
+        # Releasing again by the same lease id answers success, so the
+        # client asks again, as after a 503, and release() succeeds.
+        proxy = FaultProxy(self.daemon.url, cut_on=b"/release")
+        self.addCleanup(proxy.stop)
+        c = fenced.Client(proxy.url, bearer_token=self.bearer)
+        self.addCleanup(c.close)
+        name = unique()
+        lease = c.acquire(name, ttl_ms=30_000, wait_ms=0)
+        # A new connection for the release: the client's own resend of a
+        # request on a kept connection that the server closed does not
+        # count (it covers only a kept connection).
+        c.close()
+        lease.release()
+        self.assertTrue(proxy.cut.is_set(), "the proxy cut no answer")
+        self.assertEqual(len(proxy.bodies(b"/release")), 2)
+        self.assertFalse(self.client.inspect(name).held)
+        self.assertEqual(lease.valid_for(), 0.0)
+
+    def test_release_again_after_a_transport_error(self) -> None:
+        # release() raises TransportError (retryable: the request may be
+        # tried again): it never reached fenced. release() again must send
+        # again, not return as if the first had succeeded.
+        p, c = self.scripted({"/release": ["drop", "drop"]}, retries=0)
+        name = unique()
+        lease = c.acquire(name, ttl_ms=30_000, wait_ms=0)
+        with self.assertRaises(fenced.TransportError) as cm:
+            lease.release()  # a kept connection: the client sends it twice
+        self.assertTrue(cm.exception.retryable)
+        self.assertTrue(self.client.inspect(name).held)
+        self.assertGreater(lease.valid_for(), 0.0)  # maybe still held: it is
+        lease.release()
+        self.assertEqual(p.actions("/release"), ["drop", "drop", "forward"])
+        self.assertFalse(self.client.inspect(name).held)
+        lease.release()  # done: sends nothing
+        self.assertEqual(len(p.actions("/release")), 3)
+
+    def test_released_lease_is_no_longer_valid(self) -> None:
+        lease = self.client.acquire(unique(), ttl_ms=30_000, wait_ms=0)
+        self.assertGreater(lease.valid_for(), 29.0)
+        lease.check()
+        lease.release()
+        self.assertEqual(lease.valid_for(), 0.0)
+        with self.assertRaises(fenced.LostError) as cm:
+            lease.check()
+        self.assertIn("released", cm.exception.message)
+        self.assertFalse(lease.lost.is_set())  # released, not lost
+
 
 class KeptConnectionTest(unittest.TestCase):
     """A server that closes a kept connection while it is idle (as fenced

@@ -263,7 +263,11 @@ interface CallOptions {
   timeoutMs?: number;
   retries?: number;
   signal?: AbortSignal;
-  /** Also retry a request whose answer was lost once it was sent: only for a body with a waiter. */
+  /**
+   * Also retry a request whose answer was lost once it was sent: only for a
+   * request the server answers the same when asked again (a body with a
+   * waiter, a release).
+   */
   resendLost?: boolean;
   /** Called just before each request is sent. */
   onSend?: () => void;
@@ -446,9 +450,14 @@ export class Client {
     return this.call("POST", name, "/refresh", body, options);
   }
 
-  /** Release the lease leaseID of name. Lease.release is the usual way. */
+  /**
+   * Release the lease leaseID of name. Lease.release is the usual way. A
+   * release whose answer was lost is sent again, as a 503 is (up to
+   * `retries` times): the server answers a release by the lease id that
+   * released it with success, so asking again is safe.
+   */
   async releaseID(name: string, leaseID: string): Promise<void> {
-    await this.call("POST", name, "/release", { lease_id: leaseID });
+    await this.call("POST", name, "/release", { lease_id: leaseID }, { resendLost: true });
   }
 
   private async call(
@@ -471,9 +480,9 @@ export class Client {
         options.onSend?.();
         return await this.request(method, url, body, timeoutMs, options.signal);
       } catch (e) {
-        // A lost answer is asked again only with a waiter: without one, a
-        // grant the server made would hold the lock, known to nobody, and
-        // the next request would wait behind it.
+        // A lost answer is asked again only with a waiter (or for a
+        // release): without one, a grant the server made would hold the
+        // lock, known to nobody, and the next request would wait behind it.
         const again = e instanceof UnavailableError || (options.resendLost === true && e instanceof TransportError && answerLost(e));
         if (!again || attempt >= retries) throw e;
         const pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
@@ -593,7 +602,10 @@ export class Lease {
   readonly token: bigint;
   #ttlMs: number;
   #deadline: number;
+  /** A release was begun (or done); reset if it failed. */
   #released = false;
+  /** The server released it: no longer held. */
+  #releaseDone = false;
   /** Successful refreshes so far, and when the last one was sent: the keep-alive plans from it. */
   #refreshes = 0;
   #refreshedAt: number;
@@ -643,15 +655,19 @@ export class Lease {
     return this.#lostPromise;
   }
 
-  /** Milliseconds the lease is still surely held; 0 once lost. */
+  /** Milliseconds the lease is still surely held; 0 once lost or released. */
   validForMs(): number {
-    if (this.#lost.signal.aborted) return 0;
+    if (this.#lost.signal.aborted || this.#releaseDone) return 0;
     return Math.max(0, this.#deadline - performance.now());
   }
 
-  /** Throws LostError if the lease is lost or its validity ran out. No substitute for the fence: send the token too. */
+  /**
+   * Throws LostError if the lease is lost, its validity ran out, or it was
+   * released. No substitute for the fence: send the token too.
+   */
   check(): void {
     if (this.#lost.signal.aborted) throw this.#lost.signal.reason;
+    if (this.#releaseDone) throw new LostError(`lease of ${JSON.stringify(this.name)} was released: it no longer holds the lock`);
     if (performance.now() >= this.#deadline) throw new LostError(`lease of ${JSON.stringify(this.name)} ran out of validity`);
   }
 
@@ -694,8 +710,12 @@ export class Lease {
   }
 
   /**
-   * Stop the keep-alive and release the lease. Calling it again does
-   * nothing. Rejects with LostError if the lease was no longer held.
+   * Stop the keep-alive and release the lease; validForMs() is 0 and
+   * check() throws after it. Calling it again once it succeeded does
+   * nothing. Rejects with LostError if the lease was no longer held. Any
+   * other error (TransportError, UnavailableError after the client's
+   * retries, …) leaves the lease maybe still held: calling release() again
+   * sends the release again, which is safe.
    */
   async release(): Promise<void> {
     await this.stopKeepAlive();
@@ -709,8 +729,10 @@ export class Lease {
       await this.#client.releaseID(this.name, this.leaseID);
     } catch (e) {
       if (e instanceof LostError) this.#signalLost(e);
+      else this.#released = false; // maybe still held: a later release() sends again
       throw e;
     }
+    this.#releaseDone = true;
     if (lostBefore) throw lostBefore;
   }
 

@@ -623,6 +623,54 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       await proxy.close();
     }
   });
+
+  it("sends a release again when its answer is lost", async () => {
+    // fenced released the lease, and the answer was cut. Releasing again
+    // by the same lease id answers success, so the client asks again, as
+    // after a 503, and release() resolves.
+    const proxy = await startCuttingProxy(daemon.url, "/release");
+    try {
+      const name = unique();
+      const lease = await new Client(proxy.url, { bearerToken: bearer }).acquire(name, { ttlMs: 30_000, waitMs: 0 });
+      await lease.release();
+      assert.equal(proxy.cuts(), 1, "the proxy cut no answer");
+      assert.equal(proxy.bodies().length, 2);
+      assert.equal((await client.inspect(name)).held, false);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("sends the release again when release() is called again after a TransportError", async () => {
+    // release() rejects with a retryable TransportError: the request never
+    // reached fenced. release() again must send again, not resolve as if
+    // the first had succeeded.
+    const proxy = await startScriptedProxy(daemon.url, { "/release": ["drop"] });
+    try {
+      const name = unique();
+      const lease = await new Client(proxy.url, { bearerToken: bearer, retries: 0 }).acquire(name, { ttlMs: 30_000, waitMs: 0 });
+      await assert.rejects(lease.release(), (e: unknown) => e instanceof TransportError && e.retryable);
+      assert.equal((await client.inspect(name)).held, true);
+      assert.ok(lease.validForMs() > 0); // maybe still held: it is
+      await lease.release();
+      assert.deepEqual(proxy.actions("/release"), ["drop", "forward"]);
+      assert.equal((await client.inspect(name)).held, false);
+      await lease.release(); // done: sends nothing
+      assert.equal(proxy.actions("/release").length, 2);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("says a released lease is no longer valid", async () => {
+    const lease = await client.acquire(unique(), { ttlMs: 30_000, waitMs: 0 });
+    assert.ok(lease.validForMs() > 29_000);
+    lease.check();
+    await lease.release();
+    assert.equal(lease.validForMs(), 0);
+    assert.throws(() => lease.check(), (e: unknown) => e instanceof LostError && /released/.test(e.message));
+    assert.equal(lease.signal.aborted, false); // released, not lost
+  });
 });
 
 describe("validity", () => {
