@@ -25,7 +25,8 @@ reset once the request was sent): the server hands back the grant it made
 for that waiter, the same lease id and token, instead of leaving a lease
 nobody knows to hold the lock until its TTL. A request asked again waits
 only what is left of wait_ms: the call as a whole waits no longer than it
-was asked to.
+was asked to (but for one last request, at once and with wait_ms 1, after
+an answer lost when the wait is over: it may have been a grant).
 """
 
 from __future__ import annotations
@@ -292,7 +293,8 @@ class Client:
         for each call), and a request whose answer was lost after it was
         sent (the connection closed or reset: TransportError) is sent again,
         as a 503 is, up to retries times while wait_ms has time left (each
-        such request waits what is left of it): the server answers it with
+        such request waits what is left of it), and once more, at once and
+        with wait_ms 1, if the wait is over: the server answers it with
         the grant it made for the lost one, the same lease id and token. With
         wait_ms 0 (try_acquire) a lost answer raises TransportError, and the
         lease it may have taken holds the lock until its TTL."""
@@ -413,6 +415,7 @@ class Client:
         path = f"/v1/{kind}/" + urllib.parse.quote(name, safe="") + action
         attempt = 0
         retries = self.retries if retries is None else retries
+        asked_past_wait = False
         while True:
             if sent is not None:
                 sent.append(time.monotonic())
@@ -429,7 +432,17 @@ class Client:
                 if wait_end is not None:
                     left_ms = int((wait_end - time.monotonic() - pause) * 1000)
                     if left_ms < 1:
-                        raise  # the wait is over: no time left to ask again
+                        # The wait is over (or will be after the pause). A
+                        # 503 is not asked again; but a lost answer may be a
+                        # grant made for this waiter, which only another
+                        # request with the waiter finds again: ask once
+                        # more, now, waiting what is left or 1 ms (the least
+                        # the API takes with a waiter), rather than leave
+                        # that lease to hold the lock until its TTL.
+                        if isinstance(e, UnavailableError) or asked_past_wait:
+                            raise
+                        asked_past_wait, pause = True, 0.0
+                        left_ms = max(1, int((wait_end - time.monotonic()) * 1000))
                     if body is not None:
                         body["wait_ms"] = left_ms
                     else:

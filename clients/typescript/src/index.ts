@@ -27,7 +27,8 @@
  * for that waiter, the same lease id and token, instead of leaving a lease
  * nobody knows to hold the lock until its TTL. A request asked again waits
  * only what is left of waitMs: the call as a whole waits no longer than it
- * was asked to.
+ * was asked to (but for one last request, at once and with wait_ms 1, after
+ * an answer lost when the wait is over: it may have been a grant).
  */
 
 import { randomBytes } from "node:crypto";
@@ -326,7 +327,8 @@ export class Client {
    * each call), and a request whose answer was lost after it was sent (the
    * connection closed or reset: TransportError) is sent again, as a 503 is,
    * up to `retries` times while waitMs has time left (each such request
-   * waits what is left of it): the server answers it with the grant it made
+   * waits what is left of it), and once more, at once and with wait_ms 1, if
+   * the wait is over: the server answers it with the grant it made
    * for the lost one, the same lease id and token. With waitMs 0 (tryAcquire) a
    * lost answer rejects with TransportError, and the lease it may have
    * taken holds the lock until its TTL.
@@ -475,6 +477,7 @@ export class Client {
     let url = `${this.baseURL}/v1/${kind}/${encodeURIComponent(name)}${action}`;
     const retries = options.retries ?? this.retries;
     let timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    let askedPastWait = false;
     for (let attempt = 0; ; attempt++) {
       try {
         options.onSend?.();
@@ -485,10 +488,21 @@ export class Client {
         // lock, known to nobody, and the next request would wait behind it.
         const again = e instanceof UnavailableError || (options.resendLost === true && e instanceof TransportError && answerLost(e));
         if (!again || attempt >= retries) throw e;
-        const pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
+        let pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
         if (options.waitEnd !== undefined) {
-          const leftMs = Math.floor(options.waitEnd - performance.now() - pause);
-          if (leftMs < 1) throw e; // the wait is over: no time left to ask again
+          let leftMs = Math.floor(options.waitEnd - performance.now() - pause);
+          if (leftMs < 1) {
+            // The wait is over (or will be after the pause). A 503 is not
+            // asked again; but a lost answer may be a grant made for this
+            // waiter, which only another request with the waiter finds
+            // again: ask once more, now, waiting what is left or 1 ms (the
+            // least the API takes with a waiter), rather than leave that
+            // lease to hold the lock until its TTL.
+            if (e instanceof UnavailableError || askedPastWait) throw e;
+            askedPastWait = true;
+            pause = 0;
+            leftMs = Math.max(1, Math.floor(options.waitEnd - performance.now()));
+          }
           if (body !== undefined) {
             body.wait_ms = leftMs;
           } else {
