@@ -410,6 +410,14 @@ class Client:
         (not the whole again), and none is sent after it."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"lock name {name!r}: want a non-empty string")
+        if name in (".", ".."):
+            # Dot segments: URL handling (fetch, so the TypeScript client;
+            # many proxies) removes them from a path (RFC 3986, 5.2.4),
+            # also percent-encoded, and the request reaches another route.
+            # http.client sends them as they are, but fenced refuses them as
+            # lock names; this client says so itself, without sending.
+            raise InvalidArgumentError(f"lock name {name!r}: \".\" and \"..\" are not lock names "
+                                       "(a URL path cannot carry them)")
         # Quote everything but the characters lock names may have: a bad
         # name reaches the server, which says what is allowed.
         path = f"/v1/{kind}/" + urllib.parse.quote(name, safe="") + action

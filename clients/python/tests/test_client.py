@@ -789,6 +789,21 @@ class RedisTest(unittest.TestCase):
         out[0].release()
         self.assertFalse(self.client.inspect(name).held)
 
+    def test_dot_names_refused_without_sending(self) -> None:
+        # "." and ".." are dot segments, which URL handling removes from a
+        # path: they are no lock names, and the client says so itself.
+        p, c = self.scripted({})
+        for name in (".", ".."):
+            for call in (lambda: c.acquire(name, wait_ms=0), lambda: c.inspect(name),
+                         lambda: c.release_id(name, "0" * 32), lambda: c.leader(name)):
+                with self.assertRaises(fenced.InvalidArgumentError) as cm:
+                    call()
+                self.assertIn("not lock names", cm.exception.message)
+        self.assertEqual(p.seen, [])
+        lease = c.acquire("...", ttl_ms=5000, wait_ms=0)  # no dot segment: a name like any
+        self.assertEqual(self.client.inspect("...").token, lease.token)
+        lease.release()
+
     def test_released_lease_is_no_longer_valid(self) -> None:
         lease = self.client.acquire(unique(), ttl_ms=30_000, wait_ms=0)
         self.assertGreater(lease.valid_for(), 29.0)

@@ -473,7 +473,13 @@ export class Client {
     if (typeof name !== "string" || name === "") {
       throw new TypeError(`lock name ${JSON.stringify(name)}: want a non-empty string`);
     }
-    // A bad name still reaches the server, which says what is allowed.
+    if (name === "." || name === "..") {
+      // Dot segments: fetch's URL parser removes them from the path (RFC
+      // 3986, 5.2.4), percent-encoded too, so the request would reach
+      // another route. fenced refuses them as lock names too.
+      throw new InvalidArgumentError(`lock name ${JSON.stringify(name)}: "." and ".." are not lock names (a URL path cannot carry them)`);
+    }
+    // Any other bad name still reaches the server, which says what is allowed.
     let url = `${this.baseURL}/v1/${kind}/${encodeURIComponent(name)}${action}`;
     const retries = options.retries ?? this.retries;
     let timeoutMs = options.timeoutMs ?? this.timeoutMs;

@@ -694,6 +694,26 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("refuses the lock names '.' and '..' without sending", async () => {
+    // They are dot segments, which fetch's URL parser removes from a path
+    // (also percent-encoded): the request would reach another route.
+    const proxy = await startScriptedProxy(daemon.url, {});
+    try {
+      const c = new Client(proxy.url, { bearerToken: bearer });
+      for (const name of [".", ".."]) {
+        for (const call of [() => c.acquire(name, { waitMs: 0 }), () => c.inspect(name), () => c.releaseID(name, "0".repeat(32)), () => c.leader(name)]) {
+          await assert.rejects(call(), (e: unknown) => e instanceof InvalidArgumentError && e.code === "invalid_argument" && /not lock names/.test(e.message));
+        }
+      }
+      assert.deepEqual(proxy.seen(), []);
+      const lease = await c.acquire("...", { ttlMs: 5000, waitMs: 0 }); // no dot segment: a name like any
+      assert.equal((await client.inspect("...")).token, lease.token);
+      await lease.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("says a released lease is no longer valid", async () => {
     const lease = await client.acquire(unique(), { ttlMs: 30_000, waitMs: 0 });
     assert.ok(lease.validForMs() > 29_000);
