@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import random
 import secrets
 import select
@@ -170,6 +171,8 @@ class TransportError(FencedError):
     Retryable; whether the request took effect is unknown."""
     retryable = True
 
+
+_log = logging.getLogger("fenced")
 
 _ERRORS = {cls.code: cls for cls in (
     InvalidArgumentError, UnauthenticatedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
@@ -310,7 +313,7 @@ class Client:
         """acquire, then keep the lease alive: for a with statement, which
         releases the lease on exit. on_lost(lease, error) is called once if
         the lease is lost, from the thread that finds out (usually the
-        keep-alive's)."""
+        keep-alive's); if it raises, its error is logged (logger "fenced")."""
         lease = self.acquire(name, ttl_ms=ttl_ms, wait_ms=wait_ms)
         lease.keep_alive(on_lost=on_lost)
         return lease
@@ -809,5 +812,11 @@ class Lease:
             self.lost.set()
             cb = self._on_lost
         if cb is not None:
-            cb(self, err)
+            try:
+                cb(self, err)
+            except Exception:
+                # Not the caller's error: the refresh(), release() or
+                # keep-alive that found the loss goes on as if the callback
+                # had returned, and the callback's error is logged.
+                _log.exception("fenced: on_lost callback for lock %r raised", self.name)
 

@@ -815,6 +815,39 @@ class RedisTest(unittest.TestCase):
         self.assertIn("released", cm.exception.message)
         self.assertFalse(lease.lost.is_set())  # released, not lost
 
+    def test_on_lost_that_raises_is_logged(self) -> None:
+        # An on_lost that raises is the callback's bug, not the caller's
+        # error: the keep-alive, refresh() and release() go on and say
+        # LostError, and the callback's error is logged.
+        def boom(lease: fenced.Lease, err: fenced.FencedError) -> None:
+            called.set()
+            raise RuntimeError("on_lost failed")
+
+        # Found by the keep-alive.
+        called = threading.Event()
+        lease = self.client.lock(unique(), ttl_ms=300, on_lost=boom)
+        self.addCleanup(lease.stop_keep_alive)
+        with self.assertLogs("fenced", "ERROR") as logs:
+            self.client.release_id(lease.name, lease.lease_id)  # behind its back
+            self.assertTrue(called.wait(timeout=5))
+            lease.stop_keep_alive()  # joins: the callback has returned
+        self.assertIn("on_lost callback", logs.output[0])
+        self.assertIn("RuntimeError: on_lost failed", logs.output[0])
+        with self.assertRaises(fenced.LostError):
+            lease.release()
+
+        # Found by refresh() (the keep-alive's next refresh is 10 s away).
+        called = threading.Event()
+        lease = self.client.lock(unique(), ttl_ms=30_000, on_lost=boom)
+        self.addCleanup(lease.stop_keep_alive)
+        self.client.release_id(lease.name, lease.lease_id)
+        with self.assertLogs("fenced", "ERROR"):
+            with self.assertRaises(fenced.LostError):
+                lease.refresh()
+        self.assertTrue(called.is_set())
+        with self.assertRaises(fenced.LostError):
+            lease.release()
+
 
 class KeptConnectionTest(unittest.TestCase):
     """A server that closes a kept connection while it is idle (as fenced

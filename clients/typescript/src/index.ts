@@ -221,7 +221,7 @@ export interface ElectOptions extends AcquireOptions {
 }
 
 export interface LeadOptions extends ElectOptions {
-  /** Called once if leadership is lost, from the keep-alive. */
+  /** Called once if leadership is lost, from the keep-alive; a throw is reported with console.error. */
   onLost?: (lease: Lease, err: LostError) => void;
 }
 
@@ -256,7 +256,7 @@ export interface AcquireOptions {
 }
 
 export interface LockOptions extends AcquireOptions {
-  /** Called once if the lease is lost, from the keep-alive. */
+  /** Called once if the lease is lost, from the keep-alive; a throw is reported with console.error. */
   onLost?: (lease: Lease, err: LostError) => void;
 }
 
@@ -831,6 +831,13 @@ export class Lease {
     if (this.#lost.signal.aborted) return;
     this.#lost.abort(err);
     this.#resolveLost(err);
-    this.#onLost?.(this, err);
+    try {
+      this.#onLost?.(this, err);
+    } catch (e) {
+      // Not the caller's error: the refresh(), release() or keep-alive that
+      // found the loss goes on as if onLost had returned (a throw here would
+      // reject the keep-alive's promise, unhandled, and end the process).
+      console.error(`fenced: onLost callback for lock ${JSON.stringify(this.name)} threw:`, e);
+    }
   }
 }

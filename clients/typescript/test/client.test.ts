@@ -723,6 +723,47 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     assert.throws(() => lease.check(), (e: unknown) => e instanceof LostError && /released/.test(e.message));
     assert.equal(lease.signal.aborted, false); // released, not lost
   });
+
+  it("reports an onLost that throws, and goes on", async () => {
+    // An onLost that throws is the callback's bug, not the caller's error:
+    // the keep-alive must not reject (unhandled: Node ends the process),
+    // and refresh() and release() still say LostError.
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown) => unhandled.push(e);
+    process.on("unhandledRejection", onUnhandled);
+    const reported: unknown[][] = [];
+    const consoleError = console.error;
+    console.error = (...args: unknown[]) => void reported.push(args);
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": Array(100).fill("503") });
+    try {
+      // Found by the keep-alive: the validity runs out, every refresh answered 503.
+      let called!: () => void;
+      const wasCalled = new Promise<void>((resolve) => (called = resolve));
+      const boom = () => {
+        called();
+        throw new Error("onLost failed");
+      };
+      const lease = await new Client(proxy.url, { bearerToken: bearer }).lock(unique(), { ttlMs: 300, onLost: boom });
+      await wasCalled;
+      await new Promise((resolve) => setImmediate(resolve)); // a rejection unhandled by now is reported
+      assert.deepEqual(unhandled, []);
+      await assert.rejects(lease.release(), LostError);
+      assert.equal(reported.length, 1, JSON.stringify(reported));
+      assert.match(String(reported[0][0]), /onLost callback/);
+      assert.equal((reported[0][1] as Error).message, "onLost failed");
+
+      // Found by refresh() (the keep-alive's next refresh is 10 s away).
+      const l2 = await client.lock(unique(), { ttlMs: 30_000, onLost: boom });
+      await client.releaseID(l2.name, l2.leaseID); // behind its back
+      await assert.rejects(l2.refresh(), LostError);
+      await assert.rejects(l2.release(), LostError);
+      assert.equal(reported.length, 2);
+    } finally {
+      console.error = consoleError;
+      process.off("unhandledRejection", onUnhandled);
+      await proxy.close();
+    }
+  });
 });
 
 describe("validity", () => {
