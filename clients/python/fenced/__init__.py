@@ -731,8 +731,11 @@ class Lease:
         """Refresh the lease every ttl/3 in a daemon thread of its own, with
         the TTL it was granted. A refresh that answers lost, or a validity
         that runs out without a successful refresh (retryable errors are
-        retried until then), sets lost and calls on_lost(lease, error) once,
-        from the keep-alive thread.
+        retried until then, but never later than a third of the validity
+        left), sets lost and calls on_lost(lease, error) once, from the
+        keep-alive thread; an on_lost that raises is logged (logger
+        "fenced"). A refresh() meanwhile counts: the next refresh is a third
+        of its TTL after it.
         release() or stop_keep_alive() stops the thread and waits for it."""
         with self._mu:
             if self._thread is not None:

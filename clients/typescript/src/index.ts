@@ -757,10 +757,13 @@ export class Lease {
   }
 
   /**
-   * Refresh the lease every ttl/3 with the TTL it was granted. A refresh that
-   * answers lost, or a validity that runs out without a successful refresh
-   * (retryable errors are retried until then), aborts signal, resolves lost
-   * and calls onLost once. release() or stopKeepAlive() stops it.
+   * Refresh the lease every ttl/3 with the TTL it was granted (or last
+   * refreshed with: a refresh() meanwhile counts, and a shorter TTL brings
+   * the next refresh forward). A refresh that answers lost, or a validity
+   * that runs out without a successful refresh (retryable errors are
+   * retried until then), aborts signal, resolves lost and calls onLost
+   * once. An onLost that throws is reported with console.error and
+   * otherwise ignored. release() or stopKeepAlive() stops it.
    */
   keepAlive(options: { onLost?: (lease: Lease, err: LostError) => void } = {}): void {
     if (this.#loop) throw new Error("keepAlive: already running");
