@@ -211,19 +211,9 @@ func (a *api) withToken(tok string) *api {
 func (a *api) do(method, path, body string) (int, map[string]any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	req, err := a.request(ctx, method, path, body)
 	if err != nil {
 		return 0, nil, err
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {
@@ -241,6 +231,26 @@ func (a *api) do(method, path, body string) (int, map[string]any, error) {
 		}
 	}
 	return resp.StatusCode, m, nil
+}
+
+// request is a request to the server with a JSON body (if not empty) and
+// the api's bearer token (if set).
+func (a *api) request(ctx context.Context, method, path, body string) (*http.Request, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	return req, nil
 }
 
 // must is do that fails the test unless the status is want.

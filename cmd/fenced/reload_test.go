@@ -21,19 +21,7 @@ func TestScopedTokensReloadOnSIGHUP(t *testing.T) {
 		admin = "admin-token-0123456789abcdef"
 		ci    = "ci-token-0123456789abcdef"
 	)
-	file := filepath.Join(t.TempDir(), "tokens")
-	write := func(content string) {
-		t.Helper()
-		// Replace the file whole, as an operator's editor or a Secret
-		// update does: a reload never sees half a file.
-		tmp := file + ".tmp"
-		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, file); err != nil {
-			t.Fatal(err)
-		}
-	}
+	file, write := tokenFile(t)
 	write("# operators\n" + admin + "\n" + ci + " name=ci prefixes=build: allow=acquire,inspect\n")
 	p, url := startDev(t, []string{"FENCED_AUTH_TOKEN_FILE=" + file})
 	asCI := newAPI(t, url).withToken(ci)
@@ -84,17 +72,7 @@ func TestObserverEndsWhenItsTokenIsRevoked(t *testing.T) {
 		admin    = "admin-token-0123456789abcdef"
 		observer = "observer-token-0123456789abcdef"
 	)
-	file := filepath.Join(t.TempDir(), "tokens")
-	write := func(content string) {
-		t.Helper()
-		tmp := file + ".tmp"
-		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, file); err != nil {
-			t.Fatal(err)
-		}
-	}
+	file, write := tokenFile(t)
 	write(admin + "\n" + observer + " name=observer allow=inspect\n")
 	p, url := startDev(t, []string{"FENCED_AUTH_TOKEN_FILE=" + file})
 	name := testenv.Name(t)
@@ -117,4 +95,21 @@ func TestObserverEndsWhenItsTokenIsRevoked(t *testing.T) {
 		t.Fatalf("observer's message does not say it was refused:\n%s", msg)
 	}
 	lead.signal(syscall.SIGTERM)
+}
+
+// tokenFile is a token file's path and a function that replaces its
+// content whole, as an operator's editor or a Secret update does: a reload
+// never sees half a file.
+func tokenFile(t *testing.T) (string, func(content string)) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	return file, func(content string) {
+		t.Helper()
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

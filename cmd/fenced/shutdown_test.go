@@ -37,16 +37,9 @@ func (a *api) send(method, path, body string) <-chan answer {
 func (a *api) answer(method, path, body string) answer {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	req, err := a.request(ctx, method, path, body)
 	if err != nil {
 		return answer{err: err}
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {
