@@ -556,6 +556,9 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 	if err != nil {
 		return Grant{}, err
 	}
+	if reenterStepHook != nil {
+		reenterStepHook()
+	}
 	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountIs(req.Name, cur.Count)).
 		Then(s.ks.PutCount(req.Name, cur.Count+1, cur.Lease)).Commit()
 	if err != nil {
@@ -568,6 +571,10 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 	s.setHolds(req.Name, cur.LeaseID, cur.Count+1)
 	return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count + 1}, nil
 }
+
+// reenterStepHook, if set (by tests), runs in reenter between its two
+// steps.
+var reenterStepHook func()
 
 // setHolds books the reentrancy count of this store's holding of name.
 func (s *EtcdStore) setHolds(name, leaseID string, n int) {
