@@ -518,9 +518,9 @@ const (
 	// only half of the time left before ctx's deadline, so that one that
 	// stops answering leaves the next the time to answer, while the
 	// server tried first (the one that answered last, most often healthy)
-	// has the most time when it is only slow. For short requests: refresh, release,
-	// inspect, list, force-release; not for one that asks the server to
-	// wait, which a share would cut short.
+	// has the most time when it is only slow. For short requests:
+	// refresh, release, inspect, list, force-release; not for one that
+	// asks the server to wait, which a share would cut short.
 	resendShared
 )
 

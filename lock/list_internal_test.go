@@ -22,17 +22,25 @@ func etcdStore(t *testing.T) (*EtcdStore, *clientv3.Client) {
 	return s, cli
 }
 
-// The etcd store's List reads every lock as of one revision. A lock that
-// changed hands between its read of the lock keys and its read of their
-// info was listed with the first holder's lease id and the next holder's
-// owner (and token offset and count).
-func TestEtcdListIsOneSnapshot(t *testing.T) {
+// etcdClient is a lock.Client over a fresh etcdStore, and the store;
+// closed with the test.
+func etcdClient(t *testing.T) (*Client, *EtcdStore) {
+	t.Helper()
 	s, _ := etcdStore(t)
 	c, err := New(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close(t.Context()) })
+	return c, s
+}
+
+// The etcd store's List reads every lock as of one revision. A lock that
+// changed hands between its read of the lock keys and its read of their
+// info was listed with the first holder's lease id and the next holder's
+// owner (and token offset and count).
+func TestEtcdListIsOneSnapshot(t *testing.T) {
+	c, s := etcdClient(t)
 	ctx := t.Context()
 	name := testenv.Name(t)
 	first, err := c.Acquire(ctx, name, 5*time.Second, WithOwner("first"))

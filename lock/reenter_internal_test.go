@@ -15,12 +15,7 @@ import (
 // refreshes first, so a reentry that fails between the steps counts
 // nothing.
 func TestEtcdFailedReentryCountsNothing(t *testing.T) {
-	s, _ := etcdStore(t)
-	c, err := New(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(t.Context()) })
+	c, _ := etcdClient(t)
 	ctx := t.Context()
 	name := testenv.Name(t)
 	first, err := c.Acquire(ctx, name, 5*time.Second, WithHolder("h"))
