@@ -559,7 +559,7 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 	if reenterStepHook != nil {
 		reenterStepHook()
 	}
-	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountIs(req.Name, cur.Count)).
+	resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountIs(req.Name, cur.Count))...).
 		Then(s.ks.PutCount(req.Name, cur.Count+1, cur.Lease)).Commit()
 	if err != nil {
 		return Grant{}, backendErr("etcd", "acquire", err)
@@ -705,7 +705,7 @@ func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, st
 	case err != nil:
 		s.scheduleLocked(name, h) // in case its deadline passed meanwhile
 		return Grant{}, backendErr("etcd", "refresh", err)
-	case kv == nil || string(kv.Value) != h.id || kv.ModRevision != h.modRev:
+	case kv == nil || sequencer.LeaseIDOf(kv.Value) != h.id || kv.ModRevision != h.modRev:
 		s.dropLocked(name, h)
 		return Grant{}, ErrLost
 	}
@@ -750,7 +750,7 @@ func (s *EtcdStore) check(batch []*groupcommit.Request[string]) {
 // its value and token, and enforces its deadline from now on. The store
 // that enforced it before finds its mod revision changed and lets it be.
 func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *session, start time.Time, ttl time.Duration) (Grant, error) {
-	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)).
+	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)...).
 		Then(append(s.ks.MoveLock(name, sess.id), s.ks.GetLock(name)...)...).Commit()
 	if err != nil {
 		return Grant{}, backendErr("etcd", "refresh", err)
@@ -765,7 +765,7 @@ func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *se
 	}
 	s.txns.Add(1)
 	n := len(resp.Responses)
-	st, held, err := s.ks.ParseLock(resp.Responses[n-3].GetResponseRange(), resp.Responses[n-2].GetResponseRange(), resp.Responses[n-1].GetResponseRange())
+	st, held, err := s.ks.ParseLock(resp.Responses[n-2].GetResponseRange(), resp.Responses[n-1].GetResponseRange())
 	if err != nil || !held {
 		return Grant{}, backendErr("etcd", "refresh", fmt.Errorf("the lock vanished in its own Txn: %v", err))
 	}
@@ -812,7 +812,7 @@ func (s *EtcdStore) countDown(ctx context.Context, name, leaseID string, cr coun
 		if cr.count <= 1 {
 			then = s.ks.DeleteLock(name)
 		}
-		resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID), s.ks.CountIs(name, cr.count)).
+		resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountIs(name, cr.count))...).
 			Then(then...).Else(s.ks.GetLock(name)...).Commit()
 		if err != nil {
 			return backendErr("etcd", "release", err)
@@ -828,7 +828,7 @@ func (s *EtcdStore) countDown(ctx context.Context, name, leaseID string, cr coun
 			}
 			return nil
 		}
-		st, held, err := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange(), resp.Responses[2].GetResponseRange())
+		st, held, err := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
 		if err != nil {
 			return backendErr("etcd", "release", err)
 		}
@@ -868,8 +868,8 @@ func (s *EtcdStore) Inspect(ctx context.Context, name string) (State, error) {
 	}
 	r := func(i int) *pb.RangeResponse { return resp.Responses[i].GetResponseRange() }
 	st := State{Name: name}
-	st.Waiters, st.OldestWait = parseQueue(r(3), r(4))
-	lk, held, err := s.ks.ParseLock(r(0), r(1), r(2))
+	st.Waiters, st.OldestWait = parseQueue(r(2), r(3))
+	lk, held, err := s.ks.ParseLock(r(0), r(1))
 	if err != nil {
 		return State{}, backendErr("etcd", "inspect", err)
 	}
@@ -934,7 +934,7 @@ func (s *EtcdStore) remainingOf(ctx context.Context, name string, lk sequencer.L
 }
 
 // listedHook, if set (by tests), runs in List between its read of the
-// locks and its read of their info.
+// locks and its read of their counts.
 var listedHook func()
 
 // List implements LeaseStore: a range over the lock keys, in name order;
@@ -964,25 +964,16 @@ func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error)
 	if listedHook != nil {
 		listedHook()
 	}
-	// The locks' info, counts and queues as of the same revision as the
-	// locks: a lock that changed hands between the reads would otherwise
-	// be listed with its lease id and the next holder's owner, token
-	// offset and count.
-	rev := clientv3.WithRev(locks.Header.Revision)
+	// The locks' counts and queues as of the same revision as the locks: a
+	// lock that changed hands between the reads would otherwise be listed
+	// with the next holder's count.
 	first, last := names[0], names[len(names)-1]
-	rest, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(s.ks.InfoKey(first), clientv3.WithRange(s.ks.InfoKey(last)+"\x00"), rev),
-		clientv3.OpGet(s.ks.CountKey(first), clientv3.WithRange(s.ks.CountKey(last)+"\x00"), rev),
-	).Commit()
+	rest, err := s.cli.Get(ctx, s.ks.CountKey(first), clientv3.WithRange(s.ks.CountKey(last)+"\x00"), clientv3.WithRev(locks.Header.Revision))
 	if err != nil {
 		return ListPage{}, backendErr("etcd", "list", err)
 	}
-	infos := map[string]*mvccpb.KeyValue{}
-	for _, kv := range rest.Responses[0].GetResponseRange().Kvs {
-		infos[strings.TrimPrefix(string(kv.Key), s.ks.InfoKey(""))] = kv
-	}
 	counts := map[string]*mvccpb.KeyValue{}
-	for _, kv := range rest.Responses[1].GetResponseRange().Kvs {
+	for _, kv := range rest.Kvs {
 		counts[strings.TrimPrefix(string(kv.Key), s.ks.CountKey(""))] = kv
 	}
 	ttls := map[clientv3.LeaseID]time.Duration{}
@@ -993,7 +984,7 @@ func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error)
 			}
 			return &pb.RangeResponse{Kvs: []*mvccpb.KeyValue{kv}}
 		}
-		lk, held, err := s.ks.ParseLock(rr(kv), rr(infos[names[i]]), rr(counts[names[i]]))
+		lk, held, err := s.ks.ParseLock(rr(kv), rr(counts[names[i]]))
 		if err != nil || !held {
 			continue
 		}
@@ -1039,7 +1030,7 @@ func (s *EtcdStore) ForceRelease(ctx context.Context, name string) (State, error
 		if err != nil || !before.Held {
 			return before, err
 		}
-		resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, before.LeaseID)).Then(s.ks.DeleteLock(name)...).Commit()
+		resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, before.LeaseID)...).Then(s.ks.DeleteLock(name)...).Commit()
 		if err != nil {
 			return State{}, backendErr("etcd", "force-release", err)
 		}
@@ -1707,19 +1698,19 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 			del = s.ks.DeletePlainLock(name)
 		}
 		return opTxnParts{
-			cmps: []clientv3.Cmp{s.ks.LockHeldBy(name, op.id), clientv3.Compare(clientv3.ModRevision(s.ks.LockKey(name)), "=", op.modRev)},
+			cmps: append(s.ks.LockHeldBy(name, op.id), clientv3.Compare(clientv3.ModRevision(s.ks.LockKey(name)), "=", op.modRev)),
 			then: del,
 		}
 	case opDelete:
 		if op.plain {
 			// A lock with no reentrant holder is never reentered: no count
 			// to check, and no count key to delete.
-			return opTxnParts{cmps: []clientv3.Cmp{s.ks.LockHeldBy(name, op.id)}, then: s.ks.DeletePlainLock(name)}
+			return opTxnParts{cmps: s.ks.LockHeldBy(name, op.id), then: s.ks.DeletePlainLock(name)}
 		}
 		fallthrough
 	default:
 		return opTxnParts{
-			cmps: []clientv3.Cmp{s.ks.LockHeldBy(name, op.id)},
+			cmps: s.ks.LockHeldBy(name, op.id),
 			then: []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{s.ks.NotReentered(name)}, s.ks.DeleteLock(name), s.ks.GetLock(name))},
 		}
 	}
@@ -1740,7 +1731,7 @@ func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], 
 	case op.kind == opDelete:
 		if inner := resps[0].GetResponseTxn(); inner != nil && !inner.Succeeded {
 			// Reentrant: the caller counts down.
-			lk, _, _ := s.ks.ParseLock(inner.Responses[0].GetResponseRange(), inner.Responses[1].GetResponseRange(), inner.Responses[2].GetResponseRange())
+			lk, _, _ := s.ks.ParseLock(inner.Responses[0].GetResponseRange(), inner.Responses[1].GetResponseRange())
 			r.Done(countResult{count: lk.Count, lease: lk.Lease}, nil)
 			return
 		}
@@ -1751,7 +1742,7 @@ func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], 
 	case op.kind == opExpire:
 		r.Done(nil, nil)
 	case restored:
-		_, _ = s.cli.Txn(ctx).If(s.ks.LockHeldBy(op.name, op.id)).Then(s.ks.DeleteLock(op.name)...).Commit()
+		_, _ = s.cli.Txn(ctx).If(s.ks.LockHeldBy(op.name, op.id)...).Then(s.ks.DeleteLock(op.name)...).Commit()
 		r.Done(nil, sequencer.ErrRestored)
 	default:
 		granted := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl, op.holder == "")
@@ -1779,9 +1770,9 @@ func (s *EtcdStore) heldResult(op etcdOp, resps []*pb.ResponseOp) heldResult {
 		}
 		i = 2
 	}
-	if (op.holder != "" || op.rejoinAs != "") && len(resps) >= i+3 {
+	if (op.holder != "" || op.rejoinAs != "") && len(resps) >= i+2 {
 		var err error
-		hr.cur, hr.curHeld, err = s.ks.ParseLock(resps[i].GetResponseRange(), resps[i+1].GetResponseRange(), resps[i+2].GetResponseRange())
+		hr.cur, hr.curHeld, err = s.ks.ParseLock(resps[i].GetResponseRange(), resps[i+1].GetResponseRange())
 		hr.curHeld = hr.curHeld && err == nil
 	}
 	return hr

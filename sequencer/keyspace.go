@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,8 +23,8 @@ import (
 //
 //	<prefix>floor           the offset added to every revision (RaiseFloor)
 //	<prefix>counter         written by every token Txn of the sequencer
-//	<prefix>locks/<name>          a lock held with an etcd lease; value: the lease id
-//	<prefix>info/<name>           its floor offset, owner and holder (LockInfo, JSON)
+//	<prefix>locks/<name>          a lock held with an etcd lease; value: the lease id,
+//	                              a space, and its floor offset, owner and holder (LockInfo, JSON)
 //	<prefix>count/<name>          its reentrancy count, when it has a holder
 //	<prefix>queue/<name>/<waiter> a fair waiter's place; value: when it arrived
 //
@@ -53,11 +54,6 @@ func (k Keyspace) LockKey(name string) string { return k.Prefix() + "locks/" + n
 
 // LocksPrefix is the prefix of every LockKey.
 func (k Keyspace) LocksPrefix() string { return k.Prefix() + "locks/" }
-
-// InfoKey records the floor offset a lock held with an etcd lease was
-// granted under (so that its token never changes: defect 5 in
-// docs/design.md) and its owner and holder labels, as JSON (LockInfo).
-func (k Keyspace) InfoKey(name string) string { return k.Prefix() + "info/" + name }
 
 // CountKey is a reentrant lock's count, when it has a holder.
 func (k Keyspace) CountKey(name string) string { return k.Prefix() + "count/" + name }
@@ -282,9 +278,35 @@ func (k Keyspace) LockFree(name string) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(k.LockKey(name)), "=", 0)
 }
 
-// LockHeldBy is the compare that leaseID holds lock name.
-func (k Keyspace) LockHeldBy(name, leaseID string) clientv3.Cmp {
-	return clientv3.Compare(clientv3.Value(k.LockKey(name)), "=", leaseID)
+// LockHeldBy are the compares that leaseID holds lock name: its key's
+// value lies between leaseID+" " and leaseID+"!", so it is leaseID, a
+// space and the info (lockValue), and no other lease id's, as no lease id
+// holds a space. They never hold for an id that does.
+func (k Keyspace) LockHeldBy(name, leaseID string) []clientv3.Cmp {
+	key := k.LockKey(name)
+	if leaseID == "" || strings.Contains(leaseID, " ") {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "<", 0)}
+	}
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.Value(key), ">", leaseID+" "),
+		clientv3.Compare(clientv3.Value(key), "<", leaseID+"!"),
+	}
+}
+
+// lockValue is a lock key's value: the lease id, a space, and the info as
+// JSON. The info rides in the lock's own key, not in a key of its own: a
+// second key per lock, written with each grant and deleted with each
+// release, cost 16% of the throughput of 64 clients (docs/design.md, "One
+// key per lock").
+func lockValue(leaseID string, info LockInfo) string {
+	b, _ := json.Marshal(info) // a struct of strings and a number
+	return leaseID + " " + string(b)
+}
+
+// LeaseIDOf is the lease id a lock key's value holds.
+func LeaseIDOf(value []byte) string {
+	id, _, _ := strings.Cut(string(value), " ")
+	return id
 }
 
 // NotReentered is the compare that lock name has no reentrancy count: a
@@ -298,16 +320,12 @@ func (k Keyspace) CountIs(name string, n int) clientv3.Cmp {
 	return clientv3.Compare(clientv3.Value(k.CountKey(name)), "=", strconv.Itoa(n))
 }
 
-// PutLock takes lock name for leaseID on the etcd lease: the lock key, its
-// info (the floor offset its token is made with), and for a holder a
-// reentrancy count of 1, all attached to the lease so they go together.
-// Use it in Issue's then.
+// PutLock takes lock name for leaseID on the etcd lease: the lock key,
+// holding its info (the floor offset its token is made with), and for a
+// holder a reentrancy count of 1, attached to the lease so they go
+// together. Use it in Issue's then.
 func (k Keyspace) PutLock(name, leaseID string, lease clientv3.LeaseID, info LockInfo) []clientv3.Op {
-	b, _ := json.Marshal(info) // a struct of strings and a number
-	ops := []clientv3.Op{
-		clientv3.OpPut(k.LockKey(name), leaseID, clientv3.WithLease(lease)),
-		clientv3.OpPut(k.InfoKey(name), string(b), clientv3.WithLease(lease)),
-	}
+	ops := []clientv3.Op{clientv3.OpPut(k.LockKey(name), lockValue(leaseID, info), clientv3.WithLease(lease))}
 	if info.Holder != "" {
 		ops = append(ops, clientv3.OpPut(k.CountKey(name), "1", clientv3.WithLease(lease)))
 	}
@@ -319,20 +337,20 @@ func (k Keyspace) PutCount(name string, n int, lease clientv3.LeaseID) clientv3.
 	return clientv3.OpPut(k.CountKey(name), strconv.Itoa(n), clientv3.WithLease(lease))
 }
 
-// GetLock reads lock name; ParseLock reads the three responses.
+// GetLock reads lock name; ParseLock reads the two responses.
 func (k Keyspace) GetLock(name string) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpGet(k.LockKey(name)), clientv3.OpGet(k.InfoKey(name)), clientv3.OpGet(k.CountKey(name))}
+	return []clientv3.Op{clientv3.OpGet(k.LockKey(name)), clientv3.OpGet(k.CountKey(name))}
 }
 
 // DeleteLock frees lock name.
 func (k Keyspace) DeleteLock(name string) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name)), clientv3.OpDelete(k.InfoKey(name)), clientv3.OpDelete(k.CountKey(name))}
+	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name)), clientv3.OpDelete(k.CountKey(name))}
 }
 
 // DeletePlainLock frees lock name, taken with no reentrant holder: such a
-// lock never has a count key, so the Txn does one delete less.
+// lock never has a count key, so the Txn deletes its key alone.
 func (k Keyspace) DeletePlainLock(name string) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name)), clientv3.OpDelete(k.InfoKey(name))}
+	return []clientv3.Op{clientv3.OpDelete(k.LockKey(name))}
 }
 
 // MoveLock moves lock name, values and token unchanged, onto the etcd lease
@@ -341,7 +359,6 @@ func (k Keyspace) DeletePlainLock(name string) []clientv3.Op {
 func (k Keyspace) MoveLock(name string, lease clientv3.LeaseID) []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpPut(k.LockKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease)),
-		clientv3.OpPut(k.InfoKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease)),
 		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Version(k.CountKey(name)), ">", 0)},
 			[]clientv3.Op{clientv3.OpPut(k.CountKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease))}, nil),
 	}
@@ -359,27 +376,30 @@ type LockState struct {
 	ModRev  int64
 }
 
-// ParseLock reads the responses of GetLock; held is false when the lock is
-// free. The token is the lock key's create revision plus the offset
-// recorded when it was granted, not today's floor: RaiseFloor does not
-// change a held lock's token.
-func (k Keyspace) ParseLock(rs ...*pb.RangeResponse) (st LockState, held bool, err error) {
-	if len(rs) == 0 || rs[0] == nil || len(rs[0].Kvs) == 0 {
+// ParseLock reads the responses of GetLock, the lock key's and the count
+// key's (count may be nil); held is false when the lock is free. The token
+// is the lock key's create revision plus the offset recorded when it was
+// granted, not today's floor: RaiseFloor does not change a held lock's
+// token.
+func (k Keyspace) ParseLock(lock, count *pb.RangeResponse) (st LockState, held bool, err error) {
+	if lock == nil || len(lock.Kvs) == 0 {
 		return LockState{}, false, nil
 	}
-	kv := rs[0].Kvs[0]
-	st = LockState{LeaseID: string(kv.Value), Lease: clientv3.LeaseID(kv.Lease), Count: 1, ModRev: kv.ModRevision}
+	kv := lock.Kvs[0]
+	id, raw, found := strings.Cut(string(kv.Value), " ")
+	st = LockState{LeaseID: id, Lease: clientv3.LeaseID(kv.Lease), Count: 1, ModRev: kv.ModRevision}
 	var info LockInfo
-	if len(rs) > 1 && rs[1] != nil && len(rs[1].Kvs) == 1 {
-		if err := json.Unmarshal(rs[1].Kvs[0].Value, &info); err != nil {
-			return LockState{}, false, fmt.Errorf("sequencer: info key %q holds %q: %v", rs[1].Kvs[0].Key, rs[1].Kvs[0].Value, err)
+	// No info only if the key was written by hand (or by a fenced from
+	// before 2026-12-04, which kept it in a key of its own): offset 0 then
+	// makes a token every fence rejects, never one it wrongly admits.
+	if found {
+		if err := json.Unmarshal([]byte(raw), &info); err != nil {
+			return LockState{}, false, fmt.Errorf("sequencer: lock key %q holds %q: %v", kv.Key, kv.Value, err)
 		}
 	}
-	// No info key only if it was written by hand: offset 0 then makes a
-	// token every fence rejects, never one it wrongly admits.
 	st.Token, st.Owner, st.Holder, st.Waiter = Token(kv.CreateRevision, info.Offset), info.Owner, info.Holder, info.Waiter
-	if len(rs) > 2 && rs[2] != nil && len(rs[2].Kvs) == 1 {
-		if n, err := strconv.Atoi(string(rs[2].Kvs[0].Value)); err == nil && n > 0 {
+	if count != nil && len(count.Kvs) == 1 {
+		if n, err := strconv.Atoi(string(count.Kvs[0].Value)); err == nil && n > 0 {
 			st.Count = n
 		}
 	}
