@@ -139,8 +139,11 @@ type etcdOp struct {
 	// when it has none yet, and then waiterSess is the session to join on.
 	waiterRev  int64
 	waiterSess *session
-	modRev     int64 // expire: only the lock as this store wrote it
-	plain      bool  // delete, expire: the lock has no reentrant holder (holding.plain)
+	// create, with no place yet: join the queue if the lock is taken. An
+	// attempt without it asks whether the lock is free and nothing more.
+	join   bool
+	modRev int64 // expire: only the lock as this store wrote it
+	plain  bool  // delete, expire: the lock has no reentrant holder (holding.plain)
 }
 
 const (
@@ -472,19 +475,16 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 	if err != nil {
 		return Grant{}, err
 	}
-	op := etcdOp{kind: opCreate, name: req.Name, id: req.LeaseID, sess: sess, start: start, ttl: req.TTL,
-		owner: req.Owner, holder: req.Holder, waiter: req.Waiter, rejoinAs: req.rejoinWaiter()}
+	op := s.createOp(req, sess, start)
 	pk := placeKey{req.Name, req.Waiter}
-	if req.Waiter != "" {
-		s.mu.Lock()
-		p := s.placeLocked(pk)
-		s.mu.Unlock()
-		op.waiterRev, op.waiterKey = p.rev, s.queueKey(req.Name, p.slot)
-		// The place rides on the session the lock would: it goes when the
-		// waiter leaves, or with its process.
-		op.waiterSess = sess
-	}
 	v, err := s.gc.Do(ctx, req.Name, op)
+	if errors.Is(err, errHeld) && op.waiterRev == 0 && op.waiter != "" && !op.join {
+		// Taken after all: ask again at once, joining the queue this time
+		// (or taking the lock, if it was freed meanwhile), before the
+		// caller waits, so that it waits in its arrival order.
+		op.join = true
+		v, err = s.gc.Do(ctx, req.Name, op)
+	}
 	switch {
 	case errors.Is(err, errHeld):
 		hr, _ := v.(heldResult)
@@ -543,6 +543,31 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 	}
 	cr := v.(createResult)
 	return Grant{Token: cr.token, TTL: cr.granted, LeaseID: req.LeaseID, Count: 1}, nil
+}
+
+// createOp is an attempt's create; a fair waiter's has its place in the
+// queue, reserved now if it has none.
+func (s *EtcdStore) createOp(req AcquireRequest, sess *session, start time.Time) etcdOp {
+	op := etcdOp{kind: opCreate, name: req.Name, id: req.LeaseID, sess: sess, start: start, ttl: req.TTL,
+		owner: req.Owner, holder: req.Holder, waiter: req.Waiter, rejoinAs: req.rejoinWaiter()}
+	if req.Waiter == "" {
+		return op
+	}
+	s.mu.Lock()
+	p := s.placeLocked(placeKey{req.Name, req.Waiter})
+	// A first attempt joins the queue in its Txn's Else only where the lock
+	// is likely taken: this store holds it, or has other waiters on it.
+	// Elsewhere the Else's three operations (the join and two reads) went
+	// with every create, run or not, in the request, the Raft entry and
+	// etcd's apply: 10% of the throughput of uncontended locks
+	// (docs/design.md, "Joining the queue").
+	op.join = s.held[req.Name] != nil || len(s.slots[req.Name]) > 1
+	s.mu.Unlock()
+	op.waiterRev, op.waiterKey = p.rev, s.queueKey(req.Name, p.slot)
+	// The place rides on the session the lock would: it goes when the
+	// waiter leaves, or with its process.
+	op.waiterSess = sess
+	return op
 }
 
 // reenter counts one more hold of a lock its holder holds, under the lease
@@ -1657,7 +1682,7 @@ type opTxnParts struct {
 // opTxn is one request's compares and operations. A create of a fair
 // waiter takes the lock only if it is free and the waiter heads the queue
 // (or the queue is empty and it has no place yet); otherwise it joins the
-// queue, or checks that its place is still there. A holder's create reads
+// queue (if op.join), or checks that its place is still there. A holder's create reads
 // the lock when it is held, to see whether it holds it already. A release
 // of a reentrant lock (one with a count) only reads its count; the caller
 // counts down.
@@ -1673,11 +1698,13 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 		case op.waiter == "":
 		case op.waiterRev == 0:
 			t.cmps = append(t.cmps, s.ks.QueueEmpty(name))
-			// Join: the place, and how many are in the queue with it (its
-			// position, as it is the newest).
-			t.els = append(t.els, s.ks.JoinQueue(op.waiterKey, op.waiterSess.id, op.start),
-				clientv3.OpGet(op.waiterKey),
-				clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+			if op.join {
+				// Join: the place, and how many are in the queue with it
+				// (its position, as it is the newest).
+				t.els = append(t.els, s.ks.JoinQueue(op.waiterKey, op.waiterSess.id, op.start),
+					clientv3.OpGet(op.waiterKey),
+					clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+			}
 		default:
 			// Still waiting: is the place there, and how many are at or
 			// ahead of it.
@@ -1756,7 +1783,7 @@ func (s *EtcdStore) heldResult(op etcdOp, resps []*pb.ResponseOp) heldResult {
 	var hr heldResult
 	i := 0
 	switch {
-	case op.waiter == "":
+	case op.waiter == "", op.waiterRev == 0 && !op.join:
 	case op.waiterRev == 0:
 		if kvs := resps[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
 			hr.joinedRev, hr.joinedSess = kvs[0].CreateRevision, op.waiterSess

@@ -20,55 +20,82 @@ func TestFairWaitingInArrivalOrder(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
-			name := testenv.Name(t)
-			holder, err := c.Acquire(t.Context(), name, 30*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			const n = 5
-			var (
-				mu    sync.Mutex
-				order []int
-				wg    sync.WaitGroup
-				errs  = make(chan error, n)
-			)
-			for i := 0; i < n; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					l, err := c.Acquire(context.Background(), name, 30*time.Second, lock.WithWait(30*time.Second))
-					if err != nil {
-						errs <- fmt.Errorf("waiter %d: %w", i, err)
-						return
-					}
-					mu.Lock()
-					order = append(order, i)
-					mu.Unlock()
-					errs <- l.Release(context.Background())
-				}()
-				// The next waiter arrives once this one has its place.
-				waitUntil(t, func() bool { st, err := c.Inspect(t.Context(), name); return err == nil && st.Waiters == i+1 })
-			}
-			st, err := c.Inspect(t.Context(), name)
-			if err != nil || st.Waiters != n || st.OldestWait <= 0 {
-				t.Fatalf("inspect with %d waiting: %+v, %v", n, st, err)
-			}
-			if err := holder.Release(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			for i, w := range order {
-				if w != i {
-					t.Fatalf("the lock went to the waiters in the order %v, want arrival order", order)
-				}
-			}
+			inArrivalOrder(t, c, []*lock.Client{c, c, c, c, c})
 		})
+	}
+}
+
+// TestFairWaitingAcrossStores: waiters each in a process of their own (an
+// etcd store each, as fenced servers are) get the lock in arrival order
+// too. A store that knows nothing of a lock asks first only whether it is
+// free; finding it taken, it must join the queue before its caller waits,
+// or a later waiter would go first.
+func TestFairWaitingAcrossStores(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	prefix := "/" + testenv.Name(t) + "/"
+	clients := make([]*lock.Client, 6)
+	for i := range clients {
+		s, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		clients[i] = newClient(t, s)
+	}
+	inArrivalOrder(t, clients[0], clients[1:])
+}
+
+// inArrivalOrder has holder take a lock, and waiters[i] arrive one after
+// another, each once the one before has its place; the lock must go to
+// them in that order.
+func inArrivalOrder(t *testing.T, holder *lock.Client, waiters []*lock.Client) {
+	name := testenv.Name(t)
+	held, err := holder.Acquire(t.Context(), name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(waiters)
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+		errs  = make(chan error, n)
+	)
+	for i, c := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Acquire(context.Background(), name, 30*time.Second, lock.WithWait(30*time.Second))
+			if err != nil {
+				errs <- fmt.Errorf("waiter %d: %w", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			errs <- l.Release(context.Background())
+		}()
+		// The next waiter arrives once this one has its place.
+		waitUntil(t, func() bool { st, err := holder.Inspect(t.Context(), name); return err == nil && st.Waiters == i+1 })
+	}
+	st, err := holder.Inspect(t.Context(), name)
+	if err != nil || st.Waiters != n || st.OldestWait <= 0 {
+		t.Fatalf("inspect with %d waiting: %+v, %v", n, st, err)
+	}
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("the lock went to the waiters in the order %v, want arrival order", order)
+		}
 	}
 }
 

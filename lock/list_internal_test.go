@@ -37,8 +37,9 @@ func etcdClient(t *testing.T) (*Client, *EtcdStore) {
 
 // The etcd store's List reads every lock as of one revision. A lock that
 // changed hands between its read of the lock keys and its read of their
-// info was listed with the first holder's lease id and the next holder's
-// owner (and token offset and count).
+// info (a key of its own until 2026-12-04; now their counts) was listed
+// with the first holder's lease id and the next holder's owner (and token
+// offset and count).
 func TestEtcdListIsOneSnapshot(t *testing.T) {
 	c, s := etcdClient(t)
 	ctx := t.Context()
