@@ -482,7 +482,7 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		// Taken after all: ask again at once, joining the queue this time
 		// (or taking the lock, if it was freed meanwhile), before the
 		// caller waits, so that it waits in its arrival order.
-		op.join = true
+		s.joinOp(&op)
 		v, err = s.gc.Do(ctx, req.Name, op)
 	}
 	switch {
@@ -546,28 +546,41 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 }
 
 // createOp is an attempt's create; a fair waiter's has its place in the
-// queue, reserved now if it has none.
+// queue, if it has one or joins now.
 func (s *EtcdStore) createOp(req AcquireRequest, sess *session, start time.Time) etcdOp {
 	op := etcdOp{kind: opCreate, name: req.Name, id: req.LeaseID, sess: sess, start: start, ttl: req.TTL,
 		owner: req.Owner, holder: req.Holder, waiter: req.Waiter, rejoinAs: req.rejoinWaiter()}
 	if req.Waiter == "" {
 		return op
 	}
+	pk := placeKey{req.Name, req.Waiter}
 	s.mu.Lock()
-	p := s.placeLocked(placeKey{req.Name, req.Waiter})
+	_, placed := s.places[pk]
 	// A first attempt joins the queue in its Txn's Else only where the lock
 	// is likely taken: this store holds it, or has other waiters on it.
 	// Elsewhere the Else's three operations (the join and two reads) went
 	// with every create, run or not, in the request, the Raft entry and
 	// etcd's apply: 10% of the throughput of uncontended locks
-	// (docs/design.md, "Joining the queue").
-	op.join = s.held[req.Name] != nil || len(s.slots[req.Name]) > 1
+	// (docs/design.md, "Joining the queue"). Such an attempt reserves no
+	// place either.
+	join := placed || s.held[req.Name] != nil || len(s.slots[req.Name]) > 0
 	s.mu.Unlock()
-	op.waiterRev, op.waiterKey = p.rev, s.queueKey(req.Name, p.slot)
+	if join {
+		s.joinOp(&op)
+	}
+	return op
+}
+
+// joinOp gives a fair waiter's create its place, reserved now if it has
+// none: it joins the queue if the lock is taken.
+func (s *EtcdStore) joinOp(op *etcdOp) {
+	s.mu.Lock()
+	p := s.placeLocked(placeKey{op.name, op.waiter})
+	s.mu.Unlock()
+	op.join, op.waiterRev, op.waiterKey = true, p.rev, s.queueKey(op.name, p.slot)
 	// The place rides on the session the lock would: it goes when the
 	// waiter leaves, or with its process.
-	op.waiterSess = sess
-	return op
+	op.waiterSess = op.sess
 }
 
 // reenter counts one more hold of a lock its holder holds, under the lease
