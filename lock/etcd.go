@@ -1695,10 +1695,10 @@ type opTxnParts struct {
 // opTxn is one request's compares and operations. A create of a fair
 // waiter takes the lock only if it is free and the waiter heads the queue
 // (or the queue is empty and it has no place yet); otherwise it joins the
-// queue (if op.join), or checks that its place is still there. A holder's create reads
-// the lock when it is held, to see whether it holds it already. A release
-// of a reentrant lock (one with a count) only reads its count; the caller
-// counts down.
+// queue (if op.join), or checks that its place is still there. A holder's
+// create reads the lock when it is held, to see whether it holds it
+// already. A release of a reentrant lock (one with a count) only reads its
+// count; the caller counts down.
 func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 	name := op.name
 	switch op.kind {
