@@ -83,12 +83,7 @@ func TestDev(t *testing.T) {
 	// An acquire waiting on a held lock is in flight when SIGTERM comes:
 	// it is answered at once, 503 with Retry-After (try another node),
 	// then fenced exits 0. The lock's queue shows that it waits.
-	a.acquire(name, 10000)
-	answered := a.send("POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":1000,"wait_ms":20000}`)
-	eventually(t, 10*time.Second, "the acquire waits in the lock's queue", func() bool {
-		w, _ := a.must(200, "GET", "/v1/locks/"+name, "")["waiters"].(float64)
-		return w == 1
-	})
+	answered := a.queue(t, name, 10000, `{"ttl_ms":1000,"wait_ms":20000}`)
 	p.signal(syscall.SIGTERM)
 	wantShuttingDown(t, "a waiting acquire", answered)
 	if code := p.wait(20 * time.Second); code != 0 {

@@ -34,6 +34,20 @@ func (a *api) send(method, path, body string) <-chan answer {
 	return ch
 }
 
+// queue holds lock name for ttlMs and sends an acquire of it that waits
+// (body), returning once the lock's queue shows it waiting; its answer
+// comes on the channel.
+func (a *api) queue(t *testing.T, name string, ttlMs int, body string) <-chan answer {
+	t.Helper()
+	a.acquire(name, ttlMs)
+	ch := a.send("POST", "/v1/locks/"+name+"/acquire", body)
+	eventually(t, 10*time.Second, "the acquire waits in the lock's queue", func() bool {
+		w, _ := a.must(200, "GET", "/v1/locks/"+name, "")["waiters"].(float64)
+		return w == 1
+	})
+	return ch
+}
+
 func (a *api) answer(method, path, body string) answer {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -103,12 +117,7 @@ func TestDevShutdownEndsWaits(t *testing.T) {
 
 	// An acquire waiting for a held lock: it queues.
 	name := testenv.Name(t)
-	a.acquire(name, 30000)
-	acquire := a.send("POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":5000,"wait_ms":20000}`)
-	eventually(t, 10*time.Second, "the acquire waits in the lock's queue", func() bool {
-		w, _ := a.must(200, "GET", "/v1/locks/"+name, "")["waiters"].(float64)
-		return w == 1
-	})
+	acquire := a.queue(t, name, 30000, `{"ttl_ms":5000,"wait_ms":20000}`)
 
 	p.signal(syscall.SIGTERM)
 	wantShuttingDown(t, "a waiting acquire", acquire)
