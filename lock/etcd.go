@@ -139,9 +139,10 @@ type etcdOp struct {
 	// when it has none yet, and then waiterSess is the session to join on.
 	waiterRev  int64
 	waiterSess *session
-	// create, with no place yet: join the queue if the lock is taken. An
-	// attempt without it asks whether the lock is free and nothing more.
-	join   bool
+	// create: the waiter has its place (waiterKey, waiterRev), and joins
+	// the queue with it if it has not yet and the lock is taken. An
+	// attempt without one asks whether the lock is free and nothing more.
+	placed bool
 	modRev int64 // expire: only the lock as this store wrote it
 	plain  bool  // delete, expire: the lock has no reentrant holder (holding.plain)
 }
@@ -478,7 +479,7 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 	op := s.createOp(req, sess, start)
 	pk := placeKey{req.Name, req.Waiter}
 	v, err := s.gc.Do(ctx, req.Name, op)
-	if errors.Is(err, errHeld) && op.waiterRev == 0 && op.waiter != "" && !op.join {
+	if errors.Is(err, errHeld) && op.waiter != "" && !op.placed {
 		// Taken after all: ask again at once, joining the queue this time
 		// (or taking the lock, if it was freed meanwhile), before the
 		// caller waits, so that it waits in its arrival order.
@@ -555,7 +556,7 @@ func (s *EtcdStore) createOp(req AcquireRequest, sess *session, start time.Time)
 	}
 	pk := placeKey{req.Name, req.Waiter}
 	s.mu.Lock()
-	_, placed := s.places[pk]
+	_, has := s.places[pk]
 	// A first attempt joins the queue in its Txn's Else only where the lock
 	// is likely taken: this store holds it, or has other waiters on it.
 	// Elsewhere the Else's three operations (the join and two reads) went
@@ -563,7 +564,7 @@ func (s *EtcdStore) createOp(req AcquireRequest, sess *session, start time.Time)
 	// etcd's apply: 10% of the throughput of uncontended locks
 	// (docs/design.md, "Joining the queue"). Such an attempt reserves no
 	// place either.
-	join := placed || s.held[req.Name] != nil || len(s.slots[req.Name]) > 0
+	join := has || s.held[req.Name] != nil || len(s.slots[req.Name]) > 0
 	s.mu.Unlock()
 	if join {
 		s.joinOp(&op)
@@ -577,7 +578,7 @@ func (s *EtcdStore) joinOp(op *etcdOp) {
 	s.mu.Lock()
 	p := s.placeLocked(placeKey{op.name, op.waiter})
 	s.mu.Unlock()
-	op.join, op.waiterRev, op.waiterKey = true, p.rev, s.queueKey(op.name, p.slot)
+	op.placed, op.waiterRev, op.waiterKey = true, p.rev, s.queueKey(op.name, p.slot)
 	// The place rides on the session the lock would: it goes when the
 	// waiter leaves, or with its process.
 	op.waiterSess = op.sess
@@ -1695,7 +1696,7 @@ type opTxnParts struct {
 // opTxn is one request's compares and operations. A create of a fair
 // waiter takes the lock only if it is free and the waiter heads the queue
 // (or the queue is empty and it has no place yet); otherwise it joins the
-// queue (if op.join), or checks that its place is still there. A holder's
+// queue (if op.placed), or checks that its place is still there. A holder's
 // create reads the lock when it is held, to see whether it holds it
 // already. A release of a reentrant lock (one with a count) only reads its
 // count; the caller counts down.
@@ -1711,7 +1712,7 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 		case op.waiter == "":
 		case op.waiterRev == 0:
 			t.cmps = append(t.cmps, s.ks.QueueEmpty(name))
-			if op.join {
+			if op.placed {
 				// Join: the place, and how many are in the queue with it
 				// (its position, as it is the newest).
 				t.els = append(t.els, s.ks.JoinQueue(op.waiterKey, op.waiterSess.id, op.start),
@@ -1796,7 +1797,7 @@ func (s *EtcdStore) heldResult(op etcdOp, resps []*pb.ResponseOp) heldResult {
 	var hr heldResult
 	i := 0
 	switch {
-	case op.waiter == "", op.waiterRev == 0 && !op.join:
+	case !op.placed: // no waiter, or one that asked without its place
 	case op.waiterRev == 0:
 		if kvs := resps[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
 			hr.joinedRev, hr.joinedSess = kvs[0].CreateRevision, op.waiterSess
