@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 
+	"github.com/fenced/fenced/internal/clock"
 	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/sequencer"
 )
@@ -767,8 +768,8 @@ func (c *cell) probeHeld(ctx context.Context, timeout time.Duration, want bool) 
 		if held == want {
 			return true, nil
 		}
-		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil { // polling the store
-			return false, err
+		if !clock.Sleep(ctx, 5*time.Millisecond) { // polling the store
+			return false, ctx.Err()
 		}
 	}
 	return false, nil

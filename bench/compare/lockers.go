@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/fenced/fenced/internal/clock"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
 )
@@ -74,18 +75,6 @@ func randomValue() string {
 	return hex.EncodeToString(b[:])
 }
 
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // naive: SET NX PX, polled; PEXPIRE to keep it; DEL to release. It never
 // checks that the key is still its own.
 type naiveLocker struct {
@@ -111,8 +100,8 @@ func (l *naiveLocker) acquire(ctx context.Context) (held, error) {
 			h.stop = keepAlive(l.ttl/3, func(ctx context.Context) error { return l.rdb.PExpire(ctx, l.key, l.ttl).Err() })
 			return h, nil
 		}
-		if err := sleepCtx(ctx, l.poll); err != nil {
-			return nil, err
+		if !clock.Sleep(ctx, l.poll) {
+			return nil, ctx.Err()
 		}
 	}
 }

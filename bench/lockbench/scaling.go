@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/bench/internal/benchkit"
+	"github.com/fenced/fenced/internal/clock"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -174,8 +175,8 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingReport, error) 
 	if len(cfg.Held) > 0 {
 		m := startCPU(ctx, rdb)
 		start := time.Now()
-		if err := sleepCtx(ctx, cfg.HeldWindow); err != nil {
-			return nil, err
+		if !clock.Sleep(ctx, cfg.HeldWindow) {
+			return nil, ctx.Err()
 		}
 		rep.IdleCPU = time.Duration(float64(m.since(ctx)) / time.Since(start).Seconds())
 	}
@@ -291,7 +292,7 @@ func heldSweep(ctx context.Context, cfg ScalingConfig, rdb *redis.Client, cli *c
 	})
 	p.Acquire = time.Since(start)
 	m := startCPU(ctx, rdb)
-	sleepCtx(ctx, cfg.HeldWindow) // a cancelled run is reported below
+	clock.Sleep(ctx, cfg.HeldWindow) // a cancelled run is reported below
 	p.CPU = m.since(ctx)
 	p.ProcBytes, p.RedisBytes, p.EtcdBytes = procBytes()-proc0, redisBytes(ctx, rdb)-redis0, etcdBytes(ctx, cli)-etcd0
 	p.Errors, p.FirstErr = e.Result()
@@ -343,18 +344,6 @@ func (m cpuMeter) since(ctx context.Context) time.Duration {
 		}
 	}
 	return d
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // procBytes is this process's Go heap and stacks in use, after a GC.
