@@ -130,6 +130,9 @@ type Result struct {
 
 	Uncontended    int // pairs measured
 	UncP50, UncP99 time.Duration
+	// Acquire and Release split the uncontended pairs into their two
+	// requests, p50s.
+	Acquire, Release Step
 
 	Ops          int // throughput: acquire+release pairs
 	OpsElapsed   time.Duration
@@ -141,7 +144,19 @@ type Result struct {
 	Errors   int
 	FirstErr error
 
-	unc []time.Duration // samples of every round
+	unc   []time.Duration       // samples of every round
+	steps [2][4][]time.Duration // acquire, release: samples of each Step field
+}
+
+// Step is one request of the uncontended pairs, p50s: the call, and for
+// the HTTP paths where its time went, from the server handler's start and
+// end as a timing wrapper around it records them. The parts' p50s need not
+// add up to the call's.
+type Step struct {
+	Call     time.Duration
+	ToServer time.Duration // from the call to the handler's start: the client, the loopback, net/http's reading of the request
+	InServer time.Duration // the handler: for HTTP, authentication, decoding, the lock.Client call, the answer, metrics
+	Back     time.Duration // from the handler's end to the call's return: the answer's flush, the loopback, the client
 }
 
 // OpsPerSec is the throughput scenario's acquire+release pairs per second.
@@ -211,18 +226,19 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}()
 
 	paths := []struct {
-		name string
-		acq  acquirer
+		name   string
+		acq    acquirer
+		stamps *stamps // of the path's server, if it has one
 	}{
 		{SDK, func(ctx context.Context, name string) (*lock.Lease, error) {
 			return env.locks.TryAcquire(ctx, name, cfg.TTL)
-		}},
+		}, nil},
 		{HTTP, func(ctx context.Context, name string) (*lock.Lease, error) {
 			return env.http.TryAcquire(ctx, name, cfg.TTL)
-		}},
+		}, env.httpStamps},
 		{Floor, func(ctx context.Context, name string) (*lock.Lease, error) {
 			return env.floor.TryAcquire(ctx, name, cfg.TTL)
-		}},
+		}, env.floorStamps},
 	}
 	rep = &Report{Config: cfg, Store: env.desc}
 	loadBefore := benchkit.Loadavg()
@@ -252,7 +268,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				fmt.Fprintf(cfg.Log, "httpbench: round %d/%d: %s\n", round+1, cfg.Rounds, p.name)
 			}
 			prefix := fmt.Sprintf("httpbench-%s-%s", run, strings.ReplaceAll(strings.ToLower(p.name), " ", "-"))
-			if err := uncontended(ctx, n, p.acq, prefix+"-unc", &res[i], &counts[i]); err != nil {
+			if err := uncontended(ctx, n, p.acq, p.stamps, prefix+"-unc", &res[i], &counts[i]); err != nil {
 				return nil, fmt.Errorf("httpbench: %s: %w", p.name, err)
 			}
 			if err := throughput(ctx, cfg, p.acq, prefix+"-tp-", &res[i], &counts[i]); err != nil {
@@ -265,6 +281,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		r.Errors, r.FirstErr = counts[i].Result()
 		r.Uncontended = len(r.unc)
 		r.UncP50, r.UncP99 = benchkit.Percentile(r.unc, 50), benchkit.Percentile(r.unc, 99)
+		r.Acquire, r.Release = r.step(0), r.step(1)
 	}
 	rep.Results = res
 	rep.Load = loadBefore + " before, " + benchkit.Loadavg() + " after"
@@ -278,6 +295,8 @@ type env struct {
 	locks   *lock.Client
 	http    *client.Client
 	floor   *client.Client // of the canned handler
+
+	httpStamps, floorStamps *stamps // of the two servers' handlers
 }
 
 func (e *env) close() error {
@@ -378,13 +397,35 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 	}
 	// The client as a user gets it: its default transport keeps an idle
 	// connection per goroutine (client.DefaultIdleConns).
-	if e.http, err = e.serve(h, true); err != nil {
+	e.httpStamps, e.floorStamps = newStamps(), newStamps()
+	if e.http, err = e.serve(e.httpStamps.wrap(h), true); err != nil {
 		return nil, err
 	}
-	if e.floor, err = e.serve(floorHandler(), false); err != nil {
+	if e.floor, err = e.serve(e.floorStamps.wrap(floorHandler()), false); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// stamps records when a server's handler last started and ended, for the
+// split of the uncontended requests, which come one at a time: the last
+// stamps after a call are its request's. Two clock reads a request.
+type stamps struct {
+	base       time.Time
+	start, end atomic.Int64 // since base
+}
+
+func newStamps() *stamps { return &stamps{base: time.Now()} }
+
+// now is the monotonic time since base.
+func (s *stamps) now() int64 { return int64(time.Since(s.base)) }
+
+func (s *stamps) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.start.Store(s.now())
+		h.ServeHTTP(w, r)
+		s.end.Store(s.now())
+	})
 }
 
 // serve serves h on a loopback port and returns a client of it; both are
@@ -468,23 +509,58 @@ func pair(ctx context.Context, acq acquirer, name string, tok *fence.Token) erro
 }
 
 // uncontended: n sequential pairs on one name after a warm-up of a tenth
-// as many.
-func uncontended(ctx context.Context, n int, acq acquirer, name string, res *Result, e *benchkit.Errs) error {
+// as many, each request timed, and split where st records its server.
+func uncontended(ctx context.Context, n int, acq acquirer, st *stamps, name string, res *Result, e *benchkit.Errs) error {
+	if st == nil {
+		st = newStamps() // for its clock
+	}
 	warm := max(n/10, 5)
 	for i := 0; i < warm+n && !e.TooMany(); i++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		t := time.Now()
-		if err := pair(ctx, acq, name, nil); err != nil {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		t0 := st.now()
+		l, err := acq(octx, name)
+		t1 := st.now()
+		var acqStart, acqEnd int64
+		if err == nil {
+			acqStart, acqEnd = st.start.Load(), st.end.Load()
+			err = l.Release(octx)
+		}
+		t2 := st.now()
+		cancel()
+		if err != nil {
 			e.Add(fmt.Errorf("uncontended: %w", err))
 			continue
 		}
 		if i >= warm {
-			res.unc = append(res.unc, time.Since(t))
+			res.unc = append(res.unc, time.Duration(t2-t0))
+			res.addStep(0, t0, t1, acqStart, acqEnd)
+			res.addStep(1, t1, t2, st.start.Load(), st.end.Load())
 		}
 	}
 	return nil
+}
+
+// addStep records request k (0 acquire, 1 release), called at from and
+// returned at to, whose handler (if any) ran from start to end.
+func (r *Result) addStep(k int, from, to, start, end int64) {
+	r.steps[k][0] = append(r.steps[k][0], time.Duration(to-from))
+	if start >= from && end >= start && to >= end { // the stamps are this request's
+		r.steps[k][1] = append(r.steps[k][1], time.Duration(start-from))
+		r.steps[k][2] = append(r.steps[k][2], time.Duration(end-start))
+		r.steps[k][3] = append(r.steps[k][3], time.Duration(to-end))
+	}
+}
+
+// step is request k's split, p50s; no parts without a server.
+func (r *Result) step(k int) Step {
+	p := func(i int) time.Duration { return benchkit.Percentile(r.steps[k][i], 50) }
+	if len(r.steps[k][1]) == 0 {
+		return Step{Call: p(0)}
+	}
+	return Step{Call: p(0), ToServer: p(1), InServer: p(2), Back: p(3)}
 }
 
 // throughput: Clients goroutines, each on its own name, acquire and release

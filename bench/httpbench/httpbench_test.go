@@ -40,6 +40,14 @@ func TestRun(t *testing.T) {
 					t.Errorf("%s completed %d uncontended and %d throughput operations; want some of each (first error: %v)",
 						path, r.Uncontended, r.Ops, r.FirstErr)
 				}
+				// The split: each request timed, and the HTTP paths' requests
+				// seen by their server's handler.
+				for _, st := range []httpbench.Step{r.Acquire, r.Release} {
+					served := st.ToServer > 0 && st.InServer > 0 && st.Back > 0
+					if st.Call <= 0 || served != (path != httpbench.SDK) {
+						t.Errorf("%s: split %+v: want a call time, and parts only over HTTP", path, st)
+					}
+				}
 			}
 			if len(rep.Checks) != cfg.Checks {
 				t.Fatalf("%d check acquisitions, want %d", len(rep.Checks), cfg.Checks)
@@ -58,8 +66,10 @@ func TestRun(t *testing.T) {
 			if err := httpbench.Write(&buf, rep); err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(buf.String(), "Bound for any request-per-operation HTTP API") {
-				t.Errorf("the table does not give the floor's bound")
+			for _, want := range []string{"Bound for any request-per-operation HTTP API", "HTTP above the SDK, per pair: the transport"} {
+				if !strings.Contains(buf.String(), want) {
+					t.Errorf("the report lacks %q", want)
+				}
 			}
 			t.Log("\n" + buf.String())
 		})

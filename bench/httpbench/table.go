@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/fenced/fenced/bench/internal/benchkit"
 )
@@ -35,6 +36,9 @@ func Write(w io.Writer, rep *Report) error {
 		return err
 	}
 	fmt.Fprintln(w, "\ncpu/op: CPU time of this whole process (clients, HTTP server, lock client, embedded etcd) per acquire+release in the throughput scenario.")
+	if err := writeSteps(w, rep); err != nil {
+		return err
+	}
 	if f := rep.Find(Floor); f != nil && sdk != nil && f.CPUPerOp() > 0 && sdk.OpsPerSec() > 0 {
 		// Any pair over HTTP costs at least the SDK's work plus the
 		// floor's: with every CPU busy, no more pairs a second than this.
@@ -62,6 +66,36 @@ func Write(w io.Writer, rep *Report) error {
 	}
 	_, err := fmt.Fprintln(w)
 	return err
+}
+
+// writeSteps prints where the uncontended requests' time went, and what
+// the HTTP path adds to the SDK's per pair.
+func writeSteps(w io.Writer, rep *Report) error {
+	fmt.Fprintln(w, "\nuncontended, each request of the pairs (p50s; the parts' need not add up to the call's):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\trequest\tcall\tto server\tin server\tback\t")
+	for _, r := range rep.Results {
+		for _, st := range []struct {
+			name string
+			s    Step
+		}{{"acquire", r.Acquire}, {"release", r.Release}} {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Path, st.name, benchkit.US(st.s.Call),
+				benchkit.US(st.s.ToServer), benchkit.US(st.s.InServer), benchkit.US(st.s.Back))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "to server: from the call to the server's handler starting; in server: the handler; back: from its end to the call's return.")
+	sdk, h := rep.Find(SDK), rep.Find(HTTP)
+	if sdk == nil || h == nil || h.Acquire.InServer == 0 || h.Release.InServer == 0 {
+		return nil
+	}
+	own := h.Acquire.InServer - sdk.Acquire.Call + h.Release.InServer - sdk.Release.Call
+	transport := h.Acquire.ToServer + h.Acquire.Back + h.Release.ToServer + h.Release.Back
+	fmt.Fprintf(w, "HTTP above the SDK, per pair: the transport (to server and back, both requests) %s; the server's own work (in server less the SDK's call, both requests) %+.0fµs.\n",
+		benchkit.US(transport), float64(own)/float64(time.Microsecond))
+	return nil
 }
 
 // ratio is v ÷ ref, "-" without a reference.
