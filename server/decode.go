@@ -265,14 +265,15 @@ func decodeObject(body []byte, allowed ...string) (map[string]json.RawMessage, *
 	if len(bytes.TrimSpace(body)) == 0 {
 		return fields, nil
 	}
-	want := "a JSON object with " + strings.Join(quoteAll(allowed), ", ")
+	// Built only for a refusal: every request passes here.
+	want := func() string { return "a JSON object with " + strings.Join(quoteAll(allowed), ", ") }
 	dec := json.NewDecoder(bytes.NewReader(body))
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, invalid("", fmt.Sprintf("request body is not valid JSON (%v); want %s", err, want))
+		return nil, invalid("", fmt.Sprintf("request body is not valid JSON (%v); want %s", err, want()))
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, invalid("", "request body: want "+want)
+		return nil, invalid("", "request body: want "+want())
 	}
 	for dec.More() {
 		tok, err := dec.Token()
@@ -311,10 +312,13 @@ func checkContentType(h http.Header) *apiError {
 	if len(ct) == 0 {
 		return nil
 	}
-	unsupported := &apiError{status: http.StatusUnsupportedMediaType, code: codeUnsupportedMediaType,
-		message: fmt.Sprintf("Content-Type %s: want application/json (or none; curl -d's form type is read as JSON too)", excerpt([]byte(fmt.Sprintf("%q", strings.Join(ct, ", ")))))}
+	// Built only for a refusal: every request passes here.
+	unsupported := func() *apiError {
+		return &apiError{status: http.StatusUnsupportedMediaType, code: codeUnsupportedMediaType,
+			message: fmt.Sprintf("Content-Type %s: want application/json (or none; curl -d's form type is read as JSON too)", excerpt([]byte(fmt.Sprintf("%q", strings.Join(ct, ", ")))))}
+	}
 	if len(ct) > 1 {
-		return unsupported
+		return unsupported()
 	}
 	mt, params, err := mime.ParseMediaType(ct[0])
 	if err == nil && mt == "application/x-www-form-urlencoded" && len(params) == 0 {
@@ -323,11 +327,11 @@ func checkContentType(h http.Header) *apiError {
 		return nil
 	}
 	if err != nil || mt != "application/json" {
-		return unsupported
+		return unsupported()
 	}
 	for k, v := range params {
 		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return unsupported
+			return unsupported()
 		}
 	}
 	return nil
