@@ -10,12 +10,16 @@
 // and etcd connections; the difference between them is the API: JSON,
 // HTTP/1.1 over loopback TCP, the server's handler and the client.
 //
-// A third path, the HTTP floor, is the same HTTP client against a handler
-// that answers acquire and release with canned JSON: net/http, JSON and the
-// client, with no authentication, metrics, logging or lease store. Its CPU
-// per pair is what any request-per-operation HTTP API over loopback costs
-// here, before it does anything; SDK plus floor bounds what the HTTP path
-// can reach on a machine whose cores it saturates.
+// Two more paths are controls. The HTTP floor is the same HTTP client
+// against a handler that answers acquire and release with canned JSON:
+// net/http, JSON and the client, with no authentication, metrics, logging
+// or lease store. Its CPU per pair is what any request-per-operation HTTP
+// API over loopback costs here, before it does anything; SDK plus floor
+// bounds what the HTTP path can reach on a machine whose cores it
+// saturates. HTTP bare is that client against a minimal handler that makes
+// the server's lock.Client calls and nothing else: what any Go HTTP server
+// in front of the SDK costs, so that HTTP less bare is what fenced's server
+// adds (authentication, validation, metrics, logging).
 //
 // Two scenarios, the paths taking turns in rounds with the order rotating:
 // uncontended acquire+release latency (one goroutine, one name, sequential)
@@ -65,6 +69,7 @@ const (
 const (
 	SDK   = "SDK"
 	HTTP  = "HTTP"
+	Bare  = "HTTP bare"
 	Floor = "HTTP floor"
 )
 
@@ -188,7 +193,7 @@ type Report struct {
 	Store   string // what the leases and tokens are kept in
 	Load    string // load averages before and after, from /proc/loadavg
 	Checks  []Check
-	Results []Result // SDK, HTTP, then the HTTP floor
+	Results []Result // SDK, HTTP, HTTP bare, then the HTTP floor
 }
 
 // Find returns the result of path, nil if there is none.
@@ -234,11 +239,14 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			return env.locks.TryAcquire(ctx, name, cfg.TTL)
 		}, nil},
 		{HTTP, func(ctx context.Context, name string) (*lock.Lease, error) {
-			return env.http.TryAcquire(ctx, name, cfg.TTL)
-		}, env.httpStamps},
+			return env.http.c.TryAcquire(ctx, name, cfg.TTL)
+		}, env.http.stamps},
+		{Bare, func(ctx context.Context, name string) (*lock.Lease, error) {
+			return env.bare.c.TryAcquire(ctx, name, cfg.TTL)
+		}, env.bare.stamps},
 		{Floor, func(ctx context.Context, name string) (*lock.Lease, error) {
-			return env.floor.TryAcquire(ctx, name, cfg.TTL)
-		}, env.floorStamps},
+			return env.floor.c.TryAcquire(ctx, name, cfg.TTL)
+		}, env.floor.stamps},
 	}
 	rep = &Report{Config: cfg, Store: env.desc}
 	loadBefore := benchkit.Loadavg()
@@ -293,10 +301,15 @@ type env struct {
 	desc    string
 	closers []func() error // in the order of setup
 	locks   *lock.Client
-	http    *client.Client
-	floor   *client.Client // of the canned handler
+	http    served // fenced's server
+	bare    served // the minimal handler
+	floor   served // the canned handler
+}
 
-	httpStamps, floorStamps *stamps // of the two servers' handlers
+// served is an HTTP client of a server, and the stamps of its handler.
+type served struct {
+	c      *client.Client
+	stamps *stamps
 }
 
 func (e *env) close() error {
@@ -397,11 +410,13 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 	}
 	// The client as a user gets it: its default transport keeps an idle
 	// connection per goroutine (client.DefaultIdleConns).
-	e.httpStamps, e.floorStamps = newStamps(), newStamps()
-	if e.http, err = e.serve(e.httpStamps.wrap(h), true); err != nil {
+	if e.http, err = e.serve(h, true); err != nil {
 		return nil, err
 	}
-	if e.floor, err = e.serve(e.floorStamps.wrap(floorHandler()), false); err != nil {
+	if e.bare, err = e.serve(bareHandler(e.locks), false); err != nil {
+		return nil, err
+	}
+	if e.floor, err = e.serve(floorHandler(), false); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -428,21 +443,22 @@ func (s *stamps) wrap(h http.Handler) http.Handler {
 	})
 }
 
-// serve serves h on a loopback port and returns a client of it; both are
-// closed with e.
-func (e *env) serve(h http.Handler, auth bool) (*client.Client, error) {
+// serve serves h, timed by stamps, on a loopback port and returns a client
+// of it; both are closed with e.
+func (e *env) serve(h http.Handler, auth bool) (served, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return served{}, err
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	st := newStamps()
+	hs := &http.Server{Handler: st.wrap(h), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
 	e.closers = append(e.closers, func() error {
 		ctx, cancel := closeCtx()
 		defer cancel()
 		err := hs.Shutdown(ctx)
-		if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		if serr := <-serveErr; !errors.Is(serr, http.ErrServerClosed) {
 			err = errors.Join(err, serr)
 		}
 		return err
@@ -453,14 +469,55 @@ func (e *env) serve(h http.Handler, auth bool) (*client.Client, error) {
 	}
 	c, err := client.New("http://"+ln.Addr().String(), opts...)
 	if err != nil {
-		return nil, err
+		return served{}, err
 	}
 	e.closers = append(e.closers, func() error {
 		ctx, cancel := closeCtx()
 		defer cancel()
 		return c.Close(ctx)
 	})
-	return c, nil
+	return served{c, st}, nil
+}
+
+// bareHandler answers acquire and release with the lock.Client calls
+// fenced's server makes for them (a detached lease, a release by lease id,
+// each bounded as the server bounds them), and nothing else: no
+// authentication, validation beyond decoding, metrics or logging.
+func bareHandler(locks *lock.Client) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/locks/{name}/acquire", func(w http.ResponseWriter, r *http.Request) {
+		var req api.AcquireRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.TTLMs == nil {
+			http.Error(w, `{"error":{"code":"invalid","message":"want ttl_ms"}}`, http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), server.DefaultBackendTimeout)
+		defer cancel()
+		name := r.PathValue("name")
+		l, err := locks.TryAcquire(ctx, name, time.Duration(*req.TTLMs)*time.Millisecond, lock.WithDetached())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(api.Lease{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds()})
+	})
+	mux.HandleFunc("POST /v1/locks/{name}/release", func(w http.ResponseWriter, r *http.Request) {
+		var req api.ReleaseRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, `{"error":{"code":"invalid","message":"want lease_id"}}`, http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), server.DefaultBackendTimeout)
+		defer cancel()
+		if err := locks.ReleaseID(ctx, r.PathValue("name"), req.LeaseID); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "{}\n")
+	})
+	return mux
 }
 
 // floorHandler answers acquire and release as fenced's server would, from

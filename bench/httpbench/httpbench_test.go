@@ -31,7 +31,7 @@ func TestRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, path := range []string{httpbench.SDK, httpbench.HTTP, httpbench.Floor} {
+			for _, path := range []string{httpbench.SDK, httpbench.HTTP, httpbench.Bare, httpbench.Floor} {
 				r := rep.Find(path)
 				if r == nil {
 					t.Fatalf("no result for %s", path)
@@ -66,7 +66,7 @@ func TestRun(t *testing.T) {
 			if err := httpbench.Write(&buf, rep); err != nil {
 				t.Fatal(err)
 			}
-			for _, want := range []string{"Bound for any request-per-operation HTTP API", "HTTP above the SDK, per pair: the transport"} {
+			for _, want := range []string{"Bound for any request-per-operation HTTP API", "HTTP above the SDK, per pair: the transport", "HTTP bare÷SDK"} {
 				if !strings.Contains(buf.String(), want) {
 					t.Errorf("the report lacks %q", want)
 				}
