@@ -479,11 +479,12 @@ func (e *env) serve(h http.Handler, auth bool) (served, error) {
 	return served{c, st}, nil
 }
 
-// bareHandler answers acquire and release with the lock.Client calls
-// fenced's server makes for them (a detached lease, a release by lease id,
-// each bounded as the server bounds them), and nothing else: no
-// authentication, validation beyond decoding, metrics or logging.
-func bareHandler(locks *lock.Client) http.Handler {
+// minimalHandler serves acquire and release in the API's shapes, decoding
+// each request as the server does, and does their work with acquire and
+// release; an error answers 503. It does nothing else: no authentication,
+// metrics or logging.
+func minimalHandler(acquire func(ctx context.Context, name string, ttl time.Duration) (api.Lease, error),
+	release func(ctx context.Context, name, leaseID string) error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/locks/{name}/acquire", func(w http.ResponseWriter, r *http.Request) {
 		var req api.AcquireRequest
@@ -491,16 +492,13 @@ func bareHandler(locks *lock.Client) http.Handler {
 			http.Error(w, `{"error":{"code":"invalid","message":"want ttl_ms"}}`, http.StatusBadRequest)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), server.DefaultBackendTimeout)
-		defer cancel()
-		name := r.PathValue("name")
-		l, err := locks.TryAcquire(ctx, name, time.Duration(*req.TTLMs)*time.Millisecond, lock.WithDetached())
+		l, err := acquire(r.Context(), r.PathValue("name"), time.Duration(*req.TTLMs)*time.Millisecond)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(api.Lease{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds()})
+		_ = json.NewEncoder(w).Encode(l)
 	})
 	mux.HandleFunc("POST /v1/locks/{name}/release", func(w http.ResponseWriter, r *http.Request) {
 		var req api.ReleaseRequest
@@ -508,9 +506,7 @@ func bareHandler(locks *lock.Client) http.Handler {
 			http.Error(w, `{"error":{"code":"invalid","message":"want lease_id"}}`, http.StatusBadRequest)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), server.DefaultBackendTimeout)
-		defer cancel()
-		if err := locks.ReleaseID(ctx, r.PathValue("name"), req.LeaseID); err != nil {
+		if err := release(r.Context(), r.PathValue("name"), req.LeaseID); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -520,32 +516,32 @@ func bareHandler(locks *lock.Client) http.Handler {
 	return mux
 }
 
-// floorHandler answers acquire and release as fenced's server would, from
-// nothing: a lease id and a growing token for every acquire, {} for every
-// release. It decodes each request as the server does.
+// bareHandler makes the lock.Client calls fenced's server makes for
+// acquire and release (a detached lease, a release by lease id, each
+// bounded as the server bounds them), and nothing else.
+func bareHandler(locks *lock.Client) http.Handler {
+	return minimalHandler(func(ctx context.Context, name string, ttl time.Duration) (api.Lease, error) {
+		ctx, cancel := context.WithTimeout(ctx, server.DefaultBackendTimeout)
+		defer cancel()
+		l, err := locks.TryAcquire(ctx, name, ttl, lock.WithDetached())
+		if err != nil {
+			return api.Lease{}, err
+		}
+		return api.Lease{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds()}, nil
+	}, func(ctx context.Context, name, leaseID string) error {
+		ctx, cancel := context.WithTimeout(ctx, server.DefaultBackendTimeout)
+		defer cancel()
+		return locks.ReleaseID(ctx, name, leaseID)
+	})
+}
+
+// floorHandler answers from nothing: a lease id and a growing token for
+// every acquire, {} for every release.
 func floorHandler() http.Handler {
 	var token atomic.Int64
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/locks/{name}/acquire", func(w http.ResponseWriter, r *http.Request) {
-		var req api.AcquireRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.TTLMs == nil {
-			http.Error(w, `{"error":{"code":"invalid","message":"want ttl_ms"}}`, http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(api.Lease{Name: r.PathValue("name"), LeaseID: "0123456789abcdef0123456789abcdef",
-			Token: fence.Token(token.Add(1)), TTLMs: *req.TTLMs})
-	})
-	mux.HandleFunc("POST /v1/locks/{name}/release", func(w http.ResponseWriter, r *http.Request) {
-		var req api.ReleaseRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, `{"error":{"code":"invalid","message":"want lease_id"}}`, http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, "{}\n")
-	})
-	return mux
+	return minimalHandler(func(_ context.Context, name string, ttl time.Duration) (api.Lease, error) {
+		return api.Lease{Name: name, LeaseID: "0123456789abcdef0123456789abcdef", Token: fence.Token(token.Add(1)), TTLMs: ttl.Milliseconds()}, nil
+	}, func(context.Context, string, string) error { return nil })
 }
 
 // opTimeout bounds one acquire+release pair; nothing healthy comes near it.
