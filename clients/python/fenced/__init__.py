@@ -367,11 +367,13 @@ class Client:
         return LockState(doc["name"], doc["held"], doc["token"], doc["ttl_ms"])
 
     def refresh_id(self, name: str, lease_id: str, ttl_ms: Optional[int] = None) -> dict[str, Any]:
-        """Extend the lease lease_id of name; the raw answer. Lease.refresh is the usual way."""
+        """Extend the lease lease_id of name; the raw answer. Lease.refresh is the usual way.
+        A refresh whose answer was lost is sent again, as a release's is:
+        a refresh by the same lease id extends it again, from later."""
         body: dict[str, Any] = {"lease_id": lease_id}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
-        return self._call("POST", name, "/refresh", body)
+        return self._call("POST", name, "/refresh", body, resend_lost=True)
 
     def release_id(self, name: str, lease_id: str) -> None:
         """Release the lease lease_id of name. Lease.release is the usual way.
@@ -404,8 +406,8 @@ class Client:
               resend_lost: bool = False, sent: Optional[list[float]] = None,
               wait_end: Optional[float] = None) -> dict[str, Any]:
         """One API call, retried after a 503 up to retries times; with
-        resend_lost (a body with a waiter, or a release: requests the server
-        answers the same when asked again) also after an answer lost once
+        resend_lost (a body with a waiter, a refresh or a release: requests
+        the server answers the same when asked again) also after an answer lost once
         the request was sent. sent, if given, gets the time.monotonic()
         before each request. wait_end, for a request that waits (wait_ms in
         its body, or in its query for a long poll), is the time.monotonic()
@@ -669,7 +671,7 @@ class Lease:
         try:
             doc = self._client._call("POST", self.name, "/refresh",
                                      {"lease_id": self.lease_id, **({"ttl_ms": ttl_ms} if ttl_ms is not None else {})},
-                                     timeout=timeout, retries=retries)
+                                     timeout=timeout, retries=retries, resend_lost=True)
         except LostError as e:
             self._signal_lost(e)
             raise

@@ -730,6 +730,24 @@ class RedisTest(unittest.TestCase):
         self.assertFalse(self.client.inspect(name).held)
         self.assertEqual(lease.valid_for(), 0.0)
 
+    def test_refresh_resends_after_a_lost_answer(self) -> None:
+        # The answer to a refresh is cut after fenced extended the lease. A
+        # refresh by the same lease id extends it again, so the client asks
+        # again, as after a 503, and refresh() succeeds.
+        proxy = FaultProxy(self.daemon.url, cut_on=b"/refresh")
+        self.addCleanup(proxy.stop)
+        c = fenced.Client(proxy.url, bearer_token=self.bearer)
+        self.addCleanup(c.close)
+        name = unique()
+        lease = c.acquire(name, ttl_ms=30_000, wait_ms=0)
+        c.close()  # a new connection for the refresh, as in the release's test
+        lease.refresh(20_000)
+        self.assertTrue(proxy.cut.is_set(), "the proxy cut no answer")
+        self.assertEqual([b["ttl_ms"] for b in proxy.bodies(b"/refresh")], [20_000, 20_000])
+        self.assertEqual(lease.ttl_ms, 20_000)
+        self.assertTrue(self.client.inspect(name).held)
+        lease.release()
+
     def test_release_again_after_a_transport_error(self) -> None:
         # release() raises TransportError (retryable: the request may be
         # tried again): it never reached fenced. release() again must send

@@ -267,7 +267,7 @@ interface CallOptions {
   /**
    * Also retry a request whose answer was lost once it was sent: only for a
    * request the server answers the same when asked again (a body with a
-   * waiter, a release).
+   * waiter, a refresh, a release).
    */
   resendLost?: boolean;
   /** Called just before each request is sent. */
@@ -445,11 +445,16 @@ export class Client {
     return { name: doc.name as string, held: doc.held as boolean, token: doc.token as bigint, ttlMs: doc.ttl_ms as number };
   }
 
-  /** Extend the lease leaseID of name; the raw answer. Lease.refresh is the usual way. */
+  /**
+   * Extend the lease leaseID of name; the raw answer. Lease.refresh is the
+   * usual way. A refresh whose answer was lost is sent again, as a
+   * release's is: a refresh by the same lease id extends it again, from
+   * later.
+   */
   async refreshID(name: string, leaseID: string, ttlMs?: number, options: CallOptions = {}): Promise<Record<string, unknown>> {
     const body: Record<string, unknown> = { lease_id: leaseID };
     if (ttlMs !== undefined) body.ttl_ms = ttlMs;
-    return this.call("POST", name, "/refresh", body, options);
+    return this.call("POST", name, "/refresh", body, { resendLost: true, ...options });
   }
 
   /**

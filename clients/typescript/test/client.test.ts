@@ -644,6 +644,25 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("sends a refresh again when its answer is lost", async () => {
+    // fenced extended the lease, and the answer was cut. A refresh by the
+    // same lease id extends it again, so the client asks again, as after a
+    // 503, and refresh() resolves.
+    const proxy = await startCuttingProxy(daemon.url, "/refresh");
+    try {
+      const name = unique();
+      const lease = await new Client(proxy.url, { bearerToken: bearer }).acquire(name, { ttlMs: 30_000, waitMs: 0 });
+      await lease.refresh(20_000);
+      assert.equal(proxy.cuts(), 1, "the proxy cut no answer");
+      assert.deepEqual(proxy.bodies().map((b) => b.ttl_ms), [20_000, 20_000]);
+      assert.equal(lease.ttlMs, 20_000);
+      assert.equal((await client.inspect(name)).held, true);
+      await lease.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("sends the release again when release() is called again after a TransportError", async () => {
     // release() rejects with a retryable TransportError: the request never
     // reached fenced. release() again must send again, not resolve as if
