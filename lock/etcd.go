@@ -322,10 +322,10 @@ type slotKey struct {
 // one of this store's slots for that lock, reused by later waiters once
 // its waiter is done, and the key's create revision once it joined (0
 // before). A key per waiter would leave a deleted key behind for every
-// wait, and etcd's index keeps deleted keys until history is compacted (an
-// hour, with fenced's embedded etcd): every compare and count over the
-// queue visits them, so a hot lock slowed by the hour (docs/design.md,
-// defect 10). A key re-created under the same name adds no new key to the
+// wait, and etcd's index keeps deleted keys until history is compacted (a
+// minute with fenced's embedded etcd, an hour when this was found): every
+// compare and count over the queue visits them, so a hot lock slowed by the
+// hour (docs/design.md, defect 10). A key re-created under the same name adds no new key to the
 // index.
 //
 // A joined place is a user of the session its key is on, so that the store

@@ -51,7 +51,21 @@ type EmbedConfig struct {
 	// StartTimeout bounds how long Start waits for the member to join a
 	// cluster with a leader. Default 30s.
 	StartTimeout time.Duration
+	// CompactionRetention is how much of etcd's history the member keeps;
+	// older history is compacted, checked every tenth of it. Default
+	// DefaultCompactionRetention; negative is refused.
+	CompactionRetention time.Duration
 }
+
+// DefaultCompactionRetention is the history an embedded member keeps. Each
+// acquire and release on etcd leases leaves about 200 bytes of history,
+// and history counts against etcd's space quota (2 GiB) until it is
+// compacted; past the quota etcd refuses every write. An hour, the
+// retention before, filled the quota at a sustained 2,600 pairs a second;
+// a minute holds 1 GiB only past 78,000 (docs/design.md, "Bounded state").
+// Nothing of fenced reads history older than a few seconds: its watches
+// start from now, and the issuer's survives a compaction.
+const DefaultCompactionRetention = time.Minute
 
 // Embedded is a running embedded etcd member.
 type Embedded struct {
@@ -94,6 +108,12 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "error"
+	}
+	switch {
+	case c.CompactionRetention < 0:
+		return nil, fmt.Errorf("sequencer: compaction retention %s: want > 0 (0 means %s)", c.CompactionRetention, DefaultCompactionRetention)
+	case c.CompactionRetention == 0:
+		c.CompactionRetention = DefaultCompactionRetention
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 30 * time.Second
@@ -139,9 +159,10 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	cfg.InitialClusterToken = c.ClusterToken
 	cfg.UnsafeNoFsync = c.UnsafeNoFsync
 	// Every grant is a revision; without compaction the history grows
-	// forever. Compaction keeps the revision counter, so tokens are unaffected.
+	// until etcd's quota stops all writes. Compaction keeps the revision
+	// counter, so tokens are unaffected.
 	cfg.AutoCompactionMode = "periodic"
-	cfg.AutoCompactionRetention = "1h"
+	cfg.AutoCompactionRetention = c.CompactionRetention.String()
 	if c.JoinExisting {
 		cfg.ClusterState = embed.ClusterStateFlagExisting
 	}
