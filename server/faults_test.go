@@ -13,6 +13,8 @@ import (
 
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestEtcdWithoutLeader: while the etcd member fenced talks to has no
@@ -157,4 +159,41 @@ func TestAcquireWaitRidesOutARedisRestart(t *testing.T) {
 	if a.err != nil || a.status != http.StatusOK || !strings.Contains(a.body, `"token"`) {
 		t.Fatalf("acquire with wait_ms across a Redis restart: %d %s %v, want 200 with a token", a.status, a.body, a.err)
 	}
+}
+
+// TestEtcdOutOfSpace: when etcd's database reached its space quota, etcd
+// raises its NOSPACE alarm and refuses every write. The 503 and the log say
+// that, and what an operator does about it, rather than "check that etcd is
+// reachable", which it is. The alarm is raised through etcd's maintenance
+// API, as etcd raises it itself.
+func TestEtcdOutOfSpace(t *testing.T) {
+	e, cli := testenv.Etcd(t)
+	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testenv.SyncBuffer
+	env := newEnv(t, store, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	st, err := cli.Status(t.Context(), e.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	alarm := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}
+	if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(t.Context(), alarm); err != nil {
+		t.Fatal(err)
+	}
+	r := env.do("POST", "/v1/locks/"+testenv.Name(t)+"/acquire", `{"ttl_ms":30000}`)
+	msg := r.errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+	for _, want := range []string{"space quota", "etcdctl alarm disarm", "--auto-compaction-retention"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("acquire with etcd out of space: %q, want it to say %q", msg, want)
+		}
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log does not say %q:\n%s", want, logs.String())
+		}
+	}
+	if _, err := cli.AlarmDisarm(t.Context(), &clientv3.AlarmMember{MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	env.mustAcquire(testenv.Name(t), `{"ttl_ms":30000}`) // writes again once disarmed
 }

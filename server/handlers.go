@@ -15,6 +15,7 @@ import (
 
 	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/lock"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Operations, the op label of fenced_backend_errors_total.
@@ -386,15 +387,29 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 	backend := backendOf(err)
 	took := time.Since(start)
 	msg := fmt.Sprintf("lease store failed (%s %q): %v; check that Redis and etcd are reachable from fenced (GET /readyz)", op, name, err)
-	if ctx.Err() != nil {
+	hint := "check that " + backend + " is reachable from fenced and healthy (etcd: has a leader); GET /readyz runs the same check; --backend-timeout bounds each request"
+	switch {
+	case ctx.Err() != nil:
 		msg = fmt.Sprintf("lease store did not answer %s %q within %s; check that Redis and etcd are reachable and have a leader (GET /readyz)", op, name, took.Round(time.Millisecond))
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		// etcd answers, and refuses every write: "reachable" is not the
+		// advice.
+		msg = fmt.Sprintf("lease store failed (%s %q): %v; %s", op, name, err, noSpaceHint)
+		hint = noSpaceHint
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelWarn, "lease store failed",
 		slog.String("op", op), slog.String("lock", name), slog.String("backend", backend),
 		slog.String("took", took.Round(time.Microsecond).String()), slog.Bool("timed_out", ctx.Err() != nil), slog.Any("err", err),
-		slog.String("hint", "check that "+backend+" is reachable from fenced and healthy (etcd: has a leader); GET /readyz runs the same check; --backend-timeout bounds each request"))
+		slog.String("hint", hint))
 	return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: msg}, resultError
 }
+
+// noSpaceHint is what an operator does when etcd's database reached its
+// space quota: etcd then refuses every write until the alarm is disarmed,
+// and history is what fills it (docs/design.md, "Bounded state").
+const noSpaceHint = "etcd's database reached its space quota (alarm NOSPACE) and etcd refuses every write: " +
+	"compact its history (etcdctl compact), defragment it (etcdctl defrag), disarm the alarm (etcdctl alarm disarm), " +
+	"and keep less history (--auto-compaction-retention; fenced's embedded etcd keeps a minute)"
 
 // backendOf names the backend that failed: "redis", "etcd", "redlock", or
 // "Redis or etcd" when the error does not say.
