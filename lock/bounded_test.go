@@ -88,11 +88,30 @@ func compactAndMeasure(t *testing.T, e *sequencer.Embedded, cli *clientv3.Client
 	if _, err := cli.Compact(t.Context(), r.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
+	return dbSize(t, e, cli)
+}
+
+// dbSize is etcd's database size and the part in use.
+func dbSize(t *testing.T, e *sequencer.Embedded, cli *clientv3.Client) (size, inUse int64) {
+	t.Helper()
 	st, err := cli.Status(t.Context(), e.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st.DbSize, st.DbSizeInUse
+}
+
+// etcdClient is a lock.Client over an etcd lease store on an etcd of its
+// own, with that etcd and a client of it.
+func etcdClient(t *testing.T) (*sequencer.Embedded, *clientv3.Client, *lock.Client) {
+	t.Helper()
+	e, cli := testenv.Etcd(t)
+	s, err := lock.NewEtcdStore(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return e, cli, newClient(t, s)
 }
 
 // TestBoundedStateRedis: state grows with the locks held now, not with the
@@ -150,13 +169,7 @@ func TestBoundedStateRedis(t *testing.T) {
 // TestBoundedStateEtcd: the etcd lease store keeps nothing per name once
 // the name's lease is gone.
 func TestBoundedStateEtcd(t *testing.T) {
-	e, cli := testenv.Etcd(t)
-	s, err := lock.NewEtcdStore(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	c := newClient(t, s)
+	e, cli, c := etcdClient(t)
 	churn(t, c, "warm-", 10, time.Second)
 	waitUntil(t, func() bool { return etcdKeys(t, cli) <= 2 }) // the floor and the counter
 	base := etcdKeys(t, cli)
@@ -182,25 +195,13 @@ func TestBoundedStateEtcd(t *testing.T) {
 // on two cores. The hour the member kept before held that much at 2,600
 // pairs a second (docs/design.md, "Bounded state").
 func TestHistoryBetweenCompactionsFitsTheQuota(t *testing.T) {
-	e, cli := testenv.Etcd(t)
-	s, err := lock.NewEtcdStore(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	c := newClient(t, s)
-	inUse := func() int64 {
-		st, err := cli.Status(t.Context(), e.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.DbSizeInUse
-	}
+	e, cli, c := etcdClient(t)
 	churn(t, c, "warm-", 100, time.Second)
-	before := inUse()
+	_, before := dbSize(t, e, cli)
 	const n = 5000
 	churn(t, c, "history-", n, time.Second)
-	perPair := float64(inUse()-before) / n
+	_, after := dbSize(t, e, cli)
+	perPair := float64(after-before) / n
 	const rate = 50_000 // acquire+release pairs a second
 	retention := sequencer.DefaultCompactionRetention
 	kept := (retention + retention/10).Seconds() * rate * perPair

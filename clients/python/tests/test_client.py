@@ -681,6 +681,15 @@ class RedisTest(unittest.TestCase):
         self.addCleanup(c.close)
         return p, c
 
+    def cutting(self, cut_on: bytes) -> tuple[FaultProxy, fenced.Client]:
+        """A FaultProxy in front of the daemon that cuts the first answer to
+        a request containing cut_on, and a client through it."""
+        proxy = FaultProxy(self.daemon.url, cut_on=cut_on)
+        self.addCleanup(proxy.stop)
+        c = fenced.Client(proxy.url, bearer_token=self.bearer)
+        self.addCleanup(c.close)
+        return proxy, c
+
     def test_keep_alive_follows_a_shorter_refresh(self) -> None:
         # refresh(300) from this thread while the keep-alive sleeps toward
         # the old ttl/3 (1 s): the keep-alive must plan anew from that
@@ -714,10 +723,7 @@ class RedisTest(unittest.TestCase):
         # The answer to the release is cut after fenced released the lease.
         # Releasing again by the same lease id answers success, so the
         # client asks again, as after a 503, and release() succeeds.
-        proxy = FaultProxy(self.daemon.url, cut_on=b"/release")
-        self.addCleanup(proxy.stop)
-        c = fenced.Client(proxy.url, bearer_token=self.bearer)
-        self.addCleanup(c.close)
+        proxy, c = self.cutting(b"/release")
         name = unique()
         lease = c.acquire(name, ttl_ms=30_000, wait_ms=0)
         # A new connection for the release: the client's own resend of a
@@ -734,10 +740,7 @@ class RedisTest(unittest.TestCase):
         # The answer to a refresh is cut after fenced extended the lease. A
         # refresh by the same lease id extends it again, so the client asks
         # again, as after a 503, and refresh() succeeds.
-        proxy = FaultProxy(self.daemon.url, cut_on=b"/refresh")
-        self.addCleanup(proxy.stop)
-        c = fenced.Client(proxy.url, bearer_token=self.bearer)
-        self.addCleanup(c.close)
+        proxy, c = self.cutting(b"/refresh")
         name = unique()
         lease = c.acquire(name, ttl_ms=30_000, wait_ms=0)
         c.close()  # a new connection for the refresh, as in the release's test
@@ -772,10 +775,7 @@ class RedisTest(unittest.TestCase):
         # request with the same waiter finds that grant again: the client
         # asks once more, at once, rather than leave a lease nobody knows
         # holding the lock for its whole TTL.
-        proxy = FaultProxy(self.daemon.url, cut_on=b"/acquire")
-        self.addCleanup(proxy.stop)
-        c = fenced.Client(proxy.url, bearer_token=self.bearer)
-        self.addCleanup(c.close)
+        proxy, c = self.cutting(b"/acquire")
         name = unique()
         holder = self.client.acquire(name, ttl_ms=30_000, wait_ms=0)
         out: list[object] = []
