@@ -325,8 +325,8 @@ type slotKey struct {
 // wait, and etcd's index keeps deleted keys until history is compacted (a
 // minute with fenced's embedded etcd, an hour when this was found): every
 // compare and count over the queue visits them, so a hot lock slowed by the
-// hour (docs/design.md, defect 10). A key re-created under the same name adds no new key to the
-// index.
+// hour (docs/design.md, defect 10). A key re-created under the same name
+// adds no new key to the index.
 //
 // A joined place is a user of the session its key is on, so that the store
 // renews that session for as long as the waiter waits, even with no lock

@@ -26,7 +26,7 @@ import (
 //	<prefix>locks/<name>          a lock held with an etcd lease; value: the lease id,
 //	                              a space, and its floor offset, owner and holder (LockInfo, JSON)
 //	<prefix>count/<name>          its reentrancy count, when it has a holder
-//	<prefix>queue/<name>/<waiter> a fair waiter's place; value: when it arrived
+//	<prefix>queue/<name>/<slot>   a fair waiter's place (lock.EtcdStore names it by a slot of its own); value: when it arrived
 //
 // Nothing is kept per lock name once its lock is free: the state is bounded
 // by the locks held now.
