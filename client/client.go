@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -31,6 +32,7 @@ type Client struct {
 	auth           string // the Authorization header, or ""
 	maxRequestWait time.Duration
 	answerGrace    time.Duration
+	retries        int
 
 	// leases gives every lease lock.Lease's machinery (validity,
 	// keep-alive, Done) over keeper, which refreshes and releases through
@@ -49,6 +51,7 @@ type config struct {
 	token          string
 	maxRequestWait time.Duration
 	answerGrace    time.Duration
+	retries        int
 }
 
 // DefaultMaxRequestWait is the longest wait_ms one acquire request asks
@@ -59,6 +62,10 @@ const DefaultMaxRequestWait = 30 * time.Second
 // waiting request may take to be answered unless WithAnswerGrace says
 // otherwise.
 const DefaultAnswerGrace = 2 * time.Second
+
+// DefaultRetries is how many times a request is sent again after every
+// server failed it without a decision, unless WithRetries says otherwise.
+const DefaultRetries = 2
 
 // DefaultIdleConns is how many idle connections per server the default
 // HTTP client keeps for reuse: as many goroutines as share a client can
@@ -149,6 +156,27 @@ func WithAnswerGrace(d time.Duration) Option {
 	}
 }
 
+// WithRetries sets how many times the client sends a request again after
+// every server failed it without deciding it: each answered 503, or could
+// not be reached, or (for a request that is safe to repeat) its answer was
+// lost. It pauses before each round: the server's Retry-After, at most 1s,
+// else 100ms more each time, both with jitter; the context bounds it all.
+// This is what rides out a node draining or a backend failing over behind
+// a single URL (a load balancer), as the Python and TypeScript clients'
+// retries do. It applies to TryAcquire, Refresh, Release, Inspect, List,
+// ForceRelease and Leader; a waiting Acquire or Elect, and Observe, ride
+// out failures within their wait on their own. Default DefaultRetries (2);
+// 0 sends each request to each server once.
+func WithRetries(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("client: retries %d: want 0 or more", n)
+		}
+		c.retries = n
+		return nil
+	}
+}
+
 // New returns a client of the fenced server at urls, such as
 // http://127.0.0.1:7070 or https://fenced.example:7070/prefix, or of
 // several servers that share their Redis and etcd, separated by commas:
@@ -157,13 +185,13 @@ func WithAnswerGrace(d time.Duration) Option {
 // be reached or answers 503 (see the package documentation for which
 // requests it sends again).
 func New(urls string, opts ...Option) (*Client, error) {
-	cfg := config{maxRequestWait: DefaultMaxRequestWait, answerGrace: DefaultAnswerGrace}
+	cfg := config{maxRequestWait: DefaultMaxRequestWait, answerGrace: DefaultAnswerGrace, retries: DefaultRetries}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
-	c := &Client{maxRequestWait: cfg.maxRequestWait, answerGrace: cfg.answerGrace}
+	c := &Client{maxRequestWait: cfg.maxRequestWait, answerGrace: cfg.answerGrace, retries: cfg.retries}
 	for _, raw := range strings.Split(urls, ",") {
 		raw = strings.TrimSpace(raw)
 		u, err := url.Parse(raw)
@@ -538,14 +566,55 @@ type attempt struct {
 type rebuilt func() (attempt, bool)
 
 // do sends one request and decodes a 200 answer into out (if not nil),
-// moving through the servers as mode allows. in is the body: nil, a
-// value to encode, or a rebuilt. Any other status is an *APIError; a
-// server that does not answer within the time its attempt has (its
-// within, its share) is an error matching ErrNoAnswer. With several
-// servers, the error after every server failed joins a *ServerError for
-// each; a rebuilt that returns false ends the round with the last
-// server's error.
+// moving through the servers as mode allows, and goes round them again,
+// up to c.retries times, while every one failed without deciding it (see
+// WithRetries). A waiting request (resendAlways) goes round once: its
+// caller rides out failures within its wait. The error is the last
+// round's.
 func (c *Client) do(ctx context.Context, method, path string, in, out any, mode resend) error {
+	retries := c.retries
+	if mode == resendAlways {
+		retries = 0
+	}
+	for tries := 1; ; tries++ {
+		err, undecided := c.round(ctx, method, path, in, out, mode)
+		if err == nil || !undecided || tries > retries {
+			if err != nil && tries > 1 {
+				err = fmt.Errorf("%w (tried %d times)", err, tries)
+			}
+			return err
+		}
+		if !clock.Sleep(ctx, retryPause(err, tries)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// retryPause is how long to wait before the next round after tries
+// rounds that ended in err: the Retry-After of a 503, else 100ms a round
+// tried, at most 1s, and from half of that to all of it, so that the
+// clients a failure hit at once do not come back at once.
+func retryPause(err error, tries int) time.Duration {
+	d := time.Duration(tries) * 100 * time.Millisecond
+	var ae *APIError
+	if errors.As(err, &ae) && ae.RetryAfter > 0 {
+		d = ae.RetryAfter
+	}
+	d = min(d, time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+// round sends one request to each server in turn, from the one that
+// answered last, until one answers, and decodes a 200 answer into out (if
+// not nil); it moves on only as mode allows. in is the body: nil, a value
+// to encode, or a rebuilt. Any other status is an *APIError; a server that
+// does not answer within the time its attempt has (its within, its share)
+// is an error matching ErrNoAnswer. undecided says that every server
+// failed without a decision (as mode counts it), so that the request may
+// be sent again. With several servers, the error after every server
+// failed joins a *ServerError for each; a rebuilt that returns false ends
+// the round with the last server's error.
+func (c *Client) round(ctx context.Context, method, path string, in, out any, mode resend) (err error, undecided bool) {
 	n := len(c.urls)
 	first := int(c.cur.Load())
 	var (
@@ -557,14 +626,14 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, mode 
 		if b, ok := in.(rebuilt); ok {
 			var more bool
 			if at, more = b(); !more {
-				return last
+				return last, false
 			}
 		}
 		var body []byte
 		if at.body != nil {
 			b, err := json.Marshal(at.body)
 			if err != nil {
-				return fmt.Errorf("client: encode request: %w", err)
+				return fmt.Errorf("client: encode request: %w", err), false
 			}
 			body = b
 		}
@@ -584,10 +653,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, mode 
 		cancel()
 		if err == nil {
 			c.cur.Store(int32(k))
-			return nil
+			return nil, false
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return ctx.Err(), false
 		}
 		var ae *APIError
 		if timedOut && !errors.As(err, &ae) {
@@ -602,14 +671,17 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, mode 
 		} else {
 			next = !sent || mode != resendUnsent
 		}
-		if n == 1 || !next {
-			return err
+		if !next {
+			return err, false
+		}
+		if n == 1 {
+			return err, true
 		}
 		last = &ServerError{URL: c.urls[k], Err: err}
 		errs = append(errs, last)
 		c.cur.CompareAndSwap(int32(k), int32((k+1)%n)) // prefer the next from now on
 	}
-	return fmt.Errorf("client: none of %d fenced servers answered %s %s: %w", n, method, path, errors.Join(errs...))
+	return fmt.Errorf("client: none of %d fenced servers answered %s %s: %w", n, method, path, errors.Join(errs...)), true
 }
 
 // send sends one request to the server at base. sent says whether the
@@ -650,7 +722,11 @@ func (c *Client) send(ctx context.Context, base, method, path string, body []byt
 		return true, fmt.Errorf("client: reading the answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return true, apiError(resp.StatusCode, b)
+		ae := apiError(resp.StatusCode, b)
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			ae.RetryAfter = time.Duration(secs) * time.Second // an HTTP date is ignored: the usual pause
+		}
+		return true, ae
 	}
 	if out == nil {
 		return true, nil

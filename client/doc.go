@@ -76,6 +76,18 @@
 //
 // When every server failed, the error joins a [*ServerError] per server.
 //
+// When every server failed a request without deciding it (each answered
+// 503, could not be reached, or lost the answer to a request that may be
+// sent again), the client pauses and goes round again, up to
+// [WithRetries] times (2 by default): the server's Retry-After (at most
+// 1s) or 100ms, then 200ms, each with jitter, all within the context.
+// This holds for a single server too, or a load balancer in front of
+// several, where a node that drains or a backend that fails over answers
+// 503 for a moment. It applies to TryAcquire (after a 503 or an unsent
+// request only, as above), Refresh, Release, Inspect, List, ForceRelease
+// and Leader. A waiting Acquire or Elect and Observe's long polls ride out
+// failures within their wait instead, as above.
+//
 // # Servers that stop answering
 //
 // A server that takes a request and never answers (a partition that

@@ -125,12 +125,15 @@ func (c *Client) leader(ctx context.Context, name string, after *fence.Token, wa
 	}
 	// A long poll must be answered within its wait and the grace, so that
 	// a server that stops answering does not hold the observer for ever.
+	// A read at once is a short request, sent again as the others are.
 	var in any
+	mode := resendShared
 	if wait > 0 {
 		in = rebuilt(func() (attempt, bool) { return attempt{within: wait + c.answerGrace}, true })
+		mode = resendAlways
 	}
 	var a api.Leader
-	if err := c.do(ctx, http.MethodGet, path, in, &a, resendAlways); err != nil {
+	if err := c.do(ctx, http.MethodGet, path, in, &a, mode); err != nil {
 		return lock.Leader{}, err
 	}
 	return a.Leader(), nil

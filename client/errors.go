@@ -40,6 +40,9 @@ type APIError struct {
 	// request waited and its place in the lock's queue (0: none).
 	Waited   time.Duration
 	Position int
+	// RetryAfter, on a 503: how long the server asked to wait before the
+	// request is sent again (its Retry-After header), or 0.
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {

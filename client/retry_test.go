@@ -1,0 +1,155 @@
+package client_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/internal/faultproxy"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+)
+
+// flaky is a server in front of the fixture's that answers its first
+// failures requests 503 (with Retry-After retryAfter, if not empty), as a
+// fenced node behind a load balancer does while it drains or its backend
+// fails over, and passes the rest on.
+func flaky(t *testing.T, f *fixture, failures int64, retryAfter string) (string, *atomic.Int64) {
+	t.Helper()
+	target, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := httputil.NewSingleHostReverseProxy(target)
+	var left atomic.Int64
+	left.Store(failures)
+	return counted(t, func(w http.ResponseWriter, r *http.Request) {
+		if left.Add(-1) >= 0 {
+			if retryAfter != "" {
+				w.Header().Set("Retry-After", retryAfter)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"error":{"code":"unavailable","message":"injected"}}`))
+			return
+		}
+		pass.ServeHTTP(w, r)
+	})
+}
+
+// TestOneServerRetries: a client of one URL (one server, or a load
+// balancer in front of several) sends a request that is safe to repeat
+// again after a 503 or a lost answer, as the Python and TypeScript clients
+// do, up to WithRetries times. Before, it returned the first failure: a
+// release whose answer was lost left the caller with an error for a lock
+// the server had released, and a release answered 503 by a draining node
+// left the lock held until its TTL.
+func TestOneServerRetries(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+
+	t.Run("LostAnswers", func(t *testing.T) {
+		pr, err := faultproxy.New(strings.TrimPrefix(f.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pr.Close() })
+		c := newClient(t, "http://"+pr.Addr())
+		name := testenv.Name(t)
+		l, err := c.TryAcquire(ctx, name, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []struct {
+			action string
+			call   func() error
+		}{
+			{"/refresh", func() error { return l.Refresh(ctx, 0) }},
+			{"/release", func() error { return l.Release(ctx) }},
+		} {
+			fired := pr.LoseReply([]byte(step.action))
+			if err := step.call(); err != nil {
+				t.Fatalf("%s whose first answer was lost: %v", step.action, err)
+			}
+			select {
+			case <-fired:
+			default:
+				t.Fatalf("%s: the fault did not fire: no answer was lost", step.action)
+			}
+		}
+		if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
+			t.Fatalf("after the release: %+v, %v; want free", st, err)
+		}
+	})
+
+	t.Run("Unavailable", func(t *testing.T) {
+		u, n := flaky(t, f, 2, "")
+		c := newClient(t, u)
+		name := testenv.Name(t)
+		l, err := c.TryAcquire(ctx, name, 30*time.Second) // a 503 cannot have granted
+		if err != nil || n.Load() != 3 {
+			t.Fatalf("TryAcquire after two 503s: %v (%d requests), want a lease on the third", err, n.Load())
+		}
+		u, n = flaky(t, f, 1, "1")
+		c = newClient(t, u)
+		began := time.Now()
+		if st, err := c.Inspect(ctx, name); err != nil || !st.Held || n.Load() != 2 {
+			t.Fatalf("inspect after a 503: %+v, %v (%d requests)", st, err, n.Load())
+		}
+		// Retry-After 1 is honoured, with jitter: half of it at least.
+		if took := time.Since(began); took < 500*time.Millisecond {
+			t.Fatalf("the retry came %s after a 503 with Retry-After: 1, want at least 500ms", took)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("GivesUp", func(t *testing.T) {
+		u, n := flaky(t, f, 1000, "")
+		c := newClient(t, u, client.WithRetries(1))
+		_, err := c.Inspect(ctx, testenv.Name(t))
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || n.Load() != 2 || !strings.Contains(err.Error(), "tried 2 times") {
+			t.Fatalf("inspect, always 503, WithRetries(1): %v (%d requests); want the 503 after 2", err, n.Load())
+		}
+		u, n = flaky(t, f, 1000, "")
+		c = newClient(t, u, client.WithRetries(0))
+		if _, err := c.Inspect(ctx, testenv.Name(t)); err == nil || n.Load() != 1 {
+			t.Fatalf("inspect, always 503, WithRetries(0): %v (%d requests); want the 503 after 1", err, n.Load())
+		}
+	})
+
+	t.Run("NotAfterAGrantCouldBeLost", func(t *testing.T) {
+		// A TryAcquire whose answer was lost may have been granted: it is
+		// not sent again, or it would find its own lease and say held.
+		pr, err := faultproxy.New(strings.TrimPrefix(f.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pr.Close() })
+		c := newClient(t, "http://"+pr.Addr())
+		name := testenv.Name(t)
+		pr.LoseReply([]byte("/acquire"))
+		_, err = c.TryAcquire(ctx, name, time.Second)
+		if err == nil || errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire whose answer was lost: %v; want the transport error", err)
+		}
+		if st, err := f.locks.Inspect(ctx, name); err != nil || !st.Held {
+			t.Fatalf("the lease granted unseen: %+v, %v; want held", st, err)
+		}
+	})
+
+	t.Run("RefusesANegativeCount", func(t *testing.T) {
+		_, err := client.New(f.url, client.WithRetries(-1))
+		if err == nil || !strings.Contains(err.Error(), "want 0 or more") {
+			t.Fatalf("WithRetries(-1): %v", err)
+		}
+	})
+}
