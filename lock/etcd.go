@@ -1107,9 +1107,9 @@ func (s *EtcdStore) Leave(ctx context.Context, name, waiter string) error {
 	return nil
 }
 
-// Ping implements LeaseStore: a linearizable read, which needs a leader.
+// Ping implements LeaseStore: etcd can grant (sequencer.PingEtcd).
 func (s *EtcdStore) Ping(ctx context.Context) error {
-	if _, err := s.cli.Get(clientv3.WithRequireLeader(ctx), s.ks.FloorKey()); err != nil {
+	if err := sequencer.PingEtcd(ctx, s.cli, s.ks.FloorKey()); err != nil {
 		return backendErr("etcd", "ping", err)
 	}
 	return nil

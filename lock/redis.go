@@ -35,6 +35,8 @@ var (
 	forceLua string
 	//go:embed scripts/leave.lua
 	leaveLua string
+	//go:embed scripts/ready.lua
+	readyLua string
 
 	acquireScript = redis.NewScript(preludeLua + acquireLua)
 	confirmScript = redis.NewScript(confirmLua)
@@ -43,6 +45,7 @@ var (
 	inspectScript = redis.NewScript(preludeLua + inspectLua)
 	forceScript   = redis.NewScript(forceLua)
 	leaveScript   = redis.NewScript(leaveLua)
+	readyScript   = redis.NewScript(readyLua)
 )
 
 // RedisStore keeps leases in Redis and takes tokens from a Sequencer. Any
@@ -451,9 +454,10 @@ func asString(v any) string {
 	return ""
 }
 
-// Ping implements LeaseStore: Redis, and the sequencer if it can be pinged.
+// Ping implements LeaseStore: Redis takes a write (ready.lua says which
+// refusals that finds), and the sequencer answers if it can be pinged.
 func (s *RedisStore) Ping(ctx context.Context) error {
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	if err := readyScript.Run(ctx, s.rdb, []string{s.prefix + "ready"}).Err(); err != nil {
 		return backendErr("redis", "ping", err)
 	}
 	if p, ok := s.seq.(interface{ Ping(context.Context) error }); ok {

@@ -33,7 +33,7 @@ type LeaseStore interface {
 	// operator's act) and wakes the next waiter. It returns the state the
 	// lock had; Held is false if nobody held it.
 	ForceRelease(ctx context.Context, name string) (State, error)
-	// Ping checks that the backends answer.
+	// Ping checks that the backends answer and take writes: readiness.
 	Ping(ctx context.Context) error
 }
 

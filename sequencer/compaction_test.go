@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/sequencer"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -52,5 +54,39 @@ func TestEmbedRefusesANegativeRetention(t *testing.T) {
 	_, err := sequencer.StartEmbedded(context.Background(), sequencer.EmbedConfig{Dir: t.TempDir(), CompactionRetention: -time.Minute})
 	if err == nil || !strings.Contains(err.Error(), "compaction retention -1m0s: want > 0 (0 means 1m0s)") {
 		t.Fatalf("err %v, want the retention refused with what is allowed", err)
+	}
+}
+
+// TestPingSeesASpaceAlarm: an etcd out of space answers reads and refuses
+// every write, so Ping (readiness) reports its NOSPACE alarm rather than
+// a read that succeeded. The alarm is raised through etcd's maintenance
+// API, as etcd raises it itself.
+func TestPingSeesASpaceAlarm(t *testing.T) {
+	e, cli := testenv.Etcd(t)
+	s := newSeq(t, cli)
+	ctx := t.Context()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cli.Status(ctx, e.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	alarm := &clientv3.AlarmMember{MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}
+	if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: alarm.MemberID, Alarm: alarm.Alarm}); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Ping(ctx)
+	if _, nerr := s.Next(ctx, "n"); !errors.Is(nerr, rpctypes.ErrNoSpace) {
+		t.Fatalf("Next with the alarm raised: %v, want refused", nerr)
+	}
+	if _, derr := cli.AlarmDisarm(ctx, alarm); derr != nil {
+		t.Fatal(derr)
+	}
+	if !errors.Is(err, rpctypes.ErrNoSpace) || !strings.Contains(err.Error(), "NOSPACE") {
+		t.Fatalf("Ping with the alarm raised: %v, want it to match rpctypes.ErrNoSpace and name the alarm", err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping once disarmed: %v", err)
 	}
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/groupcommit"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -143,10 +146,36 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 	return s, nil
 }
 
-// Ping checks that etcd answers a linearizable read.
+// Ping checks that etcd can issue tokens (PingEtcd).
 func (s *Etcd) Ping(ctx context.Context) error {
-	if _, err := s.cli.Get(clientv3.WithRequireLeader(ctx), s.ks.FloorKey()); err != nil {
+	if err := PingEtcd(ctx, s.cli, s.ks.FloorKey()); err != nil {
 		return fmt.Errorf("sequencer: etcd: %w", err)
+	}
+	return nil
+}
+
+// PingEtcd checks that etcd can take writes, without making one: it
+// answers a linearizable read of key (a leader, a quorum), and no alarm is
+// raised. An alarm is what stops an etcd that answers reads from taking
+// writes: NOSPACE (its database reached its space quota; the error
+// matches rpctypes.ErrNoSpace), CORRUPT. The alarms are read from the
+// Status of the member that answers: every member applies them through
+// Raft.
+func PingEtcd(ctx context.Context, cli *clientv3.Client, key string) error {
+	if _, err := cli.Get(clientv3.WithRequireLeader(ctx), key); err != nil {
+		return err
+	}
+	st, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+	if err != nil {
+		return err
+	}
+	for _, e := range st.Errors {
+		switch {
+		case strings.Contains(e, pb.AlarmType_NOSPACE.String()):
+			return fmt.Errorf("%w: alarm raised (%s)", rpctypes.ErrNoSpace, strings.Join(strings.Fields(e), " "))
+		case strings.Contains(e, pb.AlarmType_CORRUPT.String()):
+			return fmt.Errorf("%w: alarm raised (%s)", rpctypes.ErrCorrupt, strings.Join(strings.Fields(e), " "))
+		}
 	}
 	return nil
 }

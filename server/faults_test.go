@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -184,16 +185,68 @@ func TestEtcdOutOfSpace(t *testing.T) {
 	}
 	r := env.do("POST", "/v1/locks/"+testenv.Name(t)+"/acquire", `{"ttl_ms":30000}`)
 	msg := r.errCode(t, http.StatusServiceUnavailable, codeUnavailable)
-	for _, want := range []string{"space quota", "etcdctl alarm disarm", "--auto-compaction-retention"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("acquire with etcd out of space: %q, want it to say %q", msg, want)
-		}
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("the log does not say %q:\n%s", want, logs.String())
-		}
-	}
+	wantSaid(t, "acquire with etcd out of space", msg, &logs, "space quota", "etcdctl alarm disarm", "--auto-compaction-retention")
+	// etcd still answers reads, and /readyz said ready: every acquisition
+	// failed while the probes passed.
+	msg = env.do("GET", "/readyz", "").errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+	wantSaid(t, "readyz with etcd out of space", msg, &logs, "NOSPACE", "etcdctl alarm disarm", "refuses writes")
 	if _, err := cli.AlarmDisarm(t.Context(), &clientv3.AlarmMember{MemberID: st.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}); err != nil {
 		t.Fatal(err)
 	}
 	env.mustAcquire(testenv.Name(t), `{"ttl_ms":30000}`) // writes again once disarmed
+	if r := env.do("GET", "/readyz", ""); r.status != http.StatusOK {
+		t.Fatalf("readyz once disarmed: %d %s", r.status, r.body)
+	}
+}
+
+// wantSaid checks that an answer's message, and the log, say each of want.
+func wantSaid(t *testing.T, what, msg string, logs *testenv.SyncBuffer, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("%s: %q, want it to say %q", what, msg, w)
+		}
+		if !strings.Contains(logs.String(), w) {
+			t.Errorf("%s: the log does not say %q:\n%s", what, w, logs.String())
+		}
+	}
+}
+
+// TestRedisRefusesWrites: a Redis that answers PING but refuses writes
+// (at its maxmemory with noeviction; a read-only replica, as after a
+// failover) fails every acquisition. /readyz says so, where it said ready
+// when it sent PING, and the 503s and the log say what to do.
+func TestRedisRefusesWrites(t *testing.T) {
+	r := testenv.StartRedis(t)
+	var logs testenv.SyncBuffer
+	env := newEnv(t, redisStoreOn(t, r.Addr), func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	rdb := r.Client()
+	for _, c := range []struct {
+		refusal      string
+		refuse, undo []any
+		want         []string
+	}{
+		{"OOM", []any{"CONFIG", "SET", "maxmemory", "1"}, []any{"CONFIG", "SET", "maxmemory", "0"}, []string{"OOM", "raise maxmemory", "noeviction"}},
+		{"READONLY", []any{"REPLICAOF", "127.0.0.1", strconv.Itoa(testenv.StartRedis(t).Port())}, []any{"REPLICAOF", "NO", "ONE"}, []string{"READONLY", "replica", "--redis-sentinel-addrs"}},
+	} {
+		t.Run(c.refusal, func(t *testing.T) {
+			if r := env.do("GET", "/readyz", ""); r.status != http.StatusOK {
+				t.Fatalf("readyz before: %d %s", r.status, r.body)
+			}
+			if err := rdb.Do(t.Context(), c.refuse...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			msg := env.do("GET", "/readyz", "").errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+			wantSaid(t, "readyz", msg, &logs, append(c.want, "refuses writes")...)
+			msg = env.do("POST", "/v1/locks/"+testenv.Name(t)+"/acquire", `{"ttl_ms":30000}`).errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+			wantSaid(t, "acquire", msg, &logs, c.want...)
+			if err := rdb.Do(t.Context(), c.undo...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			env.mustAcquire(testenv.Name(t), `{"ttl_ms":30000}`)
+			if r := env.do("GET", "/readyz", ""); r.status != http.StatusOK {
+				t.Fatalf("readyz after: %d %s", r.status, r.body)
+			}
+		})
+	}
 }

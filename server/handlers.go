@@ -15,6 +15,7 @@ import (
 
 	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/lock"
+	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
@@ -387,15 +388,14 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 	backend := backendOf(err)
 	took := time.Since(start)
 	msg := fmt.Sprintf("lease store failed (%s %q): %v; check that Redis and etcd are reachable from fenced (GET /readyz)", op, name, err)
-	hint := "check that " + backend + " is reachable from fenced and healthy (etcd: has a leader); GET /readyz runs the same check; --backend-timeout bounds each request"
+	hint, refused := backendHint(backend, err)
 	switch {
 	case ctx.Err() != nil:
 		msg = fmt.Sprintf("lease store did not answer %s %q within %s; check that Redis and etcd are reachable and have a leader (GET /readyz)", op, name, took.Round(time.Millisecond))
-	case errors.Is(err, rpctypes.ErrNoSpace):
-		// etcd answers, and refuses every write: "reachable" is not the
-		// advice.
-		msg = fmt.Sprintf("lease store failed (%s %q): %v; %s", op, name, err, noSpaceHint)
-		hint = noSpaceHint
+	case refused:
+		msg = fmt.Sprintf("lease store failed (%s %q): %v; %s", op, name, err, hint)
+	default:
+		hint += "; GET /readyz runs the same check; --backend-timeout bounds each request"
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelWarn, "lease store failed",
 		slog.String("op", op), slog.String("lock", name), slog.String("backend", backend),
@@ -404,12 +404,43 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 	return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: msg}, resultError
 }
 
+// backendHint is what an operator does about err, a failure of backend.
+// refused says the backend answered and refused to write, for a reason
+// that the hint names: "check that it is reachable" is not the advice.
+func backendHint(backend string, err error) (hint string, refused bool) {
+	switch {
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		return noSpaceHint, true
+	case redisRefused(err, "OOM"):
+		return redisOOMHint, true
+	case redisRefused(err, "READONLY"):
+		return redisReadOnlyHint, true
+	}
+	return "check that " + backend + " is reachable from fenced and healthy (etcd: has a leader)", false
+}
+
+// redisRefused reports whether err carries Redis's error reply with code.
+func redisRefused(err error, code string) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), code+" ")
+}
+
 // noSpaceHint is what an operator does when etcd's database reached its
 // space quota: etcd then refuses every write until the alarm is disarmed,
 // and history is what fills it (docs/design.md, "Bounded state").
 const noSpaceHint = "etcd's database reached its space quota (alarm NOSPACE) and etcd refuses every write: " +
 	"compact its history (etcdctl compact), defragment it (etcdctl defrag), disarm the alarm (etcdctl alarm disarm), " +
 	"and keep less history (--auto-compaction-retention; fenced's embedded etcd keeps a minute)"
+
+// redisOOMHint: Redis reached maxmemory with the noeviction policy, which
+// is the right one for leases (an evicting policy may drop a held one).
+const redisOOMHint = "Redis reached its maxmemory and refuses every write (OOM): raise maxmemory or free memory in that Redis; " +
+	"keep maxmemory-policy noeviction, since an evicting policy can drop a held lease"
+
+// redisReadOnlyHint: fenced's address reaches a replica, as after a
+// failover that moved the primary elsewhere.
+const redisReadOnlyHint = "the Redis at fenced's address is a read-only replica (READONLY), as after a failover: " +
+	"point --redis-addr at the primary, or give --redis-sentinel-addrs and --redis-master to follow failovers"
 
 // backendOf names the backend that failed: "redis", "etcd", "redlock", or
 // "Redis or etcd" when the error does not say.
@@ -444,18 +475,33 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ string) {
 		s.metrics.backendErrors.WithLabelValues(opReady).Inc()
 		backend := backendOf(err)
 		took := time.Since(start)
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "not ready: a backend does not answer",
+		hint, refused := backendHint(backend, err)
+		what := "not ready: a backend does not answer"
+		if refused {
+			what = "not ready: " + backend + " refuses writes"
+		}
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, what,
 			slog.String("backend", backend), slog.String("took", took.Round(time.Microsecond).String()),
 			slog.Bool("timed_out", ctx.Err() != nil), slog.Any("err", err),
-			slog.String("hint", "check that "+backend+" is up and reachable from fenced"))
-		msg := fmt.Sprintf("not ready: %s did not answer within %s; the fenced log has the details", backend, s.readyTimeout)
-		if ctx.Err() == nil {
-			msg = fmt.Sprintf("not ready: %s failed; the fenced log has the details", backend)
+			slog.String("hint", hint))
+		// The details may name backend addresses: only for those allowed.
+		details := true
+		if tokens := s.tokens.Load(); tokens != nil {
+			_, aerr := tokens.authenticate(r)
+			details = aerr == nil
 		}
-		if tokens := s.tokens.Load(); tokens == nil {
+		var msg string
+		switch {
+		case refused && details:
+			msg = fmt.Sprintf("not ready: %s refuses writes: %v; %s", backend, err, hint)
+		case refused:
+			msg = fmt.Sprintf("not ready: %s refuses writes; %s", backend, hint)
+		case details:
 			msg = fmt.Sprintf("not ready: %v", err)
-		} else if _, aerr := tokens.authenticate(r); aerr == nil {
-			msg = fmt.Sprintf("not ready: %v", err)
+		case ctx.Err() != nil:
+			msg = fmt.Sprintf("not ready: %s did not answer within %s; the fenced log has the details", backend, s.readyTimeout)
+		default:
+			msg = fmt.Sprintf("not ready: %s failed; the fenced log has the details", backend)
 		}
 		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: msg})
 		return

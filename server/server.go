@@ -23,10 +23,10 @@ type Config struct {
 	// Locks is the lock client the API serves. Required. The server does not
 	// close it.
 	Locks *lock.Client
-	// Ready checks that the backends (Redis and etcd) answer; GET /readyz is
-	// 200 only when it returns nil. nil means Locks.Store().Ping. Note that
-	// a RedisStore's Ping checks Redis only: pass a Ready that also checks
-	// etcd when leases are in Redis.
+	// Ready checks that the backends (Redis and etcd) answer and take
+	// writes; GET /readyz is 200 only when it returns nil. nil means
+	// Locks.Store().Ping, which checks both backends of every store of the
+	// lock package (a RedisStore's, its sequencer's etcd too).
 	Ready func(ctx context.Context) error
 	// Logger receives one debug line per request and warnings about backend
 	// failures. nil means slog.Default().

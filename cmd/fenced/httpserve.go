@@ -144,11 +144,10 @@ func (h *httpFlags) serverConfig(locks *lock.Client, log *slog.Logger, reg *prom
 // what to tell the user and the log.
 type startup struct {
 	cmd   string          // "dev" or "serve"
-	store lock.LeaseStore //
-	ready func(context.Context) error
-	fatal <-chan error // the embedded etcd's failure; nil without one
-	lines []string     // printed after the curl line
-	attrs []any        // of the ready log line
+	store lock.LeaseStore // its Ping is GET /readyz
+	fatal <-chan error    // the embedded etcd's failure; nil without one
+	lines []string        // printed after the curl line
+	attrs []any           // of the ready log line
 }
 
 // serveLocks is the startup tail of dev and serve: a lock client over the
@@ -162,7 +161,6 @@ func serveLocks(ctx context.Context, c *closer, h *httpFlags, m *daemonMetrics, 
 	}
 	c.add("lock client", func() error { return locks.Close(context.Background()) })
 	cfg := h.serverConfig(locks, log, m.reg)
-	cfg.Ready = st.ready
 	srv, err := server.New(cfg)
 	if err != nil {
 		return err
