@@ -181,13 +181,13 @@ func serveLocks(ctx context.Context, c *closer, h *httpFlags, m *daemonMetrics, 
 	return a.run(ctx, st.fatal)
 }
 
-// checkBackends checks the backends once at start and warns if they do not
-// answer: fenced still starts, and /readyz reports them until they do.
+// checkBackends checks the backends once at start and warns if they are
+// not ready: fenced still starts, and /readyz reports them until they are.
 func checkBackends(ctx context.Context, log *slog.Logger, store lock.LeaseStore) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := store.Ping(ctx); err != nil {
-		log.Warn("a backend does not answer yet; GET /readyz is 503 until it does", "err", err)
+		log.Warn("a backend is not ready yet (it does not answer, or refuses writes); GET /readyz is 503 until it is", "err", err)
 	}
 }
 
