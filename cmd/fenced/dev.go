@@ -50,6 +50,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	o.member.name, o.member.state, o.member.token = "fenced", "new", "fenced"
 	o.member.heartbeat, o.member.election = defaultHeartbeat, defaultElection
+	o.member.retention = sequencer.DefaultCompactionRetention
 	if err := firstErr(cmd.noArgs(), o.h.validate(cmd.name), o.lf.validate(cmd.name), o.member.validate(cmd.name), validatePrefix(cmd.name, o.prefix)); err != nil {
 		return err
 	}

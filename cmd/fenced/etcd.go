@@ -103,6 +103,7 @@ type embedFlags struct {
 	initialCluster      string
 	state, token        string
 	heartbeat, election time.Duration
+	retention           time.Duration
 	unsafeNoFsync       bool
 }
 
@@ -116,12 +117,13 @@ func (m *embedFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.token, "etcd-cluster-token", "fenced", "Embedded member: the initial cluster `token`, the same on every member.")
 	fs.DurationVar(&m.heartbeat, "etcd-heartbeat-interval", 100*time.Millisecond, "Embedded member: Raft heartbeat interval.")
 	fs.DurationVar(&m.election, "etcd-election-timeout", time.Second, "Embedded member: Raft election timeout, at least 5 heartbeats. etcd leases are at least 1.5 times this.")
+	fs.DurationVar(&m.retention, "etcd-compaction-retention", sequencer.DefaultCompactionRetention, "Embedded member: how much history it keeps before compacting it. History counts against etcd's\n2 GiB quota, and etcd leases leave about 210 bytes an acquire+release: a minute holds 50,000 a second.")
 	fs.BoolVar(&m.unsafeNoFsync, "etcd-unsafe-no-fsync", false, "Embedded member: do not fsync. Only for tests: a machine crash can then reissue tokens.")
 }
 
 // embedFlagNames are the flags that only make sense with --etcd-data-dir.
 var embedFlagNames = []string{"etcd-name", "etcd-peer-url", "etcd-client-url", "etcd-initial-cluster",
-	"etcd-initial-cluster-state", "etcd-cluster-token", "etcd-heartbeat-interval", "etcd-election-timeout", "etcd-unsafe-no-fsync"}
+	"etcd-initial-cluster-state", "etcd-cluster-token", "etcd-heartbeat-interval", "etcd-election-timeout", "etcd-compaction-retention", "etcd-unsafe-no-fsync"}
 
 func (m *embedFlags) validate(cmd string) error {
 	if m.name == "" || strings.ContainsAny(m.name, "=, ") {
@@ -146,6 +148,9 @@ func (m *embedFlags) validate(cmd string) error {
 	}
 	if m.election%time.Millisecond != 0 || m.election < 5*m.heartbeat {
 		return usagef(cmd, "--etcd-election-timeout %s: want whole milliseconds, at least 5 times --etcd-heartbeat-interval (%s)", m.election, m.heartbeat)
+	}
+	if m.retention <= 0 {
+		return usagef(cmd, "--etcd-compaction-retention %s: want > 0, such as %s (the default) or 10m", m.retention, sequencer.DefaultCompactionRetention)
 	}
 	if m.initialCluster == "" {
 		if m.state == "existing" {
@@ -202,7 +207,7 @@ func (m *embedFlags) start(ctx context.Context, log *slog.Logger) (*sequencer.Em
 		Dir: m.dataDir, Name: m.name, PeerURL: m.peerURL, ClientURL: m.clientURL,
 		InitialCluster: m.initialCluster, ClusterToken: m.token, JoinExisting: m.state == "existing",
 		TickMs: uint(m.heartbeat / time.Millisecond), ElectionMs: uint(m.election / time.Millisecond),
-		UnsafeNoFsync: m.unsafeNoFsync,
+		CompactionRetention: m.retention, UnsafeNoFsync: m.unsafeNoFsync,
 	}
 	if m.dataDir != "" {
 		if err := os.MkdirAll(m.dataDir, 0o700); err != nil {

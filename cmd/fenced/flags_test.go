@@ -47,6 +47,8 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-data-dir", dir, "--etcd-initial-cluster-state", "maybe"}, "--etcd-initial-cluster-state"},
 		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-data-dir", dir, "--etcd-peer-url", "https://127.0.0.1:1"}, "--etcd-peer-url"},
 		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-data-dir", dir, "--etcd-election-timeout", "200ms"}, "--etcd-election-timeout"},
+		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-data-dir", dir, "--etcd-compaction-retention", "0"}, "--etcd-compaction-retention 0s: want > 0"},
+		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-endpoints", "http://a:1", "--etcd-compaction-retention", "5m"}, "--etcd-compaction-retention"},
 		{nil, []string{"exec"}, "NAME"},
 		{nil, []string{"exec", "demo", "true"}, "put -- before the command"},
 		{nil, []string{"exec", "--try", "--wait", "1s", "demo"}, "--try and --wait"},
