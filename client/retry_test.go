@@ -153,3 +153,40 @@ func TestOneServerRetries(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaseAgainAfterAFailedRelease: a Release that could not reach the
+// store (here every server answers 503, and the client does not retry)
+// returns the error and leaves the lock held there; a second Release
+// sends the release again and frees it. Before, the second returned nil
+// at once, and a caller that retried its release was told the lock was
+// free while it stayed held until its TTL.
+func TestReleaseAgainAfterAFailedRelease(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	c := newClient(t, f.url, client.WithRetries(0))
+	name := testenv.Name(t)
+	l, err := c.TryAcquire(ctx, name, 30*time.Second, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.failing.Store(true)
+	if err := l.Release(ctx); err == nil {
+		t.Fatal("release while every server answers 503: nil, want the 503")
+	}
+	if !errors.Is(l.Err(), lock.ErrReleased) {
+		t.Fatalf("after the failed release the lease says %v, want ErrReleased: it is not the caller's any more", l.Err())
+	}
+	if st, err := f.locks.Inspect(ctx, name); err != nil || !st.Held {
+		t.Fatalf("after the failed release the store has %+v, %v; want it still held", st, err)
+	}
+	f.failing.Store(false)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("the release sent again: %v", err)
+	}
+	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
+		t.Fatalf("after the second release the store has %+v, %v; want free", st, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("a third release, after one that succeeded: %v, want nil", err)
+	}
+}

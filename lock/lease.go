@@ -33,7 +33,14 @@ type Lease struct {
 	ttl      time.Duration
 	deadline time.Time
 	next     time.Time // when keep-alive refreshes next
-	released bool
+
+	// releasing serialises Release calls. Under it: halted once the first
+	// began (lostBefore is what the lease had lost by then), released once
+	// one was decided: the store released the lease, or said it was lost.
+	releasing  sync.Mutex
+	halted     bool
+	lostBefore error
+	released   bool
 
 	// refreshing serialises refreshes, so that the deadline set last is
 	// that of the refresh Redis applied last.
@@ -171,23 +178,31 @@ func (l *Lease) grantedLocked(start time.Time, ttl time.Duration) {
 
 // Release deletes the lease if it is still held and wakes waiters. It
 // returns ErrLost if the lease had been lost before: a write made under it
-// may have overlapped another holder's. Releasing twice returns nil.
+// may have overlapped another holder's. From the first call the lease is
+// no longer the caller's (Done is closed, Err is ErrReleased), but when
+// the store could not be told (an outage, ctx's end), the lock stays held
+// there until its TTL: Release may be called again, and sends the release
+// again (by the lease id, which is safe). Once a release was decided, a
+// later one returns nil.
 func (l *Lease) Release(ctx context.Context) error {
-	l.mu.Lock()
+	l.releasing.Lock()
+	defer l.releasing.Unlock()
 	if l.released {
-		l.mu.Unlock()
 		return nil
 	}
-	l.released = true
-	l.mu.Unlock()
-	l.halt()
-	lostBefore := l.Err()
+	if !l.halted {
+		l.halted = true
+		l.halt()
+		l.lostBefore = l.Err()
+	}
 	err := l.set.keeper.Release(ctx, l.name, l.id)
 	l.lose(ErrReleased)
 	l.set.forget(l)
-	if lostBefore != nil && !errors.Is(lostBefore, ErrReleased) {
-		return lostBefore
+	if lb := l.lostBefore; lb != nil && !errors.Is(lb, ErrReleased) {
+		l.released = true
+		return lb
 	}
+	l.released = err == nil || errors.Is(err, ErrLost)
 	return err
 }
 
