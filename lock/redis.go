@@ -69,6 +69,8 @@ var (
 //	queue   fair waiters by arrival (a sorted set)
 //	places  fair waiters by when their place expires (a sorted set)
 //
+// and <prefix>ready, which Ping writes for a minute (scripts/ready.lua).
+//
 // The release script publishes on <prefix>{name}:released the id of the
 // waiter at the head of the queue, which alone then tries. No key outlives
 // its lease or its longest waiter's place. Every script is safe to run
