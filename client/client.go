@@ -577,7 +577,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, mode 
 		retries = 0
 	}
 	for tries := 1; ; tries++ {
-		err, undecided := c.round(ctx, method, path, in, out, mode)
+		undecided, err := c.round(ctx, method, path, in, out, mode)
 		if err == nil || !undecided || tries > retries {
 			if err != nil && tries > 1 {
 				err = fmt.Errorf("%w (tried %d times)", err, tries)
@@ -614,7 +614,7 @@ func retryPause(err error, tries int) time.Duration {
 // be sent again. With several servers, the error after every server
 // failed joins a *ServerError for each; a rebuilt that returns false ends
 // the round with the last server's error.
-func (c *Client) round(ctx context.Context, method, path string, in, out any, mode resend) (err error, undecided bool) {
+func (c *Client) round(ctx context.Context, method, path string, in, out any, mode resend) (undecided bool, err error) {
 	n := len(c.urls)
 	first := int(c.cur.Load())
 	var (
@@ -626,14 +626,14 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 		if b, ok := in.(rebuilt); ok {
 			var more bool
 			if at, more = b(); !more {
-				return last, false
+				return false, last
 			}
 		}
 		var body []byte
 		if at.body != nil {
 			b, err := json.Marshal(at.body)
 			if err != nil {
-				return fmt.Errorf("client: encode request: %w", err), false
+				return false, fmt.Errorf("client: encode request: %w", err)
 			}
 			body = b
 		}
@@ -653,10 +653,10 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 		cancel()
 		if err == nil {
 			c.cur.Store(int32(k))
-			return nil, false
+			return false, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err(), false
+			return false, ctx.Err()
 		}
 		var ae *APIError
 		if timedOut && !errors.As(err, &ae) {
@@ -672,16 +672,16 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 			next = !sent || mode != resendUnsent
 		}
 		if !next {
-			return err, false
+			return false, err
 		}
 		if n == 1 {
-			return err, true
+			return true, err
 		}
 		last = &ServerError{URL: c.urls[k], Err: err}
 		errs = append(errs, last)
 		c.cur.CompareAndSwap(int32(k), int32((k+1)%n)) // prefer the next from now on
 	}
-	return fmt.Errorf("client: none of %d fenced servers answered %s %s: %w", n, method, path, errors.Join(errs...)), true
+	return true, fmt.Errorf("client: none of %d fenced servers answered %s %s: %w", n, method, path, errors.Join(errs...))
 }
 
 // send sends one request to the server at base. sent says whether the

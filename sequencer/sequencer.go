@@ -159,8 +159,9 @@ func (s *Etcd) Ping(ctx context.Context) error {
 // raised. An alarm is what stops an etcd that answers reads from taking
 // writes: NOSPACE (its database reached its space quota; the error
 // matches rpctypes.ErrNoSpace), CORRUPT. The alarms are read from the
-// Status of the member that answers: every member applies them through
-// Raft.
+// Status of the member that answers (every member applies them through
+// Raft), which gives them only as text: AlarmList gives them typed but is
+// itself a Raft request, a log entry for every probe.
 func PingEtcd(ctx context.Context, cli *clientv3.Client, key string) error {
 	if _, err := cli.Get(clientv3.WithRequireLeader(ctx), key); err != nil {
 		return err
