@@ -17,10 +17,10 @@ import (
 // SIGSTOPped or wedged process. The connection stays open and no answer
 // comes, so only the client's own bounds end the wait.
 
-// hangable puts a fault proxy in front of the server at url and returns
+// behindProxy puts a fault proxy in front of the server at url and returns
 // the proxy and the URL to reach the server through it. p.Hold(true) makes
-// the server stop answering.
-func hangable(t *testing.T, url string) (*faultproxy.Proxy, string) {
+// the server stop answering; p.LoseReply loses an answer.
+func behindProxy(t *testing.T, url string) (*faultproxy.Proxy, string) {
 	t.Helper()
 	p, err := faultproxy.New(strings.TrimPrefix(url, "http://"))
 	if err != nil {
@@ -45,7 +45,7 @@ func hang(t *testing.T, p *faultproxy.Proxy) {
 // context's DeadlineExceeded (the caller's context did not end).
 func TestAcquireWaitBudgetHoldsWhenTheServerStopsAnswering(t *testing.T) {
 	f := newFixture(t)
-	p, url := hangable(t, f.url)
+	p, url := behindProxy(t, f.url)
 	c := newClient(t, url)
 	name := testenv.Name(t)
 	if _, err := c.Inspect(t.Context(), name); err != nil { // a connection to reuse, then the hang
@@ -79,7 +79,7 @@ func TestAcquireWaitBudgetHoldsWhenTheServerStopsAnswering(t *testing.T) {
 // client.ErrNoAnswer rather than holding it for ever.
 func TestAcquireWithoutBudgetEndsWhenTheServerStopsAnswering(t *testing.T) {
 	f := newFixture(t)
-	p, url := hangable(t, f.url)
+	p, url := behindProxy(t, f.url)
 	const wait, grace = 300 * time.Millisecond, 300 * time.Millisecond
 	c := newClient(t, url, client.WithMaxRequestWait(wait), client.WithAnswerGrace(grace))
 	hang(t, p)
@@ -103,7 +103,7 @@ func TestAcquireWithoutBudgetEndsWhenTheServerStopsAnswering(t *testing.T) {
 // for the wait that is left, and gets the lease from it.
 func TestAcquireMovesOnFromAServerThatStopsAnswering(t *testing.T) {
 	f := newFixture(t)
-	p, url := hangable(t, f.url)
+	p, url := behindProxy(t, f.url)
 	c := newClient(t, url+","+f.url, client.WithMaxRequestWait(500*time.Millisecond), client.WithAnswerGrace(500*time.Millisecond))
 	hang(t, p)
 
@@ -124,7 +124,7 @@ func TestAcquireMovesOnFromAServerThatStopsAnswering(t *testing.T) {
 // must survive three TTLs.
 func TestKeepAliveMovesOnFromAServerThatStopsAnswering(t *testing.T) {
 	f := newFixture(t)
-	p, url := hangable(t, f.url)
+	p, url := behindProxy(t, f.url)
 	c := newClient(t, url+","+f.url) // the hung one first
 	ctx := t.Context()
 	const ttl = 3 * time.Second
@@ -148,7 +148,7 @@ func TestKeepAliveMovesOnFromAServerThatStopsAnswering(t *testing.T) {
 // server release the lease within that deadline.
 func TestReleaseMovesOnFromAServerThatStopsAnswering(t *testing.T) {
 	f := newFixture(t)
-	p, url := hangable(t, f.url)
+	p, url := behindProxy(t, f.url)
 	c := newClient(t, url+","+f.url)
 	name := testenv.Name(t)
 	l, err := c.TryAcquire(t.Context(), name, time.Minute)

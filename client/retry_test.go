@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/client"
-	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
@@ -55,12 +54,8 @@ func TestOneServerRetries(t *testing.T) {
 	ctx := t.Context()
 
 	t.Run("LostAnswers", func(t *testing.T) {
-		pr, err := faultproxy.New(strings.TrimPrefix(f.url, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { pr.Close() })
-		c := newClient(t, "http://"+pr.Addr())
+		pr, u := behindProxy(t, f.url)
+		c := newClient(t, u)
 		name := testenv.Name(t)
 		l, err := c.TryAcquire(ctx, name, 30*time.Second)
 		if err != nil {
@@ -129,15 +124,11 @@ func TestOneServerRetries(t *testing.T) {
 	t.Run("NotAfterAGrantCouldBeLost", func(t *testing.T) {
 		// A TryAcquire whose answer was lost may have been granted: it is
 		// not sent again, or it would find its own lease and say held.
-		pr, err := faultproxy.New(strings.TrimPrefix(f.url, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { pr.Close() })
-		c := newClient(t, "http://"+pr.Addr())
+		pr, u := behindProxy(t, f.url)
+		c := newClient(t, u)
 		name := testenv.Name(t)
 		pr.LoseReply([]byte("/acquire"))
-		_, err = c.TryAcquire(ctx, name, time.Second)
+		_, err := c.TryAcquire(ctx, name, time.Second)
 		if err == nil || errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatalf("TryAcquire whose answer was lost: %v; want the transport error", err)
 		}

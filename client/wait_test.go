@@ -7,13 +7,11 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/client"
-	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
@@ -167,12 +165,8 @@ func TestLongWaitKeepsItsPlace(t *testing.T) {
 // clients waited behind its own lease until its TTL ran out.
 func TestLostAnswerFindsItsGrant(t *testing.T) {
 	f := newFixture(t)
-	pr, err := faultproxy.New(strings.TrimPrefix(f.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pr.Close() })
-	c := newClient(t, "http://"+pr.Addr())
+	pr, u := behindProxy(t, f.url)
+	c := newClient(t, u)
 	ctx := t.Context()
 	name := testenv.Name(t)
 	fired := pr.LoseReply([]byte("/acquire"))

@@ -30,22 +30,7 @@ func TestEmbeddedCompactsItsHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	first, err := cli.Put(ctx, "k", "0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The compactor compacts to a revision it noted a retention ago, and
-	// only while revisions move: write until the first is gone.
-	waitFor(t, func() bool {
-		if _, err := cli.Put(ctx, "k", "1"); err != nil {
-			t.Fatal(err)
-		}
-		_, err := cli.Get(ctx, "k", clientv3.WithRev(first.Header.Revision))
-		if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
-			t.Fatal(err)
-		}
-		return err != nil
-	})
+	testenv.WaitCompacted(t, cli, "k", 60*time.Second)
 }
 
 // TestEmbedRefusesANegativeRetention: a negative retention is a mistake,

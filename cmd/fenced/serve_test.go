@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/internal/testenv"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -199,22 +197,5 @@ func TestServeMemberCompactionRetention(t *testing.T) {
 		"--etcd-data-dir", t.TempDir(), "--etcd-client-url", clientURL,
 		"--etcd-compaction-retention", "1s", "--etcd-unsafe-no-fsync")
 	newAPI(t, p.listening()).must(200, "GET", "/readyz", "")
-	cli := testenv.EtcdClient(t, clientURL)
-	ctx := t.Context()
-	first, err := cli.Put(ctx, "k", "0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The compactor compacts to a revision it noted a retention ago, and
-	// only while revisions move: write until the first is gone.
-	eventually(t, 30*time.Second, "the first revision compacted", func() bool {
-		if _, err := cli.Put(ctx, "k", "1"); err != nil {
-			t.Fatal(err)
-		}
-		_, err := cli.Get(ctx, "k", clientv3.WithRev(first.Header.Revision))
-		if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
-			t.Fatal(err)
-		}
-		return err != nil
-	})
+	testenv.WaitCompacted(t, testenv.EtcdClient(t, clientURL), "k", 30*time.Second)
 }

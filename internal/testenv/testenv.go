@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/fenced/fenced/internal/freeport"
 	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -125,4 +127,36 @@ func Next[T any](t testing.TB, ch <-chan T) T {
 	}
 	var zero T
 	return zero
+}
+
+// WaitCompacted writes to key until etcd refuses a read at the revision of
+// the first write as compacted, and fails the test if that takes longer
+// than within. etcd's periodic compactor compacts to a revision it noted a
+// retention ago, and only while revisions move, hence the writes.
+func WaitCompacted(t testing.TB, cli *clientv3.Client, key string, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	first, err := cli.Put(ctx, key, "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := cli.Put(ctx, key, "1"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := cli.Get(ctx, key, clientv3.WithRev(first.Header.Revision))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("revision %d still readable after %s: not compacted", first.Header.Revision, within)
+		}
+		<-tick.C
+	}
 }
