@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,5 +181,63 @@ func TestReleaseAgainAfterAFailedRelease(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("a third release, after one that succeeded: %v, want nil", err)
+	}
+}
+
+// TestCloseReleasesAtOnce: Close sends its releases side by side, not one
+// after another: with a server away, each may take the client's pauses
+// between retries, and in a row they would add up (or use up the
+// context before the last ones were sent). Each release is held at the
+// server until two are there at once, or for 10s.
+func TestCloseReleasesAtOnce(t *testing.T) {
+	f := newFixture(t)
+	target, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := httputil.NewSingleHostReverseProxy(target)
+	var (
+		there    atomic.Int64
+		once     sync.Once
+		together = make(chan struct{})
+	)
+	u, _ := counted(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/release") {
+			if there.Add(1) == 2 {
+				once.Do(func() { close(together) })
+			}
+			select {
+			case <-together:
+			case <-time.After(10 * time.Second):
+			}
+			there.Add(-1)
+		}
+		pass.ServeHTTP(w, r)
+	})
+	c, err := client.New(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var names []string
+	for range 4 {
+		name := testenv.Name(t) + "-" + strconv.Itoa(len(names))
+		if _, err := c.TryAcquire(ctx, name, 30*time.Second, lock.WithKeepAlive()); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-together:
+	default:
+		t.Fatal("no two releases reached the server at once: Close released one lease after another")
+	}
+	for _, name := range names {
+		if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
+			t.Fatalf("%s after Close: %+v, %v; want free", name, st, err)
+		}
 	}
 }
