@@ -518,7 +518,7 @@ type ClientInterface interface {
 	// Corresponds with HEAD /metrics (the `MetricsHead` operationId).
 	MetricsHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// Readyz Readiness: the backends (Redis, etcd) answer
+	// Readyz Readiness: the backends (Redis, etcd) answer and take writes
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -793,7 +793,7 @@ func (c *Client) MetricsHead(ctx context.Context, reqEditors ...RequestEditorFn)
 	return c.Client.Do(req)
 }
 
-// Readyz Readiness: the backends (Redis, etcd) answer
+// Readyz Readiness: the backends (Redis, etcd) answer and take writes
 //
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1987,7 +1987,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with HEAD /metrics (the `MetricsHead` operationId).
 	MetricsHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsHeadResponse, error)
 
-	// ReadyzWithResponse Readiness: the backends (Redis, etcd) answer
+	// ReadyzWithResponse Readiness: the backends (Redis, etcd) answer and take writes
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3839,7 +3839,7 @@ func (c *ClientWithResponses) MetricsHeadWithResponse(ctx context.Context, reqEd
 	return ParseMetricsHeadResponse(rsp)
 }
 
-// ReadyzWithResponse Readiness: the backends (Redis, etcd) answer
+// ReadyzWithResponse Readiness: the backends (Redis, etcd) answer and take writes
 //
 // Returns a wrapper object for the known response body format(s).
 //
