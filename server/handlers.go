@@ -389,13 +389,14 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 	took := time.Since(start)
 	msg := fmt.Sprintf("lease store failed (%s %q): %v; check that Redis and etcd are reachable from fenced (GET /readyz)", op, name, err)
 	hint, refused := backendHint(backend, err)
+	if !refused {
+		hint += "; GET /readyz runs the same check; --backend-timeout bounds each request"
+	}
 	switch {
 	case ctx.Err() != nil:
 		msg = fmt.Sprintf("lease store did not answer %s %q within %s; check that Redis and etcd are reachable and have a leader (GET /readyz)", op, name, took.Round(time.Millisecond))
 	case refused:
 		msg = fmt.Sprintf("lease store failed (%s %q): %v; %s", op, name, err, hint)
-	default:
-		hint += "; GET /readyz runs the same check; --backend-timeout bounds each request"
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelWarn, "lease store failed",
 		slog.String("op", op), slog.String("lock", name), slog.String("backend", backend),
