@@ -110,6 +110,10 @@ func TestEtcdHangsBackendTimeout(t *testing.T) {
 			t.Errorf("the log does not name etcd for the %s that timed out:\n%s", op, logs.String())
 		}
 	}
+	// And says what bounds the wait.
+	if !strings.Contains(logs.String(), "--backend-timeout bounds each request") {
+		t.Errorf("the log of a request that timed out does not name --backend-timeout:\n%s", logs.String())
+	}
 }
 
 // failedOnce wraps a store and says when an Acquire first failed other
