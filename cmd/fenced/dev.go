@@ -119,6 +119,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		c.add("redis lease store", rs.Close)
 		st.store = rs // its Ping checks Redis and the sequencer's etcd
+		warnIfEvicting(ctx, log, rdb)
 		sdk += " --redis " + shellQuote(o.redis.addr)
 		if o.redis.prefix != "fenced:" {
 			sdk += " --redis-prefix " + shellQuote(o.redis.prefix)

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
+	"github.com/fenced/fenced/lock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -132,4 +135,25 @@ func (r *redisFlags) topology() string {
 		return "cluster"
 	}
 	return "single"
+}
+
+// warnIfEvicting warns when Redis may evict a held lease before its TTL
+// (lock.RedisEvicts): Redis's default is safe, but many managed services
+// default to volatile-lru. It does not stop fenced: fencing still holds,
+// and the operator decides. A Redis that does not answer yet is for
+// /readyz to report.
+func warnIfEvicting(ctx context.Context, log *slog.Logger, rdb redis.UniversalClient) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	evicts, policy, err := lock.RedisEvicts(ctx, rdb)
+	switch {
+	case err != nil:
+		log.Debug("could not read Redis's maxmemory-policy", "err", err)
+	case evicts:
+		log.Warn("Redis may evict held leases: it has a maxmemory and maxmemory-policy "+policy,
+			"maxmemory_policy", policy,
+			"hint", "set maxmemory-policy noeviction (redis-cli CONFIG SET maxmemory-policy noeviction, and in redis.conf): "+
+				"every key fenced writes has a TTL, so "+policy+" can evict a held lease and grant its lock to another holder before the TTL ends; "+
+				"fencing tokens still reject the first holder's late writes")
+	}
 }

@@ -158,6 +158,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		c.add("redis lease store", rs.Close)
 		st.store = rs // its Ping checks Redis and the sequencer's etcd
 		st.attrs = append(st.attrs, "redis", o.rf.topology(), "redis_addrs", strings.Join(redisOpts.Addrs, ","))
+		warnIfEvicting(ctx, log, rdb)
 	} else {
 		es, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix(o.prefix), lock.WithEtcdLogger(log))
 		if err != nil {

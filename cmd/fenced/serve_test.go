@@ -199,3 +199,32 @@ func TestServeMemberCompactionRetention(t *testing.T) {
 	newAPI(t, p.listening()).must(200, "GET", "/readyz", "")
 	testenv.WaitCompacted(t, testenv.EtcdClient(t, clientURL), "k", 30*time.Second)
 }
+
+// TestServeWarnsOfAnEvictingRedis: fenced serve on a Redis with a
+// maxmemory and an evicting policy (as many managed services default to)
+// logs a warning that names the policy and the fix, once, at start; on
+// Redis's default (noeviction) it says nothing of it.
+func TestServeWarnsOfAnEvictingRedis(t *testing.T) {
+	t.Parallel()
+	e, _ := testenv.Etcd(t)
+	for _, c := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"}, true},
+		{nil, false},
+	} {
+		r := testenv.StartRedis(t, c.args...)
+		p := start(t, []string{"FENCED_REDIS_ADDR=" + r.Addr, "FENCED_ETCD_ENDPOINTS=" + e.ClientURL()},
+			"serve", "--listen", "127.0.0.1:0", "--etcd-prefix", "/"+testenv.Name(t)+"/")
+		newAPI(t, p.listening()).must(200, "GET", "/readyz", "")
+		// The warning comes before the ready line, if at all.
+		eventually(t, 10*time.Second, "the ready log line", func() bool { return strings.Contains(p.stderr.String(), "fenced serve ready") })
+		log := p.stderr.String()
+		warned := strings.Contains(log, "Redis may evict held leases") &&
+			strings.Contains(log, "maxmemory_policy=volatile-lru") && strings.Contains(log, "CONFIG SET maxmemory-policy noeviction")
+		if warned != c.warn || (!c.warn && strings.Contains(log, "evict")) {
+			t.Fatalf("Redis started with %q: warned %v, want %v; log:\n%s", c.args, warned, c.warn, log)
+		}
+	}
+}
