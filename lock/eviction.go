@@ -20,6 +20,7 @@ import (
 // Cluster every master is asked. The answer comes from INFO memory, which
 // an ACL may refuse: err then says so.
 func RedisEvicts(ctx context.Context, rdb redis.UniversalClient) (evicts bool, policy string, err error) {
+	var mu sync.Mutex // ForEachMaster asks the masters at once
 	check := func(ctx context.Context, c redis.Cmdable) error {
 		info, err := c.Info(ctx, "memory").Result()
 		if err != nil {
@@ -29,6 +30,8 @@ func RedisEvicts(ctx context.Context, rdb redis.UniversalClient) (evicts bool, p
 		if p == "" || maxmemory == "" {
 			return fmt.Errorf("INFO memory has no maxmemory or maxmemory_policy")
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		if maxmemory != "0" && p != "noeviction" {
 			evicts, policy = true, p
 		} else if !evicts {
@@ -37,12 +40,7 @@ func RedisEvicts(ctx context.Context, rdb redis.UniversalClient) (evicts bool, p
 		return nil
 	}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return check(ctx, c)
-		})
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
 	} else {
 		err = check(ctx, rdb)
 	}
