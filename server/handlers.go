@@ -491,23 +491,28 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ string) {
 			_, aerr := tokens.authenticate(r)
 			details = aerr == nil
 		}
-		var msg string
-		switch {
-		case refused && details:
-			msg = fmt.Sprintf("not ready: %s refuses writes: %v; %s", backend, err, hint)
-		case refused:
-			msg = fmt.Sprintf("not ready: %s refuses writes; %s", backend, hint)
-		case details:
-			msg = fmt.Sprintf("not ready: %v", err)
-		case ctx.Err() != nil:
-			msg = fmt.Sprintf("not ready: %s did not answer within %s; the fenced log has the details", backend, s.readyTimeout)
-		default:
-			msg = fmt.Sprintf("not ready: %s failed; the fenced log has the details", backend)
-		}
+		msg := s.notReady(backend, err, hint, refused, details, ctx.Err() != nil)
 		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: msg})
 		return
 	}
 	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
+}
+
+// notReady is /readyz's message when backend failed its check with err:
+// what refuses writes and what to do about it, or what failed; err itself
+// only with details (it may name addresses).
+func (s *Server) notReady(backend string, err error, hint string, refused, details, timedOut bool) string {
+	switch {
+	case refused && details:
+		return fmt.Sprintf("not ready: %s refuses writes: %v; %s", backend, err, hint)
+	case refused:
+		return fmt.Sprintf("not ready: %s refuses writes; %s", backend, hint)
+	case details:
+		return fmt.Sprintf("not ready: %v", err)
+	case timedOut:
+		return fmt.Sprintf("not ready: %s did not answer within %s; the fenced log has the details", backend, s.readyTimeout)
+	}
+	return fmt.Sprintf("not ready: %s failed; the fenced log has the details", backend)
 }
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, _ string) {
