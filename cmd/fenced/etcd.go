@@ -117,7 +117,7 @@ func (m *embedFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.token, "etcd-cluster-token", "fenced", "Embedded member: the initial cluster `token`, the same on every member.")
 	fs.DurationVar(&m.heartbeat, "etcd-heartbeat-interval", 100*time.Millisecond, "Embedded member: Raft heartbeat interval.")
 	fs.DurationVar(&m.election, "etcd-election-timeout", time.Second, "Embedded member: Raft election timeout, at least 5 heartbeats. etcd leases are at least 1.5 times this.")
-	fs.DurationVar(&m.retention, "etcd-compaction-retention", sequencer.DefaultCompactionRetention, "Embedded member: how much history it keeps before compacting it. History counts against etcd's\n2 GiB quota, and etcd leases leave about 210 bytes an acquire+release: a minute holds 50,000 a second.")
+	fs.DurationVar(&m.retention, "etcd-compaction-retention", sequencer.DefaultCompactionRetention, "Embedded member: how much history it keeps before compacting it. History counts against etcd's\n2 GiB quota, and etcd leases leave about 210 bytes an acquire+release: a minute of it reaches 1 GiB only past 78,000 pairs a second.")
 	fs.BoolVar(&m.unsafeNoFsync, "etcd-unsafe-no-fsync", false, "Embedded member: do not fsync. Only for tests: a machine crash can then reissue tokens.")
 }
 
