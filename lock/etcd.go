@@ -725,12 +725,21 @@ func (s *EtcdStore) refresh(ctx context.Context, name, leaseID string, ttl time.
 		if h.sess == sess || (keep && !h.sess.dead && !h.sess.validUntil.Before(start.Add(ttl))) {
 			h.refreshing++
 			s.mu.Unlock()
-			return s.refreshHeld(ctx, name, h, start, ttl, keep)
+			g, err := s.refreshHeld(ctx, name, h, start, ttl, keep)
+			if !errors.Is(err, errMoved) {
+				return g, err
+			}
+			return s.takeOver(ctx, name, leaseID, sess, start, ttl)
 		}
 	}
 	s.mu.Unlock()
 	return s.takeOver(ctx, name, leaseID, sess, start, ttl)
 }
+
+// errMoved is refreshHeld's answer when the lock is still held by the
+// lease id but another store took it over (its mod revision moved): the
+// deadline is that store's now, and this one must take it back.
+var errMoved = errors.New("lock: moved to another store")
 
 // refreshHeld checks that the lock is still as this store wrote it and
 // moves its deadline.
@@ -744,9 +753,15 @@ func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, st
 	case err != nil:
 		s.scheduleLocked(name, h) // in case its deadline passed meanwhile
 		return Grant{}, backendErr("etcd", "refresh", err)
-	case kv == nil || sequencer.LeaseIDOf(kv.Value) != h.id || kv.ModRevision != h.modRev:
+	case kv == nil || sequencer.LeaseIDOf(kv.Value) != h.id:
 		s.dropLocked(name, h)
 		return Grant{}, ErrLost
+	case kv.ModRevision != h.modRev:
+		// A refresh through another store (another fenced node behind
+		// a load balancer) moved the lock onto its session. Not lost:
+		// forget this store's deadline and take the lock back.
+		s.dropLocked(name, h)
+		return Grant{}, errMoved
 	}
 	granted := min(ttl, h.sess.validUntil.Sub(start))
 	if granted <= 0 {

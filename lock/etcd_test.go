@@ -107,6 +107,35 @@ func TestEtcdRefreshThroughAnotherStore(t *testing.T) {
 	}
 }
 
+// Refreshes that alternate between two stores (two fenced nodes behind a
+// load balancer) keep the lock: each store finds it moved by the other and
+// takes it back, and the last store's deadline still frees it at its TTL.
+func TestEtcdRefreshesAlternateBetweenStores(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	a, b := newEtcdStore(t, cli), newEtcdStore(t, cli)
+	name := testenv.Name(t)
+	id := "0123456789abcdef0123456789abcdef"
+	g, err := a.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []*lock.EtcdStore{b, a, b, a} {
+		ttl := 5 * time.Second
+		if i == 3 {
+			ttl = 300 * time.Millisecond
+		}
+		g2, err := s.Refresh(t.Context(), name, id, ttl)
+		if err != nil || g2.Token != g.Token {
+			st, _ := a.Inspect(t.Context(), name)
+			t.Fatalf("refresh %d: %+v, %v; the lock: %+v", i+1, g2, err, st)
+		}
+	}
+	waitUntil(t, func() bool {
+		st, err := b.Inspect(t.Context(), name)
+		return err == nil && !st.Held
+	})
+}
+
 // Budget: an acquire plus a release cost at most two Raft writes,
 // amortised, sessions included.
 func TestEtcdRaftWritesPerLock(t *testing.T) {
