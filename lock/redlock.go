@@ -183,7 +183,7 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 		return nil
 	})
 	if _, re := o.count(errReentered); re >= s.quorum {
-		return s.reentered(ctx, req, takes, o)
+		return s.reentered(req, takes, o), nil
 	}
 	if ok, _ := o.count(nil); ok < s.quorum {
 		s.abandon(ctx, req.Name, req.LeaseID)
@@ -227,9 +227,11 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 
 var errReentered = errors.New("lock: reentered")
 
-// reentered grants a lease its holder took again on a majority, extended
-// to the new TTL.
-func (s *RedlockStore) reentered(ctx context.Context, req AcquireRequest, takes []taken, o outcome) (Grant, error) {
+// reentered grants a lease its holder took again on a majority. Each
+// node's script extended the lease (never shortened it) as it counted the
+// reentry: no second step that could fail after the count went up and
+// leave the holder's last release short of freeing the lock (defect 19).
+func (s *RedlockStore) reentered(req AcquireRequest, takes []taken, o outcome) Grant {
 	var t taken
 	for i, err := range o.errs {
 		if errors.Is(err, errReentered) {
@@ -237,11 +239,7 @@ func (s *RedlockStore) reentered(ctx context.Context, req AcquireRequest, takes 
 			break
 		}
 	}
-	g, err := s.Refresh(ctx, req.Name, t.leaseID, req.TTL)
-	if err != nil {
-		return Grant{}, err
-	}
-	return Grant{Token: t.token, TTL: g.TTL, LeaseID: t.leaseID, Count: t.count}, nil
+	return Grant{Token: t.token, TTL: req.TTL, LeaseID: t.leaseID, Count: t.count}
 }
 
 func (s *RedlockStore) abandon(ctx context.Context, name, leaseID string) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	"github.com/redis/go-redis/v9"
@@ -141,5 +142,77 @@ func TestRedlockNeedsThreeNodes(t *testing.T) {
 	}
 	if _, err := lock.NewRedlockStore([]redis.UniversalClient{rdb, rdb, rdb}, newSequencer(t), lock.WithNodeTimeout(0)); err == nil {
 		t.Fatal("zero node timeout accepted")
+	}
+}
+
+// startProxiedRedlock is startRedlock with a fault proxy in front of each
+// node, and clients that end a call at its context's deadline.
+func startProxiedRedlock(t *testing.T) ([]*testenv.RedisProc, []*faultproxy.Proxy, *lock.RedlockStore) {
+	procs := make([]*testenv.RedisProc, 3)
+	proxies := make([]*faultproxy.Proxy, 3)
+	clients := make([]redis.UniversalClient, 3)
+	for i := range procs {
+		procs[i] = testenv.StartRedis(t)
+		p, err := faultproxy.New(procs[i].Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { rdb.Close() })
+		if err := rdb.Ping(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		proxies[i], clients[i] = p, rdb
+	}
+	s, err := lock.NewRedlockStore(clients, newSequencer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return procs, proxies, s
+}
+
+// A reentry is one step on each node: a refresh that fails on a majority
+// (lost replies, then no connection) cannot leave the count raised, so
+// the holder's releases free the lock. It used to count the reentry up and
+// then refresh, and fail with the count left at 2 (defect 19, on Redlock).
+func TestRedlockReentryIsOneStep(t *testing.T) {
+	procs, proxies, s := startProxiedRedlock(t)
+	c := newClient(t, s)
+	name := testenv.Name(t)
+	a, err := c.Acquire(t.Context(), name, 30*time.Second, lock.WithHolder("worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := make([]<-chan struct{}, 2)
+	for i := range fired {
+		fired[i] = proxies[i].LoseReplyAndRefuse([]byte(scriptSHA(t, procs[i].Client(), "scripts/refresh.lua")))
+	}
+	again, err := c.TryAcquire(t.Context(), name, 30*time.Second, lock.WithHolder("worker-1"))
+	for i := range fired {
+		select {
+		case <-fired[i]:
+			proxies[i].Refuse(false)
+		default:
+		}
+	}
+	if err != nil {
+		if err := a.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := c.Inspect(t.Context(), name)
+		t.Fatalf("reentry: %v; after the only hold's release the lock: %+v", err, st)
+	}
+	if again.Count() != 2 {
+		t.Fatalf("reentry count %d, want 2", again.Count())
+	}
+	for _, l := range []*lock.Lease{again, a} {
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := c.Inspect(t.Context(), name); err != nil || st.Held {
+		t.Fatalf("after both holds' releases: %+v, %v; want free", st, err)
 	}
 }
