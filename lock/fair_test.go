@@ -301,6 +301,61 @@ func TestListAndForceRelease(t *testing.T) {
 	}
 }
 
+// A lock held while List's pages are read is listed, whatever is released
+// meanwhile. The Redis store's cursor used to skip a page's keys by their
+// position in the SCAN call they came in, so a release of a lock listed
+// already shifted an unlisted one into the part skipped.
+func TestListFindsLocksHeldThroughout(t *testing.T) {
+	_, redlock := startRedlock(t)
+	stores := []backend{
+		{name: "redis", store: newRedisStore(t, testenv.StartRedis(t).Client(), newSequencer(t))},
+		{name: "redlock", store: redlock},
+		etcdBackend(t),
+	}
+	for _, b := range stores {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			prefix := testenv.Name(t) + ":"
+			held := map[string]*lock.Lease{}
+			for i := range 10 {
+				name := fmt.Sprintf("%sjob-%02d", prefix, i)
+				l, err := c.Acquire(t.Context(), name, time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held[name] = l
+			}
+			seen := map[string]bool{}
+			cursor := ""
+			for pages := 0; ; pages++ {
+				page, err := c.List(t.Context(), prefix, 3, cursor)
+				if err != nil || len(page.Locks) > 3 || pages > 10 {
+					t.Fatalf("page %d: %d locks, next %q, %v", pages, len(page.Locks), page.Next, err)
+				}
+				for _, st := range page.Locks {
+					seen[st.Name] = true
+				}
+				// Release a lock this page listed: the next pages must
+				// still list every lock held throughout.
+				if len(page.Locks) > 0 && held[page.Locks[0].Name] != nil {
+					if err := held[page.Locks[0].Name].Release(t.Context()); err != nil {
+						t.Fatal(err)
+					}
+					delete(held, page.Locks[0].Name)
+				}
+				if cursor = page.Next; cursor == "" {
+					break
+				}
+			}
+			for name := range held {
+				if !seen[name] {
+					t.Errorf("%s, held throughout, was never listed", name)
+				}
+			}
+		})
+	}
+}
+
 // TestWaitErrorSaysThePlace: a waiter whose budget runs out learns how long
 // it waited and its place in the queue then, on each store.
 func TestWaitErrorSaysThePlace(t *testing.T) {

@@ -344,14 +344,25 @@ func (s *RedisStore) List(ctx context.Context, req ListRequest) (ListPage, error
 		if err != nil {
 			return ListPage{}, backendErr("redis", "list", err)
 		}
-		for i := at.skip; i < len(keys); i++ {
+		// A SCAN call's keys come in no order, and a page may end inside
+		// them: the next page scans from the same cursor again and goes on
+		// after the last name this one looked at. By name, not by
+		// position, so that a lock released meanwhile shifts nothing.
+		names := make([]string, len(keys))
+		for i, k := range keys {
+			names[i] = strings.TrimSuffix(strings.TrimPrefix(k, s.prefix+"{"), "}:lease")
+		}
+		slices.Sort(names)
+		last := at.after
+		for _, name := range names {
+			if name <= at.after {
+				continue // looked at by the page before
+			}
 			if len(page.Locks) == req.Limit {
-				// Full: the next page scans from the same cursor again and
-				// skips what this one took.
-				page.Next = listCursor{node: at.node, cursor: at.cursor, skip: i}.String()
+				page.Next = listCursor{node: at.node, cursor: at.cursor, after: last}.String()
 				return page, nil
 			}
-			name := strings.TrimSuffix(strings.TrimPrefix(keys[i], s.prefix+"{"), "}:lease")
+			last = name
 			st, err := s.Inspect(ctx, name)
 			if err != nil {
 				return ListPage{}, err
@@ -372,15 +383,15 @@ func (s *RedisStore) List(ctx context.Context, req ListRequest) (ListPage, error
 	return page, nil
 }
 
-// listCursor is where a List stopped: a node, its SCAN cursor, and how many
-// keys of that SCAN call were already listed.
+// listCursor is where a List stopped: a node, its SCAN cursor, and the
+// last name of that SCAN call's keys already looked at ("" for none).
 type listCursor struct {
 	node   int
 	cursor uint64
-	skip   int
+	after  string
 }
 
-func (c listCursor) String() string { return fmt.Sprintf("%d-%d-%d", c.node, c.cursor, c.skip) }
+func (c listCursor) String() string { return fmt.Sprintf("%d-%d-%s", c.node, c.cursor, c.after) }
 
 // parseListCursor reads a cursor of List; "" is the start.
 func parseListCursor(c string, nodes int) (listCursor, error) {
@@ -388,14 +399,16 @@ func parseListCursor(c string, nodes int) (listCursor, error) {
 		return listCursor{}, nil
 	}
 	var at listCursor
-	parts := strings.Split(c, "-")
+	parts := strings.SplitN(c, "-", 3)
 	var errs [3]error
 	if len(parts) == 3 {
 		at.node, errs[0] = strconv.Atoi(parts[0])
 		at.cursor, errs[1] = strconv.ParseUint(parts[1], 10, 64)
-		at.skip, errs[2] = strconv.Atoi(parts[2])
+		if at.after = parts[2]; at.after != "" {
+			errs[2] = ValidateName(at.after)
+		}
 	}
-	if len(parts) != 3 || errs[0] != nil || errs[1] != nil || errs[2] != nil || at.node < 0 || at.node >= nodes || at.skip < 0 {
+	if len(parts) != 3 || errs[0] != nil || errs[1] != nil || errs[2] != nil || at.node < 0 || at.node >= nodes {
 		return listCursor{}, fmt.Errorf("%w: %q: want the next_cursor a previous page returned", ErrInvalidCursor, c)
 	}
 	return at, nil

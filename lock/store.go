@@ -117,8 +117,9 @@ type ListRequest struct {
 }
 
 // ListPage is one page of held locks, in no promised order. Next is the
-// cursor of the next page, "" after the last. A lock acquired or released
-// while the pages are read may be missed or listed twice.
+// cursor of the next page, "" after the last. A lock held while all the
+// pages are read is listed; one acquired or released meanwhile may be
+// missed or listed twice.
 type ListPage struct {
 	Locks []State
 	Next  string

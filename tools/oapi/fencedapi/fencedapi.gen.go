@@ -588,8 +588,9 @@ type ClientInterface interface {
 	// List List the held locks, a page at a time
 	//
 	// The locks held now whose names start with prefix, in no promised
-	// order; a lock acquired or released while the pages are read may be
-	// missed or listed twice. Follow next_cursor until it is absent. A
+	// order. A lock held while all the pages are read is listed; one
+	// acquired or released meanwhile may be missed or listed twice.
+	// Follow next_cursor until it is absent. A
 	// token limited to name prefixes must ask for a prefix under one of
 	// them (else 403, field prefix).
 	//
@@ -923,8 +924,9 @@ func (c *Client) Campaign(ctx context.Context, name Name, body CampaignJSONReque
 // List List the held locks, a page at a time
 //
 // The locks held now whose names start with prefix, in no promised
-// order; a lock acquired or released while the pages are read may be
-// missed or listed twice. Follow next_cursor until it is absent. A
+// order. A lock held while all the pages are read is listed; one
+// acquired or released meanwhile may be missed or listed twice.
+// Follow next_cursor until it is absent. A
 // token limited to name prefixes must ask for a prefix under one of
 // them (else 403, field prefix).
 //
@@ -2065,8 +2067,9 @@ type ClientWithResponsesInterface interface {
 	// ListWithResponse List the held locks, a page at a time
 	//
 	// The locks held now whose names start with prefix, in no promised
-	// order; a lock acquired or released while the pages are read may be
-	// missed or listed twice. Follow next_cursor until it is absent. A
+	// order. A lock held while all the pages are read is listed; one
+	// acquired or released meanwhile may be missed or listed twice.
+	// Follow next_cursor until it is absent. A
 	// token limited to name prefixes must ask for a prefix under one of
 	// them (else 403, field prefix).
 	//
@@ -3953,8 +3956,9 @@ func (c *ClientWithResponses) CampaignWithResponse(ctx context.Context, name Nam
 // ListWithResponse List the held locks, a page at a time
 //
 // The locks held now whose names start with prefix, in no promised
-// order; a lock acquired or released while the pages are read may be
-// missed or listed twice. Follow next_cursor until it is absent. A
+// order. A lock held while all the pages are read is listed; one
+// acquired or released meanwhile may be missed or listed twice.
+// Follow next_cursor until it is absent. A
 // token limited to name prefixes must ask for a prefix under one of
 // them (else 403, field prefix).
 //
