@@ -83,6 +83,9 @@ type RedisStore struct {
 	prefix string
 	n      notifier
 	pipe   groupcommit.Committer[scriptCall] // script calls share pipelines (redispipe.go)
+	// callTimeout, when set (a Redlock node), bounds each call of a List,
+	// which makes one per key: a bound on the whole would fail long pages.
+	callTimeout time.Duration
 
 	calls, pipelines, pipelined atomic.Uint64
 }
@@ -267,7 +270,7 @@ func (s *RedisStore) Leave(ctx context.Context, name, waiter string) error {
 
 // Inspect implements LeaseStore.
 func (s *RedisStore) Inspect(ctx context.Context, name string) (State, error) {
-	v, err := inspectScript.Run(ctx, s.rdb, s.keys(name)).Slice()
+	v, err := s.run(ctx, inspectScript, s.keys(name)).Slice()
 	if err != nil {
 		return State{}, backendErr("redis", "inspect", err)
 	}
@@ -310,7 +313,7 @@ func (s *RedisStore) ForceRelease(ctx context.Context, name string) (State, erro
 	if err != nil {
 		return State{}, err
 	}
-	v, err := forceScript.Run(ctx, s.rdb, s.keys(name), s.channel(name)).Slice()
+	v, err := s.run(ctx, forceScript, s.keys(name), s.channel(name)).Slice()
 	if err != nil {
 		return State{}, backendErr("redis", "force-release", err)
 	}
@@ -340,7 +343,9 @@ func (s *RedisStore) List(ctx context.Context, req ListRequest) (ListPage, error
 	match := globEscape(s.prefix) + "{" + globEscape(req.Prefix) + "*}:lease"
 	var page ListPage
 	for at.node < len(nodes) {
-		keys, next, err := nodes[at.node].Scan(ctx, at.cursor, match, int64(max(req.Limit, 100))).Result()
+		sctx, cancel := s.callContext(ctx)
+		keys, next, err := nodes[at.node].Scan(sctx, at.cursor, match, int64(max(req.Limit, 100))).Result()
+		cancel()
 		if err != nil {
 			return ListPage{}, backendErr("redis", "list", err)
 		}
@@ -363,7 +368,9 @@ func (s *RedisStore) List(ctx context.Context, req ListRequest) (ListPage, error
 				return page, nil
 			}
 			last = name
-			st, err := s.Inspect(ctx, name)
+			ictx, cancel := s.callContext(ctx)
+			st, err := s.Inspect(ictx, name)
+			cancel()
 			if err != nil {
 				return ListPage{}, err
 			}
@@ -381,6 +388,14 @@ func (s *RedisStore) List(ctx context.Context, req ListRequest) (ListPage, error
 		}
 	}
 	return page, nil
+}
+
+// callContext is ctx bounded by the store's callTimeout, if it has one.
+func (s *RedisStore) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.callTimeout == 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.callTimeout)
 }
 
 // listCursor is where a List stopped: a node, its SCAN cursor, and the
@@ -472,7 +487,7 @@ func asString(v any) string {
 // Ping implements LeaseStore: Redis takes a write (ready.lua says which
 // refusals that finds), and the sequencer answers if it can be pinged.
 func (s *RedisStore) Ping(ctx context.Context) error {
-	if err := readyScript.Run(ctx, s.rdb, []string{s.prefix + "ready"}).Err(); err != nil {
+	if err := s.run(ctx, readyScript, []string{s.prefix + "ready"}).Err(); err != nil {
 		return backendErr("redis", "ping", err)
 	}
 	if p, ok := s.seq.(interface{ Ping(context.Context) error }); ok {

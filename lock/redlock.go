@@ -22,7 +22,10 @@ import (
 // without persistence or a pause outlives the lease.
 //
 // Each node call is bounded by the node timeout, so a dead node costs at
-// most that much per operation.
+// most that much per operation (a List, which makes a call per lock, that
+// much per call). Give the clients ContextTimeoutEnabled, as RedisStore
+// asks: without it a caller still stops waiting for a script at the node
+// timeout, but List's SCAN waits out go-redis's read timeout.
 type RedlockStore struct {
 	nodes       []*RedisStore
 	seq         sequencer.Sequencer
@@ -97,6 +100,7 @@ func NewRedlockStore(nodes []redis.UniversalClient, seq sequencer.Sequencer, opt
 		if err != nil {
 			return nil, fmt.Errorf("lock: Redlock node %d: %w", i, err)
 		}
+		n.callTimeout = s.nodeTimeout
 		s.nodes = append(s.nodes, n)
 	}
 	return s, nil

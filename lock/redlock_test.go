@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -215,4 +216,65 @@ func TestRedlockReentryIsOneStep(t *testing.T) {
 	if st, err := c.Inspect(t.Context(), name); err != nil || st.Held {
 		t.Fatalf("after both holds' releases: %+v, %v; want free", st, err)
 	}
+}
+
+// A node that stops answering (SIGSTOP) costs each operation about the
+// node timeout, with clients that honour deadlines or not. Inspect,
+// ForceRelease and Ping called Redis directly, not through the pipeline,
+// and so waited out go-redis's read timeout (5 s, 10 s and 5 s here), and
+// a Redlock List was not bounded by the node timeout at all (10 s).
+func TestRedlockFrozenNodeCostsTheNodeTimeout(t *testing.T) {
+	const bound = 2 * time.Second // the node timeout is 50ms; unbounded was 5–10s
+	timed := func(t *testing.T, op string, f func() error) {
+		t.Helper()
+		start := time.Now()
+		if err := f(); err != nil {
+			t.Fatalf("%s with one node frozen: %v", op, err)
+		}
+		if d := time.Since(start); d > bound {
+			t.Errorf("%s with one node frozen took %s; want the node timeout, not go-redis's", op, d.Round(time.Millisecond))
+		}
+	}
+	frozen := func(t *testing.T, procs []*testenv.RedisProc, s *lock.RedlockStore) (*lock.Client, string) {
+		c := newClient(t, s)
+		name := testenv.Name(t)
+		for _, n := range []string{name, name + "-forced"} {
+			if _, err := c.Acquire(t.Context(), n, time.Minute, lock.WithDetached()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		procs[0].Stop()
+		t.Cleanup(procs[0].Cont)
+		return c, name
+	}
+	t.Run("scripts, any client", func(t *testing.T) {
+		procs, s := startRedlock(t) // clients without ContextTimeoutEnabled
+		c, name := frozen(t, procs, s)
+		timed(t, "Inspect", func() error {
+			st, err := c.Inspect(t.Context(), name)
+			if err == nil && !st.Held {
+				err = errors.New("the lock held on a majority is free")
+			}
+			return err
+		})
+		timed(t, "ForceRelease", func() error {
+			st, err := c.ForceRelease(t.Context(), name+"-forced")
+			if err == nil && !st.Held {
+				err = errors.New("removed a free lock")
+			}
+			return err
+		})
+		timed(t, "Ping", func() error { return s.Ping(t.Context()) })
+	})
+	t.Run("List, clients with ContextTimeoutEnabled", func(t *testing.T) {
+		procs, _, s := startProxiedRedlock(t)
+		c, name := frozen(t, procs, s)
+		timed(t, "List", func() error {
+			page, err := c.List(t.Context(), name, 10, "")
+			if err == nil && len(page.Locks) != 2 {
+				err = fmt.Errorf("listed %d locks, want 2 (%s and %s-forced)", len(page.Locks), name, name)
+			}
+			return err
+		})
+	})
 }
