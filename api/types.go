@@ -32,6 +32,10 @@ type AcquireRequest struct {
 	// request of one acquisition (32 hex digits, new for each), so that a
 	// wait longer than one request keeps its place (wait_ms > 0 only).
 	Waiter string `json:"waiter,omitempty"`
+	// Final says this request is the acquisition's last (its wait ends
+	// the caller's): if it ends held, the place is given up at once, not
+	// kept 3 s for a next request (with waiter only).
+	Final bool `json:"final,omitempty"`
 }
 
 // CampaignRequest is the body of POST /v1/elections/{name}/campaign. As
@@ -46,6 +50,8 @@ type CampaignRequest struct {
 	// Waiter is as in AcquireRequest: the candidate's place in the queue
 	// across the requests of one campaign.
 	Waiter string `json:"waiter,omitempty"`
+	// Final is as in AcquireRequest.
+	Final bool `json:"final,omitempty"`
 }
 
 // Leader is the answer to GET /v1/elections/{name}: who leads, with which
@@ -154,6 +160,7 @@ const (
 	FieldHolder  = "holder"   // the reentrant holder identity
 	FieldUnfair  = "unfair"   // the unfair flag
 	FieldWaiter  = "waiter"   // the place in the queue across requests
+	FieldFinal   = "final"    // the last request of a waiter
 	FieldPrefix  = "prefix"   // list: the name prefix
 	FieldLimit   = "limit"    // list: the page size
 	FieldCursor  = "cursor"   // list: the cursor

@@ -330,10 +330,12 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		)
 		body := rebuilt(func() (attempt, bool) {
 			var wait, within time.Duration
+			final := false // this request's wait is all the call has left
 			if !o.Try {
 				wait = c.maxRequestWait
 				if !end.IsZero() {
-					wait = min(wait, time.Until(end))
+					left := time.Until(end)
+					wait, final = min(wait, left), left <= wait
 				}
 				wait = max(wait.Truncate(time.Millisecond), 0)
 				if wait == 0 && !start.IsZero() {
@@ -347,10 +349,15 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			if waitMs == 0 {
 				w = "" // one attempt has no place
 			}
+			// A final request's place goes when it ends held, so that it
+			// does not keep a free lock from those behind it.
+			// A waiter of the caller's own (WithWaiter) may come back with
+			// another call, unless it said this is the last (WithFinal).
+			final = final && w != "" && (o.Waiter == "" || o.Final)
 			if campaign {
-				return attempt{api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: w}, within}, true
+				return attempt{api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: w, Final: final}, within}, true
 			}
-			return attempt{api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0, Waiter: w}, within}, true
+			return attempt{api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0, Waiter: w, Final: final}, within}, true
 		})
 		var a api.Lease
 		err := c.do(ctx, http.MethodPost, path, body, &a, mode)

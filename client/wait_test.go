@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"regexp"
@@ -199,5 +200,33 @@ func TestLostAnswerFindsItsGrant(t *testing.T) {
 	}
 	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
 		t.Fatalf("after the release: %+v, %v", st, err)
+	}
+}
+
+// A wait that ends held leaves the queue with its last request: a client
+// that gave up does not keep a free lock from those behind it. Its last
+// request's place was kept 3 s for a next request that never came, so a
+// free lock answered 409 "held" meanwhile. A wait longer than one request
+// still keeps its place between them (TestLongWaitKeepsItsPlace).
+func TestEndedWaitLeavesTheQueue(t *testing.T) {
+	f := newFixture(t)
+	split := newClient(t, f.url, client.WithMaxRequestWait(100*time.Millisecond))
+	c := newClient(t, f.url)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	holder, err := c.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []*client.Client{c, split} {
+		if _, err := w.Acquire(ctx, name, 10*time.Second, lock.WithWait(250*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("a wait on a held lock: %v", err)
+		}
+		if st, err := c.Inspect(ctx, name); err != nil || st.Waiters != 0 {
+			t.Fatalf("after the wait ended: %+v, %v; want no waiters", st, err)
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -109,7 +109,10 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			stopWait()
 		}
 		if kept {
-			c.places.end(name, req.Waiter, acquired)
+			// A final call gives the place up if the lock was held (not
+			// after an outage, which its caller may ride out by asking
+			// again).
+			c.places.end(name, req.Waiter, acquired, o.Final && busy != nil)
 			return
 		}
 		if req.Waiter != "" && !acquired && busy != nil {

@@ -44,6 +44,7 @@ type acquireOpts struct {
 	holderSet bool
 	waiter    string
 	waiterSet bool
+	final     bool
 	nilOption bool
 }
 
@@ -92,6 +93,15 @@ func WithUnfair() Option { return func(o *acquireOpts) { o.unfair = true } }
 // who came meanwhile. Acquire and Elect only; not with WithUnfair.
 func WithWaiter(id string) Option {
 	return func(o *acquireOpts) { o.waiter, o.waiterSet = id, true }
+}
+
+// WithFinal says that this call is the last of its WithWaiter acquisition
+// (the API's "final": the remote waiter's wait ends with it): if it ends
+// without the lock, the place is given up at once rather than kept for a
+// next call that will not come, which would hold a free lock from those
+// behind it for DefaultWaiterTTL. Only with WithWaiter.
+func WithFinal() Option {
+	return func(o *acquireOpts) { o.final = true }
 }
 
 // WithOwner stores a label with the lease, shown by Inspect, List and the
@@ -147,6 +157,8 @@ type AcquireOptions struct {
 	// Waiter is WithWaiter's place id; "" gives each call a place of its
 	// own.
 	Waiter string
+	// Final is WithFinal: the place goes with this call.
+	Final bool
 }
 
 // ResolveOptions applies opts for Acquire (try false) or TryAcquire (try
@@ -165,7 +177,7 @@ func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 		f(&o)
 	}
 	r := AcquireOptions{Try: try, Wait: o.wait, Retry: o.retry, KeepAlive: o.keepAlive, Detached: o.detached,
-		Unfair: o.unfair || try, Owner: o.owner, Holder: o.holder, Waiter: o.waiter}
+		Unfair: o.unfair || try, Owner: o.owner, Holder: o.holder, Waiter: o.waiter, Final: o.final}
 	switch {
 	case o.nilOption:
 		return r, fmt.Errorf("%w: a nil Option", ErrInvalidOption)
@@ -187,6 +199,8 @@ func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 		return r, fmt.Errorf("%w: WithWaiter does not apply to TryAcquire, which takes a free lock whoever waits and has no place in the queue", ErrInvalidOption)
 	case o.unfair && o.waiterSet:
 		return r, fmt.Errorf("%w: WithWaiter and WithUnfair together: an unfair acquisition has no place in the queue. Give one of them", ErrInvalidOption)
+	case o.final && !o.waiterSet:
+		return r, fmt.Errorf("%w: WithFinal applies with WithWaiter: a call without it has a place of its own, given up when the call ends", ErrInvalidOption)
 	case o.waiterSet && ValidateWaiter(o.waiter) != nil:
 		return r, fmt.Errorf("%w: WithWaiter: %v", ErrInvalidOption, ValidateWaiter(o.waiter))
 	case o.keepAlive && o.detached:

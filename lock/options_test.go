@@ -35,6 +35,7 @@ func TestOptionsThatDoNotApply(t *testing.T) {
 		{"acquire", []lock.Option{lock.WithUnfair(), lock.WithWaiter("0123456789abcdef0123456789abcdef")}, "WithWaiter and WithUnfair together"},
 		{"acquire", []lock.Option{lock.WithWaiter("0123")}, "4 characters; want 32 hex digits"},
 		{"acquire", []lock.Option{lock.WithWaiter("0123456789abcdef0123456789abcdeg")}, "not hex"},
+		{"acquire", []lock.Option{lock.WithFinal()}, "WithFinal applies with WithWaiter"},
 	} {
 		var err error
 		if tc.call == "try" {

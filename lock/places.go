@@ -52,8 +52,9 @@ func (k *keptPlaces) begin(name, waiter string) {
 
 // end marks the call done. A place whose call got the lock is gone (the
 // grant took it from the queue); one that did not is kept for the next
-// call, for the waiter TTL, unless the client is closing.
-func (k *keptPlaces) end(name, waiter string, acquired bool) {
+// call, for the waiter TTL, unless the call was the last (final) or the
+// client is closing.
+func (k *keptPlaces) end(name, waiter string, acquired, final bool) {
 	k.mu.Lock()
 	id := placeID{name, waiter}
 	p := k.m[id]
@@ -66,7 +67,9 @@ func (k *keptPlaces) end(name, waiter string, acquired bool) {
 		delete(k.m, id)
 		k.mu.Unlock()
 		return
-	case k.closed:
+	case k.closed || final:
+		// Given up before the call returns, so that the caller's answer
+		// finds the queue without it.
 		delete(k.m, id)
 		k.mu.Unlock()
 		k.leave(context.Background(), id)

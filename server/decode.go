@@ -25,6 +25,7 @@ type acquireRequest struct {
 	owner, holder string
 	unfair        bool
 	waiter        string // the place across requests; "" for one of this request's own
+	final         bool   // the waiter's last request: its place goes with it
 }
 
 type refreshRequest struct {
@@ -75,18 +76,44 @@ func (l limits) decodeAcquire(body []byte) (acquireRequest, *apiError) {
 	if req.holder, aerr = label(fields, fieldHolder); aerr != nil {
 		return acquireRequest{}, aerr
 	}
-	if raw, ok := fields["unfair"]; ok {
-		if err := json.Unmarshal(raw, &req.unfair); err != nil || len(raw) == 0 || raw[0] == 'n' {
-			return acquireRequest{}, invalid(fieldUnfair, fmt.Sprintf("unfair: want true or false, got %s", excerpt(raw)))
-		}
-		if req.unfair && req.wait == 0 {
-			return acquireRequest{}, invalid(fieldUnfair, "unfair applies to a waiting acquire (wait_ms > 0): one attempt always takes a free lock, whoever waits")
-		}
+	if req.unfair, aerr = boolField(fields, fieldUnfair); aerr != nil {
+		return acquireRequest{}, aerr
+	}
+	if req.unfair && req.wait == 0 {
+		return acquireRequest{}, invalid(fieldUnfair, "unfair applies to a waiting acquire (wait_ms > 0): one attempt always takes a free lock, whoever waits")
 	}
 	if req.waiter, aerr = waiter(fields, req); aerr != nil {
 		return acquireRequest{}, aerr
 	}
+	if req.final, aerr = final(fields, req); aerr != nil {
+		return acquireRequest{}, aerr
+	}
 	return req, nil
+}
+
+// boolField reads an optional true or false; false when absent.
+func boolField(fields map[string]json.RawMessage, field string) (bool, *apiError) {
+	raw, ok := fields[field]
+	if !ok {
+		return false, nil
+	}
+	var v bool
+	if err := json.Unmarshal(raw, &v); err != nil || len(raw) == 0 || raw[0] == 'n' {
+		return false, invalid(field, fmt.Sprintf("%s: want true or false, got %s", field, excerpt(raw)))
+	}
+	return v, nil
+}
+
+// final reads the optional final flag, which applies with a waiter.
+func final(fields map[string]json.RawMessage, req acquireRequest) (bool, *apiError) {
+	v, aerr := boolField(fields, fieldFinal)
+	if aerr != nil {
+		return false, aerr
+	}
+	if v && req.waiter == "" {
+		return false, invalid(fieldFinal, "final applies with a waiter: a request without one has a place of its own, given up when it ends")
+	}
+	return v, nil
 }
 
 // waiter returns the optional waiter of a waiting, fair acquire or
@@ -122,6 +149,9 @@ func (l limits) decodeCampaign(body []byte) (acquireRequest, *apiError) {
 		return acquireRequest{}, aerr
 	}
 	if req.waiter, aerr = waiter(fields, req); aerr != nil {
+		return acquireRequest{}, aerr
+	}
+	if req.final, aerr = final(fields, req); aerr != nil {
 		return acquireRequest{}, aerr
 	}
 	return req, nil

@@ -33,6 +33,7 @@ const (
 	fieldHolder  = api.FieldHolder
 	fieldUnfair  = api.FieldUnfair
 	fieldWaiter  = api.FieldWaiter
+	fieldFinal   = api.FieldFinal
 	fieldPrefix  = api.FieldPrefix
 	fieldLimit   = api.FieldLimit
 	fieldCursor  = api.FieldCursor

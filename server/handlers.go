@@ -116,6 +116,9 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 	if req.waiter != "" {
 		waiting = append(waiting, lock.WithWaiter(req.waiter))
 	}
+	if req.final {
+		waiting = append(waiting, lock.WithFinal())
+	}
 	switch {
 	case req.wait == 0: // a campaign's one attempt is an unfair one, as ever
 		l, err = s.locks.TryAcquire(ctx, name, req.ttl, opts...)

@@ -143,6 +143,38 @@ func TestInspectShowsOwnerWaitersAndLastToken(t *testing.T) {
 	}
 }
 
+// A waiter's final request gives its place up when it ends held: a client
+// whose wait is over does not come back, and its place kept 3 s held a
+// free lock from everyone behind it (a 409 "held" on a free lock, and
+// clients polling with short waits never got it). A request that is not
+// final keeps the place for the next one.
+func TestFinalRequestGivesUpItsPlace(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b.store, nil)
+			name := testenv.Name(t)
+			e.mustAcquire(name, `{"ttl_ms":10000}`)
+			// One waiter's wait in two requests: the first keeps its place,
+			// the last gives it up.
+			waiter := strings.Repeat("ab", 16)
+			for _, c := range []struct {
+				final   string
+				waiters int
+			}{{`"final":false`, 1}, {`"final":true`, 0}} {
+				r := e.do("POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":5000,"wait_ms":50,"waiter":"`+waiter+`",`+c.final+`}`)
+				r.errCode(t, http.StatusConflict, codeHeld)
+				if st := e.state(name); st.Waiters != c.waiters {
+					t.Fatalf("after a 409 with %s: %d waiters, want %d", c.final, st.Waiters, c.waiters)
+				}
+			}
+			r := e.do("POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":5000,"final":true}`)
+			if msg := r.errCode(t, http.StatusBadRequest, codeInvalidArgument); !strings.Contains(msg, "final applies with a waiter") {
+				t.Fatalf("final without a waiter: %s", msg)
+			}
+		})
+	}
+}
+
 // TestHeldAfterWaitSaysWaitedAndPosition: the 409 after wait_ms says how
 // long the caller waited and its place in the queue.
 func TestHeldAfterWaitSaysWaitedAndPosition(t *testing.T) {

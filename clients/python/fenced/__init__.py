@@ -390,6 +390,9 @@ class Client:
         waiter = wait_ms > 0
         if waiter:
             body["waiter"] = secrets.token_hex(16)
+            # This call is the whole wait: a request that ends held gives
+            # its place up rather than keep a free lock from those behind it.
+            body["final"] = True
         sent: list[float] = []
         doc = self._call("POST", name, action, body, extra_timeout=wait_ms / 1000.0, kind=kind,
                          resend_lost=waiter, sent=sent,

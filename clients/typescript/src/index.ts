@@ -397,7 +397,12 @@ export class Client {
     // to its grant if an answer is lost (API field waiter). A request
     // without a wait has no place (the server refuses one).
     const waiter = waitMs > 0;
-    if (waiter) body.waiter = randomBytes(16).toString("hex");
+    if (waiter) {
+      body.waiter = randomBytes(16).toString("hex");
+      // This call is the whole wait: a request that ends held gives its
+      // place up rather than keep a free lock from those behind it.
+      body.final = true;
+    }
     let started = performance.now();
     const doc = await this.call("POST", name, action, body, {
       timeoutMs: this.timeoutMs + waitMs,

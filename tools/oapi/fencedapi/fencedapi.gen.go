@@ -22,6 +22,7 @@ import (
 const (
 	ErrorErrorFieldAfterToken ErrorErrorField = "after_token"
 	ErrorErrorFieldCursor     ErrorErrorField = "cursor"
+	ErrorErrorFieldFinal      ErrorErrorField = "final"
 	ErrorErrorFieldHolder     ErrorErrorField = "holder"
 	ErrorErrorFieldLeaseId    ErrorErrorField = "lease_id"
 	ErrorErrorFieldLimit      ErrorErrorField = "limit"
@@ -41,6 +42,8 @@ func (e ErrorErrorField) Valid() bool {
 	case ErrorErrorFieldAfterToken:
 		return true
 	case ErrorErrorFieldCursor:
+		return true
+	case ErrorErrorFieldFinal:
 		return true
 	case ErrorErrorFieldHolder:
 		return true
@@ -128,6 +131,14 @@ func (e StatusStatus) Valid() bool {
 
 // AcquireRequest defines model for AcquireRequest.
 type AcquireRequest struct {
+	// Final This request is the last of its waiter's acquisition (or campaign):
+	// the caller's wait ends with it. If it ends held (409), the place is
+	// given up before the answer, rather than kept 3 s for a next request
+	// that will not come, during which it would keep a free lock from
+	// those behind it. Send it on the request whose wait_ms is all the
+	// caller has left. Only with waiter.
+	Final *Final `json:"final,omitempty"`
+
 	// Holder The holder's identity, for reentrancy (never a thread id). A secret, like the lease id, which an acquire with it returns while the lock is held; never shown by GET or list. Pick an unguessable value (128 random bits per process, say).
 	Holder *Label `json:"holder,omitempty"`
 
@@ -147,8 +158,8 @@ type AcquireRequest struct {
 	// acquisition (or campaign) whose wait is longer than one request's
 	// wait_ms: 32 hex digits, 128 random bits new for each acquisition,
 	// the same in each of its requests. A request that ends without the
-	// lock keeps the place for the next one; a place no request has used
-	// for 3 s is given up. Without it, each request queues anew, behind
+	// lock keeps the place for the next one (unless it was final); a
+	// place no request has used for 3 s is given up. Without it, each request queues anew, behind
 	// everyone who came meanwhile. A request whose answer was lost
 	// after the server granted it (a cut connection, a server gone) is
 	// found again by the next request with the same waiter: the answer
@@ -159,6 +170,14 @@ type AcquireRequest struct {
 
 // CampaignRequest defines model for CampaignRequest.
 type CampaignRequest struct {
+	// Final This request is the last of its waiter's acquisition (or campaign):
+	// the caller's wait ends with it. If it ends held (409), the place is
+	// given up before the answer, rather than kept 3 s for a next request
+	// that will not come, during which it would keep a free lock from
+	// those behind it. Send it on the request whose wait_ms is all the
+	// caller has left. Only with waiter.
+	Final *Final `json:"final,omitempty"`
+
 	// TtlMs The lease's TTL in milliseconds.
 	TtlMs *TTL `json:"ttl_ms,omitempty"`
 
@@ -172,8 +191,8 @@ type CampaignRequest struct {
 	// acquisition (or campaign) whose wait is longer than one request's
 	// wait_ms: 32 hex digits, 128 random bits new for each acquisition,
 	// the same in each of its requests. A request that ends without the
-	// lock keeps the place for the next one; a place no request has used
-	// for 3 s is given up. Without it, each request queues anew, behind
+	// lock keeps the place for the next one (unless it was final); a
+	// place no request has used for 3 s is given up. Without it, each request queues anew, behind
 	// everyone who came meanwhile. A request whose answer was lost
 	// after the server granted it (a cut connection, a server gone) is
 	// found again by the next request with the same waiter: the answer
@@ -222,6 +241,14 @@ type ErrorErrorField string
 // held 409, lost 410, payload_too_large 413,
 // unsupported_media_type 415, unavailable 503.
 type ErrorCode string
+
+// Final This request is the last of its waiter's acquisition (or campaign):
+// the caller's wait ends with it. If it ends held (409), the place is
+// given up before the answer, rather than kept 3 s for a next request
+// that will not come, during which it would keep a free lock from
+// those behind it. Send it on the request whose wait_ms is all the
+// caller has left. Only with waiter.
+type Final = bool
 
 // Label A label for people (owner) or a holder identity, 1 to 128 bytes of printable UTF-8.
 type Label = string
@@ -340,8 +367,8 @@ type Token = int64
 // acquisition (or campaign) whose wait is longer than one request's
 // wait_ms: 32 hex digits, 128 random bits new for each acquisition,
 // the same in each of its requests. A request that ends without the
-// lock keeps the place for the next one; a place no request has used
-// for 3 s is given up. Without it, each request queues anew, behind
+// lock keeps the place for the next one (unless it was final); a
+// place no request has used for 3 s is given up. Without it, each request queues anew, behind
 // everyone who came meanwhile. A request whose answer was lost
 // after the server granted it (a cut connection, a server gone) is
 // found again by the next request with the same waiter: the answer
