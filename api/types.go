@@ -73,6 +73,11 @@ type RefreshRequest struct {
 // ReleaseRequest is the body of POST /v1/locks/{name}/release.
 type ReleaseRequest struct {
 	LeaseID string `json:"lease_id"`
+	// ReleaseID identifies this release across its retries (32 hex
+	// digits, new for each release, the same when it is sent again): a
+	// reentrant lock loses one hold per release id, so a retry after a
+	// lost answer cannot free a lock another hold still has.
+	ReleaseID string `json:"release_id,omitempty"`
 }
 
 // Lease is the answer to acquire and refresh: a held lease. TTLMs is the
@@ -152,19 +157,20 @@ type Error struct {
 
 // Fields of a request that an Error can name.
 const (
-	FieldName    = "name"     // the lock name in the path
-	FieldTTLMs   = "ttl_ms"   // the TTL
-	FieldWaitMs  = "wait_ms"  // the wait
-	FieldLeaseID = "lease_id" // the lease id
-	FieldOwner   = "owner"    // the owner label
-	FieldHolder  = "holder"   // the reentrant holder identity
-	FieldUnfair  = "unfair"   // the unfair flag
-	FieldWaiter  = "waiter"   // the place in the queue across requests
-	FieldFinal   = "final"    // the last request of a waiter
-	FieldPrefix  = "prefix"   // list: the name prefix
-	FieldLimit   = "limit"    // list: the page size
-	FieldCursor  = "cursor"   // list: the cursor
-	FieldValue   = "value"    // campaign: the leader's value
+	FieldName      = "name"       // the lock name in the path
+	FieldTTLMs     = "ttl_ms"     // the TTL
+	FieldWaitMs    = "wait_ms"    // the wait
+	FieldLeaseID   = "lease_id"   // the lease id
+	FieldOwner     = "owner"      // the owner label
+	FieldHolder    = "holder"     // the reentrant holder identity
+	FieldUnfair    = "unfair"     // the unfair flag
+	FieldWaiter    = "waiter"     // the place in the queue across requests
+	FieldFinal     = "final"      // the last request of a waiter
+	FieldReleaseID = "release_id" // a release's id across its retries
+	FieldPrefix    = "prefix"     // list: the name prefix
+	FieldLimit     = "limit"      // list: the page size
+	FieldCursor    = "cursor"     // list: the cursor
+	FieldValue     = "value"      // campaign: the leader's value
 	// FieldAfterToken is the term GET /v1/elections/{name} waits past.
 	FieldAfterToken = "after_token"
 )

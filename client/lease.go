@@ -44,9 +44,17 @@ func (k keeper) Refresh(ctx context.Context, name, leaseID string, ttl time.Dura
 }
 
 // Release asks the server to release the lease. A release sent again by
-// the lease id that released it succeeds, so a lost answer is safe.
-func (k keeper) Release(ctx context.Context, name, leaseID string) error {
-	if err := k.c.do(ctx, http.MethodPost, lockPath(name, "release"), api.ReleaseRequest{LeaseID: leaseID}, nil, resendShared); err != nil {
+// the lease id that released it succeeds, and with its release id takes
+// off no second hold of a reentrant lock, so a lost answer is safe.
+func (k keeper) Release(ctx context.Context, name, leaseID, op string) error {
+	if op == "" {
+		var err error
+		if op, err = lock.NewReleaseID(); err != nil {
+			return fmt.Errorf("client: release %q: %w", name, err)
+		}
+	}
+	body := api.ReleaseRequest{LeaseID: leaseID, ReleaseID: op}
+	if err := k.c.do(ctx, http.MethodPost, lockPath(name, "release"), body, nil, resendShared); err != nil {
 		return fmt.Errorf("client: release %q: %w", name, err)
 	}
 	return nil

@@ -241,3 +241,41 @@ func TestCloseReleasesAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A release of a lock held twice by one holder, whose answer is lost, is
+// sent again, and must take off one hold, not two. The release had no id of
+// its own, so the server took the one sent again for a second release, and
+// freed the lock while the other hold still had it (docs/design.md defect
+// 29).
+func TestLostReleaseAnswerTakesOffOneHold(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	pr, u := behindProxy(t, f.url)
+	c := newClient(t, u)
+	name := testenv.Name(t)
+	first, err := c.Acquire(ctx, name, 30*time.Second, lock.WithHolder("worker-7f3a9c0d1e2b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.Acquire(ctx, name, 30*time.Second, lock.WithHolder("worker-7f3a9c0d1e2b"))
+	if err != nil || second.Count() != 2 {
+		t.Fatalf("reentry: %v", err)
+	}
+	fired := pr.LoseReply([]byte("/release"))
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("release whose first answer was lost: %v", err)
+	}
+	<-fired
+	if st, err := f.locks.Inspect(ctx, name); err != nil || !st.Held || st.Count != 1 {
+		t.Fatalf("after one release of two holds: %+v, %v; want held once", st, err)
+	}
+	if l, err := newClient(t, f.url).TryAcquire(ctx, name, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("another client, while the second hold is valid: %v, %v; want ErrNotAcquired", l, err)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
+		t.Fatalf("after both releases: %+v, %v; want free", st, err)
+	}
+}

@@ -357,12 +357,35 @@ func (c *Client) RefreshID(ctx context.Context, name, leaseID string, ttl time.D
 }
 
 // ReleaseID releases the lease of name held by leaseID. ErrLost if leaseID
-// does not hold it.
-func (c *Client) ReleaseID(ctx context.Context, name, leaseID string) error {
+// does not hold it. op identifies the release across its retries, as
+// LeaseKeeper.Release says: give the same one to each call that repeats a
+// release whose outcome was not known (NewReleaseID), or "" for a release
+// that will not be repeated.
+func (c *Client) ReleaseID(ctx context.Context, name, leaseID, op string) error {
 	if err := validateID(name, leaseID); err != nil {
 		return err
 	}
-	return c.store.Release(ctx, name, leaseID)
+	if op != "" {
+		if err := ValidateReleaseID(op); err != nil {
+			return err
+		}
+	}
+	return c.store.Release(ctx, name, leaseID, op)
+}
+
+// NewReleaseID returns a fresh release id (LeaseKeeper.Release): 128
+// random bits in hex.
+func NewReleaseID() (string, error) { return newLeaseID() }
+
+// ValidateReleaseID checks a release id: 32 hex digits.
+func ValidateReleaseID(op string) error {
+	if len(op) != 32 {
+		return fmt.Errorf("%w: release id of %d characters; want 32 hex digits", ErrInvalidLeaseID, len(op))
+	}
+	if _, err := hex.DecodeString(op); err != nil {
+		return fmt.Errorf("%w: release id %q is not hex; want 32 hex digits", ErrInvalidLeaseID, op)
+	}
+	return nil
 }
 
 // ErrInvalidLeaseID: a lease id that this package cannot have issued.

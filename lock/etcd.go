@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,6 +176,12 @@ type heldResult struct {
 type countResult struct {
 	count int
 	lease clientv3.LeaseID
+	rev   int64    // the count key's mod revision
+	ops   []string // the releases that counted it down last
+}
+
+func countOf(lk sequencer.LockState) countResult {
+	return countResult{count: lk.Count, lease: lk.Lease, rev: lk.CountRev, ops: lk.Ops}
 }
 
 var errHeld = errors.New("lock: held")
@@ -598,8 +605,8 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 	if reenterStepHook != nil {
 		reenterStepHook()
 	}
-	resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountIs(req.Name, cur.Count))...).
-		Then(s.ks.PutCount(req.Name, cur.Count+1, cur.Lease)).Commit()
+	resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountAt(req.Name, cur.CountRev))...).
+		Then(s.ks.PutCount(req.Name, cur.Count+1, cur.Ops, cur.Lease)).Commit()
 	if err != nil {
 		return Grant{}, backendErr("etcd", "acquire", err)
 	}
@@ -639,7 +646,7 @@ func (s *EtcdStore) abandon(name, leaseID string) {
 	go func() {
 		defer s.wg.Done()
 		s.untilAnswered(5*time.Second, func(ctx context.Context) bool {
-			err := s.Release(ctx, name, leaseID)
+			err := s.Release(ctx, name, leaseID, "")
 			return err == nil || errors.Is(err, ErrLost) // released, or it was never created
 		})
 	}()
@@ -831,7 +838,7 @@ func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *se
 // released, while it would still have been valid, succeeds (a retry after
 // a lost reply). A reentrant holder's release counts down; the last frees
 // the lock.
-func (s *EtcdStore) Release(ctx context.Context, name, leaseID string) error {
+func (s *EtcdStore) Release(ctx context.Context, name, leaseID, op string) error {
 	ctx = clientv3.WithRequireLeader(ctx)
 	s.mu.Lock()
 	h := s.held[name]
@@ -853,20 +860,28 @@ func (s *EtcdStore) Release(ctx context.Context, name, leaseID string) error {
 		return backendErr("etcd", "release", err)
 	}
 	if cr, ok := v.(countResult); ok {
-		return s.countDown(ctx, name, leaseID, cr)
+		return s.countDown(ctx, name, leaseID, op, cr)
 	}
 	return nil
 }
 
 // countDown releases one hold of a reentrant lock: the count goes down,
-// and the last release frees it.
-func (s *EtcdStore) countDown(ctx context.Context, name, leaseID string, cr countResult) error {
+// and the last release frees it. A release sent again with its id (op)
+// finds the id in the count's record and counts nothing (defect 29).
+func (s *EtcdStore) countDown(ctx context.Context, name, leaseID, op string, cr countResult) error {
 	for range 8 { // a concurrent reentry changes the count: read it again
-		then := []clientv3.Op{s.ks.PutCount(name, cr.count-1, cr.lease)}
+		if op != "" && slices.Contains(cr.ops, op) {
+			return nil
+		}
+		ops := cr.ops
+		if op != "" {
+			ops = append(slices.Clip(ops), op)
+		}
+		then := []clientv3.Op{s.ks.PutCount(name, cr.count-1, ops, cr.lease)}
 		if cr.count <= 1 {
 			then = s.ks.DeleteLock(name)
 		}
-		resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountIs(name, cr.count))...).
+		resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountAt(name, cr.rev))...).
 			Then(then...).Else(s.ks.GetLock(name)...).Commit()
 		if err != nil {
 			return backendErr("etcd", "release", err)
@@ -889,7 +904,7 @@ func (s *EtcdStore) countDown(ctx context.Context, name, leaseID string, cr coun
 		if !held || st.LeaseID != leaseID {
 			return ErrLost
 		}
-		cr = countResult{count: st.Count, lease: st.Lease}
+		cr = countOf(st)
 	}
 	return backendErr("etcd", "release", errors.New("the reentrancy count kept changing"))
 }
@@ -1788,7 +1803,7 @@ func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], 
 		if inner := resps[0].GetResponseTxn(); inner != nil && !inner.Succeeded {
 			// Reentrant: the caller counts down.
 			lk, _, _ := s.ks.ParseLock(inner.Responses[0].GetResponseRange(), inner.Responses[1].GetResponseRange())
-			r.Done(countResult{count: lk.Count, lease: lk.Lease}, nil)
+			r.Done(countOf(lk), nil)
 			return
 		}
 		s.mu.Lock()

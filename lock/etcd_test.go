@@ -102,7 +102,7 @@ func TestEtcdRefreshThroughAnotherStore(t *testing.T) {
 	if err != nil || !st.Held || st.LeaseID != id || st.Token != g.Token {
 		t.Fatalf("after the first store's deadline: %+v, %v; want still held by %s with token %d", st, err, id, g.Token)
 	}
-	if err := b.Release(t.Context(), name, id); err != nil {
+	if err := b.Release(t.Context(), name, id, ""); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -180,7 +180,7 @@ func TestEtcdBatchOverMaxTxnOps(t *testing.T) {
 			name := fmt.Sprint(prefix, "-", i)
 			_, err := s.Acquire(context.Background(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: 5 * time.Second})
 			if err == nil {
-				err = s.Release(context.Background(), name, id)
+				err = s.Release(context.Background(), name, id, "")
 			}
 			if err != nil {
 				mu.Lock()
@@ -212,7 +212,7 @@ func TestEtcdReleaseAfterExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, func() bool { st, _ := s.Inspect(t.Context(), name); return !st.Held })
-	if err := s.Release(t.Context(), name, id); !errors.Is(err, lock.ErrLost) {
+	if err := s.Release(t.Context(), name, id, ""); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("release after the lock expired: %v, want ErrLost", err)
 	}
 	if _, err := s.Refresh(t.Context(), name, id, time.Second); !errors.Is(err, lock.ErrLost) {
@@ -302,7 +302,7 @@ func TestEtcdDeadlineOfAnEarlierHoldingOfTheName(t *testing.T) {
 	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: first, TTL: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(t.Context(), name, first); err != nil {
+	if err := s.Release(t.Context(), name, first, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: second, TTL: 5 * time.Second}); err != nil {
@@ -411,7 +411,7 @@ func TestEtcdCallsEndWithTheirContextWhileEtcdHangs(t *testing.T) {
 		op string
 		f  func(context.Context) error
 	}{
-		{"release", func(ctx context.Context) error { return s.Release(ctx, name, id) }},
+		{"release", func(ctx context.Context) error { return s.Release(ctx, name, id, "") }},
 		{"acquire", func(ctx context.Context) error {
 			_, err := s.Acquire(ctx, lock.AcquireRequest{Name: testenv.Name(t), LeaseID: "1123456789abcdef0123456789abcdef", TTL: 30 * time.Second})
 			return err

@@ -286,10 +286,10 @@ func TestLostReleaseReplyIsSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Release(t.Context())
-	if err := pr.store.Release(t.Context(), name, l.ID()); err != nil {
+	if err := pr.store.Release(t.Context(), name, l.ID(), ""); err != nil {
 		t.Fatalf("releasing an already released lease again: %v", err)
 	}
-	if err := pr.store.Release(t.Context(), name, "0123456789abcdef0123456789abcdef"); !errors.Is(err, lock.ErrLost) {
+	if err := pr.store.Release(t.Context(), name, "0123456789abcdef0123456789abcdef", ""); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("release by a lease id that never held the lock: %v, want ErrLost", err)
 	}
 	if st, err := c.Inspect(t.Context(), name); err != nil || st.LeaseID != other.ID() {
@@ -419,11 +419,11 @@ func TestReleaseTwiceSucceeds(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := 0; i < 2; i++ {
-				if err := c.ReleaseID(t.Context(), name, l.ID()); err != nil {
+				if err := c.ReleaseID(t.Context(), name, l.ID(), ""); err != nil {
 					t.Fatalf("release %d: %v", i+1, err)
 				}
 			}
-			if err := c.ReleaseID(t.Context(), name, "0123456789abcdef0123456789abcdef"); !errors.Is(err, lock.ErrLost) {
+			if err := c.ReleaseID(t.Context(), name, "0123456789abcdef0123456789abcdef", ""); !errors.Is(err, lock.ErrLost) {
 				t.Fatalf("release by a stranger: %v, want ErrLost", err)
 			}
 			if _, err := c.RefreshID(t.Context(), name, l.ID(), b.ttl); !errors.Is(err, lock.ErrLost) {

@@ -41,6 +41,7 @@ type Lease struct {
 	halted     bool
 	lostBefore error
 	released   bool
+	releaseID  string // drawn by the first Release, sent by every one
 
 	// refreshing serialises refreshes, so that the deadline set last is
 	// that of the refresh Redis applied last.
@@ -195,7 +196,17 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.halt()
 		l.lostBefore = l.Err()
 	}
-	err := l.set.keeper.Release(ctx, l.name, l.id)
+	if l.releaseID == "" {
+		// One id for every call: a release sent again after a failure
+		// whose outcome was not known takes off no second hold of a
+		// reentrant lock (defect 29).
+		id, err := newLeaseID()
+		if err != nil {
+			return err
+		}
+		l.releaseID = id
+	}
+	err := l.set.keeper.Release(ctx, l.name, l.id, l.releaseID)
 	l.lose(ErrReleased)
 	l.set.forget(l)
 	if lb := l.lostBefore; lb != nil && !errors.Is(lb, ErrReleased) {

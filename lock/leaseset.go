@@ -15,9 +15,13 @@ type LeaseKeeper interface {
 	// Refresh extends the lease if leaseID still holds it, and returns its
 	// token and the TTL it now has. ErrLost if not held.
 	Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error)
-	// Release deletes the lease if leaseID holds it. ErrLost if not held;
-	// releasing again by the lease id that released it succeeds.
-	Release(ctx context.Context, name, leaseID string) error
+	// Release deletes the lease if leaseID holds it; a reentrant holder's
+	// lease loses one hold, and is deleted by its last. ErrLost if not
+	// held; releasing again by the lease id that released it succeeds. op
+	// identifies this release across its retries (NewReleaseID; "" draws
+	// one): a release sent again with the same op takes off no second
+	// hold, where one without could free a lock another hold still has.
+	Release(ctx context.Context, name, leaseID, op string) error
 }
 
 var _ LeaseKeeper = LeaseStore(nil)
@@ -76,7 +80,7 @@ func (s *LeaseSet) adopt(ctx context.Context, name, id string, g Grant, start ti
 	if validity <= 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
-		_ = s.keeper.Release(rctx, name, id) // the lease expires anyway; releasing only frees it sooner
+		_ = s.keeper.Release(rctx, name, id, "") // the lease expires anyway; releasing only frees it sooner
 		return nil, errNoValidity
 	}
 	l := newLease(ctx, s, name, id, g, start, o.KeepAlive)

@@ -238,7 +238,7 @@ func TestWrongLeaseIDCannotRefreshOrRelease(t *testing.T) {
 			if _, err := b.store.Refresh(t.Context(), name, wrong, b.ttl); !errors.Is(err, lock.ErrLost) {
 				t.Fatalf("refresh with a wrong lease id: %v, want ErrLost", err)
 			}
-			if err := b.store.Release(t.Context(), name, wrong); !errors.Is(err, lock.ErrLost) {
+			if err := b.store.Release(t.Context(), name, wrong, ""); !errors.Is(err, lock.ErrLost) {
 				t.Fatalf("release with a wrong lease id: %v, want ErrLost", err)
 			}
 			st, err := c.Inspect(t.Context(), name)
@@ -548,10 +548,10 @@ func TestDetachedLeaseByID(t *testing.T) {
 			if _, err := c.RefreshID(t.Context(), name, "xyz", b.ttl); !errors.Is(err, lock.ErrInvalidLeaseID) {
 				t.Fatalf("malformed lease id: %v", err)
 			}
-			if err := c.ReleaseID(t.Context(), name, strings.Repeat("a", 32)); !errors.Is(err, lock.ErrLost) {
+			if err := c.ReleaseID(t.Context(), name, strings.Repeat("a", 32), ""); !errors.Is(err, lock.ErrLost) {
 				t.Fatalf("ReleaseID with another lease id: %v", err)
 			}
-			if err := c.ReleaseID(t.Context(), name, l.ID()); err != nil {
+			if err := c.ReleaseID(t.Context(), name, l.ID(), ""); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := c.RefreshID(t.Context(), name, l.ID(), b.ttl); !errors.Is(err, lock.ErrLost) {

@@ -85,8 +85,8 @@ func (k keeperOnly) Refresh(ctx context.Context, name, id string, ttl time.Durat
 	return k.k.Refresh(ctx, name, id, ttl)
 }
 
-func (k keeperOnly) Release(ctx context.Context, name, id string) error {
-	return k.k.Release(ctx, name, id)
+func (k keeperOnly) Release(ctx context.Context, name, id, op string) error {
+	return k.k.Release(ctx, name, id, op)
 }
 
 // TestLeaseSet adopts a lease granted by one client into a set that can

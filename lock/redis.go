@@ -182,13 +182,16 @@ func (s *RedisStore) confirm(ctx context.Context, req AcquireRequest, tok fence.
 }
 
 // release deletes the lease if leaseID holds it or was the last to; a
-// reentrant holder's release only counts down.
-func (s *RedisStore) release(ctx context.Context, name, leaseID string) (ok bool, err error) {
-	nonce, err := newLeaseID() // go-redis sends it again with the script
-	if err != nil {
-		return false, err
+// reentrant holder's release only counts down, once per op (the script
+// keeps the last few: a release sent again counts nothing). Without an op
+// it draws one, which go-redis sends again with the script.
+func (s *RedisStore) release(ctx context.Context, name, leaseID, op string) (ok bool, err error) {
+	if op == "" {
+		if op, err = newLeaseID(); err != nil {
+			return false, err
+		}
 	}
-	n, err := s.run(ctx, releaseScript, s.keys(name), leaseID, s.channel(name), nonce).Int64()
+	n, err := s.run(ctx, releaseScript, s.keys(name), leaseID, s.channel(name), op).Int64()
 	return err == nil && n != 0, err
 }
 
@@ -230,7 +233,7 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 func (s *RedisStore) abandon(ctx context.Context, name, leaseID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_, _ = s.release(ctx, name, leaseID) // it expires anyway
+	_, _ = s.release(ctx, name, leaseID, "") // it expires anyway
 }
 
 // Refresh implements LeaseStore.
@@ -248,8 +251,8 @@ func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time
 // Release implements LeaseStore. Releasing a lease that this lease id
 // already released, while it would still have been valid, succeeds. A
 // reentrant holder's lease is freed by its last release.
-func (s *RedisStore) Release(ctx context.Context, name, leaseID string) error {
-	ok, err := s.release(ctx, name, leaseID)
+func (s *RedisStore) Release(ctx context.Context, name, leaseID, op string) error {
+	ok, err := s.release(ctx, name, leaseID, op)
 	if err != nil {
 		return backendErr("redis", "release", err)
 	}

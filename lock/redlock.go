@@ -249,7 +249,7 @@ func (s *RedlockStore) reentered(req AcquireRequest, takes []taken, o outcome) G
 func (s *RedlockStore) abandon(ctx context.Context, name, leaseID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_ = s.Release(ctx, name, leaseID) // the lease expires anyway
+	_ = s.Release(ctx, name, leaseID, "") // the lease expires anyway
 }
 
 // lostOrQuorum decides an operation that did not reach a majority: ErrLost
@@ -287,9 +287,15 @@ func (s *RedlockStore) Refresh(ctx context.Context, name, leaseID string, ttl ti
 
 // Release implements LeaseStore: it deletes the lease wherever it is.
 // ErrLost if it was on fewer than a majority of nodes.
-func (s *RedlockStore) Release(ctx context.Context, name, leaseID string) error {
+func (s *RedlockStore) Release(ctx context.Context, name, leaseID, op string) error {
+	if op == "" {
+		var err error
+		if op, err = newLeaseID(); err != nil {
+			return err
+		}
+	}
 	o := s.each(ctx, "release", func(ctx context.Context, i int, n *RedisStore) error {
-		ok, err := n.release(ctx, name, leaseID)
+		ok, err := n.release(ctx, name, leaseID, op)
 		if err != nil {
 			return nodeErr(i, err)
 		}

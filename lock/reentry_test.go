@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,8 +179,44 @@ func TestReleaseAfterForceReleaseIsLost(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer next.Release(t.Context())
-			if err := b.store.Release(t.Context(), name, a.ID()); !errors.Is(err, lock.ErrLost) {
+			if err := b.store.Release(t.Context(), name, a.ID(), ""); !errors.Is(err, lock.ErrLost) {
 				t.Errorf("the removed holder's release, token %d holding: %v; want ErrLost", next.Token(), err)
+			}
+		})
+	}
+}
+
+// A release sent again with its id (a retry after a lost answer, or a
+// second Lease.Release after a failed one) takes off one hold of a
+// reentrant lock, not two, on each store; another id takes off the next
+// (defect 29).
+func TestReleaseSentAgainTakesOffOneHold(t *testing.T) {
+	_, redlock := startRedlock(t)
+	for _, b := range append(backends(t), backend{name: "redlock", store: redlock}) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			a, err := c.Acquire(t.Context(), name, 30*time.Second, lock.WithHolder("worker-1"), lock.WithDetached())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again, err := c.TryAcquire(t.Context(), name, 30*time.Second, lock.WithHolder("worker-1"), lock.WithDetached()); err != nil || again.Count() != 2 {
+				t.Fatalf("reentry: %v", err)
+			}
+			op := strings.Repeat("5a", 16)
+			for range 3 {
+				if err := b.store.Release(t.Context(), name, a.ID(), op); err != nil {
+					t.Fatal(err)
+				}
+				if st, err := c.Inspect(t.Context(), name); err != nil || !st.Held || st.Count != 1 {
+					t.Fatalf("after one release sent again: %+v, %v; want held once", st, err)
+				}
+			}
+			if err := b.store.Release(t.Context(), name, a.ID(), strings.Repeat("6b", 16)); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := c.Inspect(t.Context(), name); err != nil || st.Held {
+				t.Fatalf("after the second release: %+v, %v; want free", st, err)
 			}
 		})
 	}

@@ -315,10 +315,14 @@ func (k Keyspace) NotReentered(name string) clientv3.Cmp {
 	return clientv3.Compare(clientv3.Version(k.CountKey(name)), "=", 0)
 }
 
-// CountIs is the compare that lock name's reentrancy count is n.
-func (k Keyspace) CountIs(name string, n int) clientv3.Cmp {
-	return clientv3.Compare(clientv3.Value(k.CountKey(name)), "=", strconv.Itoa(n))
+// CountAt is the compare that lock name's reentrancy count is as read: its
+// key's mod revision is rev (LockState.CountRev).
+func (k Keyspace) CountAt(name string, rev int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(k.CountKey(name)), "=", rev)
 }
+
+// MaxCountOps is how many release ids a count keeps (LockState.Ops).
+const MaxCountOps = 8
 
 // PutLock takes lock name for leaseID on the etcd lease: the lock key,
 // holding its info (the floor offset its token is made with), and for a
@@ -332,9 +336,19 @@ func (k Keyspace) PutLock(name, leaseID string, lease clientv3.LeaseID, info Loc
 	return ops
 }
 
-// PutCount sets lock name's reentrancy count, on the lease the lock is on.
-func (k Keyspace) PutCount(name string, n int, lease clientv3.LeaseID) clientv3.Op {
-	return clientv3.OpPut(k.CountKey(name), strconv.Itoa(n), clientv3.WithLease(lease))
+// PutCount sets lock name's reentrancy count, on the lease the lock is on,
+// with the ids of the last releases that counted it down (at most
+// MaxCountOps, the newest last): the value is the count, then a space and
+// the ids joined by commas.
+func (k Keyspace) PutCount(name string, n int, ops []string, lease clientv3.LeaseID) clientv3.Op {
+	v := strconv.Itoa(n)
+	if len(ops) > MaxCountOps {
+		ops = ops[len(ops)-MaxCountOps:]
+	}
+	if len(ops) > 0 {
+		v += " " + strings.Join(ops, ",")
+	}
+	return clientv3.OpPut(k.CountKey(name), v, clientv3.WithLease(lease))
 }
 
 // GetLock reads lock name; ParseLock reads the two responses.
@@ -374,6 +388,11 @@ type LockState struct {
 	Waiter  string // the remote acquisition it was granted to (LockInfo.Waiter)
 	Count   int    // reentrancy count; 1 when not reentrant
 	ModRev  int64
+	// CountRev is the count key's mod revision (0: none), and Ops the ids
+	// of the releases that last counted it down (PutCount): a release sent
+	// again finds its id there and counts nothing.
+	CountRev int64
+	Ops      []string
 }
 
 // ParseLock reads the responses of GetLock, the lock key's and the count
@@ -399,8 +418,13 @@ func (k Keyspace) ParseLock(lock, count *pb.RangeResponse) (st LockState, held b
 	}
 	st.Token, st.Owner, st.Holder, st.Waiter = Token(kv.CreateRevision, info.Offset), info.Owner, info.Holder, info.Waiter
 	if count != nil && len(count.Kvs) == 1 {
-		if n, err := strconv.Atoi(string(count.Kvs[0].Value)); err == nil && n > 0 {
+		n, ops, _ := strings.Cut(string(count.Kvs[0].Value), " ")
+		if n, err := strconv.Atoi(n); err == nil && n > 0 {
 			st.Count = n
+		}
+		st.CountRev = count.Kvs[0].ModRevision
+		if ops != "" {
+			st.Ops = strings.Split(ops, ",")
 		}
 	}
 	return st, true, nil

@@ -34,7 +34,7 @@ type refreshRequest struct {
 }
 
 type releaseRequest struct {
-	leaseID string
+	leaseID, releaseID string
 }
 
 // The fields of each request body: the JSON fields of package api's
@@ -239,7 +239,16 @@ func (l limits) decodeRelease(body []byte) (releaseRequest, *apiError) {
 	if aerr != nil {
 		return releaseRequest{}, aerr
 	}
-	return releaseRequest{leaseID: id}, nil
+	op, ok, aerr := stringField(fields, fieldReleaseID, "a string of 32 hex digits")
+	if aerr != nil {
+		return releaseRequest{}, aerr
+	}
+	if ok {
+		if err := lock.ValidateReleaseID(op); err != nil {
+			return releaseRequest{}, invalid(fieldReleaseID, fmt.Sprintf("%v; draw one per release (128 random bits) and send it again with each retry", err))
+		}
+	}
+	return releaseRequest{leaseID: id, releaseID: op}, nil
 }
 
 func (l limits) ttl(raw json.RawMessage) (time.Duration, *apiError) {

@@ -25,20 +25,21 @@ const (
 
 // The fields an error can name (package api).
 const (
-	fieldName    = api.FieldName
-	fieldTTLMs   = api.FieldTTLMs
-	fieldWaitMs  = api.FieldWaitMs
-	fieldLeaseID = api.FieldLeaseID
-	fieldOwner   = api.FieldOwner
-	fieldHolder  = api.FieldHolder
-	fieldUnfair  = api.FieldUnfair
-	fieldWaiter  = api.FieldWaiter
-	fieldFinal   = api.FieldFinal
-	fieldPrefix  = api.FieldPrefix
-	fieldLimit   = api.FieldLimit
-	fieldCursor  = api.FieldCursor
-	fieldValue   = api.FieldValue
-	fieldAfter   = api.FieldAfterToken
+	fieldName      = api.FieldName
+	fieldTTLMs     = api.FieldTTLMs
+	fieldWaitMs    = api.FieldWaitMs
+	fieldLeaseID   = api.FieldLeaseID
+	fieldOwner     = api.FieldOwner
+	fieldHolder    = api.FieldHolder
+	fieldUnfair    = api.FieldUnfair
+	fieldWaiter    = api.FieldWaiter
+	fieldFinal     = api.FieldFinal
+	fieldReleaseID = api.FieldReleaseID
+	fieldPrefix    = api.FieldPrefix
+	fieldLimit     = api.FieldLimit
+	fieldCursor    = api.FieldCursor
+	fieldValue     = api.FieldValue
+	fieldAfter     = api.FieldAfterToken
 )
 
 // apiError is an error the API reports to the caller as is.

@@ -137,7 +137,7 @@ func (s *fakeStore) Refresh(_ context.Context, name, id string, ttl time.Duratio
 	return lock.Grant{}, lock.ErrLost
 }
 
-func (s *fakeStore) Release(_ context.Context, name, id string) error {
+func (s *fakeStore) Release(_ context.Context, name, id, _ string) error {
 	s.check(name, id)
 	return lock.ErrLost
 }

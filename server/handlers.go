@@ -165,7 +165,7 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 		// end of its TTL.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.backendTimeout)
 		defer rcancel()
-		err := s.locks.ReleaseID(rctx, name, l.ID())
+		err := s.locks.ReleaseID(rctx, name, l.ID(), "")
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease released",
 			slog.String("lock", name), slog.Any("release_err", err))
 		s.metrics.acquisitions.WithLabelValues(resultCancelled).Inc()
@@ -223,7 +223,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := s.locks.ReleaseID(ctx, name, req.leaseID); err != nil {
+	if err := s.locks.ReleaseID(ctx, name, req.leaseID, req.releaseID); err != nil {
 		aerr, result := s.failure(r, ctx, opRelease, name, start, err)
 		if result == resultLost {
 			s.leases.gone(name, req.leaseID)

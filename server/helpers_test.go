@@ -257,9 +257,9 @@ func (c *counting) Refresh(ctx context.Context, name, id string, ttl time.Durati
 	return c.LeaseStore.Refresh(ctx, name, id, ttl)
 }
 
-func (c *counting) Release(ctx context.Context, name, id string) error {
+func (c *counting) Release(ctx context.Context, name, id, op string) error {
 	c.calls.Add(1)
-	return c.LeaseStore.Release(ctx, name, id)
+	return c.LeaseStore.Release(ctx, name, id, op)
 }
 
 func (c *counting) Inspect(ctx context.Context, name string) (lock.State, error) {

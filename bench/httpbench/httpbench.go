@@ -531,7 +531,7 @@ func bareHandler(locks *lock.Client) http.Handler {
 	}, func(ctx context.Context, name, leaseID string) error {
 		ctx, cancel := context.WithTimeout(ctx, server.DefaultBackendTimeout)
 		defer cancel()
-		return locks.ReleaseID(ctx, name, leaseID)
+		return locks.ReleaseID(ctx, name, leaseID, "")
 	})
 }
 

@@ -29,6 +29,7 @@ const (
 	ErrorErrorFieldName       ErrorErrorField = "name"
 	ErrorErrorFieldOwner      ErrorErrorField = "owner"
 	ErrorErrorFieldPrefix     ErrorErrorField = "prefix"
+	ErrorErrorFieldReleaseId  ErrorErrorField = "release_id"
 	ErrorErrorFieldTtlMs      ErrorErrorField = "ttl_ms"
 	ErrorErrorFieldUnfair     ErrorErrorField = "unfair"
 	ErrorErrorFieldValue      ErrorErrorField = "value"
@@ -56,6 +57,8 @@ func (e ErrorErrorField) Valid() bool {
 	case ErrorErrorFieldOwner:
 		return true
 	case ErrorErrorFieldPrefix:
+		return true
+	case ErrorErrorFieldReleaseId:
 		return true
 	case ErrorErrorFieldTtlMs:
 		return true
@@ -344,6 +347,14 @@ type RefreshRequest struct {
 type ReleaseRequest struct {
 	// LeaseId The lease id acquire returned (128 random bits in hex). A secret of the holder.
 	LeaseId LeaseID `json:"lease_id"`
+
+	// ReleaseId This release's id across its retries: 32 hex digits, 128
+	// random bits new for each release, the same each time it is
+	// sent again. A lock held more than once by its holder loses one
+	// hold per release id, so a release sent again after a lost
+	// answer takes off no second hold. Without it, each request is a
+	// release of its own.
+	ReleaseId *string `json:"release_id,omitempty"`
 }
 
 // Status defines model for Status.
@@ -720,7 +731,7 @@ type ClientInterface interface {
 
 	// ReleaseWithBody Release a held lease
 	//
-	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
+	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lock held more than once (holder) loses one hold per release; send a release_id, the same in each retry, so that a retry is not taken for another release. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -729,7 +740,7 @@ type ClientInterface interface {
 
 	// Release Release a held lease
 	//
-	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
+	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lock held more than once (holder) loses one hold per release; send a release_id, the same in each retry, so that a retry is not taken for another release. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1146,7 +1157,7 @@ func (c *Client) Refresh(ctx context.Context, name Name, body RefreshJSONRequest
 
 // ReleaseWithBody Release a held lease
 //
-// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
+// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lock held more than once (holder) loses one hold per release; send a release_id, the same in each retry, so that a retry is not taken for another release. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1165,7 +1176,7 @@ func (c *Client) ReleaseWithBody(ctx context.Context, name Name, contentType str
 
 // Release Release a held lease
 //
-// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
+// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lock held more than once (holder) loses one hold per release; send a release_id, the same in each retry, so that a retry is not taken for another release. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2209,7 +2220,7 @@ type ClientWithResponsesInterface interface {
 
 	// ReleaseWithBodyWithResponse Release a held lease
 	//
-	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
+	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lock held more than once (holder) loses one hold per release; send a release_id, the same in each retry, so that a retry is not taken for another release. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2218,7 +2229,7 @@ type ClientWithResponsesInterface interface {
 
 	// ReleaseWithResponse Release a held lease
 	//
-	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
+	// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lock held more than once (holder) loses one hold per release; send a release_id, the same in each retry, so that a retry is not taken for another release. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4152,7 +4163,7 @@ func (c *ClientWithResponses) RefreshWithResponse(ctx context.Context, name Name
 
 // ReleaseWithBodyWithResponse Release a held lease
 //
-// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
+// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lock held more than once (holder) loses one hold per release; send a release_id, the same in each retry, so that a retry is not taken for another release. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4167,7 +4178,7 @@ func (c *ClientWithResponses) ReleaseWithBodyWithResponse(ctx context.Context, n
 
 // ReleaseWithResponse Release a held lease
 //
-// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
+// Deletes the lease if lease_id holds it and wakes waiters. Releasing again by the lease id that released it also answers 200, for as long as the lease would have lived, so a retry after a lost reply is not mistaken for a lost lease. A lock held more than once (holder) loses one hold per release; send a release_id, the same in each retry, so that a retry is not taken for another release. A lease id that never held the lock, or whose lease expired or was taken over, is a 410.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
