@@ -739,8 +739,10 @@ class Lease:
         retried until then, but never later than a third of the validity
         left), sets lost and calls on_lost(lease, error) once, from the
         keep-alive thread; an on_lost that raises is logged (logger
-        "fenced"). A refresh() meanwhile counts: the next refresh is a third
-        of its TTL after it.
+        "fenced"). The first refresh is a third of the TTL after the grant
+        (or the latest refresh), however late the keep-alive starts: at
+        once if that is past. A refresh() meanwhile counts: the next
+        refresh is a third of its TTL after it.
         release() or stop_keep_alive() stops the thread and waits for it."""
         with self._mu:
             if self._thread is not None:
@@ -769,8 +771,11 @@ class Lease:
 
     def _keep_alive_loop(self) -> None:
         with self._mu:
+            # A third of the TTL after the grant or the latest refresh, not
+            # after this start: a keep-alive started later than that
+            # refreshes at once, rather than sleep past the validity.
             seen = self._refreshes
-            next_refresh = time.monotonic() + self.ttl_ms / 3000.0
+            next_refresh = self._refreshed + self.ttl_ms / 3000.0
         while True:
             with self._mu:
                 if self._refreshes != seen:

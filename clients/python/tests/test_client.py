@@ -706,6 +706,28 @@ class RedisTest(unittest.TestCase):
         self.assertTrue(self.client.inspect(name).held)
         lease.release()
 
+    def test_keep_alive_started_late_refreshes_at_once(self) -> None:
+        # keep_alive() starts when 0.7 s of the 3 s lease's validity are
+        # left, after the refresh that a keep-alive running from the grant
+        # would have sent (at 1 s). It must refresh at once, planning from
+        # the grant, not a third of the TTL after it starts, which is past
+        # the validity: it would report the lease lost without trying.
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=3000, wait_ms=0)
+        granted = lease.deadline
+        time.sleep(max(0.0, lease.valid_for() - 0.7))  # the delay under test, not a synchronisation
+        lease.keep_alive()
+        self.addCleanup(lease.stop_keep_alive)
+        # Well past the grant's validity: 1.5 s more, half the TTL.
+        if lease.lost.wait(timeout=max(0.0, granted - time.monotonic()) + 1.5):
+            self.fail(f"a keep-alive started late lost the lease: {lease.lost_reason}")
+        self.assertGreater(lease.deadline, granted, "the keep-alive never refreshed")
+        st = self.client.inspect(name)
+        self.assertTrue(st.held)
+        self.assertEqual(st.token, lease.token)
+        lease.release()
+        self.assertFalse(self.client.inspect(name).held)
+
     def test_keep_alive_retries_503s_within_the_validity(self) -> None:
         # Two refreshes answer 503 with Retry-After: 1 (what fenced sends
         # with every 503). Waiting that second would outlast the 600 ms
