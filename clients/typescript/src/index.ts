@@ -769,9 +769,11 @@ export class Lease {
   /**
    * Refresh the lease every ttl/3 with the TTL it was granted (or last
    * refreshed with: a refresh() meanwhile counts, and a shorter TTL brings
-   * the next refresh forward). A refresh that answers lost, or a validity
-   * that runs out without a successful refresh (retryable errors are
-   * retried until then), aborts signal, resolves lost and calls onLost
+   * the next refresh forward). The first refresh is a third of the TTL
+   * after the grant (or the latest refresh), however late keepAlive() is
+   * called: at once if that is past. A refresh that answers lost, or a
+   * validity that runs out without a successful refresh (retryable errors
+   * are retried until then), aborts signal, resolves lost and calls onLost
    * once. An onLost that throws is reported with console.error and
    * otherwise ignored. release() or stopKeepAlive() stops it.
    */
@@ -790,7 +792,10 @@ export class Lease {
   }
 
   async #keepAlive(stop: AbortSignal): Promise<void> {
-    let next = performance.now() + this.#ttlMs / 3;
+    // A third of the TTL after the grant or the latest refresh, not after
+    // this start: a keep-alive started later than that refreshes at once,
+    // rather than sleep past the validity.
+    let next = this.#refreshedAt + this.#ttlMs / 3;
     let seen = this.#refreshes;
     while (!stop.aborted && !this.#lost.signal.aborted) {
       if (this.#refreshes !== seen) {

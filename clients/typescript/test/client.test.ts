@@ -609,6 +609,31 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("refreshes at once when keepAlive() starts after the refresh was due", async () => {
+    // keepAlive() starts when 700 ms of the 3 s lease's validity are left,
+    // after the refresh that a keep-alive running from the grant would have
+    // sent (at 1 s). It must refresh at once, planning from the grant, not
+    // a third of the TTL after it starts, which is past the validity: it
+    // would report the lease lost without trying.
+    const name = unique();
+    const lease = await client.acquire(name, { ttlMs: 3000, waitMs: 0 });
+    const granted = lease.deadline;
+    try {
+      await sleep(Math.max(0, lease.validForMs() - 700)); // the delay under test, not a synchronisation
+      lease.keepAlive();
+      // Well past the grant's validity: 1.5 s more, half the TTL.
+      const err = await within(lease.lost, Math.max(0, granted - performance.now()) + 1500);
+      if (err !== "timeout") assert.fail(`a keep-alive started late lost the lease: ${err.message}`);
+      assert.ok(lease.deadline > granted, "the keep-alive never refreshed");
+      const st = await client.inspect(name);
+      assert.equal(st.held, true);
+      assert.equal(st.token, lease.token);
+    } finally {
+      await lease.release().catch(() => {});
+    }
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
   it("retries refreshes answered 503 within the validity", async () => {
     // Two refreshes answer 503 with Retry-After: 1 (what fenced sends with
     // every 503). Waiting that second would outlast the 600 ms lease: the
