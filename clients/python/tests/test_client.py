@@ -400,10 +400,33 @@ class DevTest(unittest.TestCase):
         self.assertNotIn("waiter", waits[1])
         self.assertRegex(waits[2]["waiter"], WAITER)
         self.assertNotEqual(waits[0]["waiter"], waits[2]["waiter"])  # one per call
+        # Each call is one wait: its request is the last, and says so.
+        self.assertEqual([b.get("final") for b in waits], [True, None, True])
 
         term = c.elect(unique(), value="py-w", wait_ms=1000)
         self.addCleanup(term.release)
-        self.assertRegex(proxy.bodies(b"/campaign")[0]["waiter"], WAITER)
+        campaign = proxy.bodies(b"/campaign")[0]
+        self.assertRegex(campaign["waiter"], WAITER)
+        self.assertIs(campaign["final"], True)
+
+    def waiters(self, name: str) -> int:
+        """How many wait in the queue of lock name, by the server's GET
+        (the client's LockState does not carry it)."""
+        url = f"{self.daemon.url}/v1/locks/{urllib.parse.quote(name, safe='')}"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return json.load(resp)["waiters"]
+
+    def test_ended_wait_leaves_the_queue(self) -> None:
+        # A waiting acquire that ends held gives its place in the queue up
+        # with its answer (final): the client will not come back for it.
+        # Kept (3 s), the place would stand before every later waiter of
+        # the free lock, which the server would answer "held".
+        name = unique()
+        holder = self.client.acquire(name, ttl_ms=10_000, wait_ms=0)
+        self.addCleanup(holder.release)
+        with self.assertRaises(fenced.HeldError):
+            self.client.acquire(name, ttl_ms=10_000, wait_ms=200)
+        self.assertEqual(self.waiters(name), 0, "the ended wait kept its place in the queue")
 
     def test_lost_answer_finds_its_grant(self) -> None:
         # The answer to the first acquire is cut after the server granted
