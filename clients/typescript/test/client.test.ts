@@ -313,6 +313,8 @@ describe("fenced dev (etcd leases)", () => {
     const waiters = [sent[1].waiter, sent[3].waiter, sent[4].waiter];
     for (const w of waiters) assert.match(String(w), LEASE_ID);
     assert.equal(new Set(waiters).size, 3, "a waiter is drawn anew for each call");
+    // Each call is one wait: its request is the last, and says so.
+    assert.deepEqual(sent.map((b) => b.final), [undefined, true, undefined, true, true]);
 
     // The server recorded that waiter with the grant: the same waiter gets
     // the same lease back (what a lost answer's retry relies on).
@@ -328,6 +330,25 @@ describe("fenced dev (etcd leases)", () => {
     assert.equal(doc.token, lease.token);
     await lease.release();
     assert.equal((await client.inspect(name)).held, false);
+  });
+
+  it("leaves the queue when a wait ends held", async () => {
+    // A waiting acquire that ends held gives its place in the queue up with
+    // its answer (final): the client will not come back for it. Kept (3 s),
+    // the place would stand before every later waiter of the free lock,
+    // which the server would answer "held". The client's inspect() does not
+    // carry waiters: read the server's GET.
+    const name = unique();
+    const holder = await client.acquire(name, { ttlMs: 10_000, waitMs: 0 });
+    try {
+      await assert.rejects(client.acquire(name, { ttlMs: 10_000, waitMs: 200 }), HeldError);
+      const resp = await fetch(`${daemon.url}/v1/locks/${name}`);
+      const text = await resp.text();
+      assert.equal(resp.status, 200, text);
+      assert.equal((JSON.parse(text) as { waiters: number }).waiters, 0, `the ended wait kept its place in the queue: ${text}`);
+    } finally {
+      await holder.release();
+    }
   });
 
   it("finds a waiting acquire's grant again when its answer is lost", async () => {
