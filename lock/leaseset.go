@@ -50,7 +50,7 @@ func NewLeaseSet(k LeaseKeeper) (*LeaseSet, error) {
 // server: g is what was granted and start when the request was sent, so
 // that validity = g.TTL - elapsed - Drift. The set's keeper refreshes and
 // releases it by its lease id. Options: WithKeepAlive or WithDetached;
-// WithWait and WithRetry do not apply (the lease is already held). A lease
+// the others do not apply (the lease is already held) and are an error. A lease
 // with no validity left is released, and Adopt returns ErrNotAcquired.
 func (s *LeaseSet) Adopt(ctx context.Context, name, leaseID string, g Grant, start time.Time, opts ...Option) (*Lease, error) {
 	o, err := ResolveOptions(false, opts...)
@@ -59,6 +59,9 @@ func (s *LeaseSet) Adopt(ctx context.Context, name, leaseID string, g Grant, sta
 	}
 	if o.Wait != 0 || o.Retry != nil {
 		return nil, fmt.Errorf("%w: WithWait and WithRetry do not apply to Adopt: the lease is already held", ErrInvalidOption)
+	}
+	if o.Owner != "" || o.Holder != "" || o.Unfair || o.Waiter != "" || o.Final {
+		return nil, fmt.Errorf("%w: WithOwner, WithHolder, WithUnfair, WithWaiter and WithFinal do not apply to Adopt: they shape an acquisition, and the lease is already held; give them where it is acquired", ErrInvalidOption)
 	}
 	if err := validateID(name, leaseID); err != nil {
 		return nil, err

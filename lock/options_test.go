@@ -58,8 +58,18 @@ func TestOptionsThatDoNotApply(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Adopt(ctx, name, l.ID(), lock.Grant{Token: l.Token(), TTL: time.Second}, time.Now(), lock.WithWait(time.Second)); !errors.Is(err, lock.ErrInvalidOption) {
-		t.Fatalf("Adopt with WithWait: %v, want ErrInvalidOption", err)
+	for label, o := range map[string]lock.Option{
+		"WithWait":   lock.WithWait(time.Second),
+		"WithOwner":  lock.WithOwner("billing"),
+		"WithHolder": lock.WithHolder("worker-1"),
+		"WithUnfair": lock.WithUnfair(),
+		"WithWaiter": lock.WithWaiter("00112233445566778899aabbccddeeff"),
+	} {
+		// These shape an acquisition; Adopt used to drop all but WithWait
+		// and WithRetry silently.
+		if _, err := c.Adopt(ctx, name, l.ID(), lock.Grant{Token: l.Token(), TTL: time.Second}, time.Now(), o); !errors.Is(err, lock.ErrInvalidOption) {
+			t.Fatalf("Adopt with %s: %v, want ErrInvalidOption", label, err)
+		}
 	}
 }
 
