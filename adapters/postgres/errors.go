@@ -26,6 +26,16 @@ const (
 	sqlStateDeadlockDetected     = "40P01"
 )
 
+// sqlStateProgramLimitExceeded is what the fence table's upsert fails with
+// when the resource name is too long for the table's primary key: a btree
+// entry holds at most 2704 bytes, after compression.
+const sqlStateProgramLimitExceeded = "54000"
+
+// indexLimitAdvice says what a name too long for the fence table may be.
+// The limit is not a fixed number of bytes: a name that compresses well
+// fits in more.
+const indexLimitAdvice = "PostgreSQL's index on the fence table holds names of about 2,700 bytes (more only if they compress well); use a shorter name, such as a hash of the long one"
+
 var (
 	// ErrNoRow is returned by the column guard when the guarded row does not
 	// exist. It is not a stale token: no holder has written the row.
@@ -69,15 +79,36 @@ func checkResource(resource string) error {
 	return nil
 }
 
+// tooLongForIndex returns the caller's error for the fence table's refusal
+// of a resource name too long for its primary key, or nil if err is not
+// that: asking again, as for a failure of the database, cannot succeed.
+func tooLongForIndex(err error, resource string) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != sqlStateProgramLimitExceeded {
+		return nil
+	}
+	return fmt.Errorf("%w: %.32q… is %d bytes long; %s: %w", fence.ErrInvalidResource, resource, len(resource), indexLimitAdvice, err)
+}
+
 // MapError turns an error raised by the SQL function fence_admit (SQLSTATE
 // [SQLStateStale]) into a [*fence.StaleError] with the resource, token and
 // highest token it reports, so that [fence.IsStale] and errors.As work the
-// same way for SQL written by hand as for this package. Any other error,
-// and nil, is returned unchanged. The InTx methods apply it to the error of
-// their function.
+// same way for SQL written by hand as for this package. A resource name too
+// long for the fence table's index, refused inside fence_admit (SQLSTATE
+// 54000, with fence_admit in the error's context), becomes an error
+// matching [fence.ErrInvalidResource]. Any other error, and nil, is returned
+// unchanged. The InTx methods apply it to the error of their function.
 func MapError(err error) error {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != SQLStateStale {
+	if !errors.As(err, &pe) {
+		return err
+	}
+	// 54000 alone could be any limit of any statement, a table of the
+	// caller's among them; inside fence_admit it can only be the name.
+	if pe.Code == sqlStateProgramLimitExceeded && strings.Contains(pe.Where, "fence_admit(text,bigint)") {
+		return fmt.Errorf("%w: a name given to fence_admit is too long; %s: %w", fence.ErrInvalidResource, indexLimitAdvice, err)
+	}
+	if pe.Code != SQLStateStale {
 		return err
 	}
 	if se, ok := parseStale(pe.Detail); ok {

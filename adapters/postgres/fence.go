@@ -132,6 +132,9 @@ func (f *Fence) admit(ctx context.Context, q querier, resource string, t fence.T
 		if err == nil {
 			return nil
 		}
+		if e := tooLongForIndex(err, resource); e != nil {
+			return e
+		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return withCtx(ctx, fmt.Errorf("postgres: admit token %d for %q: %w", t, resource, err))
 		}

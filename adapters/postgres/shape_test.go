@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -185,5 +187,61 @@ func TestResourceTextCannotHold(t *testing.T) {
 		if rec.Code != want {
 			t.Errorf("%s: %d %s, want %d", path, rec.Code, rec.Body, want)
 		}
+	}
+}
+
+// A name too long for the fence table's primary key (SQLSTATE 54000) is the
+// caller's error too: retrying it, as a 503 invites, fails the same way
+// forever. Random hex barely compresses, so 4000 characters stay above the
+// btree's 2704-byte limit; 4000 repeated letters compress and fit.
+func TestResourceTooLongForTheIndex(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testPool(t)
+	f, schema := newFence(t, pool)
+	b := make([]byte, 2000)
+	_, _ = rand.Read(b) // never fails, per crypto/rand
+	long := hex.EncodeToString(b)
+
+	errs := map[string]error{"Admit": f.Admit(ctx, long, 5), "InTx": f.InTx(ctx, long, 5, nil)}
+	if tx, err := pool.Begin(ctx); err == nil {
+		errs["AdmitTx"] = f.AdmitTx(ctx, tx, long, 5)
+		_ = tx.Rollback(ctx)
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT "+ident(schema)+".fence_admit($1, 5)", long)
+		return err
+	})
+	errs["fence_admit with MapError"] = postgres.MapError(err)
+	for name, err := range errs {
+		if !errors.Is(err, fence.ErrInvalidResource) || postgres.IsRetryable(err) {
+			t.Errorf("%s: %v, want fence.ErrInvalidResource, not retryable", name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "hash") {
+			t.Errorf("%s: %q does not suggest hashing a long name", name, err)
+		}
+		if name != "fence_admit with MapError" && !strings.Contains(err.Error(), "4000 bytes") {
+			t.Errorf("%s: %q does not give the name's length", name, err)
+		}
+	}
+	if err := f.Admit(ctx, strings.Repeat("a", 4000), 5); err != nil {
+		t.Errorf("a long name that compresses below the limit: %v", err)
+	}
+	// The same limit in a table of the caller's is the caller's own error,
+	// not an invalid resource: MapError leaves it alone.
+	mustExec(t, pool, "CREATE TABLE "+ident(schema, "notes")+" (k text PRIMARY KEY)")
+	_, err = pool.Exec(ctx, "INSERT INTO "+ident(schema, "notes")+" VALUES ($1)", long)
+	if err == nil || postgres.MapError(err) != err {
+		t.Errorf("MapError of a 54000 raised outside fence_admit: %v, want it unchanged", postgres.MapError(err))
+	}
+
+	h := fence.Middleware(f, func(r *http.Request) string { return r.URL.Path[1:] })(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	req := httptest.NewRequest("PUT", "/"+long, nil)
+	req.Header.Set(fence.Header, "5")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "invalid_argument") {
+		t.Errorf("Middleware: %d %.300s, want 400 invalid_argument", rec.Code, rec.Body)
 	}
 }
