@@ -42,8 +42,11 @@ func NewColumn(db Beginner, table, keyColumn string, opts ...Option) (*Column, e
 	if c.tableSet {
 		return nil, fmt.Errorf("%w: WithTable applies to a Fence, not a Column; the guarded table is an argument of NewColumn", ErrInvalidOption)
 	}
+	if err := checkSchema(c.schema, false); err != nil {
+		return nil, err
+	}
 	for _, n := range []struct{ what, name string }{
-		{"schema", c.schema}, {"table", table}, {"key column", keyColumn}, {"fence column", c.fenceColumn},
+		{"table", table}, {"key column", keyColumn}, {"fence column", c.fenceColumn},
 	} {
 		if err := checkName(n.what, n.name, false); err != nil {
 			return nil, err

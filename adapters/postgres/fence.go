@@ -64,7 +64,7 @@ func fenceConfig(opts []Option) (config, error) {
 	if c.fenceColumnSet {
 		return c, fmt.Errorf("%w: WithFenceColumn applies to a Column, not a Fence", ErrInvalidOption)
 	}
-	if err := checkName("schema", c.schema, true); err != nil {
+	if err := checkSchema(c.schema, true); err != nil {
 		return c, err
 	}
 	if err := checkName("fence table", c.table, true); err != nil {

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -34,7 +35,8 @@ func defaultConfig() config {
 
 // WithSchema sets the schema that holds the fence table, the schema-version
 // table and the fence_admit function (for a Fence) or the guarded table (for
-// a Column). The default is "public".
+// a Column). The default is "public". Names starting with "pg_" are
+// reserved by PostgreSQL and refused.
 func WithSchema(name string) Option {
 	return func(c *config) error {
 		c.schema = name
@@ -104,8 +106,24 @@ func checkName(what, name string, inBody bool) error {
 		return fmt.Errorf("%w: %s %q is %d bytes long; PostgreSQL allows at most %d", ErrInvalidName, what, name, len(name), maxIdentLen)
 	case strings.ContainsRune(name, 0):
 		return fmt.Errorf("%w: %s %q contains a NUL byte", ErrInvalidName, what, name)
+	case !utf8.ValidString(name):
+		// The server would refuse the statement, later and less clearly.
+		return fmt.Errorf("%w: %s %q is not valid UTF-8; a name must be UTF-8 text", ErrInvalidName, what, name)
 	case inBody && strings.ContainsRune(name, '$'):
 		return fmt.Errorf("%w: %s %q contains '$', which this package does not allow in names used inside fence_admit", ErrInvalidName, what, name)
+	}
+	return nil
+}
+
+// checkSchema validates a schema name as checkName does, and refuses the
+// prefix PostgreSQL reserves: CREATE SCHEMA fails for it, and no table of
+// the caller's can be in such a schema.
+func checkSchema(name string, inBody bool) error {
+	if err := checkName("schema", name, inBody); err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, "pg_") {
+		return fmt.Errorf("%w: schema %q starts with \"pg_\", which PostgreSQL reserves for its system schemas; choose a name without that prefix", ErrInvalidName, name)
 	}
 	return nil
 }

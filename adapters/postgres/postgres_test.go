@@ -363,6 +363,9 @@ func TestInvalid(t *testing.T) {
 		{"long table", []postgres.Option{postgres.WithTable(long)}, postgres.ErrInvalidName},
 		{"NUL in schema", []postgres.Option{postgres.WithSchema("a\x00b")}, postgres.ErrInvalidName},
 		{"dollar in table", []postgres.Option{postgres.WithTable("a$b")}, postgres.ErrInvalidName},
+		{"invalid UTF-8 in schema", []postgres.Option{postgres.WithSchema("a\xffb")}, postgres.ErrInvalidName},
+		{"invalid UTF-8 in table", []postgres.Option{postgres.WithTable("a\xffb")}, postgres.ErrInvalidName},
+		{"reserved schema", []postgres.Option{postgres.WithSchema("pg_fence")}, postgres.ErrInvalidName},
 		{"fence column on a Fence", []postgres.Option{postgres.WithFenceColumn("x")}, postgres.ErrInvalidOption},
 		{"read-only", []postgres.Option{postgres.WithTxOptions(pgx.TxOptions{AccessMode: pgx.ReadOnly})}, postgres.ErrInvalidOption},
 		{"nil option", []postgres.Option{nil}, postgres.ErrInvalidOption},
@@ -384,6 +387,10 @@ func TestInvalid(t *testing.T) {
 		{"empty fence column", "t", "id", []postgres.Option{postgres.WithFenceColumn("")}, postgres.ErrInvalidName},
 		{"long key", "t", long, nil, postgres.ErrInvalidName},
 		{"key is fence column", "t", "fence_token", nil, postgres.ErrInvalidName},
+		{"invalid UTF-8 in table", "t\xff", "id", nil, postgres.ErrInvalidName},
+		{"invalid UTF-8 in key", "t", "id\xc3", nil, postgres.ErrInvalidName},
+		{"invalid UTF-8 in fence column", "t", "id", []postgres.Option{postgres.WithFenceColumn("f\xff")}, postgres.ErrInvalidName},
+		{"reserved schema", "t", "id", []postgres.Option{postgres.WithSchema("pg_catalog")}, postgres.ErrInvalidName},
 		{"table option on a Column", "t", "id", []postgres.Option{postgres.WithTable("x")}, postgres.ErrInvalidOption},
 	} {
 		if _, err := postgres.NewColumn(pool, c.table, c.key, c.opts...); !errors.Is(err, c.want) {
@@ -393,6 +400,15 @@ func TestInvalid(t *testing.T) {
 	// '$' is fine in a Column's names: they never enter fence_admit.
 	if _, err := postgres.NewColumn(pool, "t$1", "id$"); err != nil {
 		t.Errorf("NewColumn with '$': %v", err)
+	}
+	// Only a schema's "pg_" is reserved, and only in lower case.
+	if _, err := postgres.NewFence(pool, postgres.WithSchema("PG_fence"), postgres.WithTable("pg_tokens")); err != nil {
+		t.Errorf("NewFence with schema PG_fence and table pg_tokens: %v", err)
+	}
+	for _, c := range []struct{ schema, want string }{{"a\xffb", "UTF-8"}, {"pg_fence", `"pg_"`}} {
+		if _, err := postgres.NewFence(pool, postgres.WithSchema(c.schema)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewFence with schema %q: %v, want an error that mentions %s", c.schema, err, c.want)
+		}
 	}
 
 	f, err := postgres.NewFence(pool)
