@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,7 +17,10 @@ import (
 // [NewColumn]. A Column is safe for concurrent use.
 //
 // A stale error names the row as the resource "<table>/<key>", the key
-// formatted with fmt's %v.
+// formatted with fmt's %v. A key that the key column's type cannot hold is
+// an error from the server, except a string key (or a key of a string type)
+// with a NUL byte or invalid UTF-8, or a []byte key that a text key column
+// refuses for the same reason: these match [fence.ErrInvalidResource].
 type Column struct {
 	db                  Beginner
 	schema, table       string
@@ -114,11 +118,17 @@ func (c *Column) AdmitTx(ctx context.Context, tx pgx.Tx, key any, t fence.Token)
 	if err != nil {
 		return err
 	}
+	if err := c.checkKey(key); err != nil {
+		return err
+	}
 	for range admitAttempts {
 		var got int64
 		err := tx.QueryRow(ctx, c.admitSQL, key, tok).Scan(&got)
 		if err == nil {
 			return nil
+		}
+		if hasCode(err, sqlStateCharacterNotInRepertoire) {
+			return c.invalidKey(key, err)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return withCtx(ctx, fmt.Errorf("postgres: admit token %d for %s: %w", t, c.resource(key), err))
@@ -149,6 +159,9 @@ func (c *Column) Rejected(ctx context.Context, tx pgx.Tx, key any, t fence.Token
 	if err != nil {
 		return err
 	}
+	if err := c.checkKey(key); err != nil {
+		return err
+	}
 	return c.rejected(ctx, tx, key, t, tok)
 }
 
@@ -161,6 +174,8 @@ func (c *Column) rejected(ctx context.Context, tx pgx.Tx, key any, t fence.Token
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s", ErrNoRow, c.resource(key))
+	case hasCode(err, sqlStateCharacterNotInRepertoire):
+		return c.invalidKey(key, err)
 	case err != nil:
 		return withCtx(ctx, fmt.Errorf("postgres: read fence token of %s: %w", c.resource(key), err))
 	case highest == nil:
@@ -181,9 +196,38 @@ func (c *Column) InTx(ctx context.Context, key any, t fence.Token, fn func(ctx c
 	if _, err := pgToken(t); err != nil {
 		return err
 	}
+	if err := c.checkKey(key); err != nil {
+		return err
+	}
 	return inTx(ctx, c.db, c.txOptions, func(ctx context.Context, tx pgx.Tx) error {
 		return c.AdmitTx(ctx, tx, key, t)
 	}, fn)
 }
 
 func (c *Column) resource(key any) string { return fmt.Sprintf("%s/%v", c.table, key) }
+
+// checkKey refuses, before a round trip, a string key that no column can
+// take: pgx sends it as text. A []byte key is left to the server, because a
+// bytea key column holds any bytes; a text one refuses them with SQLSTATE
+// 22021 (see invalidKey).
+func (c *Column) checkKey(key any) error {
+	v := reflect.ValueOf(key)
+	if v.Kind() != reflect.String {
+		return nil
+	}
+	if err := checkResource(v.String()); err != nil {
+		return fmt.Errorf("postgres: key of table %q: %w", c.table, err)
+	}
+	return nil
+}
+
+// invalidKey is the error for a key the server refused as text (SQLSTATE
+// 22021). The key is quoted: raw, a NUL byte or invalid UTF-8 would end up
+// in logs and HTTP bodies.
+func (c *Column) invalidKey(key any, err error) error {
+	k := fmt.Sprint(key)
+	if b, ok := key.([]byte); ok {
+		k = string(b)
+	}
+	return fmt.Errorf("%w: key %q of table %q has a NUL byte or invalid UTF-8, which PostgreSQL text cannot hold: %w", fence.ErrInvalidResource, k, c.table, err)
+}

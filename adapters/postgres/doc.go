@@ -65,7 +65,8 @@
 // carries the highest token admitted. A row that a Column cannot find matches
 // [ErrNoRow], and is not stale. A zero token, or one above math.MaxInt64
 // (tokens are stored as bigint), matches [fence.ErrInvalidToken]; a resource
-// name that PostgreSQL text cannot hold (a NUL byte, invalid UTF-8), or that
+// name or a Column's text key that PostgreSQL text cannot hold (a NUL byte,
+// invalid UTF-8), or a resource name that
 // is too long for the fence table's primary key (about 2,700 bytes, more only
 // if the name compresses well; hash longer names), matches
 // [fence.ErrInvalidResource], which [fence.Middleware] answers 400, not 503.

@@ -26,6 +26,10 @@ const (
 	sqlStateDeadlockDetected     = "40P01"
 )
 
+// sqlStateCharacterNotInRepertoire is what the server answers for a text
+// parameter with a NUL byte or invalid UTF-8.
+const sqlStateCharacterNotInRepertoire = "22021"
+
 // sqlStateProgramLimitExceeded is what the fence table's upsert fails with
 // when the resource name is too long for the table's primary key: a btree
 // entry holds at most 2704 bytes, after compression.
@@ -55,6 +59,12 @@ var (
 	ErrInvalidOption = errors.New("postgres: invalid option")
 )
 
+// hasCode reports whether err is a PostgreSQL error with SQLSTATE code.
+func hasCode(err error, code string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code
+}
+
 // pgToken checks t and converts it to a bigint.
 func pgToken(t fence.Token) (int64, error) {
 	if t == 0 {
@@ -83,8 +93,7 @@ func checkResource(resource string) error {
 // of a resource name too long for its primary key, or nil if err is not
 // that: asking again, as for a failure of the database, cannot succeed.
 func tooLongForIndex(err error, resource string) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != sqlStateProgramLimitExceeded {
+	if !hasCode(err, sqlStateProgramLimitExceeded) {
 		return nil
 	}
 	return fmt.Errorf("%w: %.32q… is %d bytes long; %s: %w", fence.ErrInvalidResource, resource, len(resource), indexLimitAdvice, err)

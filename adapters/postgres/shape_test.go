@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -243,5 +244,55 @@ func TestResourceTooLongForTheIndex(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "invalid_argument") {
 		t.Errorf("Middleware: %d %.300s, want 400 invalid_argument", rec.Code, rec.Body)
+	}
+}
+
+type accountID string
+
+// A Column key that PostgreSQL text cannot hold is ErrInvalidResource, as a
+// Fence's resource name is, and the error shows it quoted, not raw. A []byte
+// key with a NUL byte is fine for a bytea key column.
+func TestColumnKeyTextCannotHold(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testPool(t)
+	schema := testSchema(t, pool)
+	mustExec(t, pool, "CREATE SCHEMA "+ident(schema))
+	mustExec(t, pool, "CREATE TABLE "+ident(schema, "notes")+" (k text PRIMARY KEY, fence_token bigint NOT NULL DEFAULT 0)")
+	mustExec(t, pool, "CREATE TABLE "+ident(schema, "blobs")+" (k bytea PRIMARY KEY, fence_token bigint NOT NULL DEFAULT 0)")
+	mustExec(t, pool, "INSERT INTO "+ident(schema, "blobs")+" VALUES ('\\x610062', 0)")
+	col, err := postgres.NewColumn(pool, "notes", "k", postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := func(context.Context, pgx.Tx) error { return nil }
+	for _, key := range []any{"a\x00b", "a\xffb", accountID("a\x00b"), []byte("a\x00b"), []byte("a\xffb")} {
+		errs := map[string]error{"InTx": col.InTx(ctx, key, 5, ok)}
+		for _, m := range []string{"AdmitTx", "Rejected"} {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m == "AdmitTx" {
+				errs[m] = col.AdmitTx(ctx, tx, key, 5)
+			} else {
+				errs[m] = col.Rejected(ctx, tx, key, 5)
+			}
+			_ = tx.Rollback(ctx)
+		}
+		for name, err := range errs {
+			if !errors.Is(err, fence.ErrInvalidResource) {
+				t.Errorf("%s(%q): %v, want fence.ErrInvalidResource", name, key, err)
+			} else if msg := err.Error(); strings.ContainsRune(msg, 0) || !utf8.ValidString(msg) {
+				t.Errorf("%s(%q): message %q holds the key's bytes raw", name, key, msg)
+			}
+		}
+	}
+	blobs, err := postgres.NewColumn(pool, "blobs", "k", postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := blobs.InTx(ctx, []byte("a\x00b"), 5, ok); err != nil {
+		t.Errorf("a []byte key with a NUL byte for a bytea key column: %v", err)
 	}
 }
