@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -36,8 +37,13 @@ func NewMemoryStore() *MemoryStore { return &MemoryStore{} }
 
 // Admit implements Store.
 func (s *MemoryStore) Admit(ctx context.Context, resource string, t Token) error {
-	if t == 0 {
-		return ErrInvalidToken
+	// A token above MaxToken, once admitted, would leave every real token
+	// stale for the resource forever.
+	switch {
+	case t == 0:
+		return fmt.Errorf("%w: 0 means no token; want 1 to %d", ErrInvalidToken, MaxToken)
+	case t > MaxToken:
+		return fmt.Errorf("%w: %d is above the largest token; want 1 to %d", ErrInvalidToken, uint64(t), MaxToken)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,8 +34,15 @@ func TestMemoryStoreAdmitOrder(t *testing.T) {
 	if err := s.Admit(ctx, "other", 1); err != nil {
 		t.Fatalf("resources are independent: %v", err)
 	}
-	if err := s.Admit(ctx, "r", 0); !errors.Is(err, fence.ErrInvalidToken) {
-		t.Fatalf("Admit(0) = %v, want ErrInvalidToken", err)
+	if err := s.Admit(ctx, "r", 0); !errors.Is(err, fence.ErrInvalidToken) || !strings.Contains(err.Error(), "0 means no token") {
+		t.Fatalf("Admit(0) = %v, want ErrInvalidToken saying 0 means no token", err)
+	}
+	// A token above MaxToken, once admitted, would make every real token
+	// stale for the resource forever.
+	for _, tok := range []fence.Token{fence.MaxToken + 1, math.MaxUint64} {
+		if err := s.Admit(ctx, "r", tok); !errors.Is(err, fence.ErrInvalidToken) || !strings.Contains(err.Error(), "9223372036854775807") {
+			t.Fatalf("Admit(%d) = %v, want ErrInvalidToken giving the range", tok, err)
+		}
 	}
 	if got := s.Highest("r"); got != 5 {
 		t.Fatalf("Highest = %d, want 5", got)

@@ -36,9 +36,11 @@ func IsStale(err error) bool { return errors.Is(err, ErrStale) }
 //
 // Admit atomically admits t for resource if t is greater than or equal to the
 // highest token admitted for it, and records t as the highest. Otherwise it
-// returns an error that matches ErrStale (a *StaleError). A zero token is
-// rejected with ErrInvalidToken, a resource name the store cannot hold with
-// ErrInvalidResource.
+// returns an error that matches ErrStale (a *StaleError). A token outside 1
+// to MaxToken is rejected with an error matching ErrInvalidToken, whether or
+// not the store could hold it: admitted, a token above MaxToken would make
+// every token fenced issues stale. A resource name the store cannot hold is
+// rejected with an error matching ErrInvalidResource.
 type Store interface {
 	Admit(ctx context.Context, resource string, t Token) error
 }
