@@ -16,7 +16,7 @@ import (
 )
 
 func TestParseToken(t *testing.T) {
-	good := map[string]fence.Token{"1": 1, "42": 42, "9223372036854775807": fence.MaxToken, "007": 7}
+	good := map[string]fence.Token{"1": 1, "42": 42, "9223372036854775807": fence.MaxToken, "007": 7, "00000000000000000042": 42}
 	for in, want := range good {
 		got, err := fence.ParseToken(in)
 		if err != nil || got != want {

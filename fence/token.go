@@ -22,8 +22,9 @@ func (t Token) String() string { return strconv.FormatUint(uint64(t), 10) }
 // number.
 var ErrInvalidToken = errors.New("fence: invalid token")
 
-// ParseToken parses a token in decimal: 1 to 19 digits, no sign, no spaces,
-// from 1 to MaxToken (2^63-1).
+// ParseToken parses a token in decimal: 1 to 20 digits (leading zeros are
+// accepted, so a zero-padded 20-digit form parses), no sign, no spaces, with
+// a value from 1 to MaxToken (2^63-1).
 func ParseToken(s string) (Token, error) {
 	if s == "" {
 		return 0, fmt.Errorf("%w: empty; want a decimal number from 1 to %d", ErrInvalidToken, MaxToken)
