@@ -43,6 +43,10 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if tok, ok := FromContext(r.Context()); ok && r.Header.Get(Header) == "" {
 		r = r.Clone(r.Context()) // a RoundTripper must not change the caller's request
+		if r.Header == nil {
+			// Clone keeps a nil Header nil; a request built by hand may have one.
+			r.Header = make(http.Header)
+		}
 		SetHeader(r.Header, tok)
 	}
 	return base.RoundTrip(r)

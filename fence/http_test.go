@@ -190,6 +190,32 @@ func TestTransportSetsHeader(t *testing.T) {
 	}
 }
 
+// A request built by hand may have a nil Header; http.Client fills it in,
+// but a RoundTripper can be called directly or by another client.
+func TestTransportNilHeader(t *testing.T) {
+	var got string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Get(fence.Header)
+	}))
+	defer srv.Close()
+	req, err := http.NewRequestWithContext(fence.WithToken(t.Context(), 77), "GET", srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = nil
+	resp, err := (&fence.Transport{}).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got != "77" {
+		t.Fatalf("server saw %q, want 77", got)
+	}
+	if req.Header != nil {
+		t.Fatal("Transport changed the caller's request")
+	}
+}
+
 // narrowStore holds tokens up to 1000 only, as a store whose column is
 // narrower than a token would, and no resource name with a NUL byte, as
 // PostgreSQL text would.
