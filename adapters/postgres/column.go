@@ -46,7 +46,9 @@ func NewColumn(db Beginner, table, keyColumn string, opts ...Option) (*Column, e
 	if c.tableSet {
 		return nil, fmt.Errorf("%w: WithTable applies to a Fence, not a Column; the guarded table is an argument of NewColumn", ErrInvalidOption)
 	}
-	if err := checkSchema(c.schema, false); err != nil {
+	// Not checkSchema: the table exists already, and may be a temporary
+	// one, in pg_temp.
+	if err := checkName("schema", c.schema, false); err != nil {
 		return nil, err
 	}
 	for _, n := range []struct{ what, name string }{

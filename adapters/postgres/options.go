@@ -35,8 +35,9 @@ func defaultConfig() config {
 
 // WithSchema sets the schema that holds the fence table, the schema-version
 // table and the fence_admit function (for a Fence) or the guarded table (for
-// a Column). The default is "public". Names starting with "pg_" are
-// reserved by PostgreSQL and refused.
+// a Column). The default is "public". A Fence refuses names starting with
+// "pg_", which PostgreSQL reserves (it creates the schema); a Column may be
+// on a temporary table, in "pg_temp".
 func WithSchema(name string) Option {
 	return func(c *config) error {
 		c.schema = name

@@ -390,7 +390,6 @@ func TestInvalid(t *testing.T) {
 		{"invalid UTF-8 in table", "t\xff", "id", nil, postgres.ErrInvalidName},
 		{"invalid UTF-8 in key", "t", "id\xc3", nil, postgres.ErrInvalidName},
 		{"invalid UTF-8 in fence column", "t", "id", []postgres.Option{postgres.WithFenceColumn("f\xff")}, postgres.ErrInvalidName},
-		{"reserved schema", "t", "id", []postgres.Option{postgres.WithSchema("pg_catalog")}, postgres.ErrInvalidName},
 		{"table option on a Column", "t", "id", []postgres.Option{postgres.WithTable("x")}, postgres.ErrInvalidOption},
 	} {
 		if _, err := postgres.NewColumn(pool, c.table, c.key, c.opts...); !errors.Is(err, c.want) {
