@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/lock"
@@ -197,7 +198,28 @@ func stringField(fields map[string]json.RawMessage, field, want string) (v strin
 	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
 		return "", true, invalid(field, fmt.Sprintf("%s: want %s, got %s", field, want, excerpt(raw)))
 	}
+	if replaced(raw, v) {
+		return "", true, invalid(field, fmt.Sprintf("%s: not UTF-8 text (an invalid byte, or a \\u escape of half a surrogate pair); want %s", field, want))
+	}
 	return v, true, nil
+}
+
+// replaced reports whether decoding raw into v replaced something with
+// U+FFFD: encoding/json does so silently for invalid UTF-8 and for unpaired
+// surrogate escapes, and two holders that differ only there would become
+// one (a holder is a credential).
+func replaced(raw json.RawMessage, v string) bool {
+	if !strings.ContainsRune(v, utf8.RuneError) {
+		return false
+	}
+	if !utf8.Valid(raw) {
+		return true
+	}
+	// Valid UTF-8 that decodes to U+FFFD: it was sent as itself, or as
+	// \ufffd, or it stands for an unpaired surrogate escape.
+	n := strings.Count(v, string(utf8.RuneError))
+	sent := strings.Count(string(raw), string(utf8.RuneError)) + strings.Count(strings.ToLower(string(raw)), `\ufffd`)
+	return n != sent
 }
 
 // label returns the optional string field (owner or holder), checked by

@@ -259,6 +259,14 @@ func TestAcquireLabelsChecked(t *testing.T) {
 		{`{"wait_ms":100,"waiter":"0123456789abcdef0123456789abcdeX"}`, fieldWaiter},
 		{`{"waiter":"0123456789abcdef0123456789abcdef"}`, fieldWaiter}, // without wait_ms
 		{`{"wait_ms":100,"unfair":true,"waiter":"0123456789abcdef0123456789abcdef"}`, fieldWaiter},
+		// encoding/json turns these into U+FFFD, so that two holders
+		// differing only there were one (a holder is a credential).
+		{`{"holder":"worker-A-\ud800"}`, fieldHolder},
+		{`{"holder":"worker-A-\udbff x"}`, fieldHolder},
+		{"{\"holder\":\"worker-A-\xff\"}", fieldHolder},
+		{"{\"owner\":\"\xff\xfe\"}", fieldOwner},
+		{`{"wait_ms":100,"final":"yes","waiter":"0123456789abcdef0123456789abcdef"}`, fieldFinal},
+		{`{"final":true}`, fieldFinal}, // without a waiter
 	} {
 		r := e.do("POST", "/v1/locks/"+name+"/acquire", c.body)
 		r.errCode(t, http.StatusBadRequest, codeInvalidArgument)
@@ -270,6 +278,11 @@ func TestAcquireLabelsChecked(t *testing.T) {
 	}
 	l := e.mustAcquire(name, `{"ttl_ms":5000,"wait_ms":100,"unfair":true,"owner":"ok"}`)
 	e.release(name, l.LeaseID)
+	// U+FFFD sent as itself, or escaped, is text like any other.
+	for _, owner := range []string{`"\ufffd here"`, "\"\uFFFD \xef\xbf\xbd\""} {
+		l := e.mustAcquire(name, `{"ttl_ms":5000,"owner":`+owner+`}`)
+		e.release(name, l.LeaseID)
+	}
 }
 
 // TestForceRelease: an operator's DELETE frees a held lock for its next
