@@ -409,6 +409,11 @@ func TestInvalidInputTouchesNoKey(t *testing.T) {
 			if err := lock.ValidateName("A-z_0.9:" + strings.Repeat("x", 192)); err != nil {
 				t.Fatalf("a valid 200-character name: %v", err)
 			}
+			// The message names the byte, not a character it is not: "é"
+			// is 0xc3 0xa9, and %q of 0xc3 alone showed 'Ã'.
+			if err := lock.ValidateName("é"); err == nil || !strings.Contains(err.Error(), "byte 0xc3 (not ASCII) at byte 0") {
+				t.Errorf("name %q: %v", "é", err)
+			}
 			// Only "." and ".." alone are path segments; dots elsewhere, and
 			// prefixes of dots, are fine.
 			for _, name := range []string{"...", ".a", "a..", "..b"} {

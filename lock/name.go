@@ -42,7 +42,11 @@ func validateChars(name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' || c == ':') {
-			return fmt.Errorf("%w: %q has %q at byte %d; allowed are A-Z a-z 0-9 . _ - :", ErrInvalidName, name, c, i)
+			bad := fmt.Sprintf("%q", c)
+			if c >= 0x80 {
+				bad = fmt.Sprintf("byte 0x%02x (not ASCII)", c) // %q of one byte of UTF-8 shows another character
+			}
+			return fmt.Errorf("%w: %q has %s at byte %d; allowed are A-Z a-z 0-9 . _ - :", ErrInvalidName, name, bad, i)
 		}
 	}
 	return nil
