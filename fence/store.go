@@ -12,7 +12,8 @@ var ErrStale = errors.New("fence: stale token")
 
 // ErrInvalidResource is matched by the error of a store that cannot hold a
 // resource name: PostgreSQL text, for one, holds no NUL byte and only valid
-// UTF-8. Asking again cannot succeed; Middleware answers it 400.
+// UTF-8, and the fence table's key about 2,700 bytes at most. Asking again
+// cannot succeed; Middleware answers it 400.
 var ErrInvalidResource = errors.New("fence: invalid resource")
 
 // StaleError says which token was rejected and what the resource had seen.
