@@ -375,12 +375,22 @@ class Client:
             body["ttl_ms"] = ttl_ms
         return self._call("POST", name, "/refresh", body, resend_lost=True)
 
-    def release_id(self, name: str, lease_id: str) -> None:
+    def release_id(self, name: str, lease_id: str, release_id: Optional[str] = None) -> None:
         """Release the lease lease_id of name. Lease.release is the usual way.
         A release whose answer was lost is sent again, as a 503 is (up to
         retries times): the server answers a release by the lease id that
-        released it with success, so asking again is safe."""
-        self._call("POST", name, "/release", {"lease_id": lease_id}, resend_lost=True)
+        released it with success, so asking again is safe.
+
+        release_id (API field release_id) is this release's id across its
+        retries: 32 hex digits, such as secrets.token_hex(16); None draws a
+        new one for this call, which its own resends carry. A lock held more
+        than once by its holder (reentrant) loses one hold per release id, so
+        to send a release again yourself (after a TransportError, say), pass
+        the same release_id each time, or the retry takes off a second hold.
+        The server refuses a malformed one (InvalidArgumentError)."""
+        if release_id is None:
+            release_id = secrets.token_hex(16)
+        self._call("POST", name, "/release", {"lease_id": lease_id, "release_id": release_id}, resend_lost=True)
 
     def _take(self, name: str, action: str, body: dict[str, Any], wait_ms: int, kind: str) -> "Lease":
         """POST an acquire or campaign body and make its answer a Lease."""
@@ -612,6 +622,10 @@ class Lease:
         started += max(0, int(doc.get("waited_ms", 0))) / 1000.0
         self._deadline = started + max(0.0, validity(self.ttl_ms, started, started))
         self._released = False  # a release was begun (or done); reset if it failed
+        # Drawn by the first release(), sent by every one and by their
+        # resends: a release sent again takes off no second hold of a lock
+        # its holder holds more than once.
+        self._release_id: Optional[str] = None
         self._release_done = False  # the server released it: no longer held
         self._on_lost: Optional[Callable[[Lease, FencedError], None]] = None
         self._stop = threading.Event()
@@ -696,18 +710,23 @@ class Lease:
         expired or was taken over: writes with its token may have been
         rejected). Any other error (TransportError, UnavailableError after
         the client's retries, ...) leaves the lease maybe still held:
-        calling release() again sends the release again, which is safe."""
+        calling release() again sends the release again, which is safe: it
+        carries the same release_id (drawn once per lease), so a lock held
+        more than once by its holder loses one hold, not two."""
         self.stop_keep_alive()
         with self._mu:
             if self._released:
                 return
             self._released = True
+            if self._release_id is None:
+                self._release_id = secrets.token_hex(16)
+            release_id = self._release_id
         # Lost before: writes under it may have overlapped another holder's,
         # so say so even though the server answers a release of an already
         # released lease id with success (a retry after a lost reply).
         lost_before = self.lost_reason if self.lost.is_set() else None
         try:
-            self._client.release_id(self.name, self.lease_id)
+            self._client.release_id(self.name, self.lease_id, release_id)
         except LostError as e:
             self._signal_lost(e)
             raise

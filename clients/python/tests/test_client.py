@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import re
+import secrets
 import socket
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from daemon import Daemon, unique  # noqa: E402
 
 LEASE_ID = re.compile(r"^[0-9a-f]{32}$")
 WAITER = re.compile(r"^[0-9a-f]{32}$")
+RELEASE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 class FaultProxy:
@@ -813,6 +815,105 @@ class RedisTest(unittest.TestCase):
         self.assertFalse(self.client.inspect(name).held)
         lease.release()  # done: sends nothing
         self.assertEqual(len(p.actions("/release")), 3)
+
+    def acquire_as(self, name: str, holder: str) -> dict[str, Any]:
+        """The raw answer of an acquire of name by holder (reentrant: the
+        holder of the lock gets its lease again, count + 1), which this
+        client does not send itself."""
+        req = urllib.request.Request(
+            f"{self.daemon.url}/v1/locks/{urllib.parse.quote(name, safe='')}/acquire",
+            data=json.dumps({"ttl_ms": 30_000, "holder": holder}).encode(), method="POST",
+            headers={"Content-Type": "application/json", "Authorization": "Bearer " + self.bearer})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.load(resp)
+
+    def held_twice(self, client: fenced.Client) -> tuple[fenced.Lease, dict[str, Any]]:
+        """A lock held twice by one holder: a Lease of client for the first
+        hold, and the raw answer of the second (count 2, same lease)."""
+        name, holder = unique(), secrets.token_hex(16)
+        first = self.acquire_as(name, holder)
+        second = self.acquire_as(name, holder)
+        self.assertEqual(second.get("count"), 2)
+        self.assertEqual((second["lease_id"], second["token"]), (first["lease_id"], first["token"]))
+        return fenced.Lease(client, first, time.monotonic()), second
+
+    def state(self, name: str) -> dict[str, Any]:
+        """The server's GET of lock name, raw (LockState has no count)."""
+        req = urllib.request.Request(f"{self.daemon.url}/v1/locks/{urllib.parse.quote(name, safe='')}",
+                                     headers={"Authorization": "Bearer " + self.bearer})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.load(resp)
+
+    def assert_one_hold_left(self, lease: fenced.Lease) -> None:
+        """lease's lock is held, once (count absent), and nobody else gets it."""
+        st = self.state(lease.name)
+        self.assertTrue(st["held"], "one release took off both holds: the lock is free")
+        self.assertNotIn("count", st, "the release took off no hold")
+        self.assertEqual(st["token"], lease.token)
+        self.assertIsNone(self.client.try_acquire(lease.name, ttl_ms=10_000))
+
+    def test_release_sent_again_takes_off_one_hold(self) -> None:
+        # The answer to the release of one of two holds is cut after fenced
+        # took the hold off; the client sends the release again, with the
+        # same release_id. Without it, the resend took the second hold off
+        # too and freed the lock while that hold still counted on it.
+        proxy, c = self.cutting(b"/release")
+        lease, second = self.held_twice(c)
+        lease.release()
+        self.assertTrue(proxy.cut.is_set(), "the proxy cut no answer")
+        self.assert_one_hold_left(lease)
+        sent = proxy.bodies(b"/release")
+        self.assertEqual(len(sent), 2)
+        self.assertRegex(sent[0].get("release_id", ""), RELEASE_ID)
+        self.assertEqual(sent[1], sent[0])  # the same release, sent again
+        self.client.release_id(lease.name, second["lease_id"])  # the second hold's release
+        self.assertFalse(self.client.inspect(lease.name).held)
+
+    def test_release_called_again_takes_off_one_hold(self) -> None:
+        # release() raises: fenced took the hold off, but the answer was cut
+        # and the client does not retry (retries=0). release() called again
+        # sends the release again with the id the first call drew.
+        proxy = FaultProxy(self.daemon.url, cut_on=b"/release")
+        self.addCleanup(proxy.stop)
+        c = fenced.Client(proxy.url, bearer_token=self.bearer, retries=0)
+        self.addCleanup(c.close)
+        lease, second = self.held_twice(c)
+        with self.assertRaises(fenced.TransportError):
+            lease.release()
+        self.assertTrue(proxy.cut.is_set(), "the proxy cut no answer")
+        lease.release()
+        self.assert_one_hold_left(lease)
+        sent = proxy.bodies(b"/release")
+        self.assertEqual(len(sent), 2)
+        self.assertRegex(sent[0].get("release_id", ""), RELEASE_ID)
+        self.assertEqual(sent[1], sent[0])
+        self.client.release_id(lease.name, second["lease_id"])
+        self.assertFalse(self.client.inspect(lease.name).held)
+
+    def test_release_id_is_one_per_release(self) -> None:
+        # Client.release_id sends the release_id given, the same each time
+        # (one hold off), or draws one per call; two leases draw their own.
+        proxy = FaultProxy(self.daemon.url)
+        self.addCleanup(proxy.stop)
+        c = fenced.Client(proxy.url, bearer_token=self.bearer)
+        self.addCleanup(c.close)
+        lease, _ = self.held_twice(c)
+        rid = secrets.token_hex(16)
+        c.release_id(lease.name, lease.lease_id, release_id=rid)
+        c.release_id(lease.name, lease.lease_id, release_id=rid)  # a retry by the caller
+        self.assert_one_hold_left(lease)
+        c.release_id(lease.name, lease.lease_id)  # a release of its own
+        self.assertFalse(self.client.inspect(lease.name).held)
+        a = c.acquire(unique(), ttl_ms=30_000, wait_ms=0)
+        b = c.acquire(unique(), ttl_ms=30_000, wait_ms=0)
+        a.release()
+        b.release()
+        c.release_id(a.name, a.lease_id)  # released by this id already: succeeds
+        ids = [body.get("release_id") for body in proxy.bodies(b"/release")]
+        self.assertEqual(ids[:2], [rid, rid])
+        for i in ids[2:]:
+            self.assertRegex(i or "", RELEASE_ID)
+        self.assertEqual(len(set(ids[2:])), 4, ids)  # drawn anew for each call and each lease
 
     def test_lost_answer_at_the_end_of_the_wait_leaves_no_orphan(self) -> None:
         # A waiting acquire is granted in the last ~50 ms of its wait, and
