@@ -255,6 +255,19 @@ export interface AcquireOptions {
   signal?: AbortSignal;
 }
 
+export interface ReleaseOptions {
+  /**
+   * This release's id across its retries (API field release_id): 32 hex
+   * digits, such as randomBytes(16).toString("hex"). Default: a new one for
+   * this call, which its own resends carry. A lock held more than once by
+   * its holder (reentrant) loses one hold per release id, so a caller that
+   * sends a release again itself (after a TransportError, say) passes the
+   * same releaseID each time, or the retry takes off a second hold. The
+   * server refuses a malformed one (InvalidArgumentError).
+   */
+  releaseID?: string;
+}
+
 export interface LockOptions extends AcquireOptions {
   /** Called once if the lease is lost, from the keep-alive; a throw is reported with console.error. */
   onLost?: (lease: Lease, err: LostError) => void;
@@ -466,10 +479,14 @@ export class Client {
    * Release the lease leaseID of name. Lease.release is the usual way. A
    * release whose answer was lost is sent again, as a 503 is (up to
    * `retries` times): the server answers a release by the lease id that
-   * released it with success, so asking again is safe.
+   * released it with success, so asking again is safe. Every request of
+   * the call carries the same release_id (options.releaseID, or one drawn
+   * for this call), so a resend takes off no second hold of a lock held
+   * more than once by its holder.
    */
-  async releaseID(name: string, leaseID: string): Promise<void> {
-    await this.call("POST", name, "/release", { lease_id: leaseID }, { resendLost: true });
+  async releaseID(name: string, leaseID: string, options: ReleaseOptions = {}): Promise<void> {
+    const body = { lease_id: leaseID, release_id: options.releaseID ?? randomBytes(16).toString("hex") };
+    await this.call("POST", name, "/release", body, { resendLost: true });
   }
 
   private async call(
@@ -636,6 +653,12 @@ export class Lease {
   #released = false;
   /** The server released it: no longer held. */
   #releaseDone = false;
+  /**
+   * Drawn by the first release(), sent by every one and by their resends: a
+   * release sent again takes off no second hold of a lock its holder holds
+   * more than once.
+   */
+  #releaseID: string | undefined;
   /** Successful refreshes so far, and when the last one was sent: the keep-alive plans from it. */
   #refreshes = 0;
   #refreshedAt: number;
@@ -745,7 +768,9 @@ export class Lease {
    * nothing. Rejects with LostError if the lease was no longer held. Any
    * other error (TransportError, UnavailableError after the client's
    * retries, …) leaves the lease maybe still held: calling release() again
-   * sends the release again, which is safe.
+   * sends the release again, which is safe: it carries the same release_id
+   * (drawn once per lease), so a lock held more than once by its holder
+   * loses one hold, not two.
    */
   async release(): Promise<void> {
     await this.stopKeepAlive();
@@ -755,8 +780,9 @@ export class Lease {
     // say so even though the server answers a release of an already
     // released lease id with success (a retry after a lost reply).
     const lostBefore = this.#lost.signal.aborted ? (this.#lost.signal.reason as LostError) : undefined;
+    this.#releaseID ??= randomBytes(16).toString("hex");
     try {
-      await this.#client.releaseID(this.name, this.leaseID);
+      await this.#client.releaseID(this.name, this.leaseID, { releaseID: this.#releaseID });
     } catch (e) {
       if (e instanceof LostError) this.#signalLost(e);
       else this.#released = false; // maybe still held: a later release() sends again

@@ -7,6 +7,7 @@ import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { randomBytes } from "node:crypto";
 import { createServer, connect, type Socket } from "node:net";
 import { createServer as createHTTPServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { once } from "node:events";
@@ -16,6 +17,7 @@ import {
   FencedError,
   HeldError,
   InvalidArgumentError,
+  Lease,
   LostError,
   MAX_TOKEN,
   NotFoundError,
@@ -26,12 +28,12 @@ import {
   parseAnswer,
   setFencingToken,
   validityMs,
-  type Lease,
 } from "../src/index.js";
 import { Daemon, unique } from "./daemon.js";
 import { startResource } from "./resource.js";
 
 const LEASE_ID = /^[0-9a-f]{32}$/;
+const RELEASE_ID = /^[0-9a-f]{32}$/;
 
 /** The value of p, or "timeout" if it does not settle within ms; the timer is stopped either way. */
 async function within<T>(p: Promise<T>, ms: number): Promise<T | "timeout"> {
@@ -728,6 +730,112 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     } finally {
       await proxy.close();
     }
+  });
+
+  /** The raw answer of an acquire of name by holder (reentrant: the holder of the lock gets its lease again, count + 1), which this client does not send itself. */
+  async function acquireAs(name: string, holder: string): Promise<Record<string, unknown>> {
+    const resp = await fetch(`${daemon.url}/v1/locks/${encodeURIComponent(name)}/acquire`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Authorization: `Bearer ${bearer}` },
+      body: JSON.stringify({ ttl_ms: 30_000, holder }),
+    });
+    const text = await resp.text();
+    assert.equal(resp.status, 200, text);
+    return parseAnswer(text);
+  }
+
+  /** A lock held twice by one holder: a Lease of c for the first hold, and the raw answer of the second (count 2, same lease). */
+  async function heldTwice(c: Client): Promise<{ lease: Lease; second: Record<string, unknown> }> {
+    const name = unique();
+    const holder = randomBytes(16).toString("hex");
+    const first = await acquireAs(name, holder);
+    const second = await acquireAs(name, holder);
+    assert.equal(second.count, 2);
+    assert.deepEqual([second.lease_id, second.token], [first.lease_id, first.token]);
+    return { lease: new Lease(c, first, performance.now()), second };
+  }
+
+  /** The lock of lease is held, once (count absent), and nobody else gets it: by the server's GET (LockState has no count). */
+  async function assertOneHoldLeft(lease: Lease): Promise<void> {
+    const resp = await fetch(`${daemon.url}/v1/locks/${encodeURIComponent(lease.name)}`, { headers: { Authorization: `Bearer ${bearer}` } });
+    const st = parseAnswer(await resp.text());
+    assert.equal(st.held, true, "one release took off both holds: the lock is free");
+    assert.equal(st.count, undefined, "the release took off no hold");
+    assert.equal(st.token, lease.token);
+    assert.equal(await client.tryAcquire(lease.name, { ttlMs: 10_000 }), null);
+  }
+
+  it("takes off one hold of a reentrant lock when a release is sent again after its answer was lost", async () => {
+    // The answer to the release of one of two holds is cut after fenced
+    // took the hold off; the client sends the release again, with the same
+    // release_id. Without it, the resend took the second hold off too and
+    // freed the lock while that hold still counted on it.
+    const proxy = await startCuttingProxy(daemon.url, "/release");
+    try {
+      const { lease, second } = await heldTwice(new Client(proxy.url, { bearerToken: bearer }));
+      await lease.release();
+      assert.equal(proxy.cuts(), 1, "the proxy cut no answer");
+      await assertOneHoldLeft(lease);
+      const sent = proxy.bodies();
+      assert.equal(sent.length, 2);
+      assert.match(String(sent[0].release_id), RELEASE_ID);
+      assert.deepEqual(sent[1], sent[0]); // the same release, sent again
+      await client.releaseID(lease.name, second.lease_id as string); // the second hold's release
+      assert.equal((await client.inspect(lease.name)).held, false);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("takes off one hold of a reentrant lock when release() is called again after its answer was lost", async () => {
+    // release() rejects: fenced took the hold off, but the answer was cut
+    // and the client does not retry (retries 0). release() called again
+    // sends the release again with the id the first call drew.
+    const proxy = await startCuttingProxy(daemon.url, "/release");
+    try {
+      const { lease, second } = await heldTwice(new Client(proxy.url, { bearerToken: bearer, retries: 0 }));
+      await assert.rejects(lease.release(), TransportError);
+      assert.equal(proxy.cuts(), 1, "the proxy cut no answer");
+      await lease.release();
+      await assertOneHoldLeft(lease);
+      const sent = proxy.bodies();
+      assert.equal(sent.length, 2);
+      assert.match(String(sent[0].release_id), RELEASE_ID);
+      assert.deepEqual(sent[1], sent[0]);
+      await client.releaseID(lease.name, second.lease_id as string);
+      assert.equal((await client.inspect(lease.name)).held, false);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("sends the release id given to releaseID, or draws one per call and per lease", async () => {
+    const bodies: Record<string, unknown>[] = [];
+    const realFetch = globalThis.fetch;
+    globalThis.fetch = (input, init) => {
+      if (String(input).endsWith("/release") && typeof init?.body === "string") bodies.push(JSON.parse(init.body) as Record<string, unknown>);
+      return realFetch(input, init);
+    };
+    const rid = randomBytes(16).toString("hex");
+    try {
+      const { lease } = await heldTwice(client);
+      await client.releaseID(lease.name, lease.leaseID, { releaseID: rid });
+      await client.releaseID(lease.name, lease.leaseID, { releaseID: rid }); // a retry by the caller
+      await assertOneHoldLeft(lease);
+      await client.releaseID(lease.name, lease.leaseID); // a release of its own
+      assert.equal((await client.inspect(lease.name)).held, false);
+      const a = await client.acquire(unique(), { ttlMs: 30_000, waitMs: 0 });
+      const b = await client.acquire(unique(), { ttlMs: 30_000, waitMs: 0 });
+      await a.release();
+      await b.release();
+      await client.releaseID(a.name, a.leaseID); // released by this id already: resolves
+    } finally {
+      globalThis.fetch = realFetch;
+    }
+    const ids = bodies.map((b) => b.release_id);
+    assert.deepEqual(ids.slice(0, 2), [rid, rid]);
+    for (const id of ids.slice(2)) assert.match(String(id), RELEASE_ID);
+    assert.equal(new Set(ids.slice(2)).size, 4, JSON.stringify(ids)); // drawn anew for each call and each lease
   });
 
   it("leaves no orphan lease when a grant at the end of the wait loses its answer", async () => {
