@@ -3,6 +3,7 @@ package sequencer_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/freeport"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/sequencer"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -308,4 +310,41 @@ func restore(t *testing.T, snap string) *sequencer.Embedded {
 	}
 	t.Cleanup(func() { e.Close() })
 	return e
+}
+
+// A member of three whose peers never come up gives up at its start
+// timeout, having said every few seconds what it waits for. It used to
+// say nothing and never return: etcd's Close, on the way out, waits for
+// the member to serve clients, which it never did (nor did SIGTERM end
+// fenced serve then).
+func TestMemberWithoutItsPeersGivesUp(t *testing.T) {
+	urls := make([]string, 4)
+	for i := range urls {
+		u, err := freeport.URL()
+		if err != nil {
+			t.Fatal(err)
+		}
+		urls[i] = u
+	}
+	var logs testenv.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := sequencer.StartEmbedded(context.Background(), sequencer.EmbedConfig{
+			Dir: t.TempDir(), Name: "a", ClientURL: urls[0], PeerURL: urls[1],
+			InitialCluster: "a=" + urls[1] + ",b=" + urls[2] + ",c=" + urls[3],
+			StartTimeout:   6 * time.Second, Log: slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not ready after 6s: are the other members") {
+			t.Fatalf("start without peers: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("StartEmbedded without its peers did not return in a minute")
+	}
+	if !strings.Contains(logs.String(), "waits for a quorum of its cluster") {
+		t.Fatalf("no warning while it waited; logs: %s", logs.String())
+	}
 }

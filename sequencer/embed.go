@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -55,6 +56,9 @@ type EmbedConfig struct {
 	// older history is compacted, checked every tenth of it. Default
 	// DefaultCompactionRetention; negative is refused.
 	CompactionRetention time.Duration
+	// Log, if set, gets a warning every few seconds while the member waits
+	// for the rest of its cluster, naming the members it waits for.
+	Log *slog.Logger
 }
 
 // DefaultCompactionRetention is the history an embedded member keeps. Each
@@ -189,24 +193,56 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	}
 	timer := time.NewTimer(c.StartTimeout)
 	defer timer.Stop()
-	select {
-	case <-e.etcd.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.etcd.Err():
-		return nil, e.failStart(fmt.Errorf("sequencer: embedded etcd failed: %w", err))
-	case <-timer.C:
-		return nil, e.failStart(fmt.Errorf("sequencer: embedded etcd %q not ready after %s: are the other members of %s running?", c.Name, c.StartTimeout, c.InitialCluster))
-	case <-ctx.Done():
-		return nil, e.failStart(fmt.Errorf("sequencer: start embedded etcd: %w", ctx.Err()))
+	// A member of several waits for a quorum of them, silently: say so,
+	// or an operator sees a node that neither starts nor fails.
+	waiting := time.NewTicker(startWaitLog)
+	defer waiting.Stop()
+	began := time.Now()
+	for {
+		select {
+		case <-e.etcd.Server.ReadyNotify():
+			return e, nil
+		case err := <-e.etcd.Err():
+			return nil, e.failStart(fmt.Errorf("sequencer: embedded etcd failed: %w", err))
+		case <-timer.C:
+			return nil, e.failStart(fmt.Errorf("sequencer: embedded etcd %q not ready after %s: are the other members of %s running?", c.Name, c.StartTimeout, c.InitialCluster))
+		case <-ctx.Done():
+			return nil, e.failStart(fmt.Errorf("sequencer: start embedded etcd: %w", ctx.Err()))
+		case <-waiting.C:
+			if c.Log != nil {
+				c.Log.Warn("embedded etcd member waits for a quorum of its cluster", "name", c.Name,
+					"initial_cluster", c.InitialCluster, "waited", time.Since(began).Round(time.Second), "gives_up_after", c.StartTimeout,
+					"hint", "start the other members (a majority must run), and check that their peer URLs are reachable from here")
+			}
+		}
 	}
 }
 
+// startWaitLog is how often StartEmbedded says it still waits for its
+// cluster.
+const startWaitLog = 5 * time.Second
+
+// failStart closes a member that did not start, and returns err. etcd's
+// Close waits for the member to serve clients, which a member that never
+// had a quorum never did: it would block for ever, and the process with
+// it (not even SIGTERM ended it). So the close is waited for only so long,
+// then left to finish or not as the process exits.
 func (e *Embedded) failStart(err error) error {
-	if cerr := e.Close(); cerr != nil {
-		err = errors.Join(err, cerr)
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }() // owned by nobody once abandoned: see above
+	select {
+	case cerr := <-closed:
+		if cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	case <-time.After(failCloseWait):
+		err = fmt.Errorf("%w (its close did not end within %s; exit the process to free its ports)", err, failCloseWait)
 	}
 	return err
 }
+
+// failCloseWait bounds failStart's wait for etcd's Close.
+const failCloseWait = 3 * time.Second
 
 // ClientURL is the URL clients connect to.
 func (e *Embedded) ClientURL() string { return e.clientURL }

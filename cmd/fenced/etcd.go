@@ -207,7 +207,7 @@ func (m *embedFlags) start(ctx context.Context, log *slog.Logger) (*sequencer.Em
 		Dir: m.dataDir, Name: m.name, PeerURL: m.peerURL, ClientURL: m.clientURL,
 		InitialCluster: m.initialCluster, ClusterToken: m.token, JoinExisting: m.state == "existing",
 		TickMs: uint(m.heartbeat / time.Millisecond), ElectionMs: uint(m.election / time.Millisecond),
-		CompactionRetention: m.retention, UnsafeNoFsync: m.unsafeNoFsync,
+		CompactionRetention: m.retention, UnsafeNoFsync: m.unsafeNoFsync, Log: log,
 	}
 	if m.dataDir != "" {
 		if err := os.MkdirAll(m.dataDir, 0o700); err != nil {
