@@ -249,6 +249,11 @@ func ParseTokens(data []byte) (*Tokens, error) {
 }
 
 func checkToken(tok []byte) error {
+	if bytes.HasPrefix(bytes.ToUpper(tok), []byte(placeholder)) {
+		// deploy/kubernetes/secret.yaml's, applied unedited: a token
+		// everyone who read the file knows.
+		return fmt.Errorf("token %q is an example file's placeholder, not a secret; replace it with the output of: openssl rand -hex 32", excerpt(tok))
+	}
 	if len(tok) < MinTokenLen {
 		return fmt.Errorf("token of %d bytes; want at least %d (e.g. openssl rand -hex 32)", len(tok), MinTokenLen)
 	}
@@ -259,6 +264,10 @@ func checkToken(tok []byte) error {
 	}
 	return nil
 }
+
+// placeholder starts the example tokens of the deploy files, which fenced
+// refuses so that a file applied unedited does not start.
+const placeholder = "REPLACE"
 
 var errNoCredentials = errors.New("missing Authorization header; want Authorization: Bearer <token>")
 

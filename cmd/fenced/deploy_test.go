@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -170,8 +172,19 @@ func TestKubernetesManifests(t *testing.T) {
 				content, ok := secret.StringData[filepath.Base(tokenFile)]
 				if filepath.Dir(tokenFile) == m.MountPath && ok {
 					mounted = true
-					if _, err := server.ParseTokens([]byte(content)); err != nil {
-						t.Errorf("the Secret's tokens do not load: %v", err)
+					// Applied unedited, its placeholders must not be
+					// tokens: everyone who read the file knows them.
+					if _, err := server.ParseTokens([]byte(content)); err == nil || !strings.Contains(err.Error(), "placeholder") {
+						t.Errorf("the Secret's placeholder tokens: %v; want them refused as placeholders", err)
+					}
+					// With each replaced as its comment says, it loads.
+					edited := regexp.MustCompile(`REPLACE-\S+`).ReplaceAllStringFunc(content, func(string) string {
+						b := make([]byte, 32)
+						rand.Read(b)
+						return hex.EncodeToString(b)
+					})
+					if _, err := server.ParseTokens([]byte(edited)); err != nil {
+						t.Errorf("the Secret's tokens, replaced: %v", err)
 					}
 				}
 			}
