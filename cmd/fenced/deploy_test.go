@@ -339,6 +339,9 @@ func TestDashboardAndAlertsMetrics(t *testing.T) {
 			}
 			exprs = append(exprs, r.Expr)
 			alerts++
+			if r.Alert == "FencedSlowRequests" {
+				slowRequestsLeaveOutWaits(t, r.Expr)
+			}
 		}
 	}
 	var dash struct {
@@ -424,6 +427,31 @@ func TestDashboardAndAlertsMetrics(t *testing.T) {
 					t.Errorf("by (%s) in %q: no metric of the query has the label %s", m[1], e, l)
 				}
 			}
+		}
+	}
+}
+
+// slowRequestsLeaveOutWaits checks that the slow-request alert leaves out
+// every route whose requests wait by design (an acquire's wait_ms, a
+// campaign's, an observer's long poll) and no other: it fired whenever
+// elections were used, with their long polls' p99 near a minute.
+func slowRequestsLeaveOutWaits(t *testing.T, expr string) {
+	t.Helper()
+	m := regexp.MustCompile(`route!~"((?:[^"\\]|\\.)*)"`).FindStringSubmatch(expr)
+	if m == nil {
+		t.Errorf("FencedSlowRequests %q: want a route!~ matcher leaving out the routes that wait", expr)
+		return
+	}
+	re, err := regexp.Compile("^(?:" + strings.ReplaceAll(m[1], `\\`, `\`) + ")$") // PromQL unescapes, and anchors
+	if err != nil {
+		t.Fatalf("FencedSlowRequests's route regexp: %v", err)
+	}
+	for route, waits := range map[string]bool{
+		"/v1/locks/{name}/acquire": true, "/v1/elections/{name}/campaign": true, "/v1/elections/{name}": true,
+		"/v1/locks/{name}/release": false, "/v1/locks/{name}/refresh": false, "/v1/locks/{name}": false,
+	} {
+		if re.MatchString(route) != waits {
+			t.Errorf("FencedSlowRequests leaves out %s: %v, want %v", route, !waits, waits)
 		}
 	}
 }
