@@ -24,6 +24,10 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"dev", "--ready-timeout", "0s"}, "--ready-timeout"},
 		{[]string{"FENCED_MAX_TTL=abc"}, []string{"dev"}, "FENCED_MAX_TTL"},
 		{[]string{"FENCED_LISTEN=nonsense"}, []string{"dev"}, "--listen"},
+		// A port that is no port: refused at once, not after the backends
+		// answered (and never, while etcd did not).
+		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-endpoints", "http://127.0.0.1:1", "--listen", "127.0.0.1:99999"}, "want a number from 0 to 65535"},
+		{nil, []string{"dev", "--listen", "127.0.0.1:abc"}, "want a number from 0 to 65535"},
 		{nil, []string{"dev", "--tls-cert", "x.pem"}, "--tls-key"},
 		{nil, []string{"dev", "--tls-client-ca", "ca.pem"}, "--tls-client-ca"},
 		{nil, []string{"dev", "--log-level", "loud"}, "--log-level"},
