@@ -22,6 +22,8 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"dev", "--max-ttl", "48h"}, "--max-ttl"},
 		{nil, []string{"dev", "--max-body-bytes", "1k"}, "--max-body-bytes"},
 		{nil, []string{"dev", "--ready-timeout", "0s"}, "--ready-timeout"},
+		// Not the server's "(0 means …)": the flags refuse 0.
+		{nil, []string{"dev", "--max-wait", "-1s"}, "--max-wait -1s: want > 0 (run"},
 		{[]string{"FENCED_MAX_TTL=abc"}, []string{"dev"}, "FENCED_MAX_TTL"},
 		{[]string{"FENCED_LISTEN=nonsense"}, []string{"dev"}, "--listen"},
 		// A port that is no port: refused at once, not after the backends

@@ -81,12 +81,12 @@ func (h *httpFlags) validate(cmd string) error {
 		flag string
 		d    time.Duration
 	}{{"--max-wait", h.maxWait}, {"--backend-timeout", h.backendTimeout}, {"--ready-timeout", h.readyTimeout}} {
-		if f.d == 0 { // 0 would mean the server's default: say so rather than surprise
-			return usagef(cmd, "%s 0: want > 0", f.flag)
+		if f.d <= 0 { // 0 would mean the server's default: say so rather than surprise
+			return usagef(cmd, "%s %s: want > 0", f.flag, f.d)
 		}
 	}
-	if h.maxBodyBytes == 0 {
-		return usagef(cmd, "--max-body-bytes 0: want > 0")
+	if h.maxBodyBytes <= 0 {
+		return usagef(cmd, "--max-body-bytes %d: want > 0", h.maxBodyBytes)
 	}
 	// The TTLs are checked here, not left to server.Config.Check: a 0 there
 	// means the default (24h, 30s), and its message names Config fields.
