@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fenced/fenced/sequencer"
@@ -215,6 +216,9 @@ func (m *embedFlags) start(ctx context.Context, log *slog.Logger) (*sequencer.Em
 		}
 	}
 	e, err := sequencer.StartEmbedded(ctx, cfg) // it retries ports it picked itself
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("--etcd-client-url %q or --etcd-peer-url %q: the address is in use (another etcd or fenced?): stop that process, pick another port, or leave the flag empty for a free one: %w", m.clientURL, m.peerURL, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"net"
 	"strings"
 	"testing"
 )
@@ -111,5 +112,25 @@ func TestHelpAndVersion(t *testing.T) {
 	code, out, _ := run(t, nil, "version")
 	if code != 0 || !strings.HasPrefix(out, "fenced ") || !strings.Contains(out, "go1.") {
 		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
+
+// A port taken by another process names the flag that chose it and what to
+// do, as --listen's does; the embedded member's said only "bind: address
+// already in use".
+func TestTakenPortNamesItsFlag(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, args := range [][]string{
+		{"dev", "--listen", ln.Addr().String()},
+		{"dev", "--listen", "127.0.0.1:0", "--etcd-client-url", "http://" + ln.Addr().String()},
+	} {
+		code, _, stderr := run(t, nil, args...)
+		if code == 0 || !strings.Contains(stderr, "the address is in use") || !strings.Contains(stderr, args[len(args)-2]) {
+			t.Errorf("fenced %s with the port taken: exit %d, stderr %q; want the flag named and what to do", strings.Join(args, " "), code, stderr)
+		}
 	}
 }
