@@ -178,12 +178,13 @@ func (l limits) ttlAndWait(fields map[string]json.RawMessage) (acquireRequest, *
 
 // wait checks a wait_ms: 0 (one attempt) to the server's --max-wait.
 func (l limits) wait(raw json.RawMessage) (time.Duration, *apiError) {
-	ms, aerr := integer(fieldWaitMs, raw)
+	want := fmt.Sprintf("want 0 to %d (milliseconds; 0 makes one attempt)", l.maxWait.Milliseconds())
+	ms, aerr := integer(fieldWaitMs, raw, want)
 	if aerr != nil {
 		return 0, aerr
 	}
 	if ms < 0 || ms > l.maxWait.Milliseconds() {
-		return 0, invalid(fieldWaitMs, fmt.Sprintf("wait_ms %d: want 0 to %d (milliseconds; 0 makes one attempt)", ms, l.maxWait.Milliseconds()))
+		return 0, invalid(fieldWaitMs, fmt.Sprintf("wait_ms %d: %s", ms, want))
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -274,13 +275,14 @@ func (l limits) decodeRelease(body []byte) (releaseRequest, *apiError) {
 }
 
 func (l limits) ttl(raw json.RawMessage) (time.Duration, *apiError) {
-	ms, aerr := integer(fieldTTLMs, raw)
+	lo, hi := l.minTTL.Milliseconds(), l.maxTTL.Milliseconds()
+	want := fmt.Sprintf("want %d to %d (milliseconds)", lo, hi)
+	ms, aerr := integer(fieldTTLMs, raw, want)
 	if aerr != nil {
 		return 0, aerr
 	}
-	lo, hi := l.minTTL.Milliseconds(), l.maxTTL.Milliseconds()
 	if ms < lo || ms > hi {
-		return 0, invalid(fieldTTLMs, fmt.Sprintf("ttl_ms %d: want %d to %d (milliseconds)", ms, lo, hi))
+		return 0, invalid(fieldTTLMs, fmt.Sprintf("ttl_ms %d: %s", ms, want))
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -307,13 +309,17 @@ func leaseID(fields map[string]json.RawMessage) (string, *apiError) {
 
 // integer decodes a JSON integer: no fraction, no exponent, no quotes, no
 // null, within int64.
-func integer(field string, raw json.RawMessage) (int64, *apiError) {
+func integer(field string, raw json.RawMessage, want string) (int64, *apiError) {
 	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
 		return 0, invalid(field, fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
 	}
 	var n int64
 	if err := json.Unmarshal(raw, &n); err != nil {
-		return 0, invalid(field, fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
+		if bytes.ContainsAny(raw, ".eE") {
+			return 0, invalid(field, fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
+		}
+		// An integer past int64: out of range, not malformed.
+		return 0, invalid(field, fmt.Sprintf("%s %s: %s", field, excerpt(raw), want))
 	}
 	return n, nil
 }

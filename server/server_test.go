@@ -211,7 +211,7 @@ func TestInvalidRequestsTouchNoKey(t *testing.T) {
 				{"POST", "/v1/locks/ok/acquire", `{"ttl_ms":-5}`, "", 400, codeInvalidArgument, "want 10 to 86400000"},
 				{"POST", "/v1/locks/ok/acquire", `{"ttl_ms":9}`, "", 400, codeInvalidArgument, "want 10 to 86400000"},
 				{"POST", "/v1/locks/ok/acquire", `{"ttl_ms":86400001}`, "", 400, codeInvalidArgument, "want 10 to 86400000"},
-				{"POST", "/v1/locks/ok/acquire", `{"ttl_ms":99999999999999999999}`, "", 400, codeInvalidArgument, "integer"},
+				{"POST", "/v1/locks/ok/acquire", `{"ttl_ms":99999999999999999999}`, "", 400, codeInvalidArgument, "ttl_ms 99999999999999999999: want 10 to"},
 				{"POST", "/v1/locks/ok/acquire", `{"ttl_ms":1.5}`, "", 400, codeInvalidArgument, "integer"},
 				{"POST", "/v1/locks/ok/acquire", `{"ttl_ms":1e3}`, "", 400, codeInvalidArgument, "integer"},
 				{"POST", "/v1/locks/ok/acquire", `{"ttl_ms":"1000"}`, "", 400, codeInvalidArgument, "integer"},
