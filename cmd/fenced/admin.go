@@ -88,8 +88,9 @@ func newFloorCommand(sub string) (*command, *floorOpts) {
 	return cmd, o
 }
 
-func runFloor(ctx context.Context, sub string, args []string, stdout io.Writer) error {
+func runFloor(ctx context.Context, sub string, args []string, stdout io.Writer) (err error) {
 	cmd, o := newFloorCommand(sub)
+	defer cmd.explainEnv(&err)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}

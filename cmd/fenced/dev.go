@@ -43,8 +43,9 @@ func newDevCommand() (*command, *devOpts) {
 	return cmd, o
 }
 
-func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	cmd, o := newDevCommand()
+	defer cmd.explainEnv(&err)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}

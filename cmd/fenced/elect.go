@@ -60,8 +60,9 @@ func newElectCommand() (*command, *electOpts) {
 	return cmd, o
 }
 
-func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	cmd, o := newElectCommand()
+	defer cmd.explainEnv(&err)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}

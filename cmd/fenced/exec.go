@@ -148,8 +148,9 @@ func childEnv(env []string, l *client.Lease) []string {
 	return append(out, "FENCED_LOCK="+l.Name(), "FENCED_LEASE_ID="+l.ID(), "FENCED_TOKEN="+l.Token().String())
 }
 
-func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	cmd, o := newExecCommand()
+	defer cmd.explainEnv(&err)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}

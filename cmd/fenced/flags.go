@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -49,14 +50,52 @@ type command struct {
 	name    string // "fenced serve"
 	args    string // what follows the flags in the usage line
 	summary string
-	set     map[string]bool // flags given on the command line or in the environment
+	set     map[string]bool   // flags given on the command line or in the environment
+	env     map[string]string // of those, the ones the environment gave: their variables
 }
 
 func newCommand(name, args, summary string) *command {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parse reports errors itself
 	fs.Usage = func() {}
-	return &command{fs: fs, name: name, args: args, summary: summary, set: map[string]bool{}}
+	return &command{fs: fs, name: name, args: args, summary: summary, set: map[string]bool{}, env: map[string]string{}}
+}
+
+// explainEnv adds to a usage error that names a flag the environment set
+// which variable set it: deployments (systemd, Kubernetes, the image) set
+// fenced's flags as FENCED_ variables, and an operator told of "--listen"
+// looks for a flag nobody passed. Use it deferred, on the command's error.
+func (c *command) explainEnv(err *error) {
+	var ue *usageError
+	if !errors.As(*err, &ue) {
+		return
+	}
+	msg := ue.err.Error()
+	var notes []string
+	for _, name := range slices.Sorted(maps.Keys(c.env)) {
+		if namesFlag(msg, name) && !strings.Contains(msg, c.env[name]) {
+			notes = append(notes, fmt.Sprintf("--%s is set by $%s", name, c.env[name]))
+		}
+	}
+	if len(notes) > 0 {
+		*err = &usageError{cmd: ue.cmd, err: fmt.Errorf("%w; %s", ue.err, strings.Join(notes, ", "))}
+	}
+}
+
+// namesFlag reports whether msg names --name, not a longer flag that
+// starts so.
+func namesFlag(msg, name string) bool {
+	for i := 0; ; {
+		j := strings.Index(msg[i:], "--"+name)
+		if j < 0 {
+			return false
+		}
+		end := i + j + 2 + len(name)
+		if end == len(msg) || !strings.ContainsRune("abcdefghijklmnopqrstuvwxyz0123456789-", rune(msg[end])) {
+			return true
+		}
+		i = end
+	}
 }
 
 // parse reads the command line, then the environment variables of the
@@ -97,6 +136,7 @@ func (c *command) parse(args []string, stdout io.Writer) error {
 			return
 		}
 		c.set[f.Name] = true
+		c.env[f.Name] = env
 	})
 	return err
 }

@@ -27,6 +27,10 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"dev", "--max-wait", "-1s"}, "--max-wait -1s: want > 0 (run"},
 		{[]string{"FENCED_MAX_TTL=abc"}, []string{"dev"}, "FENCED_MAX_TTL"},
 		{[]string{"FENCED_LISTEN=nonsense"}, []string{"dev"}, "--listen"},
+		// A value from the environment is found by its variable: the
+		// message names the flag, and which variable set it.
+		{[]string{"FENCED_LISTEN=localhost"}, []string{"dev"}, "--listen is set by $FENCED_LISTEN"},
+		{[]string{"FENCED_MAX_TTL=1ms"}, []string{"serve"}, "want 10ms to 24h0m0s; --max-ttl is set by $FENCED_MAX_TTL"},
 		// A port that is no port: refused at once, not after the backends
 		// answered (and never, while etcd did not).
 		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-endpoints", "http://127.0.0.1:1", "--listen", "127.0.0.1:99999"}, "want a number from 0 to 65535"},

@@ -55,8 +55,9 @@ func newServeCommand() (*command, *serveOpts) {
 	return cmd, o
 }
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	cmd, o := newServeCommand()
+	defer cmd.explainEnv(&err)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
