@@ -379,11 +379,8 @@ func NewReleaseID() (string, error) { return newLeaseID() }
 
 // ValidateReleaseID checks a release id: 32 hex digits.
 func ValidateReleaseID(op string) error {
-	if len(op) != 32 {
-		return fmt.Errorf("%w: release id of %d characters; want 32 hex digits", ErrInvalidLeaseID, len(op))
-	}
-	if _, err := hex.DecodeString(op); err != nil {
-		return fmt.Errorf("%w: release id %q is not hex; want 32 hex digits", ErrInvalidLeaseID, op)
+	if err := checkID128(op); err != nil {
+		return fmt.Errorf("%w: release id: %v", ErrInvalidLeaseID, err)
 	}
 	return nil
 }
@@ -395,11 +392,20 @@ func validateID(name, leaseID string) error {
 	if err := ValidateName(name); err != nil {
 		return err
 	}
-	if len(leaseID) != 32 {
-		return fmt.Errorf("%w: %d characters; want 32 hex digits", ErrInvalidLeaseID, len(leaseID))
+	if err := checkID128(leaseID); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidLeaseID, err)
 	}
-	if _, err := hex.DecodeString(leaseID); err != nil {
-		return fmt.Errorf("%w: want 32 hex digits", ErrInvalidLeaseID)
+	return nil
+}
+
+// checkID128 checks an id of 128 random bits in hex, as lease ids, waiters
+// and release ids are: 32 hex digits.
+func checkID128(id string) error {
+	if len(id) != 32 {
+		return fmt.Errorf("%d characters; want 32 hex digits", len(id))
+	}
+	if _, err := hex.DecodeString(id); err != nil {
+		return errors.New("not hex; want 32 hex digits")
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -215,11 +214,8 @@ func NewWaiterID() (string, error) { return newLeaseID() }
 
 // ValidateWaiter checks a WithWaiter id: 32 hex digits.
 func ValidateWaiter(id string) error {
-	if len(id) != 32 {
-		return fmt.Errorf("%d characters; want 32 hex digits (128 random bits, new for each acquisition)", len(id))
-	}
-	if _, err := hex.DecodeString(id); err != nil {
-		return errors.New("not hex; want 32 hex digits (128 random bits, new for each acquisition)")
+	if err := checkID128(id); err != nil {
+		return fmt.Errorf("%v (128 random bits, new for each acquisition)", err)
 	}
 	return nil
 }

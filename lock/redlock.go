@@ -413,7 +413,7 @@ func (s *RedlockStore) List(ctx context.Context, req ListRequest) (ListPage, err
 // onEarlierNode reports whether a node before node holds a lease of name.
 func (s *RedlockStore) onEarlierNode(ctx context.Context, node int, name string) bool {
 	for i := 0; i < node; i++ {
-		nctx, cancel := context.WithTimeout(ctx, s.nodeTimeout)
+		nctx, cancel := s.nodes[i].callContext(ctx)
 		n, err := s.nodes[i].rdb.Exists(nctx, s.nodes[i].keys(name)[kLease]).Result()
 		cancel()
 		if err == nil && n > 0 {
