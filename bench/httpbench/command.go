@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/fenced/fenced/bench/internal/benchkit"
@@ -14,7 +15,7 @@ import (
 // runs the measurement and prints its table to out, progress to logw.
 //
 //	go run ./cmd/httpbench [-store redis|etcd] [-duration 3s] [-iterations 1000] [-rounds 3] [-clients 64]
-//	                       [-redis 127.0.0.1:6379] [-short]
+//	                       [-redis 127.0.0.1:6379] [-only SDK,HTTP] [-short] [-cpuprofile f]
 //
 // Every flag can also be set from the environment as FENCED_HTTPBENCH_<FLAG>
 // (dashes as underscores); the Redis address defaults to $FENCED_TEST_REDIS,
@@ -30,6 +31,7 @@ func Command(ctx context.Context, args []string, out, logw io.Writer) error {
 	rounds := fs.Int("rounds", def.Rounds, "rounds: each runs both paths once, the order rotating")
 	clients := fs.Int("clients", def.Clients, "throughput scenario: goroutines, each on its own lock name")
 	short := fs.Bool("short", false, "a quick run: -duration 300ms -iterations 50 -rounds 2 unless given")
+	only := fs.String("only", "", "measure only these paths, comma-separated: sdk, http, bare, floor (default all; the check runs on SDK and HTTP)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (client, server and embedded etcd: one process) to this file")
 	set, err := benchkit.Parse(fs, args, "FENCED_HTTPBENCH_")
 	if err != nil {
@@ -51,6 +53,11 @@ func Command(ctx context.Context, args []string, out, logw io.Writer) error {
 	}
 	cfg.Store, cfg.RedisAddr, cfg.Clients = *store, *redisAddr, *clients
 	cfg.Log = logw
+	if *only != "" {
+		for _, p := range strings.Split(*only, ",") {
+			cfg.Only = append(cfg.Only, PathNamed(strings.TrimSpace(p)))
+		}
+	}
 
 	stopProfile, err := benchkit.StartCPUProfile(*cpuprofile)
 	if err != nil {

@@ -73,6 +73,20 @@ const (
 	Floor = "HTTP floor"
 )
 
+// allPaths are the paths in the order they are measured.
+var allPaths = []string{SDK, HTTP, Bare, Floor}
+
+// PathNamed is the path s names, in any case, "bare" and "floor" for short;
+// s itself if none.
+func PathNamed(s string) string {
+	for _, p := range allPaths {
+		if strings.EqualFold(s, p) || strings.EqualFold("HTTP "+s, p) {
+			return p
+		}
+	}
+	return s
+}
+
 // Config says what to run. DefaultConfig and ShortConfig give the usual
 // values.
 type Config struct {
@@ -86,6 +100,9 @@ type Config struct {
 	Clients    int           // throughput: goroutines, each on its own name
 	Rounds     int           // each runs both paths once, the order rotating
 	Checks     int           // sequential acquisitions of one name whose tokens are recorded
+	// Only, if not empty, names the paths to measure (SDK, HTTP, Bare,
+	// Floor); the check runs on SDK and HTTP whatever it says.
+	Only []string
 	// Log, if set, receives a line as each path starts a round, and the
 	// server's warnings.
 	Log io.Writer
@@ -126,6 +143,11 @@ func (c Config) validate() error {
 	case c.Iterations < 1 || c.Duration <= 0 || c.Clients < 1 || c.Rounds < 1 || c.Checks < 2:
 		return errors.New("httpbench: want iterations >= 1, duration > 0, clients >= 1, rounds >= 1, checks >= 2")
 	}
+	for _, p := range c.Only {
+		if !slices.Contains(allPaths, p) {
+			return fmt.Errorf("httpbench: only %q: want some of %q (or bare, floor), comma-separated", p, allPaths)
+		}
+	}
 	return nil
 }
 
@@ -145,6 +167,11 @@ type Result struct {
 	// ProcCPU is the CPU time of this whole process (clients, server, lock
 	// client, embedded etcd) in the throughput scenario.
 	ProcCPU time.Duration
+	// PairTime is the time of the throughput scenario's pairs, summed;
+	// HandlerTime, for the HTTP paths, the time their requests spent in
+	// the server's handler, summed: the rest of a pair is the way to the
+	// server and back, which under load includes waiting for a CPU.
+	PairTime, HandlerTime time.Duration
 
 	Errors   int
 	FirstErr error
@@ -230,11 +257,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}()
 
-	paths := []struct {
-		name   string
-		acq    acquirer
-		stamps *stamps // of the path's server, if it has one
-	}{
+	paths := []path{
 		{SDK, func(ctx context.Context, name string) (*lock.Lease, error) {
 			return env.locks.TryAcquire(ctx, name, cfg.TTL)
 		}, nil},
@@ -253,8 +276,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 
 	// The check: one name, sequential, the paths alternating.
 	checkName := "httpbench-" + run + "-check"
+	checked := paths[:2] // SDK and HTTP: the floor's tokens are canned
+	if len(cfg.Only) > 0 {
+		paths = slices.DeleteFunc(slices.Clone(paths), func(p path) bool { return !slices.Contains(cfg.Only, p.name) })
+	}
 	for i := range cfg.Checks {
-		p := paths[i%2] // SDK and HTTP: the floor's tokens are canned
+		p := checked[i%2]
 		var tok fence.Token
 		if err := pair(ctx, p.acq, checkName, &tok); err != nil {
 			return nil, fmt.Errorf("httpbench: check, %s: %w", p.name, err)
@@ -279,7 +306,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			if err := uncontended(ctx, n, p.acq, p.stamps, prefix+"-unc", &res[i], &counts[i]); err != nil {
 				return nil, fmt.Errorf("httpbench: %s: %w", p.name, err)
 			}
-			if err := throughput(ctx, cfg, p.acq, prefix+"-tp-", &res[i], &counts[i]); err != nil {
+			if err := throughput(ctx, cfg, p.acq, p.stamps, prefix+"-tp-", &res[i], &counts[i]); err != nil {
 				return nil, fmt.Errorf("httpbench: %s: %w", p.name, err)
 			}
 		}
@@ -294,6 +321,13 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep.Results = res
 	rep.Load = loadBefore + " before, " + benchkit.Loadavg() + " after"
 	return rep, nil
+}
+
+// path is one way to acquire and release.
+type path struct {
+	name   string
+	acq    acquirer
+	stamps *stamps // of the path's server, if it has one
 }
 
 // env is what one run sets up; close takes it down in reverse order.
@@ -424,10 +458,12 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 
 // stamps records when a server's handler last started and ended, for the
 // split of the uncontended requests, which come one at a time: the last
-// stamps after a call are its request's. Two clock reads a request.
+// stamps after a call are its request's; and the handlers' time summed, for
+// the split of a pair under load. Two clock reads a request.
 type stamps struct {
 	base       time.Time
 	start, end atomic.Int64 // since base
+	busy       atomic.Int64 // the handlers' time, summed
 }
 
 func newStamps() *stamps { return &stamps{base: time.Now()} }
@@ -437,9 +473,12 @@ func (s *stamps) now() int64 { return int64(time.Since(s.base)) }
 
 func (s *stamps) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.start.Store(s.now())
+		start := s.now()
+		s.start.Store(start)
 		h.ServeHTTP(w, r)
-		s.end.Store(s.now())
+		end := s.now()
+		s.end.Store(end)
+		s.busy.Add(end - start)
 	})
 }
 
@@ -618,13 +657,19 @@ func (r *Result) step(k int) Step {
 
 // throughput: Clients goroutines, each on its own name, acquire and release
 // for Duration. Pairs in flight at the end complete and count; the elapsed
-// time runs until the last one has.
-func throughput(ctx context.Context, cfg Config, acq acquirer, prefix string, res *Result, e *benchkit.Errs) error {
+// time runs until the last one has. st, if the path has a server, sums its
+// handlers' time.
+func throughput(ctx context.Context, cfg Config, acq acquirer, st *stamps, prefix string, res *Result, e *benchkit.Errs) error {
 	var (
-		stop atomic.Bool
-		ops  atomic.Int64
-		wg   sync.WaitGroup
+		stop     atomic.Bool
+		ops      atomic.Int64
+		pairTime atomic.Int64
+		wg       sync.WaitGroup
 	)
+	var busy0 int64
+	if st != nil {
+		busy0 = st.busy.Load()
+	}
 	cpu0 := benchkit.ProcessCPU()
 	start := time.Now()
 	timer := time.AfterFunc(cfg.Duration, func() { stop.Store(true) })
@@ -632,18 +677,26 @@ func throughput(ctx context.Context, cfg Config, acq acquirer, prefix string, re
 	for i := range cfg.Clients {
 		wg.Go(func() {
 			name := fmt.Sprintf("%s%d", prefix, i)
+			var spent time.Duration
 			for !stop.Load() && ctx.Err() == nil && !e.TooMany() {
+				t0 := time.Now()
 				if err := pair(ctx, acq, name, nil); err != nil {
 					e.Add(fmt.Errorf("throughput: %w", err))
 					continue
 				}
+				spent += time.Since(t0)
 				ops.Add(1)
 			}
+			pairTime.Add(int64(spent))
 		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	res.ProcCPU += benchkit.ProcessCPU() - cpu0
+	res.PairTime += time.Duration(pairTime.Load())
+	if st != nil {
+		res.HandlerTime += time.Duration(st.busy.Load() - busy0)
+	}
 	n := int(ops.Load())
 	res.Ops += n
 	res.OpsElapsed += elapsed

@@ -42,6 +42,7 @@ func Write(w io.Writer, rep *Report) error {
 	if err := writeSteps(w, rep); err != nil {
 		return err
 	}
+	writeLoad(w, rep)
 	if f := rep.Find(Floor); f != nil && sdk != nil && f.CPUPerOp() > 0 && sdk.OpsPerSec() > 0 {
 		// Any pair over HTTP costs at least the SDK's work plus the
 		// floor's: with every CPU busy, no more pairs a second than this.
@@ -103,6 +104,24 @@ func writeSteps(w io.Writer, rep *Report) error {
 		"against %s in the minimal handler (HTTP bare): fenced's server itself %s.\n",
 		benchkit.US(transport), signedUS(beyond(h)), signedUS(beyond(bare)), signedUS(beyond(h)-beyond(bare)))
 	return nil
+}
+
+// writeLoad prints where a pair's time went in the throughput scenario:
+// in the server's handlers, and on the way to them and back.
+func writeLoad(w io.Writer, rep *Report) {
+	fmt.Fprintf(w, "\nunder load (the throughput scenario, %d goroutines), the mean pair: in the handlers (both requests) and on the way to the server and back:\n", rep.Config.Clients)
+	for _, r := range rep.Results {
+		if r.Ops == 0 {
+			continue
+		}
+		pair := r.PairTime / time.Duration(r.Ops)
+		if r.HandlerTime == 0 {
+			fmt.Fprintf(w, "  %s: %s\n", r.Path, benchkit.MS(pair))
+			continue
+		}
+		in := r.HandlerTime / time.Duration(r.Ops)
+		fmt.Fprintf(w, "  %s: %s, in the handlers %s, on the way %s\n", r.Path, benchkit.MS(pair), benchkit.MS(in), benchkit.MS(pair-in))
+	}
 }
 
 // signedUS is d in whole microseconds with its sign.
