@@ -91,7 +91,8 @@
 // [RedisStore] works with any redis.UniversalClient: a single node, Sentinel
 // or Cluster (a lock's keys share the hash tag {name}). [RedlockStore] holds
 // the lease on a majority of independent Redis nodes, so a minority of them
-// can fail or restart empty without freeing it. [EtcdStore] needs nothing but
+// can fail or restart empty without freeing it; [NewRedlockStore] refuses
+// two nodes it can tell are one server. [EtcdStore] needs nothing but
 // etcd: it enforces each lock's deadline itself, to the millisecond, and
 // keeps its locks on a session lease per TTL class.
 //

@@ -82,12 +82,35 @@ func WithNodeTimeout(d time.Duration) RedlockOption {
 // an odd number is best) with tokens from seq. Keys are as in RedisStore,
 // on every node. Close stops the notification subscribers; it does not
 // close the clients or seq.
+//
+// The nodes must be distinct Redis servers: a majority that is one server
+// twice is lost with that server. NewRedlockStore refuses two nodes it can
+// tell share a server, naming both, by what the clients were given (it
+// asks no server, so that it works while a minority is down):
+//
+//   - a *redis.Client: its network and address (Options().Addr). Not its
+//     database: two databases of one server fail together. In a TCP
+//     address the hosts localhost, 127.0.0.1, ::1 and an empty host are
+//     taken as one (this machine's loopback), IP addresses are compared as
+//     addresses and host names without regard to case; other names are
+//     not resolved, so two names of one host, or a proxy in front of a
+//     node, go unseen.
+//   - a *redis.ClusterClient or *redis.Ring: each of its addresses
+//     (ClusterOptions.Addrs, the seeds; RingOptions.Addrs, the shards),
+//     refused if another node has one of them. Two seed lists that do not
+//     overlap may still reach one cluster.
+//   - a Sentinel failover client (redis.NewFailoverClient), or any other
+//     implementation: only the same client given twice. Its master's
+//     address is known only once it has asked the sentinels.
 func NewRedlockStore(nodes []redis.UniversalClient, seq sequencer.Sequencer, opts ...RedlockOption) (*RedlockStore, error) {
 	if len(nodes) < 3 {
 		return nil, fmt.Errorf("lock: Redlock needs at least 3 independent Redis nodes, got %d", len(nodes))
 	}
 	if seq == nil {
 		return nil, errors.New("lock: NewRedlockStore needs a sequencer")
+	}
+	if err := distinctServers(nodes); err != nil {
+		return nil, err
 	}
 	s := &RedlockStore{seq: seq, quorum: len(nodes)/2 + 1, nodeTimeout: 50 * time.Millisecond}
 	for _, o := range opts {

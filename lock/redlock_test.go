@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,8 +142,88 @@ func TestRedlockNeedsThreeNodes(t *testing.T) {
 	if _, err := lock.NewRedlockStore([]redis.UniversalClient{rdb, rdb}, newSequencer(t)); err == nil {
 		t.Fatal("two nodes accepted")
 	}
-	if _, err := lock.NewRedlockStore([]redis.UniversalClient{rdb, rdb, rdb}, newSequencer(t), lock.WithNodeTimeout(0)); err == nil {
-		t.Fatal("zero node timeout accepted")
+	nodes := unreachedNodes(t, "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3")
+	if _, err := lock.NewRedlockStore(nodes, newSequencer(t), lock.WithNodeTimeout(0)); err == nil || !strings.Contains(err.Error(), "node timeout") {
+		t.Fatalf("zero node timeout: %v, want refused", err)
+	}
+}
+
+// unreachedNodes are clients of addrs that no test connects.
+func unreachedNodes(t *testing.T, addrs ...string) []redis.UniversalClient {
+	nodes := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { rdb.Close() })
+		nodes[i] = rdb
+	}
+	return nodes
+}
+
+// A majority of one Redis server named twice is lost with that server, so
+// NewRedlockStore refuses nodes it can tell share a server, and says which.
+// It used to accept them.
+func TestRedlockRefusesOneServerTwice(t *testing.T) {
+	seq := newSequencer(t)
+	rdb := testenv.Redis(t)
+	other := unreachedNodes(t, "127.0.0.1:1", "127.0.0.1:2")
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"10.0.0.9:7000", "127.0.0.1:2"}})
+	t.Cleanup(func() { cluster.Close() })
+	sentinel := func() redis.UniversalClient {
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	refused := []struct {
+		what  string
+		nodes []redis.UniversalClient
+		want  []string // in the error
+	}{
+		{"one client three times", []redis.UniversalClient{rdb, rdb, rdb}, []string{"node 0 (" + testenv.RedisAddr() + ", db 0)", "node 1 (", "same client"}},
+		{"two clients of one address and database", unreachedNodes(t, "127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7001"),
+			[]string{"node 0 (127.0.0.1:7001, db 0)", "node 2 (127.0.0.1:7001, db 0)", "same Redis server"}},
+		{"localhost and 127.0.0.1", unreachedNodes(t, "localhost:7001", "127.0.0.1:7002", "127.0.0.1:7001"),
+			[]string{"node 0 (localhost:7001, db 0)", "node 2 (127.0.0.1:7001, db 0)"}},
+		{"two databases of one server", func() []redis.UniversalClient {
+			db1 := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DB: 1})
+			t.Cleanup(func() { db1.Close() })
+			return append(other, db1)
+		}(), []string{"node 0 (127.0.0.1:1, db 0)", "node 2 (127.0.0.1:1, db 1)", "two databases"}},
+		{"a Cluster seed that is another node", append(other, cluster), []string{"node 1 (127.0.0.1:2, db 0)", "node 2 (Cluster client of 10.0.0.9:7000,127.0.0.1:2"}},
+		{"one failover client twice", func() []redis.UniversalClient {
+			s := sentinel()
+			return append(other, s, s)
+		}(), []string{"node 2 (Sentinel failover client, db 0)", "node 3 (", "same client"}},
+	}
+	for _, c := range refused {
+		t.Run(c.what, func(t *testing.T) {
+			s, err := lock.NewRedlockStore(c.nodes, seq)
+			if err == nil {
+				s.Close()
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q: want it to say %q", err, w)
+				}
+			}
+		})
+	}
+	accepted := []struct {
+		what  string
+		nodes []redis.UniversalClient
+	}{
+		{"three ports", unreachedNodes(t, "127.0.0.1:7001", "localhost:7002", "[::1]:7003")},
+		{"three hosts on one port", unreachedNodes(t, "10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379")},
+		{"failover clients of their own", append(other[:1:1], sentinel(), sentinel())},
+	}
+	for _, c := range accepted {
+		t.Run(c.what, func(t *testing.T) {
+			s, err := lock.NewRedlockStore(c.nodes, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+		})
 	}
 }
 
