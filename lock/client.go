@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fenced/fenced/internal/clock"
@@ -16,6 +17,15 @@ type Client struct {
 	store  LeaseStore
 	set    *LeaseSet   // the leases it holds, kept through store
 	places *keptPlaces // the queue places of acquisitions made of several calls
+
+	// closing ends, with the cause ErrClosed, when Close begins: every
+	// acquisition in progress waits on a context that ends with it.
+	closing  context.Context
+	shut     context.CancelCauseFunc
+	mu       sync.Mutex
+	closed   bool
+	inflight int           // acquisitions in progress
+	idle     chan struct{} // closed when inflight falls to 0 after Close
 }
 
 // New returns a client of store. Close releases the leases it still holds;
@@ -28,7 +38,32 @@ func New(store LeaseStore) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{store: store, set: set, places: newKeptPlaces(store, DefaultWaiterTTL)}, nil
+	c := &Client{store: store, set: set, places: newKeptPlaces(store, DefaultWaiterTTL)}
+	c.closing, c.shut = context.WithCancelCause(context.Background())
+	return c, nil
+}
+
+// begin counts an acquisition in progress, which Close wakes and waits for.
+// It returns ctx ended also by Close (the cause ErrClosed), and end to call
+// when the acquisition returns.
+func (c *Client) begin(ctx context.Context) (context.Context, func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, nil, ErrClosed
+	}
+	c.inflight++
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.inflight--; c.inflight == 0 && c.idle != nil {
+			close(c.idle)
+		}
+	}, nil
 }
 
 // Store returns the client's lease store.
@@ -66,6 +101,11 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if err := ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
+	ctx, end, err := c.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	began := time.Now()
 	if o.Wait > 0 {
 		var cancel context.CancelFunc
@@ -221,6 +261,9 @@ var (
 // if the store never answered in time, that is the error. Every other
 // context error matches ctx.Err().
 func (c *Client) fail(ctx context.Context, name string, err, busy error, began time.Time) error {
+	if ctx.Err() != nil && context.Cause(ctx) == ErrClosed {
+		return fmt.Errorf("lock: acquire %q: %w", name, ErrClosed)
+	}
 	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && pastDeadline(ctx) {
 		// The store saw the deadline pass (go-redis with
 		// ContextTimeoutEnabled ends a call at it by the clock) before the
@@ -303,9 +346,28 @@ func (c *Client) Adopt(ctx context.Context, name, leaseID string, g Grant, start
 
 // Close releases every lease the client still holds and waits for their
 // keep-alive goroutines, and gives up the queue places kept between calls
-// (WithWaiter). Later calls return ErrClosed. Close is idempotent.
+// (WithWaiter). An acquisition still in progress (Acquire, TryAcquire,
+// Elect) returns ErrClosed at once, whether it is waiting for a held lock
+// or for the store: it leaves its place in the queue and takes nothing, and
+// Close waits for it to return, or for ctx to end. Later calls return
+// ErrClosed. Close is idempotent.
 func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+		if c.inflight == 0 {
+			close(c.idle)
+		}
+	}
+	c.mu.Unlock()
+	c.shut(ErrClosed)
 	err := c.set.Close(ctx)
+	select {
+	case <-c.idle:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("lock: close: acquisitions still returning: %w", ctx.Err()))
+	}
 	c.places.close(ctx)
 	return err
 }

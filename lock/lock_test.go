@@ -454,6 +454,85 @@ func TestClientCloseReleasesLeases(t *testing.T) {
 	}
 }
 
+// heldTwice wraps a store and closes waiting when an attempt finds the
+// lock held for the second time: the waiter has subscribed to releases and
+// tried again, and is waiting for a release or its backoff.
+type heldTwice struct {
+	lock.LeaseStore
+	held    atomic.Int32
+	waiting chan struct{}
+}
+
+func (h *heldTwice) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+	g, err := h.LeaseStore.Acquire(ctx, req)
+	if errors.Is(err, lock.ErrNotAcquired) && h.held.Add(1) == 2 {
+		close(h.waiting)
+	}
+	return g, err
+}
+
+// Close wakes an Acquire waiting for a lock another client holds, and
+// returns after it: the Acquire returns ErrClosed, having left its place in
+// the queue and taken nothing. Such an Acquire used to wait on for its next
+// attempt (the holder's TTL or its backoff: here up to an hour; 1 s for a
+// fair waiter), and only then see the client closed.
+func TestCloseWakesWaitingAcquire(t *testing.T) {
+	waiter, err := lock.NewReleaseID() // any 32 hex digits
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range backends(t) {
+		for _, w := range []struct {
+			name string
+			opts []lock.Option
+		}{
+			{"fair", nil},
+			{"unfair", []lock.Option{lock.WithUnfair()}},
+			{"kept place", []lock.Option{lock.WithWaiter(waiter)}},
+		} {
+			t.Run(b.name+"/"+w.name, func(t *testing.T) {
+				name := testenv.Name(t)
+				holder := newClient(t, b.store)
+				l, err := holder.Acquire(t.Context(), name, 10*time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hs := &heldTwice{LeaseStore: b.store, waiting: make(chan struct{})}
+				c, err := lock.New(hs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() {
+					l, err := c.Acquire(t.Context(), name, time.Minute, append(w.opts, lock.WithRetry(lock.LinearBackoff(time.Hour)))...)
+					if err == nil {
+						err = fmt.Errorf("acquired %s, token %d", l.ID(), l.Token())
+					}
+					done <- err
+				}()
+				<-hs.waiting
+				if err := c.Close(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case err := <-done:
+					if !errors.Is(err, lock.ErrClosed) {
+						t.Errorf("waiting Acquire: %v, want ErrClosed", err)
+					}
+				default:
+					t.Error("Close returned with the Acquire still waiting")
+					l.Release(t.Context()) // wakes it
+					t.Fatalf("then, woken by the holder's release: %v", <-done)
+				}
+				st, err := b.store.Inspect(t.Context(), name)
+				if err != nil || st.LeaseID != l.ID() || st.Waiters != 0 {
+					t.Errorf("after Close: %+v, %v; want held by the holder, nobody waiting", st, err)
+				}
+			})
+		}
+	}
+}
+
 // TestEtcdTTLInMilliseconds: etcd leases are whole seconds, but the etcd
 // store enforces each lock's own deadline, so a lock's TTL is honoured to
 // the millisecond and the next holder gets it when it runs out.
