@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // Fair waiting, reentrancy, owners, List and ForceRelease, on each store.
@@ -384,5 +385,103 @@ func TestWaitErrorSaysThePlace(t *testing.T) {
 			cancel()
 			<-first
 		})
+	}
+}
+
+// A release names the first waiter still waiting, not a place whose waiter
+// went away without leaving (its place expired, and stays in the queue
+// until a script drops it). release.lua dropped expired places before it
+// named the queue's head; force.lua and leave.lua named the head as it
+// was: a dead place, or, when a leaving waiter stood behind one, nobody.
+// The live waiter behind it was not woken, and waited for its backoff.
+func TestWakeSkipsExpiredPlaces(t *testing.T) {
+	const (
+		ghost  = "00000000000000000000000000000dead" // its place expired
+		live   = "0000000000000000000000000000a11e"
+		leaver = "000000000000000000000000000001ea"
+	)
+	cases := []struct {
+		name  string
+		queue []string // in arrival order
+		leave string   // the waiter that leaves the queue of a free lock; "" to force-release a held one
+	}{
+		{"force-release", []string{ghost, live}, ""},
+		{"leave at the head", []string{leaver, ghost, live}, leaver},
+		{"leave behind an expired place", []string{ghost, leaver, live}, leaver},
+	}
+	type store struct {
+		name   string
+		s      lock.LeaseStore
+		nodes  []*redis.Client
+		prefix string
+	}
+	rdb := testenv.Redis(t)
+	prefix := testenv.Name(t) + ":"
+	rs, err := lock.NewRedisStore(rdb, newSequencer(t), lock.WithRedisPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	procs, rl := startRedlock(t)
+	var rlNodes []*redis.Client
+	for _, p := range procs {
+		rlNodes = append(rlNodes, p.Client())
+	}
+	for _, st := range []store{{"redis", rs, []*redis.Client{rdb}, prefix}, {"redlock", rl, rlNodes, "fenced:"}} {
+		for _, tc := range cases {
+			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
+				name := testenv.Name(t)
+				if tc.leave == "" {
+					if _, err := newClient(t, st.s).TryAcquire(t.Context(), name, 30*time.Second); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// The queue as a waiter that died leaves it: its place
+				// expired, not yet dropped.
+				k := st.prefix + "{" + name + "}:"
+				alive := float64(time.Now().Add(time.Minute).UnixMilli())
+				for _, rdb := range st.nodes {
+					_, err := rdb.TxPipelined(t.Context(), func(p redis.Pipeliner) error {
+						for i, w := range tc.queue {
+							expires := alive
+							if w == ghost {
+								expires = 1
+							}
+							p.ZAdd(t.Context(), k+"queue", redis.Z{Score: float64(i + 1), Member: w})
+							p.ZAdd(t.Context(), k+"places", redis.Z{Score: expires, Member: w})
+						}
+						p.PExpire(t.Context(), k+"queue", time.Minute)
+						p.PExpire(t.Context(), k+"places", time.Minute)
+						return nil
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				woken := map[string]<-chan struct{}{}
+				for _, w := range []string{ghost, live} {
+					ch, stop, err := st.s.Watch(t.Context(), name, w)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(stop)
+					woken[w] = ch
+				}
+				if tc.leave == "" {
+					if before, err := st.s.ForceRelease(t.Context(), name); err != nil || !before.Held {
+						t.Fatalf("force-release: %+v, %v", before, err)
+					}
+				} else if err := st.s.Leave(t.Context(), name, tc.leave); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-woken[live]:
+				case <-woken[ghost]:
+					t.Fatal("the expired place was named: the live waiter behind it was not woken")
+				case <-time.After(30 * time.Second):
+					t.Fatal("nobody was woken in 30s")
+				}
+			})
+		}
 	}
 }

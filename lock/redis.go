@@ -43,8 +43,8 @@ var (
 	refreshScript = redis.NewScript(refreshLua)
 	releaseScript = redis.NewScript(preludeLua + releaseLua)
 	inspectScript = redis.NewScript(preludeLua + inspectLua)
-	forceScript   = redis.NewScript(forceLua)
-	leaveScript   = redis.NewScript(leaveLua)
+	forceScript   = redis.NewScript(preludeLua + forceLua)
+	leaveScript   = redis.NewScript(preludeLua + leaveLua)
 	readyScript   = redis.NewScript(readyLua)
 )
 
@@ -71,8 +71,10 @@ var (
 //
 // and <prefix>ready, which Ping writes for a minute (scripts/ready.lua).
 //
-// The release script publishes on <prefix>{name}:released the id of the
-// waiter at the head of the queue, which alone then tries. No key outlives
+// A release, a force-release, and a leave by the waiter at the head of the
+// queue of a free lock publish on <prefix>{name}:released the id of the
+// waiter now at the head, once expired places are dropped (publish_head in
+// scripts/prelude.lua); that waiter alone then tries. No key outlives
 // its lease or its longest waiter's place. Every script is safe to run
 // twice, as go-redis does after a lost reply (docs/design.md, defect 4).
 // Concurrent script calls share pipelines (redispipe.go); Stats counts

@@ -10,5 +10,5 @@ redis.call('DEL', KEYS[1], KEYS[2])
 -- The record keeps the last token for Inspect, marked so that the removed
 -- holder's release never reads it as its own (it did not release).
 if pttl > 0 then redis.call('SET', KEYS[3], 'forced:' .. id .. ' ' .. (tok or '0'), 'PX', pttl) end
-redis.call('PUBLISH', ARGV[1], redis.call('ZRANGE', KEYS[4], 0, 0)[1] or '')
+publish_head(KEYS[4], KEYS[5], ARGV[1])
 return {id, tok}

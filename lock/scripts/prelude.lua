@@ -17,6 +17,20 @@ local function drop_expired(queue, places, now)
   end
 end
 
+-- publish_head tells the waiters on channel that the lock is free: it
+-- publishes the id of the waiter at the head of the queue, once the places
+-- that expired are dropped, or '' if none waits. Only that waiter then
+-- tries (no thundering herd), with every unfair one; a dead place named
+-- instead would leave the live waiter behind it to its backoff
+-- (docs/design.md, defect 39).
+local function publish_head(queue, places, channel)
+  local head = ''
+  if redis.call('EXISTS', queue) == 1 then
+    drop_expired(queue, places, now_ms())
+    head = redis.call('ZRANGE', queue, 0, 0)[1] or ''
+  end
+  redis.call('PUBLISH', channel, head)
+end
 
 -- A call that changes a reentrant lock's count (a reentry, a release that
 -- counts down) carries an id drawn afresh for it, and the token hash's

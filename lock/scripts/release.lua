@@ -3,9 +3,7 @@
 -- ARGV: 1 lease id, 2 the release channel, 3 a nonce drawn for this call.
 -- Returns 1 when released, 2 when a reentrant holder still holds it (its
 -- count went down by one), 0 when not held.
--- A release publishes the id of the waiter at the head of the queue (or
--- '' if none), so that only it tries (no thundering herd); unfair waiters
--- try on any release.
+-- A release wakes the waiter at the head of the queue (publish_head).
 -- Safe to run twice: the last-released record, kept for as long as the
 -- lease had left, makes a retry a success (docs/design.md, defect 4). No
 -- key outlives its lease.
@@ -22,12 +20,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   local pttl = redis.call('PTTL', KEYS[1])
   redis.call('DEL', KEYS[1], KEYS[2])
   if pttl > 0 then redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. (h[2] or '0'), 'PX', pttl) end
-  local head = ''
-  if redis.call('EXISTS', KEYS[4]) == 1 then
-    drop_expired(KEYS[4], KEYS[5], now_ms())
-    head = redis.call('ZRANGE', KEYS[4], 0, 0)[1] or ''
-  end
-  redis.call('PUBLISH', ARGV[2], head)
+  publish_head(KEYS[4], KEYS[5], ARGV[2])
   return 1
 end
 local last = redis.call('GET', KEYS[3])
