@@ -153,6 +153,10 @@ type Error struct {
 	// head; 0 when it had none, as with unfair).
 	WaitedMs *int64 `json:"waited_ms,omitempty"`
 	Position *int   `json:"position,omitempty"`
+	// MaxWaitMs, on a 400 about a wait_ms out of range, is the longest
+	// wait the server allows (its --max-wait), so that a client can ask
+	// for that instead.
+	MaxWaitMs *int64 `json:"max_wait_ms,omitempty"`
 }
 
 // Fields of a request that an Error can name.

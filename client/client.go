@@ -33,6 +33,9 @@ type Client struct {
 	maxRequestWait time.Duration
 	answerGrace    time.Duration
 	retries        int
+	// allowedWait, once a server refused maxRequestWait (refusedWait), is
+	// the longest wait_ms the client asks for; 0 before.
+	allowedWait atomic.Int64
 
 	// leases gives every lease lock.Lease's machinery (validity,
 	// keep-alive, Done) over keeper, which refreshes and releases through
@@ -123,8 +126,10 @@ func WithTLSConfig(cfg *tls.Config) Option {
 
 // WithMaxRequestWait sets the longest wait_ms that one acquire request asks
 // the server for; a longer wait is split into several requests. Default
-// DefaultMaxRequestWait (30s). It must not exceed the server's --max-wait
-// (60s unless configured), which rejects a longer wait_ms.
+// DefaultMaxRequestWait (30s). A server whose --max-wait (60s unless
+// configured) is shorter refuses the request (400 on wait_ms, with the
+// longest it allows in max_wait_ms): the client then asks for that at once,
+// and from then on (see requestWait), rather than fail.
 func WithMaxRequestWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d < time.Millisecond {
@@ -332,7 +337,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			var wait, within time.Duration
 			final := false // this request's wait is all the call has left
 			if !o.Try {
-				wait = c.maxRequestWait
+				wait = c.requestWait()
 				if !end.IsZero() {
 					left := time.Until(end)
 					wait, final = min(wait, left), left <= wait
@@ -370,6 +375,9 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
+		}
+		if c.refusedWait(err, asked) {
+			continue // the same wait, in requests the server allows
 		}
 		if !errors.Is(err, lock.ErrNotAcquired) {
 			// A bounded wait rides out a server that is briefly away (a
@@ -410,6 +418,38 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
 		}
 		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// requestWait is the longest wait_ms one request asks for:
+// WithMaxRequestWait, or less once a server refused that (refusedWait).
+func (c *Client) requestWait() time.Duration {
+	if w := time.Duration(c.allowedWait.Load()); w > 0 && w < c.maxRequestWait {
+		return w
+	}
+	return c.maxRequestWait
+}
+
+// refusedWait reports whether err is a server's refusal of the wait_ms
+// asked for (a 400 on wait_ms: its --max-wait is shorter than
+// WithMaxRequestWait), and if so lowers requestWait to the longest the
+// server allows (max_wait_ms), or, from a server that does not say, to half
+// of asked, down to 1ms: the caller asks again at once. With several
+// servers the client keeps the least any allowed.
+func (c *Client) refusedWait(err error, asked time.Duration) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Code != api.CodeInvalidArgument || ae.Field != api.FieldWaitMs || asked <= time.Millisecond {
+		return false
+	}
+	lower := max(asked/2, time.Millisecond)
+	if ae.MaxWait > 0 && ae.MaxWait < asked {
+		lower = ae.MaxWait
+	}
+	for {
+		cur := c.allowedWait.Load()
+		if (cur > 0 && cur <= int64(lower)) || c.allowedWait.CompareAndSwap(cur, int64(lower)) {
+			return true
+		}
 	}
 }
 
@@ -753,6 +793,9 @@ func apiError(status int, body []byte) *APIError {
 		}
 		if e.Error.Position != nil {
 			ae.Position = *e.Error.Position
+		}
+		if e.Error.MaxWaitMs != nil {
+			ae.MaxWait = time.Duration(*e.Error.MaxWaitMs) * time.Millisecond
 		}
 		return ae
 	}

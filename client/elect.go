@@ -46,8 +46,9 @@ func (c *Client) Elect(ctx context.Context, name, value string, ttl time.Duratio
 // the next server if there are several: one that could not be sent or was
 // not answered (within its wait and WithAnswerGrace, else ErrNoAnswer),
 // or answered 5xx. A server that refuses the wait asked for (400 on
-// wait_ms: its --max-wait is shorter than WithMaxRequestWait) is asked
-// for half as long, down to 1ms, until it accepts. Any other 4xx answer
+// wait_ms: its --max-wait is shorter than WithMaxRequestWait) is asked at
+// once for the longest it allows, as an Acquire does (WithMaxRequestWait).
+// Any other 4xx answer
 // (401, 403, 404, …) is taken as final: sending it again would be refused
 // again, and the channel would show a leader that may be long gone.
 //
@@ -70,7 +71,6 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan lock.Leader, 
 		cur := first
 		const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 		backoff := minBackoff
-		wait := c.maxRequestWait // less once a server refused it
 		for {
 			select {
 			case out <- cur:
@@ -79,13 +79,12 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan lock.Leader, 
 			}
 			for {
 				after := cur.Token
+				wait := c.requestWait()
 				l, err := c.leader(ctx, name, &after, wait)
 				if ctx.Err() != nil {
 					return
 				}
-				var ae *APIError
-				if errors.As(err, &ae) && ae.Code == api.CodeInvalidArgument && ae.Field == api.FieldWaitMs && wait > time.Millisecond {
-					wait = max(wait/2, time.Millisecond)
+				if c.refusedWait(err, wait) {
 					continue
 				}
 				if final(err) {

@@ -40,6 +40,9 @@ type APIError struct {
 	// request waited and its place in the lock's queue (0: none).
 	Waited   time.Duration
 	Position int
+	// MaxWait, on a 400 about wait_ms, is the longest wait the server
+	// allows (its --max-wait), or 0 if it did not say.
+	MaxWait time.Duration
 	// RetryAfter, on a 503: how long the server asked to wait before the
 	// request is sent again (its Retry-After header), or 0.
 	RetryAfter time.Duration

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/server"
 )
 
 // tokensIssued reads fenced_tokens_issued_total from a server's metrics.
@@ -228,5 +230,71 @@ func TestEndedWaitLeavesTheQueue(t *testing.T) {
 	}
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServerWithAShorterMaxWait: a server whose --max-wait (400ms) is
+// shorter than the client's request wait (DefaultMaxRequestWait, 30s)
+// refused every waiting Acquire with 400 on wait_ms, free lock or held, so
+// a default client could not use it. It now says the longest it allows
+// (max_wait_ms), and the client asks for that instead: a free lock is
+// taken, and a held one is waited for across requests of that length until
+// the holder lets go.
+func TestServerWithAShorterMaxWait(t *testing.T) {
+	f := newFixture(t)
+	url := f.serve(t, server.Config{MaxWait: 400 * time.Millisecond})
+	c := newClient(t, url) // the default request wait
+	ctx := t.Context()
+	name := testenv.Name(t)
+
+	l, err := c.Acquire(ctx, name, 5*time.Second, lock.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("a free lock, a server with --max-wait 400ms: %v", err)
+	}
+	// The holder lets go once the waiter has waited in its place for more
+	// than twice the server's maximum: its wait spanned several requests,
+	// none refused.
+	other := newClient(t, url)
+	done := make(chan error, 1)
+	go func() {
+		w, err := other.Acquire(context.Background(), name, 5*time.Second, lock.WithWait(time.Minute))
+		if err == nil {
+			err = w.Release(context.Background())
+		}
+		done <- err
+	}()
+	for {
+		st, err := c.Inspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Waiters == 1 && st.OldestWait > time.Second {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the waiter returned while the lock was held: %v", err)
+		case <-time.After(50 * time.Millisecond): // the next look
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the waiter, after the release: %v", err)
+	}
+
+	// An API error says the maximum.
+	resp, err := http.Post(url+"/v1/locks/"+name+"/acquire", "application/json", strings.NewReader(`{"ttl_ms":5000,"wait_ms":1000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb api.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusBadRequest || eb.Error.Field != api.FieldWaitMs || eb.Error.MaxWaitMs == nil || *eb.Error.MaxWaitMs != 400 {
+		t.Errorf("wait_ms 1000 to a server with --max-wait 400ms: %d %+v, want 400 on wait_ms with max_wait_ms 400", resp.StatusCode, eb.Error)
 	}
 }

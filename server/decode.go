@@ -184,7 +184,9 @@ func (l limits) wait(raw json.RawMessage) (time.Duration, *apiError) {
 		return 0, aerr
 	}
 	if ms < 0 || ms > l.maxWait.Milliseconds() {
-		return 0, invalid(fieldWaitMs, fmt.Sprintf("wait_ms %d: %s", ms, want))
+		aerr := invalid(fieldWaitMs, fmt.Sprintf("wait_ms %d: %s", ms, want))
+		aerr.maxWait = l.maxWait // a client may ask for that instead
+		return 0, aerr
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -53,6 +53,9 @@ type apiError struct {
 	waited   time.Duration
 	position int
 	wait     bool
+	// maxWait, on a 400 about a wait_ms out of range, is the server's
+	// longest wait (api.Error's MaxWaitMs); 0 when not set.
+	maxWait time.Duration
 }
 
 func (e *apiError) Error() string { return string(e.code) + ": " + e.message }
@@ -91,6 +94,10 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if e.wait {
 		ms, pos := e.waited.Milliseconds(), e.position
 		body.WaitedMs, body.Position = &ms, &pos
+	}
+	if e.maxWait > 0 {
+		ms := e.maxWait.Milliseconds()
+		body.MaxWaitMs = &ms
 	}
 	writeJSON(w, e.status, api.ErrorBody{Error: body})
 }

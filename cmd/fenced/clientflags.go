@@ -26,7 +26,7 @@ func (o *clientOpts) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.tls.ca, "client-tls-ca", "", "PEM CA `file` to verify the server's certificate. Empty: the system's roots.")
 	fs.StringVar(&o.tls.cert, "client-tls-cert", "", "PEM client certificate `file` for mutual TLS (needs --client-tls-key).")
 	fs.StringVar(&o.tls.key, "client-tls-key", "", "PEM private key `file` of --client-tls-cert.")
-	fs.DurationVar(&o.maxReq, "max-request-wait", client.DefaultMaxRequestWait, "Longest wait_ms of one acquire request; keep it within the server's --max-wait.")
+	fs.DurationVar(&o.maxReq, "max-request-wait", client.DefaultMaxRequestWait, "Longest wait_ms of one acquire request; a server with a shorter --max-wait is asked for its longest.")
 }
 
 // client checks the flags and makes the client they describe; the caller

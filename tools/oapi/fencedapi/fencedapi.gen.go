@@ -222,6 +222,12 @@ type Error struct {
 		// refused, or its query string did not decode.
 		Field *ErrorErrorField `json:"field,omitempty"`
 
+		// MaxWaitMs On a 400 about a wait_ms out of range (field wait_ms), the
+		// longest wait this server allows (its --max-wait): a client
+		// whose wait per request is longer asks for this much instead,
+		// and splits a longer wait into several requests.
+		MaxWaitMs *int64 `json:"max_wait_ms,omitempty"`
+
 		// Message What was wrong and, where it helps, what to do. For people; clients decide by code and field.
 		Message string `json:"message"`
 
