@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/fenced/fenced/internal/calls"
 	"github.com/fenced/fenced/internal/clock"
 )
 
@@ -17,15 +17,9 @@ type Client struct {
 	store  LeaseStore
 	set    *LeaseSet   // the leases it holds, kept through store
 	places *keptPlaces // the queue places of acquisitions made of several calls
-
-	// closing ends, with the cause ErrClosed, when Close begins: every
-	// acquisition in progress waits on a context that ends with it.
-	closing  context.Context
-	shut     context.CancelCauseFunc
-	mu       sync.Mutex
-	closed   bool
-	inflight int           // acquisitions in progress
-	idle     chan struct{} // closed when inflight falls to 0 after Close
+	// calls are the acquisitions in progress, which Close ends (cause
+	// ErrClosed) and waits for.
+	calls calls.Set
 }
 
 // New returns a client of store. Close releases the leases it still holds;
@@ -38,32 +32,7 @@ func New(store LeaseStore) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{store: store, set: set, places: newKeptPlaces(store, DefaultWaiterTTL)}
-	c.closing, c.shut = context.WithCancelCause(context.Background())
-	return c, nil
-}
-
-// begin counts an acquisition in progress, which Close wakes and waits for.
-// It returns ctx ended also by Close (the cause ErrClosed), and end to call
-// when the acquisition returns.
-func (c *Client) begin(ctx context.Context) (context.Context, func(), error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, nil, ErrClosed
-	}
-	c.inflight++
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
-	return ctx, func() {
-		stop()
-		cancel(nil)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.inflight--; c.inflight == 0 && c.idle != nil {
-			close(c.idle)
-		}
-	}, nil
+	return &Client{store: store, set: set, places: newKeptPlaces(store, DefaultWaiterTTL)}, nil
 }
 
 // Store returns the client's lease store.
@@ -101,7 +70,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if err := ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
-	ctx, end, err := c.begin(ctx)
+	ctx, end, err := c.calls.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +230,7 @@ var (
 // if the store never answered in time, that is the error. Every other
 // context error matches ctx.Err().
 func (c *Client) fail(ctx context.Context, name string, err, busy error, began time.Time) error {
-	if ctx.Err() != nil && context.Cause(ctx) == ErrClosed {
+	if c.calls.Ended(ctx) != nil {
 		return fmt.Errorf("lock: acquire %q: %w", name, ErrClosed)
 	}
 	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && pastDeadline(ctx) {
@@ -352,21 +321,10 @@ func (c *Client) Adopt(ctx context.Context, name, leaseID string, g Grant, start
 // Close waits for it to return, or for ctx to end. Later calls return
 // ErrClosed. Close is idempotent.
 func (c *Client) Close(ctx context.Context) error {
-	c.mu.Lock()
-	c.closed = true
-	if c.idle == nil {
-		c.idle = make(chan struct{})
-		if c.inflight == 0 {
-			close(c.idle)
-		}
-	}
-	c.mu.Unlock()
-	c.shut(ErrClosed)
+	c.calls.Close(ErrClosed)
 	err := c.set.Close(ctx)
-	select {
-	case <-c.idle:
-	case <-ctx.Done():
-		err = errors.Join(err, fmt.Errorf("lock: close: acquisitions still returning: %w", ctx.Err()))
+	if werr := c.calls.Wait(ctx); werr != nil {
+		err = errors.Join(err, fmt.Errorf("lock: close: acquisitions still returning: %w", werr))
 	}
 	c.places.close(ctx)
 	return err

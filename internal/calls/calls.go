@@ -1,0 +1,95 @@
+// Package calls ends a client's calls in progress when the client closes:
+// a call that waits (for a held lock, a backoff, a long poll) returns at
+// once rather than at its next attempt, and Close waits for it to return.
+package calls
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// Set counts the calls in progress of one owner. Its zero value is ready;
+// it must not be copied.
+type Set struct {
+	mu       sync.Mutex
+	closing  context.Context // ends with cause at Close
+	shut     context.CancelCauseFunc
+	closed   error         // the cause, once closed
+	inflight int           // calls in progress
+	idle     chan struct{} // closed when inflight falls to 0 after Close
+}
+
+// Begin counts a call and returns ctx, ended also by Close with its cause,
+// and end, to call when the call returns. After Close it returns the cause.
+func (s *Set) Begin(ctx context.Context) (context.Context, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != nil {
+		return nil, nil, s.closed
+	}
+	if s.closing == nil {
+		s.closing, s.shut = context.WithCancelCause(context.Background())
+	}
+	s.inflight++
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.closing, func() { cancel(context.Cause(s.closing)) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.inflight--; s.inflight == 0 && s.idle != nil {
+			close(s.idle)
+		}
+	}, nil
+}
+
+// Close ends every call in progress with cause and makes later Begins
+// return it; a later Close keeps the first cause. Wait waits for the calls.
+func (s *Set) Close(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != nil {
+		return
+	}
+	s.closed = cause
+	s.idle = make(chan struct{})
+	if s.inflight == 0 {
+		close(s.idle)
+	}
+	if s.shut != nil {
+		s.shut(cause)
+	}
+}
+
+// Wait waits, after Close, until every call has returned, or ctx ends
+// (then ctx.Err()).
+func (s *Set) Wait(ctx context.Context) error {
+	s.mu.Lock()
+	idle := s.idle
+	s.mu.Unlock()
+	if idle == nil {
+		return errors.New("calls: Wait before Close")
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Ended is Close's cause if it ended ctx (from Begin), else nil.
+func (s *Set) Ended(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	s.mu.Lock()
+	cause := s.closed
+	s.mu.Unlock()
+	if cause != nil && context.Cause(ctx) == cause {
+		return cause
+	}
+	return nil
+}
