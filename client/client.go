@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/internal/calls"
 	"github.com/fenced/fenced/internal/clock"
 	"github.com/fenced/fenced/lock"
 )
@@ -36,6 +37,9 @@ type Client struct {
 	// allowedWait, once a server refused maxRequestWait (refusedWait), is
 	// the longest wait_ms the client asks for; 0 before.
 	allowedWait atomic.Int64
+	// calls are the acquisitions in progress, which Close ends (cause
+	// lock.ErrClosed) and waits for.
+	calls calls.Set
 
 	// leases gives every lease lock.Lease's machinery (validity,
 	// keep-alive, Done) over keeper, which refreshes and releases through
@@ -286,6 +290,11 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if campaign {
 		verb = "campaign"
 	}
+	ctx, end, err := c.calls.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
+	}
+	defer end()
 	began := time.Now()
 	var budgetEnd time.Time
 	if o.Wait > 0 {
@@ -303,16 +312,15 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	// (API field waiter).
 	waiter := o.Waiter
 	if waiter == "" && !o.Try && !o.Unfair {
-		var err error
 		if waiter, err = lock.NewWaiterID(); err != nil {
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 		}
 	}
-	// end is when the wait ends: its budget or the context's deadline,
+	// until is when the wait ends: its budget or the context's deadline,
 	// whichever comes first; zero when it has neither.
-	end := budgetEnd
-	if dl, ok := ctx.Deadline(); ok && (end.IsZero() || dl.Before(end)) {
-		end = dl
+	until := budgetEnd
+	if dl, ok := ctx.Deadline(); ok && (until.IsZero() || dl.Before(until)) {
+		until = dl
 	}
 	const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 	backoff := minBackoff
@@ -338,8 +346,8 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			final := false // this request's wait is all the call has left
 			if !o.Try {
 				wait = c.requestWait()
-				if !end.IsZero() {
-					left := time.Until(end)
+				if !until.IsZero() {
+					left := time.Until(until)
 					wait, final = min(wait, left), left <= wait
 				}
 				wait = max(wait.Truncate(time.Millisecond), 0)
@@ -374,7 +382,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			continue // granted with no validity left: released, try again
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
+			return nil, fmt.Errorf("client: %s %q: %w", verb, name, c.ctxErr(ctx))
 		}
 		if c.refusedWait(err, asked) {
 			continue // the same wait, in requests the server allows
@@ -385,11 +393,11 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			// backends; the waiter id makes a grant whose answer was lost
 			// come back with the next request (package documentation,
 			// "Several servers").
-			if o.Try || end.IsZero() || !unanswered(err) || !time.Now().Before(end) {
+			if o.Try || until.IsZero() || !unanswered(err) || !time.Now().Before(until) {
 				return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 			}
-			if !clock.Sleep(ctx, min(backoff, time.Until(end))) {
-				return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
+			if !clock.Sleep(ctx, min(backoff, time.Until(until))) {
+				return nil, fmt.Errorf("client: %s %q: %w", verb, name, c.ctxErr(ctx))
 			}
 			backoff = min(2*backoff, maxBackoff)
 			continue
@@ -415,10 +423,18 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			continue
 		}
 		if !clock.Sleep(ctx, backoff) {
-			return nil, fmt.Errorf("client: %s %q: %w", verb, name, ctx.Err())
+			return nil, fmt.Errorf("client: %s %q: %w", verb, name, c.ctxErr(ctx))
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// ctxErr is why ctx ended: lock.ErrClosed if Close ended it, else ctx.Err().
+func (c *Client) ctxErr(ctx context.Context) error {
+	if err := c.calls.Ended(ctx); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // requestWait is the longest wait_ms one request asks for:
@@ -553,10 +569,18 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (lock.State, err
 }
 
 // Close releases every lease the client still holds and waits for their
-// keep-alive refreshes in flight. Later calls return lock.ErrClosed. Close is
-// idempotent.
+// keep-alive refreshes in flight. An acquisition in progress (Acquire,
+// TryAcquire, Campaign), waiting for a held lock or for a server, returns
+// lock.ErrClosed at once (its request is cut off; the server keeps its
+// place in the queue no longer than a waiter's that went away), and Close
+// waits for it to return, or for ctx to end. Later calls return
+// lock.ErrClosed. Close is idempotent.
 func (c *Client) Close(ctx context.Context) error {
+	c.calls.Close(lock.ErrClosed)
 	err := c.leases.Close(ctx)
+	if werr := c.calls.Wait(ctx); werr != nil {
+		err = errors.Join(err, fmt.Errorf("client: close: acquisitions still returning: %w", werr))
+	}
 	if c.ownHC {
 		c.hc.CloseIdleConnections()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -296,5 +297,59 @@ func TestServerWithAShorterMaxWait(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusBadRequest || eb.Error.Field != api.FieldWaitMs || eb.Error.MaxWaitMs == nil || *eb.Error.MaxWaitMs != 400 {
 		t.Errorf("wait_ms 1000 to a server with --max-wait 400ms: %d %+v, want 400 on wait_ms with max_wait_ms 400", resp.StatusCode, eb.Error)
+	}
+}
+
+// TestCloseEndsWaitingAcquire: Close ended an Acquire waiting for a held
+// lock only when its request's wait (up to 30s) was over. Now the Acquire
+// returns lock.ErrClosed at once, Close returns only after it has, and the
+// client takes nothing.
+func TestCloseEndsWaitingAcquire(t *testing.T) {
+	f := newFixture(t)
+	holder := newClient(t, f.url)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	if _, err := holder.TryAcquire(ctx, name, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), name, 5*time.Second, lock.WithWait(time.Hour))
+		if err == nil {
+			err = fmt.Errorf("acquired %d", l.Token())
+		}
+		done <- err
+	}()
+	for { // until the server has the waiter in the queue
+		st, err := holder.Inspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Waiters == 1 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the Acquire returned before Close: %v", err)
+		case <-time.After(20 * time.Millisecond): // the next look
+		}
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("the waiting Acquire after Close: %v, want lock.ErrClosed", err)
+		}
+	default:
+		t.Fatal("Close returned with the Acquire still waiting")
+	}
+	if _, err := c.TryAcquire(ctx, name+"-after", time.Second); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("TryAcquire after Close: %v, want lock.ErrClosed", err)
 	}
 }
