@@ -12,35 +12,42 @@ import (
 // Set counts the calls in progress of one owner. Its zero value is ready;
 // it must not be copied.
 type Set struct {
-	mu       sync.Mutex
-	closing  context.Context // ends with cause at Close
-	shut     context.CancelCauseFunc
-	closed   error         // the cause, once closed
-	inflight int           // calls in progress
-	idle     chan struct{} // closed when inflight falls to 0 after Close
+	mu     sync.Mutex
+	closed error              // the cause, once closed
+	calls  map[*call]struct{} // in progress
+	idle   chan struct{}      // closed when calls empties after Close
 }
+
+// call is one call in progress: how Close ends it.
+type call struct{ cancel context.CancelCauseFunc }
 
 // Begin counts a call and returns ctx, ended also by Close with its cause,
 // and end, to call when the call returns. After Close it returns the cause.
 func (s *Set) Begin(ctx context.Context) (context.Context, func(), error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	c := &call{cancel}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed != nil {
+		s.mu.Unlock()
+		cancel(nil)
 		return nil, nil, s.closed
 	}
-	if s.closing == nil {
-		s.closing, s.shut = context.WithCancelCause(context.Background())
+	if s.calls == nil {
+		s.calls = make(map[*call]struct{})
 	}
-	s.inflight++
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(s.closing, func() { cancel(context.Cause(s.closing)) })
+	s.calls[c] = struct{}{}
+	s.mu.Unlock()
 	return ctx, func() {
-		stop()
 		cancel(nil)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if s.inflight--; s.inflight == 0 && s.idle != nil {
-			close(s.idle)
+		delete(s.calls, c)
+		if len(s.calls) == 0 && s.idle != nil {
+			select {
+			case <-s.idle:
+			default:
+				close(s.idle)
+			}
 		}
 	}, nil
 }
@@ -55,11 +62,11 @@ func (s *Set) Close(cause error) {
 	}
 	s.closed = cause
 	s.idle = make(chan struct{})
-	if s.inflight == 0 {
+	if len(s.calls) == 0 {
 		close(s.idle)
 	}
-	if s.shut != nil {
-		s.shut(cause)
+	for c := range s.calls {
+		c.cancel(cause)
 	}
 }
 
