@@ -277,20 +277,34 @@ class Client:
 
     # -- the API -----------------------------------------------------------
 
-    def try_acquire(self, name: str, ttl_ms: Optional[int] = None) -> Optional["Lease"]:
+    def try_acquire(self, name: str, ttl_ms: Optional[int] = None,
+                    holder: Optional[str] = None) -> Optional["Lease"]:
         """One attempt to take the lock: a Lease, or None if another holder has it.
-        ttl_ms None means the server's default TTL (30 s unless configured)."""
+        ttl_ms None means the server's default TTL (30 s unless configured);
+        holder as in acquire."""
         try:
-            return self.acquire(name, ttl_ms=ttl_ms, wait_ms=0)
+            return self.acquire(name, ttl_ms=ttl_ms, wait_ms=0, holder=holder)
         except HeldError:
             return None
 
-    def acquire(self, name: str, ttl_ms: Optional[int] = None, wait_ms: int = 30_000) -> "Lease":
+    def acquire(self, name: str, ttl_ms: Optional[int] = None, wait_ms: int = 30_000,
+                holder: Optional[str] = None) -> "Lease":
         """Take the lock, waiting up to wait_ms (default 30 s; the server's
         --max-wait bounds it, 60 s by default) for the holder to release it or
         for its lease to expire. Raises HeldError if it is still held then.
         ttl_ms None means the server's default TTL. The granted TTL may be
         longer (etcd leases are whole seconds): see Lease.ttl_ms.
+
+        holder (API field holder; default None: not reentrant) makes the
+        acquisition reentrant: an acquire by the holder that holds the lock
+        now, from this process or another, gets the same lease id and token
+        at once, with Lease.count one more, and the lock is freed by as many
+        releases. It is an identity of the caller's choosing, 1 to 128 bytes
+        of printable UTF-8 (the server refuses anything else:
+        InvalidArgumentError), and a credential as good as the lease id:
+        whoever sends it gets the lease id, so the API never shows it. Pick
+        an unguessable one, such as secrets.token_hex(16) drawn once per
+        logical holder, and never log it.
 
         With wait_ms > 0 the request carries a waiter (32 hex digits, new
         for each call), and a request whose answer was lost after it was
@@ -306,15 +320,19 @@ class Client:
             body["ttl_ms"] = ttl_ms
         if wait_ms:
             body["wait_ms"] = wait_ms
+        if holder is not None:
+            body["holder"] = holder
         return self._take(name, "/acquire", body, wait_ms, "locks")
 
     def lock(self, name: str, ttl_ms: Optional[int] = None, wait_ms: int = 30_000,
-             on_lost: Optional[Callable[["Lease", FencedError], None]] = None) -> "Lease":
+             on_lost: Optional[Callable[["Lease", FencedError], None]] = None,
+             holder: Optional[str] = None) -> "Lease":
         """acquire, then keep the lease alive: for a with statement, which
-        releases the lease on exit. on_lost(lease, error) is called once if
-        the lease is lost, from the thread that finds out (usually the
-        keep-alive's); if it raises, its error is logged (logger "fenced")."""
-        lease = self.acquire(name, ttl_ms=ttl_ms, wait_ms=wait_ms)
+        releases the lease on exit (one hold, for a reentrant holder).
+        on_lost(lease, error) is called once if the lease is lost, from the
+        thread that finds out (usually the keep-alive's); if it raises, its
+        error is logged (logger "fenced"). holder as in acquire."""
+        lease = self.acquire(name, ttl_ms=ttl_ms, wait_ms=wait_ms, holder=holder)
         lease.keep_alive(on_lost=on_lost)
         return lease
 
@@ -593,8 +611,10 @@ def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
 
 
 class Lease:
-    """A held lease: name, lease_id (the holder's secret), token and ttl_ms
-    (the TTL the server granted).
+    """A held lease: name, lease_id (the holder's secret), token, ttl_ms
+    (the TTL the server granted) and count (how many releases the lock took
+    to be freed when it was granted: 1, or more for a reentrant holder's
+    acquire of a lock it held; see Client.acquire's holder).
 
     valid_for() says how long the lease is surely still held by the rule
     ttl - elapsed - drift, measured from before the request that granted or
@@ -611,6 +631,9 @@ class Lease:
         self.lease_id: str = doc["lease_id"]
         self.token: int = doc["token"]
         self.ttl_ms: int = doc["ttl_ms"]
+        #: How many releases the lock took to be freed when this lease was
+        #: granted: 1, or more when a reentrant holder acquired a lock it held.
+        self.count: int = doc.get("count", 1)
         #: Set once, when the lease is known or presumed lost.
         self.lost = threading.Event()
         #: Why the lease was lost (a LostError), once lost is set.

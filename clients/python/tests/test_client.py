@@ -816,26 +816,49 @@ class RedisTest(unittest.TestCase):
         lease.release()  # done: sends nothing
         self.assertEqual(len(p.actions("/release")), 3)
 
-    def acquire_as(self, name: str, holder: str) -> dict[str, Any]:
-        """The raw answer of an acquire of name by holder (reentrant: the
-        holder of the lock gets its lease again, count + 1), which this
-        client does not send itself."""
-        req = urllib.request.Request(
-            f"{self.daemon.url}/v1/locks/{urllib.parse.quote(name, safe='')}/acquire",
-            data=json.dumps({"ttl_ms": 30_000, "holder": holder}).encode(), method="POST",
-            headers={"Content-Type": "application/json", "Authorization": "Bearer " + self.bearer})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.load(resp)
-
-    def held_twice(self, client: fenced.Client) -> tuple[fenced.Lease, dict[str, Any]]:
-        """A lock held twice by one holder: a Lease of client for the first
-        hold, and the raw answer of the second (count 2, same lease)."""
+    def held_twice(self, client: fenced.Client) -> tuple[fenced.Lease, fenced.Lease]:
+        """A lock held twice by one holder: client's Leases of the first
+        hold and of the second (count 2, same lease). client's connection
+        is closed after, so that its next request (the release under test)
+        is the first on a new one: a request cut on a kept connection is
+        sent again at once, whatever retries says."""
         name, holder = unique(), secrets.token_hex(16)
-        first = self.acquire_as(name, holder)
-        second = self.acquire_as(name, holder)
-        self.assertEqual(second.get("count"), 2)
-        self.assertEqual((second["lease_id"], second["token"]), (first["lease_id"], first["token"]))
-        return fenced.Lease(client, first, time.monotonic()), second
+        first = client.acquire(name, ttl_ms=30_000, wait_ms=0, holder=holder)
+        second = client.acquire(name, ttl_ms=30_000, wait_ms=0, holder=holder)
+        client.close()
+        self.assertEqual(second.count, 2)
+        self.assertEqual((second.lease_id, second.token), (first.lease_id, first.token))
+        return first, second
+
+    def test_holder_reenters_from_another_client(self) -> None:
+        # One logical holder in two processes (two clients): the second
+        # acquire by the holder gets the same lease at once, count 2, and
+        # the lock takes as many releases. Without the holder sent, the
+        # second acquire is refused (held), as another holder's is.
+        name, holder = unique(), secrets.token_hex(16)
+        other = fenced.Client(self.daemon.url, bearer_token=self.bearer)
+        self.addCleanup(other.close)
+        first = self.client.acquire(name, ttl_ms=30_000, wait_ms=0, holder=holder)
+        self.assertEqual(first.count, 1)
+        second = other.try_acquire(name, ttl_ms=30_000, holder=holder)
+        self.assertIsNotNone(second, "the holder's second acquire was refused: held")
+        assert second is not None
+        self.assertEqual((second.lease_id, second.token, second.count), (first.lease_id, first.token, 2))
+        self.assertIsNone(other.try_acquire(name, ttl_ms=30_000))
+        self.assertIsNone(other.try_acquire(name, ttl_ms=30_000, holder=secrets.token_hex(16)))
+        with other.lock(name, ttl_ms=30_000, wait_ms=1000, holder=holder) as third:  # waiting, kept alive
+            self.assertEqual((third.lease_id, third.count), (first.lease_id, 3))
+        second.release()
+        self.assertTrue(self.client.inspect(name).held, "two releases of three freed the lock")
+        first.release()
+        self.assertFalse(self.client.inspect(name).held)
+
+    def test_holder_refused_says_what_is_allowed(self) -> None:
+        # The client sends the holder as given; the server says what it takes.
+        for bad in ("", "x" * 129, "tab\there"):
+            with self.assertRaises(fenced.InvalidArgumentError, msg=repr(bad)) as cm:
+                self.client.acquire(unique(), ttl_ms=30_000, wait_ms=0, holder=bad)
+            self.assertIn("holder", cm.exception.message)
 
     def state(self, name: str) -> dict[str, Any]:
         """The server's GET of lock name, raw (LockState has no count)."""
@@ -866,7 +889,7 @@ class RedisTest(unittest.TestCase):
         self.assertEqual(len(sent), 2)
         self.assertRegex(sent[0].get("release_id", ""), RELEASE_ID)
         self.assertEqual(sent[1], sent[0])  # the same release, sent again
-        self.client.release_id(lease.name, second["lease_id"])  # the second hold's release
+        self.client.release_id(lease.name, second.lease_id)  # the second hold's release
         self.assertFalse(self.client.inspect(lease.name).held)
 
     def test_release_called_again_takes_off_one_hold(self) -> None:
@@ -887,7 +910,7 @@ class RedisTest(unittest.TestCase):
         self.assertEqual(len(sent), 2)
         self.assertRegex(sent[0].get("release_id", ""), RELEASE_ID)
         self.assertEqual(sent[1], sent[0])
-        self.client.release_id(lease.name, second["lease_id"])
+        self.client.release_id(lease.name, second.lease_id)
         self.assertFalse(self.client.inspect(lease.name).held)
 
     def test_release_id_is_one_per_release(self) -> None:
