@@ -219,13 +219,37 @@ def validity(ttl_ms: int, started: float, now: float) -> float:
 
 
 class LockState:
-    """What GET /v1/locks/{name} says: whether it is held, and its token (0 when not)."""
+    """What GET /v1/locks/{name} says of a lock (API schema LockState).
 
-    def __init__(self, name: str, held: bool, token: int, ttl_ms: int):
+    name; held; token, the holder's fencing token (0 when not held);
+    ttl_ms, how long the lease has left (at least 1 while held, 0 when not);
+    owner, the owner label given at acquisition ("" when none, or free);
+    count, the releases to go (1, or more for a reentrant holder's; 0 when
+    free); last_token, for a free lock, the token of the lease that held it
+    last while the store still remembers (until that lease's TTL would have
+    run out; 0 otherwise); waiters, how many wait in the lock's queue;
+    oldest_wait_ms, how long the one at its head has waited. Never the lease
+    id nor the reentrant holder identity.
+    """
+
+    def __init__(self, name: str, held: bool, token: int, ttl_ms: int, owner: str = "",
+                 count: int = 0, last_token: int = 0, waiters: int = 0, oldest_wait_ms: int = 0):
         self.name, self.held, self.token, self.ttl_ms = name, held, token, ttl_ms
+        self.owner, self.count, self.last_token = owner, count, last_token
+        self.waiters, self.oldest_wait_ms = waiters, oldest_wait_ms
+
+    @classmethod
+    def _from_answer(cls, doc: dict[str, Any]) -> "LockState":
+        held = doc["held"]
+        # The API leaves out count 1, owner and last_token when there is none.
+        return cls(doc["name"], held, doc["token"], doc["ttl_ms"], owner=doc.get("owner", ""),
+                   count=doc.get("count", 1 if held else 0), last_token=doc.get("last_token", 0),
+                   waiters=doc.get("waiters", 0), oldest_wait_ms=doc.get("oldest_wait_ms", 0))
 
     def __repr__(self) -> str:
-        return f"LockState(name={self.name!r}, held={self.held}, token={self.token}, ttl_ms={self.ttl_ms})"
+        return (f"LockState(name={self.name!r}, held={self.held}, token={self.token}, ttl_ms={self.ttl_ms}, "
+                f"owner={self.owner!r}, count={self.count}, last_token={self.last_token}, "
+                f"waiters={self.waiters}, oldest_wait_ms={self.oldest_wait_ms})")
 
 
 class Leader:
@@ -380,9 +404,10 @@ class Client:
         return Leader(doc["name"], doc["leading"], doc.get("value", ""), doc["token"])
 
     def inspect(self, name: str) -> LockState:
-        """Whether the lock is held and its token; never the lease id."""
-        doc = self._call("GET", name, "", None)
-        return LockState(doc["name"], doc["held"], doc["token"], doc["ttl_ms"])
+        """The lock's state: whether it is held, its token, TTL left, owner
+        label, count, last token, and its queue (see LockState); never the
+        lease id nor the holder identity."""
+        return LockState._from_answer(self._call("GET", name, "", None))
 
     def refresh_id(self, name: str, lease_id: str, ttl_ms: Optional[int] = None) -> dict[str, Any]:
         """Extend the lease lease_id of name; the raw answer. Lease.refresh is the usual way.

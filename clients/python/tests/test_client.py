@@ -411,13 +411,6 @@ class DevTest(unittest.TestCase):
         self.assertRegex(campaign["waiter"], WAITER)
         self.assertIs(campaign["final"], True)
 
-    def waiters(self, name: str) -> int:
-        """How many wait in the queue of lock name, by the server's GET
-        (the client's LockState does not carry it)."""
-        url = f"{self.daemon.url}/v1/locks/{urllib.parse.quote(name, safe='')}"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return json.load(resp)["waiters"]
-
     def test_ended_wait_leaves_the_queue(self) -> None:
         # A waiting acquire that ends held gives its place in the queue up
         # with its answer (final): the client will not come back for it.
@@ -428,7 +421,7 @@ class DevTest(unittest.TestCase):
         self.addCleanup(holder.release)
         with self.assertRaises(fenced.HeldError):
             self.client.acquire(name, ttl_ms=10_000, wait_ms=200)
-        self.assertEqual(self.waiters(name), 0, "the ended wait kept its place in the queue")
+        self.assertEqual(self.client.inspect(name).waiters, 0, "the ended wait kept its place in the queue")
 
     def test_lost_answer_finds_its_grant(self) -> None:
         # The answer to the first acquire is cut after the server granted
@@ -860,20 +853,75 @@ class RedisTest(unittest.TestCase):
                 self.client.acquire(unique(), ttl_ms=30_000, wait_ms=0, holder=bad)
             self.assertIn("holder", cm.exception.message)
 
-    def state(self, name: str) -> dict[str, Any]:
-        """The server's GET of lock name, raw (LockState has no count)."""
-        req = urllib.request.Request(f"{self.daemon.url}/v1/locks/{urllib.parse.quote(name, safe='')}",
-                                     headers={"Authorization": "Bearer " + self.bearer})
+    def assert_one_hold_left(self, lease: fenced.Lease) -> None:
+        """lease's lock is held, once, and nobody else gets it."""
+        st = self.client.inspect(lease.name)
+        self.assertTrue(st.held, "one release took off both holds: the lock is free")
+        self.assertEqual(st.count, 1, "the release took off no hold")
+        self.assertEqual(st.token, lease.token)
+        self.assertIsNone(self.client.try_acquire(lease.name, ttl_ms=10_000))
+
+    def acquire_raw(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The raw answer of an acquire of name with body (an owner label,
+        which this client does not send)."""
+        req = urllib.request.Request(
+            f"{self.daemon.url}/v1/locks/{urllib.parse.quote(name, safe='')}/acquire",
+            data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json", "Authorization": "Bearer " + self.bearer})
         with urllib.request.urlopen(req, timeout=10) as resp:
             return json.load(resp)
 
-    def assert_one_hold_left(self, lease: fenced.Lease) -> None:
-        """lease's lock is held, once (count absent), and nobody else gets it."""
-        st = self.state(lease.name)
-        self.assertTrue(st["held"], "one release took off both holds: the lock is free")
-        self.assertNotIn("count", st, "the release took off no hold")
-        self.assertEqual(st["token"], lease.token)
-        self.assertIsNone(self.client.try_acquire(lease.name, ttl_ms=10_000))
+    def inspect_until(self, name: str, cond: Any) -> fenced.LockState:
+        """inspect(name) until cond(state) is true (within 10 s): a state
+        that another thread's request brings about."""
+        deadline = time.monotonic() + 10
+        while True:
+            st = self.client.inspect(name)
+            if cond(st):
+                return st
+            if time.monotonic() > deadline:
+                self.fail(f"inspect({name!r}) never met the condition: last {st!r}")
+            time.sleep(0.005)
+
+    def test_inspect_returns_the_whole_lock_state(self) -> None:
+        # inspect returns every field of the API's LockState: owner and
+        # count of a lock held twice by its holder, the queue behind it
+        # (waiters, oldest_wait_ms), and last_token once it is free.
+        name, holder = unique(), secrets.token_hex(16)
+        st = self.client.inspect(name)
+        self.assertEqual((st.name, st.held, st.token, st.ttl_ms, st.owner, st.count, st.last_token,
+                          st.waiters, st.oldest_wait_ms), (name, False, 0, 0, "", 0, 0, 0, 0))
+        first = fenced.Lease(self.client, self.acquire_raw(name, {"ttl_ms": 30_000, "owner": "py-test on host-a",
+                                                                  "holder": holder}), time.monotonic())
+        again = self.client.acquire(name, ttl_ms=30_000, wait_ms=0, holder=holder)
+        waiter = fenced.Client(self.daemon.url, bearer_token=self.bearer)
+        got: list[fenced.Lease] = []
+
+        def wait() -> None:
+            try:
+                got.append(waiter.acquire(name, ttl_ms=30_000, wait_ms=20_000))
+            finally:
+                waiter.close()
+        t = threading.Thread(target=wait)
+        t.start()
+        try:
+            st = self.inspect_until(name, lambda st: st.waiters == 1 and st.oldest_wait_ms > 0)
+            self.assertTrue(st.held)
+            self.assertEqual((st.token, st.owner, st.count, st.last_token), (first.token, "py-test on host-a", 2, 0))
+            self.assertTrue(0 < st.ttl_ms <= 30_000, st)
+            self.assertIn("owner='py-test on host-a', count=2", repr(st))
+            self.assertNotIn(holder, repr(st))
+            again.release()
+            self.assertEqual(self.client.inspect(name).count, 1)
+        finally:
+            again.release()  # done already, unless the test failed before
+            first.release()  # the waiter's turn
+            t.join(timeout=30)
+        self.assertEqual(len(got), 1, "the waiter did not get the lock")
+        got[0].release()
+        st = self.client.inspect(name)
+        self.assertEqual((st.held, st.token, st.ttl_ms, st.owner, st.count, st.last_token, st.waiters),
+                         (False, 0, 0, "", 0, got[0].token, 0))
 
     def test_release_sent_again_takes_off_one_hold(self) -> None:
         # The answer to the release of one of two holds is cut after fenced
