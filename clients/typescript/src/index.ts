@@ -215,7 +215,8 @@ export interface Leader {
   token: bigint;
 }
 
-export interface ElectOptions extends AcquireOptions {
+/** Options of a campaign: an acquire's but holder, which a campaign does not take (a leader campaigning again would share its term). */
+export interface ElectOptions extends Omit<AcquireOptions, "holder"> {
   /** What leader() shows of the leader, such as its address. Default: none. */
   value?: string;
 }
@@ -251,6 +252,19 @@ export interface AcquireOptions {
   ttlMs?: number;
   /** How long to wait for a held lock; the server's --max-wait bounds it (60 s by default). Default 30000. */
   waitMs?: number;
+  /**
+   * Makes the acquisition reentrant for this holder identity (API field
+   * holder). Default: none, not reentrant. An acquire by the holder that
+   * holds the lock now, from this process or another, gets the same lease
+   * id and token at once, with Lease.count one more, and the lock is freed
+   * by as many releases. 1 to 128 bytes of printable UTF-8, sent as given:
+   * the server refuses anything else (InvalidArgumentError, saying what it
+   * takes). A credential as good as the lease id (whoever sends it gets the
+   * lease id), so the API never shows it: pick an unguessable one, such as
+   * randomBytes(16).toString("hex") drawn once per logical holder, and never
+   * log it.
+   */
+  holder?: string;
   /** Cancels the request. */
   signal?: AbortSignal;
 }
@@ -345,12 +359,16 @@ export class Client {
    * for the lost one, the same lease id and token. With waitMs 0 (tryAcquire) a
    * lost answer rejects with TransportError, and the lease it may have
    * taken holds the lock until its TTL.
+   *
+   * With options.holder the acquisition is reentrant: see
+   * AcquireOptions.holder and Lease.count.
    */
   async acquire(name: string, options: AcquireOptions = {}): Promise<Lease> {
     const waitMs = options.waitMs ?? 30_000;
     const body: Record<string, unknown> = {};
     if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
     if (waitMs) body.wait_ms = waitMs;
+    if (options.holder !== undefined) body.holder = options.holder;
     return this.#take(name, "/acquire", body, waitMs, options.signal, "locks");
   }
 
@@ -633,8 +651,10 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
 // Lease
 
 /**
- * A held lease: name, leaseID (the holder's secret), token and ttlMs (the
- * TTL the server granted).
+ * A held lease: name, leaseID (the holder's secret), token, ttlMs (the TTL
+ * the server granted) and count (how many releases the lock took to be
+ * freed when it was granted: 1, or more for a reentrant holder's acquire of
+ * a lock it held; see AcquireOptions.holder).
  *
  * validForMs() says how long the lease is surely still held, by the rule
  * ttl − elapsed − drift measured from before the request that granted or
@@ -647,6 +667,8 @@ export class Lease {
   readonly name: string;
   readonly leaseID: string;
   readonly token: bigint;
+  /** How many releases the lock took to be freed when this lease was granted: 1, or more when a reentrant holder acquired a lock it held. */
+  readonly count: number;
   #ttlMs: number;
   #deadline: number;
   /** A release was begun (or done); reset if it failed. */
@@ -678,6 +700,7 @@ export class Lease {
     this.name = doc.name as string;
     this.leaseID = doc.lease_id as string;
     this.token = doc.token as bigint;
+    this.count = (doc.count as number | undefined) ?? 1; // absent for 1
     this.#ttlMs = doc.ttl_ms as number;
     // The grant's attempt began waited_ms after the server had the request,
     // so never before startedMs + waited_ms: the validity runs from there
