@@ -166,19 +166,23 @@ export function setFencingToken(headers: Headers | Record<string, string>, token
   }
 }
 
+/** The fields of an answer that are tokens, 64-bit integers. */
+const TOKEN_FIELDS = ["token", "last_token"];
+
 /**
- * Parse an answer of the API, reading every "token" number as a bigint from
- * the raw text. A JSON string cannot contain an unescaped quote, so the
- * pattern only matches the field itself.
+ * Parse an answer of the API, reading every token number ("token",
+ * "last_token") as a bigint from the raw text. A JSON string cannot contain
+ * an unescaped quote, so the pattern only matches the fields themselves.
  */
 export function parseAnswer(text: string): Record<string, unknown> {
-  const doc: unknown = JSON.parse(text.replace(/"token"\s*:\s*(\d+)/g, '"token":"$1"'));
+  const doc: unknown = JSON.parse(text.replace(/"(token|last_token)"\s*:\s*(\d+)/g, '"$1":"$2"'));
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {
     throw new SyntaxError("not a JSON object");
   }
   const o = doc as Record<string, unknown>;
-  if (typeof o.token === "string") {
-    o.token = BigInt(o.token);
+  for (const f of TOKEN_FIELDS) {
+    const v = o[f];
+    if (typeof v === "string") o[f] = BigInt(v);
   }
   return o;
 }
@@ -199,12 +203,27 @@ export function validityMs(ttlMs: number, startedMs: number, nowMs: number): num
 // ---------------------------------------------------------------------------
 // Client
 
-/** What GET /v1/locks/{name} says; token is 0n when the lock is not held. */
+/**
+ * What GET /v1/locks/{name} says of a lock (API schema LockState). Never the
+ * lease id nor the reentrant holder identity.
+ */
 export interface LockState {
   name: string;
   held: boolean;
+  /** The holder's fencing token; 0n when the lock is not held. */
   token: bigint;
+  /** How long the lease has left, in milliseconds: at least 1 while held, 0 when not. */
   ttlMs: number;
+  /** The owner label given at acquisition; "" when none, or free. */
+  owner: string;
+  /** Releases to go: 1, or more for a reentrant holder's lock (AcquireOptions.holder); 0 when free. */
+  count: number;
+  /** For a free lock, the token of the lease that held it last, while the store still remembers (until that lease's TTL would have run out); 0n otherwise. */
+  lastToken: bigint;
+  /** How many wait in the lock's queue. */
+  waiters: number;
+  /** How long the waiter at the head of the queue has waited, in milliseconds; 0 when none waits. */
+  oldestWaitMs: number;
 }
 
 /** What GET /v1/elections/{name} says: who leads, and its term (0n when nobody leads). */
@@ -475,10 +494,26 @@ export class Client {
     return { name: doc.name as string, leading: doc.leading as boolean, value: (doc.value as string | undefined) ?? "", token: doc.token as bigint };
   }
 
-  /** Whether the lock is held, and its token; never the lease id. */
+  /**
+   * The lock's state: whether it is held, its token, TTL left, owner label,
+   * count, last token, and its queue (see LockState); never the lease id
+   * nor the holder identity.
+   */
   async inspect(name: string): Promise<LockState> {
     const doc = await this.call("GET", name, "", undefined);
-    return { name: doc.name as string, held: doc.held as boolean, token: doc.token as bigint, ttlMs: doc.ttl_ms as number };
+    const held = doc.held as boolean;
+    // The API leaves out count 1, owner and last_token when there is none.
+    return {
+      name: doc.name as string,
+      held,
+      token: doc.token as bigint,
+      ttlMs: doc.ttl_ms as number,
+      owner: (doc.owner as string | undefined) ?? "",
+      count: (doc.count as number | undefined) ?? (held ? 1 : 0),
+      lastToken: (doc.last_token as bigint | undefined) ?? 0n,
+      waiters: (doc.waiters as number | undefined) ?? 0,
+      oldestWaitMs: (doc.oldest_wait_ms as number | undefined) ?? 0,
+    };
   }
 
   /**

@@ -19,6 +19,7 @@ import {
   HeldError,
   InvalidArgumentError,
   Lease,
+  type LockState,
   LostError,
   MAX_TOKEN,
   NotFoundError,
@@ -339,16 +340,13 @@ describe("fenced dev (etcd leases)", () => {
     // A waiting acquire that ends held gives its place in the queue up with
     // its answer (final): the client will not come back for it. Kept (3 s),
     // the place would stand before every later waiter of the free lock,
-    // which the server would answer "held". The client's inspect() does not
-    // carry waiters: read the server's GET.
+    // which the server would answer "held".
     const name = unique();
     const holder = await client.acquire(name, { ttlMs: 10_000, waitMs: 0 });
     try {
       await assert.rejects(client.acquire(name, { ttlMs: 10_000, waitMs: 200 }), HeldError);
-      const resp = await fetch(`${daemon.url}/v1/locks/${name}`);
-      const text = await resp.text();
-      assert.equal(resp.status, 200, text);
-      assert.equal((JSON.parse(text) as { waiters: number }).waiters, 0, `the ended wait kept its place in the queue: ${text}`);
+      const st = await client.inspect(name);
+      assert.equal(st.waiters, 0, `the ended wait kept its place in the queue: ${JSON.stringify(st, (_, v) => typeof v === "bigint" ? String(v) : v)}`);
     } finally {
       await holder.release();
     }
@@ -461,6 +459,8 @@ describe("fenced dev (etcd leases)", () => {
     const msg = parseAnswer('{"error":{"code":"x","message":"a \\"token\\":5 b"},"token":7}');
     assert.deepEqual(msg.error, { code: "x", message: 'a "token":5 b' });
     assert.equal(msg.token, 7n);
+    const free = parseAnswer('{"name":"a","held":false,"token":0,"ttl_ms":0,"last_token":9007199254740993,"waiters":0}');
+    assert.deepEqual([free.token, free.last_token, free.waiters], [0n, 9007199254740993n, 0]);
   });
 });
 
@@ -780,15 +780,65 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
-  /** The lock of lease is held, once (count absent), and nobody else gets it: by the server's GET (LockState has no count). */
+  /** The lock of lease is held, once, and nobody else gets it. */
   async function assertOneHoldLeft(lease: Lease): Promise<void> {
-    const resp = await fetch(`${daemon.url}/v1/locks/${encodeURIComponent(lease.name)}`, { headers: { Authorization: `Bearer ${bearer}` } });
-    const st = parseAnswer(await resp.text());
+    const st = await client.inspect(lease.name);
     assert.equal(st.held, true, "one release took off both holds: the lock is free");
-    assert.equal(st.count, undefined, "the release took off no hold");
+    assert.equal(st.count, 1, "the release took off no hold");
     assert.equal(st.token, lease.token);
     assert.equal(await client.tryAcquire(lease.name, { ttlMs: 10_000 }), null);
   }
+
+  /** The raw answer of an acquire of name with body (an owner label, which this client does not send). */
+  async function acquireRaw(name: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const resp = await fetch(`${daemon.url}/v1/locks/${encodeURIComponent(name)}/acquire`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Authorization: `Bearer ${bearer}` },
+      body: JSON.stringify(body),
+    });
+    const text = await resp.text();
+    assert.equal(resp.status, 200, text);
+    return parseAnswer(text);
+  }
+
+  /** inspect(name) until cond holds (within 10 s): a state another request brings about. */
+  async function inspectUntil(name: string, cond: (st: LockState) => boolean): Promise<LockState> {
+    const deadline = performance.now() + 10_000;
+    for (;;) {
+      const st = await client.inspect(name);
+      if (cond(st)) return st;
+      if (performance.now() > deadline) assert.fail(`inspect(${name}) never met the condition: last ${JSON.stringify({ ...st, token: String(st.token), lastToken: String(st.lastToken) })}`);
+      await sleep(5);
+    }
+  }
+
+  it("inspects the whole lock state: owner, count, queue, last token", async () => {
+    // inspect returns every field of the API's LockState: owner and count of
+    // a lock held twice by its holder, the queue behind it (waiters,
+    // oldestWaitMs), and lastToken once it is free.
+    const name = unique();
+    const holder = randomBytes(16).toString("hex");
+    assert.deepEqual(await client.inspect(name), { name, held: false, token: 0n, ttlMs: 0, owner: "", count: 0, lastToken: 0n, waiters: 0, oldestWaitMs: 0 });
+    const first = new Lease(client, await acquireRaw(name, { ttl_ms: 30_000, owner: "ts-test on host-a", holder }), performance.now());
+    const again = await client.acquire(name, { ttlMs: 30_000, waitMs: 0, holder });
+    const waiting = new Client(daemon.url, { bearerToken: bearer }).acquire(name, { ttlMs: 30_000, waitMs: 20_000 });
+    let got: Lease;
+    try {
+      const st = await inspectUntil(name, (st) => st.waiters === 1 && st.oldestWaitMs > 0);
+      assert.equal(st.held, true);
+      assert.deepEqual([st.token, st.owner, st.count, st.lastToken], [first.token, "ts-test on host-a", 2, 0n]);
+      assert.ok(st.ttlMs > 0 && st.ttlMs <= 30_000, String(st.ttlMs));
+      assert.ok(!Object.values(st).includes(holder), "inspect shows the holder");
+      await again.release();
+      assert.equal((await client.inspect(name)).count, 1);
+    } finally {
+      await again.release(); // done already, unless the test failed before
+      await first.release(); // the waiter's turn
+      got = await waiting;
+    }
+    await got.release();
+    assert.deepEqual(await client.inspect(name), { name, held: false, token: 0n, ttlMs: 0, owner: "", count: 0, lastToken: got.token, waiters: 0, oldestWaitMs: 0 });
+  });
 
   it("takes off one hold of a reentrant lock when a release is sent again after its answer was lost", async () => {
     // The answer to the release of one of two holds is cut after fenced
