@@ -341,12 +341,15 @@ func TestCloseEndsWaitingAcquire(t *testing.T) {
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Close waited for the acquisition's end, which runs as Acquire
+	// returns: its result is a few instructions away (before, its request
+	// went on for 30s).
 	select {
 	case err := <-done:
 		if !errors.Is(err, lock.ErrClosed) {
 			t.Errorf("the waiting Acquire after Close: %v, want lock.ErrClosed", err)
 		}
-	default:
+	case <-time.After(5 * time.Second):
 		t.Fatal("Close returned with the Acquire still waiting")
 	}
 	if _, err := c.TryAcquire(ctx, name+"-after", time.Second); !errors.Is(err, lock.ErrClosed) {

@@ -514,12 +514,14 @@ func TestCloseWakesWaitingAcquire(t *testing.T) {
 				if err := c.Close(t.Context()); err != nil {
 					t.Fatal(err)
 				}
+				// Close waited for the acquisition's end, which runs as
+				// Acquire returns: its result is a few instructions away.
 				select {
 				case err := <-done:
 					if !errors.Is(err, lock.ErrClosed) {
 						t.Errorf("waiting Acquire: %v, want ErrClosed", err)
 					}
-				default:
+				case <-time.After(500 * time.Millisecond):
 					t.Error("Close returned with the Acquire still waiting")
 					l.Release(t.Context()) // wakes it
 					t.Fatalf("then, woken by the holder's release: %v", <-done)
