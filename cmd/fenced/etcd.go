@@ -50,6 +50,16 @@ func (e *etcdFlags) validate(cmd string) ([]string, error) {
 	if err != nil {
 		return nil, usagef(cmd, "--etcd-endpoints %q: %v", e.endpoints, strings.TrimPrefix(err.Error(), "sequencer: "))
 	}
+	for _, ep := range eps {
+		host := ep
+		if u, err := url.Parse(ep); err == nil && strings.Contains(ep, "://") {
+			host = u.Host
+		}
+		_, port, _ := net.SplitHostPort(host) // ParseEndpoints checked it
+		if err := checkPort(port, 1); err != nil {
+			return nil, usagef(cmd, "--etcd-endpoints %q: endpoint %q: %v", e.endpoints, ep, err)
+		}
+	}
 	if err := e.tlsFiles.check(cmd); err != nil {
 		return nil, err
 	}
@@ -195,10 +205,11 @@ func checkMemberURL(s string) error {
 	if u.Scheme != "http" {
 		return errors.New("want http://host:port (the embedded member serves plain HTTP: keep it on a private network)")
 	}
-	if _, port, err := net.SplitHostPort(u.Host); err != nil || port == "" || (u.Path != "" && u.Path != "/") {
+	_, port, err := net.SplitHostPort(u.Host)
+	if err != nil || port == "" || (u.Path != "" && u.Path != "/") {
 		return errors.New("want http://host:port with a port and no path")
 	}
-	return nil
+	return checkPort(port, 1)
 }
 
 // start starts the member. With ports left to pick, a port taken between

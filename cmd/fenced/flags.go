@@ -10,6 +10,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -184,6 +185,18 @@ func (c *command) usage(w io.Writer) {
 		}
 		fmt.Fprintf(w, " [$%s]\n", envName(f.Name))
 	})
+}
+
+// checkPort checks the port of an address flag: a number up to 65535 and
+// at least min, 0 where the port is bound and 0 picks a free one (--listen),
+// 1 where it is advertised or dialled. Checked with the flags: url.Parse and
+// net.SplitHostPort take any digits, and a bad port failed only when it was
+// bound or dialled, without naming the flag, or (etcd endpoints) never.
+func checkPort(port string, min uint64) error {
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n < min {
+		return fmt.Errorf("port %q: want a number from %d to 65535", port, min)
+	}
+	return nil
 }
 
 // noArgs rejects positional arguments.

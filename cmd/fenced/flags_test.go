@@ -138,3 +138,32 @@ func TestTakenPortNamesItsFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestPortOutOfRange: a port past 65535 in an etcd URL is refused when the
+// flags are parsed, naming the flag and the range, as --listen's is. url.Parse
+// accepts it: an embedded member failed to start with "address 99999:
+// invalid port" and no flag named, and an external endpoint was waited for
+// for ever.
+func TestPortOutOfRange(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	member := []string{"serve", "--lease-store", "etcd", "--etcd-data-dir", dir}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dev", "--etcd-client-url", "http://127.0.0.1:99999"}, `--etcd-client-url "http://127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
+		{append(member, "--etcd-client-url", "http://127.0.0.1:0"), `--etcd-client-url "http://127.0.0.1:0": port "0": want a number from 1 to 65535`},
+		{append(member, "--etcd-peer-url", "http://127.0.0.1:70000"), `--etcd-peer-url "http://127.0.0.1:70000": port "70000": want a number from 1 to 65535`},
+		{append(member, "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:1",
+			"--etcd-initial-cluster", "a=http://127.0.0.1:1,b=http://127.0.0.1:99999"), `member b: port "99999": want a number from 1 to 65535`},
+		{[]string{"serve", "--lease-store", "etcd", "--etcd-endpoints", "http://127.0.0.1:2379,http://127.0.0.1:99999"}, `--etcd-endpoints "http://127.0.0.1:2379,http://127.0.0.1:99999": endpoint "http://127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
+		{[]string{"admin", "floor", "--etcd-endpoints", "127.0.0.1:99999"}, `endpoint "127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
+	}
+	for _, c := range cases {
+		code, _, stderr := run(t, nil, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("fenced %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), code, stderr, c.want)
+		}
+	}
+}

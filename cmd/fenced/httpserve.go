@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -64,9 +63,8 @@ var configFlags = map[string]string{
 func (h *httpFlags) validate(cmd string) error {
 	if _, port, err := net.SplitHostPort(h.listen); err != nil {
 		return usagef(cmd, "--listen %q: want host:port, e.g. 127.0.0.1:7070 or :7070 (%v)", h.listen, err)
-	} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		// Checked here, or it fails only once the backends answer.
-		return usagef(cmd, "--listen %q: port %q: want a number from 0 to 65535 (0 picks a free one)", h.listen, port)
+	} else if err := checkPort(port, 0); err != nil {
+		return usagef(cmd, "--listen %q: %v (0 picks a free one)", h.listen, err)
 	}
 	if err := h.tls.check(cmd); err != nil {
 		return err
