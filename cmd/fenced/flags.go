@@ -65,7 +65,8 @@ func newCommand(name, args, summary string) *command {
 // explainEnv adds to a usage error that names a flag the environment set
 // which variable set it: deployments (systemd, Kubernetes, the image) set
 // fenced's flags as FENCED_ variables, and an operator told of "--listen"
-// looks for a flag nobody passed. Use it deferred, on the command's error.
+// looks for a flag nobody passed. Every command that parses flags defers it
+// on its error.
 func (c *command) explainEnv(err *error) {
 	var ue *usageError
 	if !errors.As(*err, &ue) {

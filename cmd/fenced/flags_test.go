@@ -167,3 +167,36 @@ func TestPortOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryCommandNamesTheVariable: every command that reads its flags from
+// the environment (the commands fenced completion lists) says which
+// variable set a flag its usage error names. fenced locks and the pg-*
+// commands said only "--limit", "--timeout".
+func TestEveryCommandNamesTheVariable(t *testing.T) {
+	t.Parallel()
+	etcd := []string{"--etcd-endpoints", "http://127.0.0.1:1"}
+	cases := []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"FENCED_LISTEN=localhost"}, []string{"dev"}, "--listen is set by $FENCED_LISTEN"},
+		{[]string{"FENCED_MAX_TTL=1ms"}, []string{"serve"}, "--max-ttl is set by $FENCED_MAX_TTL"},
+		{[]string{"FENCED_TTL=1ms"}, []string{"exec", "demo"}, "--ttl is set by $FENCED_TTL"},
+		{[]string{"FENCED_TTL=1ms"}, []string{"elect", "demo"}, "--ttl is set by $FENCED_TTL"},
+		{[]string{"FENCED_LIMIT=-1"}, []string{"locks", "list"}, "--limit -1: want >= 0 (0: all); --limit is set by $FENCED_LIMIT"},
+		{[]string{"FENCED_CLIENT_TOKEN=x", "FENCED_CLIENT_TOKEN_FILE=/nonexistent"}, []string{"locks", "get", "demo"},
+			"--client-token is set by $FENCED_CLIENT_TOKEN, --client-token-file is set by $FENCED_CLIENT_TOKEN_FILE"},
+		{[]string{"FENCED_MAX_REQUEST_WAIT=0s"}, []string{"locks", "release", "demo"}, "--max-request-wait is set by $FENCED_MAX_REQUEST_WAIT"},
+		{[]string{"FENCED_TIMEOUT=0s"}, append([]string{"admin", "raise-floor"}, etcd...), "--timeout is set by $FENCED_TIMEOUT"},
+		{[]string{"FENCED_TIMEOUT=0s"}, append([]string{"admin", "floor"}, etcd...), "--timeout is set by $FENCED_TIMEOUT"},
+		{[]string{"FENCED_TABLE="}, []string{"admin", "pg-sql"}, "--table is set by $FENCED_TABLE"},
+		{[]string{"FENCED_TIMEOUT=0s", "FENCED_DATABASE_URL=postgres://127.0.0.1:1/db"}, []string{"admin", "pg-migrate"}, "--timeout 0s: want > 0; --timeout is set by $FENCED_TIMEOUT"},
+	}
+	for _, c := range cases {
+		code, _, stderr := run(t, c.env, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("fenced %s (env %v): exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), c.env, code, stderr, c.want)
+		}
+	}
+}

@@ -55,7 +55,7 @@ func newLocksCommand(sub string) (*command, *locksOpts) {
 	return cmd, o
 }
 
-func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 			fmt.Fprintln(stdout, "Usage: fenced locks list|get|release [flags]\n\n"+locksSummary)
@@ -68,6 +68,7 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cmd == nil {
 		return usagef("fenced locks", "unknown subcommand %q: want %s", sub, strings.Join(locksCommands, ", "))
 	}
+	defer cmd.explainEnv(&err) // list, get and release
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}

@@ -51,8 +51,9 @@ func (p *pgFlags) options(cmd string) ([]postgres.Option, error) {
 	return []postgres.Option{postgres.WithSchema(p.schema), postgres.WithTable(p.table)}, nil
 }
 
-func runPgSQL(args []string, stdout io.Writer) error {
+func runPgSQL(args []string, stdout io.Writer) (err error) {
 	cmd, p := newPgSQLCommand()
+	defer cmd.explainEnv(&err)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
@@ -93,8 +94,9 @@ func newPgMigrateCommand() (*command, *pgMigrateOpts) {
 	return cmd, o
 }
 
-func runPgMigrate(ctx context.Context, args []string, stdout io.Writer) error {
+func runPgMigrate(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	cmd, o := newPgMigrateCommand()
+	defer cmd.explainEnv(&err)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
