@@ -104,7 +104,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		st.attrs = append(st.attrs, "lease_store", "etcd")
 		st.lines = []string{"etcd: " + e.ClientURL() + " (tokens and leases)", sdk}
 	} else {
-		rdb, err := o.redis.client(redisOpts, m, log)
+		rdb, dials, err := o.redis.client(redisOpts, m, log)
 		if err != nil {
 			return err
 		}
@@ -120,6 +120,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		}
 		c.add("redis lease store", rs.Close)
 		st.store = rs // its Ping checks Redis and the sequencer's etcd
+		st.ready = dials.ready(rs)
 		warnIfEvicting(ctx, log, rdb)
 		sdk += " --redis " + shellQuote(o.redis.addr)
 		if o.redis.prefix != "fenced:" {

@@ -239,3 +239,20 @@ func TestDevRedisDownLogsJSON(t *testing.T) {
 	p.wait(20 * time.Second)
 	checkJSONLines(t, p.stderr.String())
 }
+
+// TestReadyzSaysWhyRedisIsDown: with nothing listening at --redis-addr,
+// /readyz says that the connection is refused there and what to check. It
+// said "context deadline exceeded": go-redis retries a refused dial, with
+// backoff, longer than --ready-timeout, and the check ran out of time with
+// the cause only in go-redis's log line.
+func TestReadyzSaysWhyRedisIsDown(t *testing.T) {
+	t.Parallel()
+	dead := strings.TrimPrefix(testenv.FreeURL(t), "http://") // a closed local port
+	_, url := startDev(t, nil, "--redis-addr", dead)
+	code, body := newAPI(t, url).text("/readyz")
+	for _, want := range []string{"dial tcp " + dead + ": connect: connection refused", "--redis-addr"} {
+		if code != 503 || !strings.Contains(body, want) {
+			t.Errorf("readyz with nothing at --redis-addr %s: %d %s; want 503 and %q", dead, code, body, want)
+		}
+	}
+}

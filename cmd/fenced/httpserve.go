@@ -98,7 +98,7 @@ func (h *httpFlags) validate(cmd string) error {
 		return usagef(cmd, "--default-ttl %s is above --max-ttl %s: lower --default-ttl or raise --max-ttl", h.defaultTTL, h.maxTTL)
 	}
 	var ce *server.ConfigError
-	if err := h.serverConfig(nil, nil, nil).Check(); errors.As(err, &ce) {
+	if err := h.serverConfig(nil, nil, nil, nil).Check(); errors.As(err, &ce) {
 		name := configFlags[ce.Field]
 		if name == "" {
 			name = "Config." + ce.Field
@@ -130,9 +130,9 @@ func (h *httpFlags) load() error {
 	return nil
 }
 
-func (h *httpFlags) serverConfig(locks *lock.Client, log *slog.Logger, reg *prometheus.Registry) server.Config {
+func (h *httpFlags) serverConfig(locks *lock.Client, ready func(context.Context) error, log *slog.Logger, reg *prometheus.Registry) server.Config {
 	cfg := server.Config{
-		Locks: locks, Logger: log, Tokens: h.tokens,
+		Locks: locks, Ready: ready, Logger: log, Tokens: h.tokens,
 		MaxBodyBytes: h.maxBodyBytes, MaxTTL: h.maxTTL, DefaultTTL: h.defaultTTL,
 		MaxWait: h.maxWait, BackendTimeout: h.backendTimeout, ReadyTimeout: h.readyTimeout,
 	}
@@ -145,11 +145,12 @@ func (h *httpFlags) serverConfig(locks *lock.Client, log *slog.Logger, reg *prom
 // startup is what dev or serve built before serving: the lease store, and
 // what to tell the user and the log.
 type startup struct {
-	cmd   string          // "dev" or "serve"
-	store lock.LeaseStore // its Ping is GET /readyz
-	fatal <-chan error    // the embedded etcd's failure; nil without one
-	lines []string        // printed after the curl line
-	attrs []any           // of the ready log line
+	cmd   string // "dev" or "serve"
+	store lock.LeaseStore
+	ready func(context.Context) error // GET /readyz's check; nil: store.Ping
+	fatal <-chan error                // the embedded etcd's failure; nil without one
+	lines []string                    // printed after the curl line
+	attrs []any                       // of the ready log line
 }
 
 // serveLocks is the startup tail of dev and serve: a lock client over the
@@ -162,12 +163,15 @@ func serveLocks(ctx context.Context, c *closer, h *httpFlags, m *daemonMetrics, 
 		return err
 	}
 	c.add("lock client", func() error { return locks.Close(context.Background()) })
-	cfg := h.serverConfig(locks, log, m.reg)
+	if st.ready == nil {
+		st.ready = st.store.Ping
+	}
+	cfg := h.serverConfig(locks, st.ready, log, m.reg)
 	srv, err := server.New(cfg)
 	if err != nil {
 		return err
 	}
-	checkBackends(ctx, log, st.store)
+	checkBackends(ctx, log, st.ready)
 	stopReload := h.reloadOnHUP(log, srv)
 	defer stopReload()
 	a, err := listen(h, srv, log)
@@ -185,10 +189,10 @@ func serveLocks(ctx context.Context, c *closer, h *httpFlags, m *daemonMetrics, 
 
 // checkBackends checks the backends once at start and warns if they are
 // not ready: fenced still starts, and /readyz reports them until they are.
-func checkBackends(ctx context.Context, log *slog.Logger, store lock.LeaseStore) {
+func checkBackends(ctx context.Context, log *slog.Logger, ready func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := store.Ping(ctx); err != nil {
+	if err := ready(ctx); err != nil {
 		log.Warn("a backend is not ready yet (it does not answer, or refuses writes); GET /readyz is 503 until it is", "err", err)
 	}
 }

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fenced/fenced/lock"
@@ -85,11 +88,11 @@ func (r *redisFlags) validate(cmd string) (*redis.UniversalOptions, error) {
 		// only at go-redis's own read timeout.
 		ContextTimeoutEnabled: true,
 	}
-	flagName, list := "--redis-addr", r.addr
+	flagName, list := r.addrFlag(), r.addr
 	if r.sentinelAddrs != "" {
-		flagName, list = "--redis-sentinel-addrs", r.sentinelAddrs
+		list = r.sentinelAddrs
 	} else if r.clusterAddrs != "" {
-		flagName, list = "--redis-cluster-addrs", r.clusterAddrs
+		list = r.clusterAddrs
 	}
 	for _, a := range strings.Split(list, ",") {
 		a = strings.TrimSpace(a)
@@ -112,19 +115,98 @@ func (r *redisFlags) validate(cmd string) (*redis.UniversalOptions, error) {
 
 // client builds the Redis client: a single-server, Sentinel (failover) or
 // Cluster client, each a redis.UniversalClient. Its commands are timed in
-// m, and go-redis's own log lines go to log.
-func (r *redisFlags) client(o *redis.UniversalOptions, m *daemonMetrics, log *slog.Logger) (redis.UniversalClient, error) {
+// m, go-redis's own log lines go to log, and its dials are watched by the
+// dialWatch it returns.
+func (r *redisFlags) client(o *redis.UniversalOptions, m *daemonMetrics, log *slog.Logger) (redis.UniversalClient, *dialWatch, error) {
 	if r.tls || r.tlsFiles.ca != "" || r.tlsFiles.cert != "" {
 		tc, err := r.tlsFiles.client()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		o.TLSConfig = tc
 	}
 	redis.SetLogger(redisLogger{log})
 	rdb := redis.NewUniversalClient(o)
 	rdb.AddHook(redisHook{m.redis})
-	return rdb, nil
+	dw := &dialWatch{flag: r.addrFlag()}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// A Cluster client's hooks do not see its nodes' dials.
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(dw) })
+	} else {
+		rdb.AddHook(dw)
+	}
+	return rdb, dw, nil
+}
+
+// addrFlag is the flag that says where Redis is.
+func (r *redisFlags) addrFlag() string {
+	switch {
+	case r.sentinelAddrs != "":
+		return "--redis-sentinel-addrs"
+	case r.clusterAddrs != "":
+		return "--redis-cluster-addrs"
+	}
+	return "--redis-addr"
+}
+
+// dialWatch remembers how the Redis client's last dial ended, so that a
+// readiness check that runs out of time can say why (ready).
+type dialWatch struct {
+	flag string // where the address comes from: "--redis-addr", ...
+
+	mu  sync.Mutex
+	err error     // of the last dial; nil if it connected
+	at  time.Time // when it ended
+}
+
+var _ redis.Hook = (*dialWatch)(nil)
+
+func (d *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		d.mu.Lock()
+		d.err, d.at = err, time.Now()
+		d.mu.Unlock()
+		return conn, err
+	}
+}
+
+func (d *dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (d *dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// failedSince returns the error of the last dial if it failed at or after t.
+func (d *dialWatch) failedSince(t time.Time) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err == nil || d.at.Before(t) {
+		return nil
+	}
+	return d.err
+}
+
+// ready is GET /readyz's check of a Redis lease store: its Ping, which
+// says why when it ran out of time after a dial failed. go-redis retries a
+// dial that fails (five times, with backoff) and then the command, longer
+// than --ready-timeout: the check ended with a bare "context deadline
+// exceeded", and "connection refused" was only in go-redis's log line.
+func (d *dialWatch) ready(store lock.LeaseStore) func(context.Context) error {
+	return func(ctx context.Context) error {
+		start := time.Now()
+		err := store.Ping(ctx)
+		var be *lock.BackendError
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &be) || be.Backend != "redis" {
+			return err
+		}
+		derr := d.failedSince(start)
+		if derr == nil {
+			return err
+		}
+		return &lock.BackendError{Backend: be.Backend, Op: be.Op, Err: fmt.Errorf(
+			"%w (retried until the check's %w); check that Redis runs at %s and that fenced can reach it", derr, be.Err, d.flag)}
+	}
 }
 
 func (r *redisFlags) topology() string {

@@ -116,8 +116,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	c := &closer{log: log}
 	defer c.close()
 	var rdb redis.UniversalClient
+	var dials *dialWatch
 	if redisOpts != nil {
-		if rdb, err = o.rf.client(redisOpts, m, log); err != nil {
+		if rdb, dials, err = o.rf.client(redisOpts, m, log); err != nil {
 			return err
 		}
 		c.add("redis client", rdb.Close)
@@ -158,6 +159,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 		c.add("redis lease store", rs.Close)
 		st.store = rs // its Ping checks Redis and the sequencer's etcd
+		st.ready = dials.ready(rs)
 		st.attrs = append(st.attrs, "redis", o.rf.topology(), "redis_addrs", strings.Join(redisOpts.Addrs, ","))
 		warnIfEvicting(ctx, log, rdb)
 	} else {
