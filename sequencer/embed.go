@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,8 +58,11 @@ type EmbedConfig struct {
 	// older history is compacted, checked every tenth of it. Default
 	// DefaultCompactionRetention; negative is refused.
 	CompactionRetention time.Duration
-	// Log, if set, gets a warning every few seconds while the member waits
-	// for the rest of its cluster, naming the members it waits for.
+	// Log, if set, gets etcd's own log lines (LogLevel and above, with
+	// component=etcd), so that they keep its handler's format and
+	// destination, and a warning every few seconds while the member waits
+	// for the rest of its cluster, naming the members it waits for. nil
+	// means etcd's lines go to stderr as zap JSON.
 	Log *slog.Logger
 }
 
@@ -151,11 +156,16 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	if err != nil {
 		return nil, e.failStart(fmt.Errorf("sequencer: log level %q: want debug, info, warn or error", c.LogLevel))
 	}
-	zc := zap.NewProductionConfig()
-	zc.Level = zap.NewAtomicLevelAt(lvl)
-	lg, err := zc.Build(zap.WrapCore(func(core zapcore.Core) zapcore.Core { return &quietClose{Core: core, closing: &e.closing} }))
-	if err != nil {
-		return nil, e.failStart(fmt.Errorf("sequencer: etcd logger: %w", err))
+	var lg *zap.Logger
+	if c.Log != nil {
+		lg = zap.New(&quietClose{Core: &slogCore{log: c.Log, level: lvl}, closing: &e.closing}, zap.AddCaller())
+	} else {
+		zc := zap.NewProductionConfig()
+		zc.Level = zap.NewAtomicLevelAt(lvl)
+		lg, err = zc.Build(zap.WrapCore(func(core zapcore.Core) zapcore.Core { return &quietClose{Core: core, closing: &e.closing} }))
+		if err != nil {
+			return nil, e.failStart(fmt.Errorf("sequencer: etcd logger: %w", err))
+		}
 	}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	cfg.LogLevel = c.LogLevel
@@ -307,6 +317,74 @@ func (q *quietClose) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore
 		return ce
 	}
 	return q.Core.Check(ent, ce)
+}
+
+// slogCore writes etcd's log entries to a slog.Logger, with
+// component=etcd and etcd's caller: etcd logs through zap, and its own
+// encoders wrote JSON in the middle of a text log. Stack traces are left
+// out, as slog has none.
+type slogCore struct {
+	log   *slog.Logger
+	level zapcore.Level // EmbedConfig.LogLevel
+	attrs []slog.Attr   // of With
+}
+
+var _ zapcore.Core = (*slogCore)(nil)
+
+func (c *slogCore) Enabled(l zapcore.Level) bool {
+	return l >= c.level && c.log.Enabled(context.Background(), slogLevel(l))
+}
+
+func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
+	return &slogCore{log: c.log, level: c.level, attrs: append(slices.Clip(c.attrs), slogAttrs(fields)...)}
+}
+
+func (c *slogCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(ent.Level) {
+		return ce.AddCore(ent, c)
+	}
+	return ce
+}
+
+func (c *slogCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
+	r := slog.NewRecord(ent.Time, slogLevel(ent.Level), ent.Message, 0)
+	r.AddAttrs(slog.String("component", "etcd"))
+	if ent.Caller.Defined {
+		r.AddAttrs(slog.String("caller", ent.Caller.TrimmedPath()))
+	}
+	r.AddAttrs(c.attrs...)
+	r.AddAttrs(slogAttrs(fields)...)
+	return c.log.Handler().Handle(context.Background(), r)
+}
+
+func (c *slogCore) Sync() error { return nil }
+
+// slogLevel is the slog level of a zap level; zap's DPanic, Panic and
+// Fatal are errors.
+func slogLevel(l zapcore.Level) slog.Level {
+	switch {
+	case l <= zapcore.DebugLevel:
+		return slog.LevelDebug
+	case l == zapcore.InfoLevel:
+		return slog.LevelInfo
+	case l == zapcore.WarnLevel:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
+
+// slogAttrs are zap fields as slog attributes, in their order (a field
+// that adds several keys, as an error can, in the keys' order).
+func slogAttrs(fields []zapcore.Field) []slog.Attr {
+	attrs := make([]slog.Attr, 0, len(fields))
+	for _, f := range fields {
+		enc := zapcore.NewMapObjectEncoder()
+		f.AddTo(enc)
+		for _, k := range slices.Sorted(maps.Keys(enc.Fields)) {
+			attrs = append(attrs, slog.Any(k, enc.Fields[k]))
+		}
+	}
+	return attrs
 }
 
 // freeLoopbackURL returns http://127.0.0.1:port for a port that was free a

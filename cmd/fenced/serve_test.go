@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -225,6 +226,41 @@ func TestServeWarnsOfAnEvictingRedis(t *testing.T) {
 			strings.Contains(log, "maxmemory_policy=volatile-lru") && strings.Contains(log, "CONFIG SET maxmemory-policy noeviction")
 		if warned != c.warn || (!c.warn && strings.Contains(log, "evict")) {
 			t.Fatalf("Redis started with %q: warned %v, want %v; log:\n%s", c.args, warned, c.warn, log)
+		}
+	}
+}
+
+// TestEmbeddedEtcdLogsInTheLogFormat: the embedded etcd's own lines follow
+// --log-format as fenced's do, marked component=etcd. They were zap JSON
+// ({"level":"error","ts":...,"caller":...,"stacktrace":...}) whatever the
+// flag said, in the middle of a text log.
+func TestEmbeddedEtcdLogsInTheLogFormat(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"text", "json"} {
+		peer, other, client := testenv.FreeURL(t), testenv.FreeURL(t), testenv.FreeURL(t)
+		// Joining a cluster none of whose members runs: etcd logs
+		// "bootstrap failed" as an error, and the start fails.
+		code, _, stderr := run(t, nil, "serve", "--lease-store", "etcd", "--log-format", format,
+			"--etcd-data-dir", t.TempDir(), "--etcd-name", "a", "--etcd-peer-url", peer, "--etcd-client-url", client,
+			"--etcd-initial-cluster", "a="+peer+",b="+other, "--etcd-initial-cluster-state", "existing")
+		var line string
+		for _, l := range strings.Split(stderr, "\n") {
+			if strings.Contains(l, "bootstrap failed") && !strings.HasPrefix(l, "fenced: ") {
+				line = l
+			}
+		}
+		if code != 1 || line == "" {
+			t.Fatalf("--log-format %s: exit %d, want 1 and etcd's line \"bootstrap failed\"; stderr:\n%s", format, code, stderr)
+		}
+		if format == "text" {
+			if !strings.HasPrefix(line, "time=") || !strings.Contains(line, `level=ERROR msg="bootstrap failed" component=etcd`) {
+				t.Errorf("--log-format text: etcd's line %q, want slog text with component=etcd", line)
+			}
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m["level"] != "ERROR" || m["msg"] != "bootstrap failed" || m["component"] != "etcd" {
+			t.Errorf("--log-format json: etcd's line %q (%v), want slog JSON with \"component\":\"etcd\"", line, err)
 		}
 	}
 }
