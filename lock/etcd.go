@@ -602,11 +602,22 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 	if err != nil {
 		return Grant{}, err
 	}
+	// An acquisition's waiter marks its hold in the count's record, so
+	// that a request sent again after a lost answer (a new attempt, with
+	// the same waiter) finds it counted (defect 42).
+	ops := cur.Ops
+	if req.Waiter != "" {
+		op := "w" + req.Waiter
+		if slices.Contains(cur.Ops, op) {
+			return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count}, nil
+		}
+		ops = append(slices.Clip(ops), op)
+	}
 	if reenterStepHook != nil {
 		reenterStepHook()
 	}
 	resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountAt(req.Name, cur.CountRev))...).
-		Then(s.ks.PutCount(req.Name, cur.Count+1, cur.Ops, cur.Lease)).Commit()
+		Then(s.ks.PutCount(req.Name, cur.Count+1, ops, cur.Lease)).Commit()
 	if err != nil {
 		return Grant{}, backendErr("etcd", "acquire", err)
 	}

@@ -89,7 +89,10 @@ func WithUnfair() Option { return func(o *acquireOpts) { o.unfair = true } }
 // giving it up. A place no call has used for DefaultWaiterTTL is given up.
 // For a server serving a remote waiter whose wait spans several requests
 // (the API's "waiter"); without it each call queues anew, behind everyone
-// who came meanwhile. Acquire and Elect only; not with WithUnfair.
+// who came meanwhile. The id names one acquisition: a call that finds the
+// lock granted, or a reentry (WithHolder) counted, under it gets that grant
+// again, its count unchanged, so a request sent again after a lost answer
+// takes one hold, not two. Acquire and Elect only; not with WithUnfair.
 func WithWaiter(id string) Option {
 	return func(o *acquireOpts) { o.waiter, o.waiterSet = id, true }
 }

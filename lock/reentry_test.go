@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -217,6 +218,50 @@ func TestReleaseSentAgainTakesOffOneHold(t *testing.T) {
 			}
 			if st, err := c.Inspect(t.Context(), name); err != nil || st.Held {
 				t.Fatalf("after the second release: %+v, %v; want free", st, err)
+			}
+		})
+	}
+}
+
+// TestReentrySentAgainCountsOnce: a waiting reentry whose answer is lost
+// is sent again by the HTTP client with the same waiter, and the server
+// makes it a new attempt, with a new lease id. The stores marked a reentry
+// by its attempt's lease id, so the resend counted a second hold: the lock
+// stayed held after as many releases as acquisitions, until its TTL. The
+// waiter now marks it: the same acquisition again finds its hold counted,
+// another acquisition counts its own.
+func TestReentrySentAgainCountsOnce(t *testing.T) {
+	_, redlock := startRedlock(t)
+	for _, b := range append(backends(t), backend{name: "redlock", store: redlock}) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			name := testenv.Name(t)
+			opts := []lock.Option{lock.WithHolder("worker-1"), lock.WithDetached()}
+			first, err := c.Acquire(t.Context(), name, 30*time.Second, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiter := strings.Repeat("7c", 16)
+			for i := range 3 { // the request, then sent again twice
+				l, err := c.Acquire(t.Context(), name, 30*time.Second, append(opts, lock.WithWaiter(waiter))...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.Count() != 2 || l.ID() != first.ID() {
+					t.Fatalf("reentry sent %d times: count %d, lease %s; want 2 and the first's %s", i+1, l.Count(), l.ID(), first.ID())
+				}
+			}
+			other, err := c.Acquire(t.Context(), name, 30*time.Second, append(opts, lock.WithWaiter(strings.Repeat("8d", 16)))...)
+			if err != nil || other.Count() != 3 {
+				t.Fatalf("another acquisition: %v, count %d; want 3", err, other.Count())
+			}
+			for i := range 3 {
+				if err := b.store.Release(t.Context(), name, first.ID(), strings.Repeat(fmt.Sprintf("%x", 10+i), 32)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st, err := c.Inspect(t.Context(), name); err != nil || st.Held {
+				t.Fatalf("after three releases of three acquisitions: %+v, %v; want free", st, err)
 			}
 		})
 	}

@@ -321,7 +321,8 @@ func (k Keyspace) CountAt(name string, rev int64) clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(k.CountKey(name)), "=", rev)
 }
 
-// MaxCountOps is how many release ids a count keeps (LockState.Ops).
+// MaxCountOps is how many release ids, and reentries' waiters, a count
+// keeps (LockState.Ops).
 const MaxCountOps = 8
 
 // PutLock takes lock name for leaseID on the etcd lease: the lock key,

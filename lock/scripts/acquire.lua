@@ -34,12 +34,15 @@ if cur and ARGV[5] ~= '' then
   local h = redis.call('HMGET', KEYS[2], 'h', 't', 'c', 'ops')
   if h[1] == ARGV[5] and h[2] then
     -- A reentry: one more hold, counted once even if this runs twice (the
-    -- attempt's own lease id marks it), its place in the queue given up,
-    -- and the lease extended to the new TTL but never shortened under the
-    -- holds before it (docs/design.md, defect 19).
+    -- acquisition's waiter marks it, which a request sent again after a
+    -- lost answer carries too, defect 42; else the attempt's own lease
+    -- id), its place in the queue given up, and the lease extended to the
+    -- new TTL but never shortened under the holds before it (defect 19).
     local c = tonumber(h[3] or '1')
-    if not seen(h[4], ARGV[1]) then
-      record(KEYS[2], h[4], ARGV[1])
+    local op = ARGV[1]
+    if ARGV[3] ~= '' then op = 'w' .. ARGV[3] end
+    if not seen(h[4], op) then
+      record(KEYS[2], h[4], op)
       c = redis.call('HINCRBY', KEYS[2], 'c', 1)
     end
     if ARGV[3] ~= '' then
