@@ -279,3 +279,35 @@ func TestLostReleaseAnswerTakesOffOneHold(t *testing.T) {
 		t.Fatalf("after both releases: %+v, %v; want free", st, err)
 	}
 }
+
+// TestLostReentryAnswerTakesOneHold: a reentry whose answer is lost is
+// sent again with its waiter, and counted once (docs/design.md, defect 42):
+// before, the lock stayed held after both releases.
+func TestLostReentryAnswerTakesOneHold(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	pr, u := behindProxy(t, f.url)
+	c := newClient(t, u)
+	name := testenv.Name(t)
+	first, err := c.Acquire(ctx, name, 30*time.Second, lock.WithHolder("worker-9e1d2c3b4a5f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := pr.LoseReply([]byte("/acquire"))
+	second, err := c.Acquire(ctx, name, 30*time.Second, lock.WithHolder("worker-9e1d2c3b4a5f"), lock.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("reentry whose first answer was lost: %v", err)
+	}
+	<-fired
+	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Count != 2 || second.Count() != 2 {
+		t.Fatalf("after one reentry on one hold: %+v (lease count %d), %v; want count 2", st, second.Count(), err)
+	}
+	for _, l := range []*lock.Lease{second, first} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
+		t.Fatalf("after both releases: %+v, %v; want free", st, err)
+	}
+}
