@@ -34,6 +34,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import math
 import random
 import secrets
 import select
@@ -89,6 +90,12 @@ class FencedError(Exception):
 
     code: Optional[str] = None
     retryable = False
+    #: The request field the server refused (API field "field": "wait_ms",
+    #: "ttl_ms", ...), or None.
+    field: Optional[str] = None
+    #: On a refused wait_ms, the longest wait the server allows (its
+    #: --max-wait; API field max_wait_ms), or None.
+    max_wait_ms: Optional[int] = None
 
     def __init__(self, message: str, status: int = 0, code: Optional[str] = None,
                  retry_after: Optional[float] = None):
@@ -298,6 +305,9 @@ class Client:
         self._bearer = bearer_token
         self.timeout = timeout
         self.retries = retries
+        # The least --max-wait a server said (max_wait_ms): a longer wait
+        # is asked for in requests of this length. None until one said.
+        self._max_wait_ms: Optional[int] = None
 
     # -- the API -----------------------------------------------------------
 
@@ -313,9 +323,10 @@ class Client:
 
     def acquire(self, name: str, ttl_ms: Optional[int] = None, wait_ms: int = 30_000,
                 holder: Optional[str] = None) -> "Lease":
-        """Take the lock, waiting up to wait_ms (default 30 s; the server's
-        --max-wait bounds it, 60 s by default) for the holder to release it or
-        for its lease to expire. Raises HeldError if it is still held then.
+        """Take the lock, waiting up to wait_ms (default 30 s) for the holder
+        to release it or for its lease to expire; a wait longer than the
+        server's --max-wait (60 s by default) goes in several requests, one
+        place in the queue. Raises HeldError if it is still held then.
         ttl_ms None means the server's default TTL. The granted TTL may be
         longer (etcd leases are whole seconds): see Lease.ttl_ms.
 
@@ -436,23 +447,44 @@ class Client:
         self._call("POST", name, "/release", {"lease_id": lease_id, "release_id": release_id}, resend_lost=True)
 
     def _take(self, name: str, action: str, body: dict[str, Any], wait_ms: int, kind: str) -> "Lease":
-        """POST an acquire or campaign body and make its answer a Lease."""
+        """POST an acquire or campaign body and make its answer a Lease.
+
+        A wait longer than the server's --max-wait (which it says in a 400
+        on wait_ms, max_wait_ms) is asked for in requests of that length,
+        in one place in the queue; the client remembers the maximum."""
+        sent: list[float] = []
+        if wait_ms <= 0:
+            doc = self._call("POST", name, action, body, kind=kind, sent=sent)
+            return Lease(self, doc, sent[-1])
         # One place in the queue for every request of this call, and the
         # key to its grant if an answer is lost (API field waiter). A
         # request without a wait has no place (the server refuses one).
-        waiter = wait_ms > 0
-        if waiter:
-            body["waiter"] = secrets.token_hex(16)
-            # This call is the whole wait: a request that ends held gives
-            # its place up rather than keep a free lock from those behind it.
-            body["final"] = True
-        sent: list[float] = []
-        doc = self._call("POST", name, action, body, extra_timeout=wait_ms / 1000.0, kind=kind,
-                         resend_lost=waiter, sent=sent,
-                         wait_end=time.monotonic() + wait_ms / 1000.0 if waiter else None)
-        # The validity runs from the request that answered: a grant found
-        # again is extended to ttl_ms by that request.
-        return Lease(self, doc, sent[-1])
+        body["waiter"] = secrets.token_hex(16)
+        end = time.monotonic() + wait_ms / 1000.0
+        while True:
+            left_ms = max(1, math.ceil((end - time.monotonic()) * 1000))
+            ask_ms = min(left_ms, self._max_wait_ms or left_ms)
+            body["wait_ms"] = ask_ms
+            # The request whose wait is all the call has left gives its
+            # place up if it ends held, rather than keep a free lock from
+            # those behind it; an earlier one keeps it for the next.
+            body["final"] = ask_ms >= left_ms
+            sent = []
+            try:
+                doc = self._call("POST", name, action, body, extra_timeout=ask_ms / 1000.0, kind=kind,
+                                 resend_lost=True, sent=sent, wait_end=time.monotonic() + ask_ms / 1000.0)
+            except InvalidArgumentError as e:
+                if e.field == "wait_ms" and e.max_wait_ms and e.max_wait_ms < ask_ms:
+                    self._max_wait_ms = min(e.max_wait_ms, self._max_wait_ms or e.max_wait_ms)
+                    continue  # at once, in requests the server allows
+                raise
+            except HeldError:
+                if body["final"]:
+                    raise
+                continue
+            # The validity runs from the request that answered: a grant
+            # found again is extended to ttl_ms by that request.
+            return Lease(self, doc, sent[-1])
 
     # -- HTTP --------------------------------------------------------------
 
@@ -628,7 +660,12 @@ def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
             return UnavailableError(text or "service unavailable", status, retry_after=retry_after)
         return FencedError(f"not an API error: {text!r}", status, retry_after=retry_after)
     cls = _ERRORS.get(code, FencedError)
-    return cls(message, status, code, retry_after)
+    e = cls(message, status, code, retry_after)
+    if isinstance(err.get("field"), str):
+        e.field = err["field"]
+    if isinstance(err.get("max_wait_ms"), int):
+        e.max_wait_ms = err["max_wait_ms"]
+    return e
 
 
 # ---------------------------------------------------------------------------

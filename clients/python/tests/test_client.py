@@ -1084,6 +1084,58 @@ class RedisTest(unittest.TestCase):
             lease.release()
 
 
+class ShortMaxWaitTest(unittest.TestCase):
+    """fenced dev with --max-wait 400ms, shorter than the client's default
+    wait (30 s): it refused every waiting acquire (400 on wait_ms), free
+    lock or held. It now says its maximum (max_wait_ms), and the client
+    waits in requests of that length, one place in the queue."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.daemon = Daemon("dev", "--max-wait", "400ms")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.daemon.stop()
+
+    def test_wait_in_requests_the_server_allows(self) -> None:
+        c = fenced.Client(self.daemon.url)
+        self.addCleanup(c.close)
+        name = unique()
+        holder = c.acquire(name, ttl_ms=30_000)  # wait_ms 30000: refused, then asked in 400 ms
+        got: list[fenced.Lease] = []
+        errors: list[BaseException] = []
+
+        def wait() -> None:
+            w = fenced.Client(self.daemon.url)
+            try:
+                got.append(w.acquire(name, ttl_ms=30_000, wait_ms=20_000))
+            except BaseException as e:  # reported by the test's thread
+                errors.append(e)
+            finally:
+                w.close()
+        t = threading.Thread(target=wait)
+        t.start()
+        # Release once the waiter has waited in its place across several
+        # requests: longer than two of the server's.
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not errors:
+            st = c.inspect(name)
+            if st.waiters == 1 and st.oldest_wait_ms > 1000:
+                break
+            time.sleep(0.05)  # the next look
+        self.assertEqual(errors, [], "the waiter failed while the lock was held")
+        holder.release()
+        t.join(timeout=20)
+        self.assertEqual(errors, [])
+        self.assertEqual(len(got), 1, "the waiter did not get the lock")
+        got[0].release()
+        # The refusal names the field and the maximum.
+        with self.assertRaises(fenced.InvalidArgumentError) as cm:
+            c._call("POST", name, "/acquire", {"wait_ms": 1000, "waiter": "0" * 32})
+        self.assertEqual((cm.exception.field, cm.exception.max_wait_ms), ("wait_ms", 400))
+
+
 class KeptConnectionTest(unittest.TestCase):
     """A server that closes a kept connection while it is idle (as fenced
     serve does after its idle timeout): the next call opens another."""

@@ -51,6 +51,10 @@ export class FencedError extends Error {
   readonly status: number;
   /** Milliseconds the server asked to wait before retrying (Retry-After), if it did. */
   readonly retryAfterMs: number | undefined;
+  /** The request field the server refused ("wait_ms", "ttl_ms", …), if it named one. */
+  field: string | undefined;
+  /** On a refused wait_ms, the longest wait the server allows (its --max-wait; API field max_wait_ms). */
+  maxWaitMs: number | undefined;
   /** Whether the same request may be tried again. */
   get retryable(): boolean {
     return false;
@@ -269,7 +273,7 @@ export interface ClientOptions {
 export interface AcquireOptions {
   /** The lease's TTL; the server may grant more (etcd: whole seconds). Default: the server's (30 s unless configured). */
   ttlMs?: number;
-  /** How long to wait for a held lock; the server's --max-wait bounds it (60 s by default). Default 30000. */
+  /** How long to wait for a held lock; a wait past the server's --max-wait (60 s by default) goes in several requests. Default 30000. */
   waitMs?: number;
   /**
    * Makes the acquisition reentrant for this holder identity (API field
@@ -332,6 +336,8 @@ export class Client {
   readonly baseURL: string;
   readonly timeoutMs: number;
   readonly retries: number;
+  /** The least --max-wait a server said (max_wait_ms): a longer wait goes in requests of this length. */
+  #maxWaitMs: number | undefined;
   readonly #bearer: string | undefined;
 
   constructor(baseURL: string, options: ClientOptions = {}) {
@@ -434,7 +440,12 @@ export class Client {
     return this.#take(name, "/campaign", body, waitMs, options.signal, "elections");
   }
 
-  /** POST an acquire or campaign body and make its answer a Lease. */
+  /**
+   * POST an acquire or campaign body and make its answer a Lease. A wait
+   * longer than the server's --max-wait (which it says in a 400 on wait_ms,
+   * max_wait_ms) is asked for in requests of that length, in one place in
+   * the queue; the client remembers the maximum.
+   */
   async #take(
     name: string,
     action: "/acquire" | "/campaign",
@@ -446,24 +457,42 @@ export class Client {
     // One place in the queue for every request of this call, and the key
     // to its grant if an answer is lost (API field waiter). A request
     // without a wait has no place (the server refuses one).
-    const waiter = waitMs > 0;
-    if (waiter) {
-      body.waiter = randomBytes(16).toString("hex");
-      // This call is the whole wait: a request that ends held gives its
-      // place up rather than keep a free lock from those behind it.
-      body.final = true;
-    }
     let started = performance.now();
-    const doc = await this.call("POST", name, action, body, {
-      timeoutMs: this.timeoutMs + waitMs,
-      signal,
-      resendLost: waiter,
-      waitEnd: waiter ? started + waitMs : undefined,
-      // The validity runs from the request that answered: a grant found
-      // again is extended to ttl_ms by that request.
-      onSend: () => (started = performance.now()),
-    }, kind);
-    return new Lease(this, doc, started);
+    // The validity runs from the request that answered: a grant found
+    // again is extended to ttl_ms by that request.
+    const onSend = () => (started = performance.now());
+    if (waitMs <= 0) {
+      const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs, signal, onSend }, kind);
+      return new Lease(this, doc, started);
+    }
+    body.waiter = randomBytes(16).toString("hex");
+    const end = performance.now() + waitMs;
+    for (;;) {
+      const leftMs = Math.max(1, Math.ceil(end - performance.now()));
+      const askMs = Math.min(leftMs, this.#maxWaitMs ?? leftMs);
+      body.wait_ms = askMs;
+      // The request whose wait is all the call has left gives its place up
+      // if it ends held, rather than keep a free lock from those behind
+      // it; an earlier one keeps it for the next.
+      body.final = askMs >= leftMs;
+      try {
+        const doc = await this.call("POST", name, action, body, {
+          timeoutMs: this.timeoutMs + askMs,
+          signal,
+          resendLost: true,
+          waitEnd: performance.now() + askMs,
+          onSend,
+        }, kind);
+        return new Lease(this, doc, started);
+      } catch (e) {
+        if (e instanceof InvalidArgumentError && e.field === "wait_ms" && e.maxWaitMs && e.maxWaitMs < askMs) {
+          this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
+          continue; // at once, in requests the server allows
+        }
+        if (e instanceof HeldError && !body.final) continue;
+        throw e;
+      }
+    }
   }
 
   /** elect, then keepAlive: lease.signal aborts if leadership is lost. Release (resign) when done. */
@@ -665,11 +694,13 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
   if (ra !== null && /^\d+(\.\d+)?$/.test(ra.trim())) {
     retryAfterMs = Number(ra) * 1000; // an HTTP date is ignored: back off as usual
   }
-  let code: unknown, message: unknown;
+  let code: unknown, message: unknown, field: unknown, maxWaitMs: unknown;
   try {
-    const err = (JSON.parse(text) as { error?: { code?: unknown; message?: unknown } }).error;
+    const err = (JSON.parse(text) as { error?: { code?: unknown; message?: unknown; field?: unknown; max_wait_ms?: unknown } }).error;
     code = err?.code;
     message = err?.message;
+    field = err?.field;
+    maxWaitMs = err?.max_wait_ms;
   } catch {
     // not JSON: below
   }
@@ -679,7 +710,10 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
     return new FencedError(`HTTP ${status}, not an API error: ${excerpt}`, status, undefined, retryAfterMs);
   }
   const cls = errorClasses[code] ?? FencedError;
-  return new cls(message, status, code, retryAfterMs);
+  const e = new cls(message, status, code, retryAfterMs);
+  if (typeof field === "string") e.field = field;
+  if (typeof maxWaitMs === "number") e.maxWaitMs = maxWaitMs;
+  return e;
 }
 
 // ---------------------------------------------------------------------------

@@ -1014,6 +1014,48 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
   });
 });
 
+describe("fenced dev with --max-wait 400ms", () => {
+  // Shorter than the client's default wait (30 s): the server refused every
+  // waiting acquire (400 on wait_ms), free lock or held. It now says its
+  // maximum (max_wait_ms), and the client waits in requests of that length,
+  // one place in the queue.
+  let daemon: Daemon;
+  before(async () => {
+    daemon = await Daemon.start("dev", "--max-wait", "400ms");
+  });
+  after(() => daemon?.stop());
+
+  it("waits in requests the server allows", async () => {
+    const client = new Client(daemon.url);
+    const name = unique();
+    const holder = await client.acquire(name, { ttlMs: 30_000 }); // 30 s asked: refused, then 400 ms
+    let failed: unknown;
+    const waiting = new Client(daemon.url).acquire(name, { ttlMs: 30_000, waitMs: 20_000 });
+    waiting.catch((e) => (failed = e));
+    // Release once the waiter has waited in its place across several
+    // requests: longer than two of the server's.
+    for (const deadline = Date.now() + 15_000; Date.now() < deadline && failed === undefined; ) {
+      const st = await client.inspect(name);
+      if (st.waiters === 1 && st.oldestWaitMs > 1000) break;
+      await sleep(50); // the next look
+    }
+    assert.equal(failed, undefined, `the waiter failed while the lock was held: ${failed}`);
+    await holder.release();
+    const got = await waiting;
+    assert.ok(got.token > holder.token);
+    await got.release();
+    // The refusal names the field and the maximum.
+    const refused = await fetch(`${daemon.url}/v1/locks/${name}/acquire`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ wait_ms: 1000 }),
+    });
+    assert.equal(refused.status, 400);
+    const body = (await refused.json()) as { error: { field?: string; max_wait_ms?: number } };
+    assert.deepEqual([body.error.field, body.error.max_wait_ms], ["wait_ms", 400]);
+  });
+});
+
 describe("validity", () => {
   it("is ttl - elapsed - (ttl/100 + 2 ms)", () => {
     assert.equal(validityMs(1000, 10, 10), 988);
