@@ -224,3 +224,57 @@ func TestObserveClosesAfterAFinalRefusal(t *testing.T) {
 		t.Fatalf("Observe again: %v; want the server's 403", err)
 	}
 }
+
+// TestElectWithAShorterMaxWait: a campaign goes through the same requests
+// as an Acquire, so a server whose --max-wait (400ms) is shorter than the
+// client's request wait (DefaultMaxRequestWait, 30s) refused every campaign
+// with 400 on wait_ms, even of an election nobody led. The client now asks
+// for the server's maximum (max_wait_ms): the first candidate leads, and
+// the second waits across requests of that length until it resigns.
+func TestElectWithAShorterMaxWait(t *testing.T) {
+	f := etcdFixture(t)
+	url := f.serve(t, server.Config{MaxWait: 400 * time.Millisecond})
+	a := newClient(t, url) // the default request wait
+	b := newClient(t, url)
+	name := testenv.Name(t)
+	ctx := t.Context()
+
+	first, err := a.Elect(ctx, name, "host-a", 5*time.Second, lock.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("an election nobody leads, a server with --max-wait 400ms: %v", err)
+	}
+	type result struct {
+		l   *client.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := b.Elect(context.Background(), name, "host-b", 5*time.Second, lock.WithWait(time.Minute))
+		done <- result{l, err}
+	}()
+	for { // until the second candidate has waited longer than two requests
+		st, err := a.Inspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Waiters == 1 && st.OldestWait > time.Second {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the second candidate returned while host-a led: %v", r.err)
+		case <-time.After(50 * time.Millisecond): // the next look
+		}
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the second candidate, after host-a resigned: %v", r.err)
+	}
+	defer r.l.Release(context.Background())
+	if r.l.Token() <= first.Token() {
+		t.Errorf("host-b's term %d, want above host-a's %d", r.l.Token(), first.Token())
+	}
+}
