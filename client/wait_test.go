@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,5 +356,89 @@ func TestCloseEndsWaitingAcquire(t *testing.T) {
 	}
 	if _, err := c.TryAcquire(ctx, name+"-after", time.Second); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("TryAcquire after Close: %v, want lock.ErrClosed", err)
+	}
+}
+
+// TestCloseEndsAcquireInItsBackoff: an Acquire whose server answers 503
+// sleeps a backoff (up to 1s) between its requests for as long as its
+// budget lasts. Close must end that sleep as it ends a request's wait: the
+// Acquire returns lock.ErrClosed before Close returns, and takes nothing
+// from the holder.
+func TestCloseEndsAcquireInItsBackoff(t *testing.T) {
+	f := newFixture(t)
+	srv, err := server.New(server.Config{Locks: f.locks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failing atomic.Bool
+	refused := make(chan struct{}, 1) // an acquire answered 503
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			if strings.HasSuffix(r.URL.Path, "/acquire") {
+				select {
+				case refused <- struct{}{}:
+				default:
+				}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":{"code":"unavailable","message":"injected"}}`)
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	holder := newClient(t, hs.URL)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	held, err := holder.TryAcquire(ctx, name, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Short requests, so that the one in flight when the server starts
+	// failing ends soon and the next is refused.
+	c, err := client.New(hs.URL, client.WithMaxRequestWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), name, 5*time.Second, lock.WithWait(time.Hour))
+		if err == nil {
+			err = fmt.Errorf("acquired %d", l.Token())
+		}
+		done <- err
+	}()
+	failing.Store(true)
+	select {
+	case <-refused: // the Acquire sleeps its backoff now, or is about to
+	case err := <-done:
+		t.Fatalf("the Acquire returned before Close: %v", err)
+	}
+	// A second refusal: the Acquire has slept one backoff and is in the
+	// next, or about to be.
+	select {
+	case <-refused:
+	case err := <-done:
+		t.Fatalf("the Acquire returned before Close: %v", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("the Acquire in its backoff after Close: %v, want lock.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close returned with the Acquire still retrying")
+	}
+	failing.Store(false)
+	st, err := holder.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.Token != held.Token() {
+		t.Errorf("after Close: %+v, want still held with token %d", st, held.Token())
 	}
 }
