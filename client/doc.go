@@ -19,7 +19,11 @@
 // [Client.Acquire] lets the server wait for a held lock: each request asks
 // for wait_ms up to [WithMaxRequestWait] (30s by default, within the
 // server's default --max-wait of 60s) and is repeated until the lease is
-// granted, the [lock.WithWait] budget runs out, or the context ends. Its
+// granted, the [lock.WithWait] budget runs out, or the context ends. A
+// server whose --max-wait is shorter refuses that wait with the longest it
+// allows ([APIError.MaxWait], the API's max_wait_ms): the client asks for
+// that at once, and from then on, for [Client.Elect] and [Client.Observe]
+// too, so the two settings need not be matched by hand. An Acquire's
 // requests carry one waiter id (the API's "waiter", drawn once per
 // acquisition, or [lock.WithWaiter]'s), so the wait keeps its place in the
 // lock's queue from one request to the next.
