@@ -318,14 +318,7 @@ func TestCloseEndsWaitingAcquire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		l, err := c.Acquire(context.Background(), name, 5*time.Second, lock.WithWait(time.Hour))
-		if err == nil {
-			err = fmt.Errorf("acquired %d", l.Token())
-		}
-		done <- err
-	}()
+	done := waitInBackground(c, name)
 	for { // until the server has the waiter in the queue
 		st, err := holder.Inspect(ctx, name)
 		if err != nil {
@@ -340,20 +333,7 @@ func TestCloseEndsWaitingAcquire(t *testing.T) {
 		case <-time.After(20 * time.Millisecond): // the next look
 		}
 	}
-	if err := c.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Close waited for the acquisition's end, which runs as Acquire
-	// returns: its result is a few instructions away (before, its request
-	// went on for 30s).
-	select {
-	case err := <-done:
-		if !errors.Is(err, lock.ErrClosed) {
-			t.Errorf("the waiting Acquire after Close: %v, want lock.ErrClosed", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close returned with the Acquire still waiting")
-	}
+	closeEndsIt(t, c, done, "the waiting Acquire after Close", "Close returned with the Acquire still waiting")
 	if _, err := c.TryAcquire(ctx, name+"-after", time.Second); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("TryAcquire after Close: %v, want lock.ErrClosed", err)
 	}
@@ -401,14 +381,7 @@ func TestCloseEndsAcquireInItsBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		l, err := c.Acquire(context.Background(), name, 5*time.Second, lock.WithWait(time.Hour))
-		if err == nil {
-			err = fmt.Errorf("acquired %d", l.Token())
-		}
-		done <- err
-	}()
+	done := waitInBackground(c, name)
 	failing.Store(true)
 	select {
 	case <-refused: // the Acquire sleeps its backoff now, or is about to
@@ -422,17 +395,7 @@ func TestCloseEndsAcquireInItsBackoff(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("the Acquire returned before Close: %v", err)
 	}
-	if err := c.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if !errors.Is(err, lock.ErrClosed) {
-			t.Errorf("the Acquire in its backoff after Close: %v, want lock.ErrClosed", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close returned with the Acquire still retrying")
-	}
+	closeEndsIt(t, c, done, "the Acquire in its backoff after Close", "Close returned with the Acquire still retrying")
 	failing.Store(false)
 	st, err := holder.Inspect(ctx, name)
 	if err != nil {
@@ -440,5 +403,38 @@ func TestCloseEndsAcquireInItsBackoff(t *testing.T) {
 	}
 	if !st.Held || st.Token != held.Token() {
 		t.Errorf("after Close: %+v, want still held with token %d", st, held.Token())
+	}
+}
+
+// waitInBackground starts an Acquire of name that waits up to an hour, and
+// returns where its result goes: an error, or one saying it acquired.
+func waitInBackground(c *client.Client, name string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), name, 5*time.Second, lock.WithWait(time.Hour))
+		if err == nil {
+			err = fmt.Errorf("acquired %d", l.Token())
+		}
+		done <- err
+	}()
+	return done
+}
+
+// closeEndsIt closes c and checks that the Acquire whose result goes to
+// done returned lock.ErrClosed. Close waited for the acquisition's end,
+// which runs as Acquire returns: its result is a few instructions away
+// (before the fix, its request went on for 30s, its retries for an hour).
+func closeEndsIt(t *testing.T, c *client.Client, done <-chan error, what, stillWaiting string) {
+	t.Helper()
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("%s: %v, want lock.ErrClosed", what, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal(stillWaiting)
 	}
 }
