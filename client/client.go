@@ -573,8 +573,9 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (lock.State, err
 // TryAcquire, Campaign), waiting for a held lock or for a server, returns
 // lock.ErrClosed at once (its request is cut off; the server keeps its
 // place in the queue no longer than a waiter's that went away), and Close
-// waits for it to return, or for ctx to end. Later calls return
-// lock.ErrClosed. Close is idempotent.
+// waits for it to return, or for ctx to end; so does an Observe, whose
+// channel closes. Later acquisitions and Observes return lock.ErrClosed.
+// Close is idempotent.
 func (c *Client) Close(ctx context.Context) error {
 	c.calls.Close(lock.ErrClosed)
 	err := c.leases.Close(ctx)

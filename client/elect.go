@@ -52,21 +52,31 @@ func (c *Client) Elect(ctx context.Context, name, value string, ttl time.Duratio
 // (401, 403, 404, …) is taken as final: sending it again would be refused
 // again, and the channel would show a leader that may be long gone.
 //
-// The channel is closed when ctx ends, and also, while ctx lives, after
-// such a final refusal. A consumer that finds the channel closed with ctx
-// still alive learns why by calling Observe again: its first request
-// returns the refusal as its error (an *APIError), or, if the refusal has
-// passed (a token file reloaded, say), a new channel.
+// The channel is closed when ctx ends or the client closes, and also,
+// while ctx lives, after such a final refusal. A consumer that finds the
+// channel closed with ctx still alive learns why by calling Observe again:
+// its first request returns the refusal as its error (an *APIError), or
+// lock.ErrClosed, or, if the refusal has passed (a token file reloaded,
+// say), a new channel.
 func (c *Client) Observe(ctx context.Context, name string) (<-chan lock.Leader, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, err
 	}
+	ctx, end, err := c.calls.Begin(ctx) // Close ends the long polls too
+	if err != nil {
+		return nil, fmt.Errorf("client: observe %q: %w", name, err)
+	}
 	first, err := c.leader(ctx, name, nil, 0)
 	if err != nil {
+		end()
+		if cerr := c.calls.Ended(ctx); cerr != nil {
+			err = cerr
+		}
 		return nil, fmt.Errorf("client: observe %q: %w", name, storeRefused(err))
 	}
 	out := make(chan lock.Leader)
-	go func() { // owned by ctx; it also ends after a final refusal
+	go func() { // owned by ctx and Close; it also ends after a final refusal
+		defer end()
 		defer close(out)
 		cur := first
 		const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second

@@ -278,3 +278,36 @@ func TestElectWithAShorterMaxWait(t *testing.T) {
 		t.Errorf("host-b's term %d, want above host-a's %d", r.l.Token(), first.Token())
 	}
 }
+
+// TestCloseEndsObserve: Close ends an Observe as it ends a waiting
+// Acquire: the channel closes, Close waits for its goroutine, and a later
+// Observe returns lock.ErrClosed. Before, the goroutine went on sending
+// long polls through the closed client until the caller's ctx ended (never,
+// with context.Background()).
+func TestCloseEndsObserve(t *testing.T) {
+	url := etcdServer(t)
+	c, err := client.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := testenv.Name(t)
+	obs, err := c.Observe(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Next(t, obs)
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l, ok := <-obs:
+		if ok {
+			t.Fatalf("observed %+v after Close; want the channel closed", l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the channel is still open 5s after Close")
+	}
+	if _, err := c.Observe(t.Context(), name); !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("Observe after Close: %v, want lock.ErrClosed", err)
+	}
+}

@@ -318,8 +318,9 @@ func (c *Client) Adopt(ctx context.Context, name, leaseID string, g Grant, start
 // (WithWaiter). An acquisition still in progress (Acquire, TryAcquire,
 // Elect) returns ErrClosed at once, whether it is waiting for a held lock
 // or for the store: it leaves its place in the queue and takes nothing, and
-// Close waits for it to return, or for ctx to end. Later calls return
-// ErrClosed. Close is idempotent.
+// Close waits for it to return, or for ctx to end; so does an Observe,
+// whose channel closes. Later acquisitions and Observes return ErrClosed.
+// Close is idempotent.
 func (c *Client) Close(ctx context.Context) error {
 	c.calls.Close(ErrClosed)
 	err := c.set.Close(ctx)

@@ -100,8 +100,8 @@ func ResolveElectOptions(value string, opts ...Option) (AcquireOptions, error) {
 }
 
 // Observe reports who leads election name: first who leads now, then every
-// change (a new leader, or nobody). The channel is closed when ctx ends;
-// cancel ctx to stop observing. A change that comes and goes while the
+// change (a new leader, or nobody). The channel is closed when ctx ends
+// or the client closes; cancel ctx to stop observing. A change that comes and goes while the
 // receiver is busy may be missed, but never the latest state. When etcd
 // loses its leader or the connection, Observe waits and watches again.
 //
@@ -115,7 +115,15 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan Leader, error
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
-	return s.observe(ctx, name)
+	ctx, end, err := c.calls.Begin(ctx) // Close ends the observer too
+	if err != nil {
+		return nil, fmt.Errorf("lock: observe %q: %w", name, err)
+	}
+	ch, err := s.observe(ctx, name, end)
+	if err != nil {
+		end()
+	}
+	return ch, err
 }
 
 // etcd is the client's store if it can hold elections.
@@ -143,8 +151,9 @@ func LeaderOf(st State) Leader {
 
 // observe watches the lock key of name (puts and deletions) from etcd's
 // current revision and reads the state after every change: a watch begun
-// before the first read misses nothing.
-func (s *EtcdStore) observe(ctx context.Context, name string) (<-chan Leader, error) {
+// before the first read misses nothing. Its goroutine calls done as it
+// returns.
+func (s *EtcdStore) observe(ctx context.Context, name string, done func()) (<-chan Leader, error) {
 	wch, cancel, err := s.watchAll(ctx, name)
 	if err != nil {
 		return nil, err
@@ -156,6 +165,7 @@ func (s *EtcdStore) observe(ctx context.Context, name string) (<-chan Leader, er
 	}
 	out := make(chan Leader)
 	go func() { // owned by ctx
+		defer done()
 		defer close(out)
 		defer func() { cancel() }()
 		last := LeaderOf(st)

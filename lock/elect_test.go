@@ -243,3 +243,33 @@ func TestObserveAcrossCutConnection(t *testing.T) {
 		break
 	}
 }
+
+// TestCloseEndsObserve: Close ends an Observe as it ends a waiting Elect:
+// the channel closes, Close waits for its goroutine, and a later Observe
+// returns ErrClosed. Before, the observer went on watching etcd after its
+// client had closed, until the caller's ctx ended (never, with
+// context.Background()).
+func TestCloseEndsObserve(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	c := newClient(t, newEtcdStore(t, cli))
+	name := testenv.Name(t)
+	obs, err := c.Observe(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Next(t, obs)
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l, ok := <-obs:
+		if ok {
+			t.Fatalf("observed %+v after Close; want the channel closed", l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the channel is still open 5s after Close")
+	}
+	if _, err := c.Observe(t.Context(), name); !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("Observe after Close: %v, want lock.ErrClosed", err)
+	}
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -118,8 +119,8 @@ func (s *Server) leader(w http.ResponseWriter, r *http.Request, name string) {
 			return
 		}
 	}
-	if !ok { // ctx ended: the client went away, or the backend hung
-		fail(ctx.Err())
+	if !ok { // ctx ended (the client went away, or the backend hung), or the lock client closed
+		fail(cmp.Or(ctx.Err(), lock.ErrClosed))
 		return
 	}
 	writeJSON(w, http.StatusOK, api.NewLeader(cur))
