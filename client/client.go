@@ -210,6 +210,13 @@ func New(urls string, opts ...Option) (*Client, error) {
 		if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 			return nil, fmt.Errorf("client: URL %q: want no user, query or fragment", raw)
 		}
+		// url.Parse takes any digits; a bad port would fail only at the
+		// first request, naming no URL.
+		if p := u.Port(); p != "" {
+			if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+				return nil, fmt.Errorf("client: URL %q: port %q: want a number from 1 to 65535", raw, p)
+			}
+		}
 		c.urls = append(c.urls, strings.TrimRight(u.String(), "/"))
 	}
 	c.leases, _ = lock.NewLeaseSet(keeper{c}) // cannot fail: the keeper is not nil

@@ -415,6 +415,13 @@ func TestNewRejects(t *testing.T) {
 			t.Errorf("New(%q) accepted", u)
 		}
 	}
+	// A port out of range was taken, and failed at the first request as
+	// "dial tcp: address 99999: invalid port", naming no URL.
+	for _, u := range []string{"http://127.0.0.1:99999", "http://127.0.0.1:0", "https://a:7070,http://b:65536"} {
+		if _, err := client.New(u); err == nil || !strings.Contains(err.Error(), "want a number from 1 to 65535") {
+			t.Errorf("New(%q): %v; want the port refused", u, err)
+		}
+	}
 	bad := [][]client.Option{
 		{client.WithBearerToken("")},
 		{client.WithBearerToken("has space")},

@@ -159,6 +159,10 @@ func TestPortOutOfRange(t *testing.T) {
 			"--etcd-initial-cluster", "a=http://127.0.0.1:1,b=http://127.0.0.1:99999"), `member b: port "99999": want a number from 1 to 65535`},
 		{[]string{"serve", "--lease-store", "etcd", "--etcd-endpoints", "http://127.0.0.1:2379,http://127.0.0.1:99999"}, `--etcd-endpoints "http://127.0.0.1:2379,http://127.0.0.1:99999": endpoint "http://127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
 		{[]string{"admin", "floor", "--etcd-endpoints", "127.0.0.1:99999"}, `endpoint "127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
+		{[]string{"serve", "--redis-addr", "127.0.0.1:99999"}, `--redis-addr: address "127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
+		{[]string{"dev", "--redis-addr", "127.0.0.1:0"}, `--redis-addr: address "127.0.0.1:0": port "0": want a number from 1 to 65535`},
+		{[]string{"serve", "--redis-cluster-addrs", "a:7000,b:70000"}, `--redis-cluster-addrs: address "b:70000": port "70000"`},
+		{[]string{"exec", "--url", "http://127.0.0.1:99999", "demo", "--", "true"}, `--url: client: URL "http://127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
 	}
 	for _, c := range cases {
 		code, _, stderr := run(t, nil, c.args...)

@@ -101,6 +101,8 @@ func (r *redisFlags) validate(cmd string) (*redis.UniversalOptions, error) {
 		}
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
 			return nil, usagef(cmd, "%s: address %q: want host:port", flagName, a)
+		} else if err := checkPort(port, 1); err != nil {
+			return nil, usagef(cmd, "%s: address %q: %v", flagName, a, err)
 		}
 		o.Addrs = append(o.Addrs, a)
 	}
