@@ -280,12 +280,18 @@ func (l *Lease) schedule() (deadline, next time.Time) {
 	return l.deadline, l.next
 }
 
-// tick is the timer's callback. One runs at a time: a second, started by a
-// Reset while the first ran, returns at once, and the first rearms.
+// tick is the timer's callback. One runs at a time: a second, started
+// while the first refreshes, is the deadline (step set the timer to it):
+// it loses the lease if the deadline has passed, and the first rearms.
 func (l *Lease) tick() {
 	l.mu.Lock()
-	if l.ticking || l.stopped {
+	if l.stopped {
 		l.mu.Unlock()
+		return
+	}
+	if l.ticking {
+		l.mu.Unlock()
+		l.expireIfDue()
 		return
 	}
 	l.ticking = true
@@ -319,14 +325,21 @@ func (l *Lease) step() bool {
 	if !l.keepAlive || now.Before(next) {
 		return true
 	}
-	ctx, cancel := context.WithDeadline(l.stopCtx, deadline)
-	// The deadline holds even if the keeper does not honour ctx (a call
-	// stuck in a batch another caller leads): the holder must learn it
-	// lost the lock before anyone else can take it.
-	expire := time.AfterFunc(time.Until(deadline), l.expireIfDue)
-	err := l.Refresh(ctx, 0)
-	expire.Stop()
-	cancel()
+	// While the refresh runs, the timer waits for the deadline: there the
+	// lease is lost, which also ends the refresh (stopCtx is the lease's),
+	// even if the keeper does not honour ctx (a call stuck in a batch
+	// another caller leads): the holder must learn it lost the lock before
+	// anyone else can take it. The lease's own timer does it, rather than a
+	// context's and an AfterFunc's of each refresh: they were a tenth of a
+	// held lock's CPU.
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		return false
+	}
+	l.timer.Reset(time.Until(deadline))
+	l.mu.Unlock()
+	err := l.Refresh(refreshCtx{l.stopCtx, deadline}, 0)
 	switch {
 	case err == nil: // Refresh moved the schedule
 	case l.Err() != nil:
@@ -339,3 +352,13 @@ func (l *Lease) step() bool {
 	}
 	return true
 }
+
+// refreshCtx is a keep-alive refresh's context: stopCtx, which the lease's
+// timer ends at deadline (step), and that deadline, for the keeper's
+// calls to pass on (go-redis's socket deadlines, gRPC's).
+type refreshCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c refreshCtx) Deadline() (time.Time, bool) { return c.deadline, true }

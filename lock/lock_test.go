@@ -720,12 +720,13 @@ func TestAdopt(t *testing.T) {
 // that stopped answering would, and records how that context ended.
 type hangingRefresh struct {
 	lock.LeaseStore
-	entered chan struct{}
+	entered chan time.Time // the refresh context's deadline
 	ended   chan error
 }
 
 func (h *hangingRefresh) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
-	h.entered <- struct{}{}
+	d, _ := ctx.Deadline()
+	h.entered <- d
 	<-ctx.Done()
 	h.ended <- ctx.Err()
 	return lock.Grant{}, ctx.Err()
@@ -736,13 +737,17 @@ func (h *hangingRefresh) Refresh(ctx context.Context, name, id string, ttl time.
 // until the lease's deadline, which may be a day away.
 func TestReleaseInterruptsHungRefresh(t *testing.T) {
 	b := redisBackend(t)
-	h := &hangingRefresh{LeaseStore: b.store, entered: make(chan struct{}, 1), ended: make(chan error, 1)}
+	h := &hangingRefresh{LeaseStore: b.store, entered: make(chan time.Time, 1), ended: make(chan error, 1)}
 	c := newClient(t, h)
 	l, err := c.Acquire(t.Context(), testenv.Name(t), 3*time.Second, lock.WithKeepAlive())
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-h.entered // the keep-alive's refresh, at TTL/3, is hanging
+	// The keep-alive's refresh, at TTL/3, is hanging. Its context carries
+	// the lease's deadline, for the store's calls to pass on.
+	if d := <-h.entered; !d.Equal(l.Deadline()) {
+		t.Errorf("the refresh's context has deadline %v; want the lease's, %v", d, l.Deadline())
+	}
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
