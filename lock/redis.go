@@ -135,8 +135,16 @@ const (
 )
 
 func (s *RedisStore) keys(name string) []string {
+	// One string holds them all, cut into the five: three allocations on
+	// every call of a pair and every refresh, where there were seven.
 	base := s.prefix + "{" + name + "}:"
-	return []string{base + "lease", base + "token", base + "last", base + "queue", base + "places"}
+	all := base + "lease" + base + "token" + base + "last" + base + "queue" + base + "places"
+	k := make([]string, 0, 5)
+	for _, n := range []int{5, 5, 4, 5, 6} {
+		k = append(k, all[:len(base)+n])
+		all = all[len(base)+n:]
+	}
+	return k
 }
 
 func (s *RedisStore) channel(name string) string { return s.prefix + "{" + name + "}:released" }
