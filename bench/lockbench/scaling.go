@@ -89,8 +89,12 @@ type HeldPoint struct {
 	// (clients and embedded etcd, after a GC), Redis's used_memory, and
 	// etcd's database in use.
 	ProcBytes, RedisBytes, EtcdBytes int64
-	Errors                           int
-	FirstErr                         error
+	// Allocs is how many heap allocations this process made over the
+	// window: the garbage keeping the locks makes, which its CPU includes
+	// the collection of.
+	Allocs   uint64
+	Errors   int
+	FirstErr error
 }
 
 // CPUPerSec is the CPU per second of keeping the locks, above idle
@@ -106,6 +110,14 @@ func (p HeldPoint) CPUPerSec() time.Duration {
 // above idle.
 func (p HeldPoint) CPUPerLockSec() time.Duration {
 	return p.CPUPerSec() / time.Duration(max(p.Held, 1))
+}
+
+// AllocsPerLockSec is the heap allocations a held lock costs a second.
+func (p HeldPoint) AllocsPerLockSec() float64 {
+	if p.Window <= 0 {
+		return 0
+	}
+	return float64(p.Allocs) / p.Window.Seconds() / float64(max(p.Held, 1))
 }
 
 // BytesPerLock is the memory per held lock, in process, Redis and etcd; 0
@@ -291,9 +303,9 @@ func heldSweep(ctx context.Context, cfg ScalingConfig, rdb *redis.Client, cli *c
 		}
 	})
 	p.Acquire = time.Since(start)
-	m := startCPU(ctx, rdb)
+	m, a := startCPU(ctx, rdb), mallocs()
 	clock.Sleep(ctx, cfg.HeldWindow) // a cancelled run is reported below
-	p.CPU = m.since(ctx)
+	p.CPU, p.Allocs = m.since(ctx), mallocs()-a
 	p.ProcBytes, p.RedisBytes, p.EtcdBytes = procBytes()-proc0, redisBytes(ctx, rdb)-redis0, etcdBytes(ctx, cli)-etcd0
 	p.Errors, p.FirstErr = e.Result()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
@@ -344,6 +356,13 @@ func (m cpuMeter) since(ctx context.Context) time.Duration {
 		}
 	}
 	return d
+}
+
+// mallocs is how many heap objects this process has allocated.
+func mallocs() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.Mallocs
 }
 
 // procBytes is this process's Go heap and stacks in use, after a GC.

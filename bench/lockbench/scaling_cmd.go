@@ -42,11 +42,11 @@ func WriteScaling(w io.Writer, rep *ScalingReport) error {
 			"CPU above idle (%.1f ms/s with nothing held); memory: this process's Go heap and stacks (clients and the embedded etcd), Redis used_memory, etcd db in use\n",
 			cfg.HeldTTL, cfg.HeldWindow, ms(rep.IdleCPU))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "impl\theld\ttaking them\tcpu ms/s\tcpu/lock/s\tprocess B/lock\tRedis B/lock\tetcd B/lock\terrors\t")
+		fmt.Fprintln(tw, "impl\theld\ttaking them\tcpu ms/s\tcpu/lock/s\tallocs/lock/s\tprocess B/lock\tRedis B/lock\tetcd B/lock\terrors\t")
 		for _, p := range rep.Held {
 			proc, rb, eb := p.BytesPerLock()
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%s\t%.0f\t%.0f\t%.0f\t%d\t\n", p.Impl, p.Held, p.Acquire.Round(time.Millisecond),
-				ms(p.CPUPerSec()), perLock(p.CPUPerLockSec()), proc, rb, eb, p.Errors)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%s\t%.1f\t%.0f\t%.0f\t%.0f\t%d\t\n", p.Impl, p.Held, p.Acquire.Round(time.Millisecond),
+				ms(p.CPUPerSec()), perLock(p.CPUPerLockSec()), p.AllocsPerLockSec(), proc, rb, eb, p.Errors)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
