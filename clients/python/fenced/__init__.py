@@ -63,6 +63,7 @@ __all__ = [
     "TransportError",
     "FENCING_TOKEN_HEADER",
     "MAX_TOKEN",
+    "MAX_LABEL_BYTES",
     "set_fencing_token",
     "validity",
 ]
@@ -74,6 +75,9 @@ FENCING_TOKEN_HEADER = "Fencing-Token"
 #: The largest token fenced issues: 2^63-1, what a signed 64-bit integer or a
 #: Postgres bigint holds.
 MAX_TOKEN = (1 << 63) - 1
+
+#: The longest owner label, in bytes of UTF-8 (API schema Label).
+MAX_LABEL_BYTES = 128
 
 
 # ---------------------------------------------------------------------------
@@ -209,6 +213,40 @@ def set_fencing_token(headers: Union[MutableMapping[str, str], urllib.request.Re
 
 
 # ---------------------------------------------------------------------------
+# Checks made before sending
+
+
+def _invalid(field: str, message: str) -> InvalidArgumentError:
+    """The InvalidArgumentError the server would answer, raised by the
+    client itself (status 0): callers catch one class either way."""
+    e = InvalidArgumentError(message, 0)
+    e.field = field
+    return e
+
+
+def _check_label(field: str, value: Any) -> str:
+    """value if it is a label the API takes (schema Label: 1 to 128 bytes
+    of printable UTF-8, the Go client's lock.ValidateLabel), else an
+    InvalidArgumentError naming field, before anything is sent: an owner
+    is for people, and a bad one is better refused where it is written."""
+    want = f"want 1 to {MAX_LABEL_BYTES} bytes of printable UTF-8"
+    if not isinstance(value, str):
+        raise _invalid(field, f"{field} {value!r}: {want}")
+    if value == "":
+        raise _invalid(field, f"{field}: empty; {want}")
+    try:
+        n = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _invalid(field, f"{field}: not UTF-8 (a lone surrogate); {want}") from None
+    if n > MAX_LABEL_BYTES:
+        raise _invalid(field, f"{field}: {n} bytes; {want}")
+    bad = next((c for c in value if not c.isprintable()), None)
+    if bad is not None:
+        raise _invalid(field, f"{field}: has {bad!r} at character {value.index(bad)}; {want}")
+    return value
+
+
+# ---------------------------------------------------------------------------
 # Validity
 
 
@@ -312,17 +350,19 @@ class Client:
     # -- the API -----------------------------------------------------------
 
     def try_acquire(self, name: str, ttl_ms: Optional[int] = None,
-                    holder: Optional[str] = None) -> Optional["Lease"]:
+                    holder: Optional[str] = None, owner: Optional[str] = None) -> Optional["Lease"]:
         """One attempt to take the lock: a Lease, or None if another holder has it.
         ttl_ms None means the server's default TTL (30 s unless configured);
-        holder as in acquire."""
+        holder and owner as in acquire. One attempt takes a free lock
+        whoever waits, so it takes no unfair."""
         try:
-            return self.acquire(name, ttl_ms=ttl_ms, wait_ms=0, holder=holder)
+            return self.acquire(name, ttl_ms=ttl_ms, wait_ms=0, holder=holder, owner=owner)
         except HeldError:
             return None
 
     def acquire(self, name: str, ttl_ms: Optional[int] = None, wait_ms: int = 30_000,
-                holder: Optional[str] = None) -> "Lease":
+                holder: Optional[str] = None, owner: Optional[str] = None,
+                unfair: bool = False) -> "Lease":
         """Take the lock, waiting up to wait_ms (default 30 s) for the holder
         to release it or for its lease to expire; a wait longer than the
         server's --max-wait (60 s by default) goes in several requests, one
@@ -341,6 +381,20 @@ class Client:
         an unguessable one, such as secrets.token_hex(16) drawn once per
         logical holder, and never log it.
 
+        owner (API field owner; default None: none) is a label for people,
+        such as "billing-7f9c on host-a", that inspect and list_locks show
+        while the lease holds the lock; unlike holder it is no secret. 1 to
+        128 bytes of printable UTF-8: anything else raises
+        InvalidArgumentError (field "owner") without sending.
+
+        unfair (API field unfair; default False) waits without a place in
+        the lock's queue: the lock goes to this call whenever it finds it
+        free, whoever has waited longer. Such a call sends no waiter (the
+        server refuses one with unfair), so a lost answer is not asked
+        again: it raises TransportError, as with wait_ms 0. With wait_ms 0
+        it changes nothing, and is not sent: one attempt takes a free lock
+        whoever waits.
+
         With wait_ms > 0 the request carries a waiter (32 hex digits, new
         for each call), and a request whose answer was lost after it was
         sent (the connection closed or reset: TransportError) is sent again,
@@ -357,17 +411,23 @@ class Client:
             body["wait_ms"] = wait_ms
         if holder is not None:
             body["holder"] = holder
+        if owner is not None:
+            body["owner"] = _check_label("owner", owner)
+        if unfair and wait_ms > 0:  # the server refuses unfair with one attempt
+            body["unfair"] = True
         return self._take(name, "/acquire", body, wait_ms, "locks")
 
     def lock(self, name: str, ttl_ms: Optional[int] = None, wait_ms: int = 30_000,
              on_lost: Optional[Callable[["Lease", FencedError], None]] = None,
-             holder: Optional[str] = None) -> "Lease":
+             holder: Optional[str] = None, owner: Optional[str] = None,
+             unfair: bool = False) -> "Lease":
         """acquire, then keep the lease alive: for a with statement, which
         releases the lease on exit (one hold, for a reentrant holder).
         on_lost(lease, error) is called once if the lease is lost, from the
         thread that finds out (usually the keep-alive's); if it raises, its
-        error is logged (logger "fenced"). holder as in acquire."""
-        lease = self.acquire(name, ttl_ms=ttl_ms, wait_ms=wait_ms, holder=holder)
+        error is logged (logger "fenced"). holder, owner and unfair as in
+        acquire."""
+        lease = self.acquire(name, ttl_ms=ttl_ms, wait_ms=wait_ms, holder=holder, owner=owner, unfair=unfair)
         lease.keep_alive(on_lost=on_lost)
         return lease
 
@@ -458,8 +518,11 @@ class Client:
             return Lease(self, doc, sent[-1])
         # One place in the queue for every request of this call, and the
         # key to its grant if an answer is lost (API field waiter). A
-        # request without a wait has no place (the server refuses one).
-        body["waiter"] = secrets.token_hex(16)
+        # request without a wait has no place (the server refuses one),
+        # nor has an unfair one: its lost answer cannot be asked again.
+        fair = not body.get("unfair")
+        if fair:
+            body["waiter"] = secrets.token_hex(16)
         end = time.monotonic() + wait_ms / 1000.0
         while True:
             left_ms = max(1, math.ceil((end - time.monotonic()) * 1000))
@@ -468,18 +531,20 @@ class Client:
             # The request whose wait is all the call has left gives its
             # place up if it ends held, rather than keep a free lock from
             # those behind it; an earlier one keeps it for the next.
-            body["final"] = ask_ms >= left_ms
+            last = ask_ms >= left_ms
+            if fair:
+                body["final"] = last
             sent = []
             try:
                 doc = self._call("POST", name, action, body, extra_timeout=ask_ms / 1000.0, kind=kind,
-                                 resend_lost=True, sent=sent, wait_end=time.monotonic() + ask_ms / 1000.0)
+                                 resend_lost=fair, sent=sent, wait_end=time.monotonic() + ask_ms / 1000.0)
             except InvalidArgumentError as e:
                 if e.field == "wait_ms" and e.max_wait_ms and e.max_wait_ms < ask_ms:
                     self._max_wait_ms = min(e.max_wait_ms, self._max_wait_ms or e.max_wait_ms)
                     continue  # at once, in requests the server allows
                 raise
             except HeldError:
-                if body["final"]:
+                if last:
                     raise
                 continue
             # The validity runs from the request that answered: a grant

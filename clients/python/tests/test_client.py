@@ -861,16 +861,6 @@ class RedisTest(unittest.TestCase):
         self.assertEqual(st.token, lease.token)
         self.assertIsNone(self.client.try_acquire(lease.name, ttl_ms=10_000))
 
-    def acquire_raw(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        """The raw answer of an acquire of name with body (an owner label,
-        which this client does not send)."""
-        req = urllib.request.Request(
-            f"{self.daemon.url}/v1/locks/{urllib.parse.quote(name, safe='')}/acquire",
-            data=json.dumps(body).encode(), method="POST",
-            headers={"Content-Type": "application/json", "Authorization": "Bearer " + self.bearer})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.load(resp)
-
     def inspect_until(self, name: str, cond: Any) -> fenced.LockState:
         """inspect(name) until cond(state) is true (within 10 s): a state
         that another thread's request brings about."""
@@ -891,8 +881,7 @@ class RedisTest(unittest.TestCase):
         st = self.client.inspect(name)
         self.assertEqual((st.name, st.held, st.token, st.ttl_ms, st.owner, st.count, st.last_token,
                           st.waiters, st.oldest_wait_ms), (name, False, 0, 0, "", 0, 0, 0, 0))
-        first = fenced.Lease(self.client, self.acquire_raw(name, {"ttl_ms": 30_000, "owner": "py-test on host-a",
-                                                                  "holder": holder}), time.monotonic())
+        first = self.client.acquire(name, ttl_ms=30_000, wait_ms=0, owner="py-test on host-a", holder=holder)
         again = self.client.acquire(name, ttl_ms=30_000, wait_ms=0, holder=holder)
         waiter = fenced.Client(self.daemon.url, bearer_token=self.bearer)
         got: list[fenced.Lease] = []
@@ -1082,6 +1071,75 @@ class RedisTest(unittest.TestCase):
         self.assertTrue(called.is_set())
         with self.assertRaises(fenced.LostError):
             lease.release()
+
+    def test_owner_shown_by_inspect(self) -> None:
+        # The owner given to acquire, try_acquire or lock is what inspect
+        # shows while the lease holds the lock. 64 two-byte characters are
+        # 128 bytes, the most the API takes.
+        name = unique()
+        with self.client.acquire(name, ttl_ms=30_000, wait_ms=1000, owner="py-test on host-a"):
+            self.assertEqual(self.client.inspect(name).owner, "py-test on host-a")
+        lease = self.client.try_acquire(name, ttl_ms=30_000, owner="\u00e9" * 64)
+        assert lease is not None
+        with lease:
+            self.assertEqual(self.client.inspect(name).owner, "\u00e9" * 64)
+        with self.client.lock(name, ttl_ms=30_000, owner="py-lock \u2192 kept alive"):
+            self.assertEqual(self.client.inspect(name).owner, "py-lock \u2192 kept alive")
+        self.assertEqual(self.client.inspect(name).owner, "")
+
+    def test_owner_refused_before_sending(self) -> None:
+        # An owner the API would refuse is refused by the client, saying
+        # what it takes, without sending: nothing listens on port 9, so a
+        # request sent would raise TransportError instead.
+        c = fenced.Client("http://127.0.0.1:9", timeout=2)
+        self.addCleanup(c.close)
+        for bad in ("", "x" * 129, "\u00e9" * 65, "tab\there", "nbsp\u00a0", "\ud800", 7):
+            for call in (c.acquire, c.try_acquire, c.lock):
+                with self.assertRaises(fenced.InvalidArgumentError, msg=f"{call.__name__}({bad!r})") as cm:
+                    call(unique(), ttl_ms=30_000, owner=bad)  # type: ignore[operator]
+                self.assertEqual((cm.exception.field, cm.exception.status), ("owner", 0))
+                self.assertIn("owner", cm.exception.message)
+                self.assertIn("want 1 to 128 bytes of printable UTF-8", cm.exception.message)
+
+    def test_unfair_acquire_waits_without_a_place(self) -> None:
+        # An unfair acquire waits with no place in the lock's queue: it
+        # sends unfair and no waiter (the server refuses the two together),
+        # inspect counts no waiter while it waits, and it takes the lock
+        # once it is free. With wait_ms 0 it sends no unfair, which the
+        # server refuses there (one attempt is unfair anyway).
+        proxy = FaultProxy(self.daemon.url)
+        self.addCleanup(proxy.stop)
+        c = fenced.Client(proxy.url, bearer_token=self.bearer)
+        self.addCleanup(c.close)
+        name = unique()
+        holder = self.client.acquire(name, ttl_ms=30_000, wait_ms=0)
+        got: list[fenced.Lease] = []
+
+        def wait() -> None:
+            try:
+                got.append(c.acquire(name, ttl_ms=30_000, wait_ms=10_000, unfair=True))
+            finally:
+                c.close()
+        t = threading.Thread(target=wait)
+        t.start()
+        try:
+            self.assertTrue(proxy.request_seen.wait(timeout=10))
+            time.sleep(0.2)  # for fenced to have the request
+            st = self.client.inspect(name)
+            self.assertEqual((st.held, st.token, st.waiters), (True, holder.token, 0),
+                             "the unfair acquire took a place in the queue")
+        finally:
+            holder.release()
+            t.join(timeout=20)
+        self.assertEqual(len(got), 1, "the unfair acquire did not get the lock")
+        got[0].release()
+        with c.acquire(name, ttl_ms=30_000, wait_ms=0, unfair=True):
+            pass
+        with c.lock(name, ttl_ms=30_000, wait_ms=1000, unfair=True):
+            pass
+        bodies = proxy.bodies(b"/acquire")
+        self.assertEqual([(b.get("unfair"), "waiter" in b, "final" in b) for b in bodies],
+                         [(True, False, False), (None, False, False), (True, False, False)])
 
 
 class ShortMaxWaitTest(unittest.TestCase):
