@@ -42,12 +42,13 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, MutableMapping, Optional, Union
+from typing import Any, Callable, Iterator, MutableMapping, Optional, Union
 
 __all__ = [
     "Client",
     "Lease",
     "LockState",
+    "LockPage",
     "Leader",
     "FencedError",
     "InvalidArgumentError",
@@ -64,6 +65,7 @@ __all__ = [
     "FENCING_TOKEN_HEADER",
     "MAX_TOKEN",
     "MAX_LABEL_BYTES",
+    "MAX_LIST_LIMIT",
     "set_fencing_token",
     "validity",
 ]
@@ -78,6 +80,9 @@ MAX_TOKEN = (1 << 63) - 1
 
 #: The longest owner label, in bytes of UTF-8 (API schema Label).
 MAX_LABEL_BYTES = 128
+
+#: The most locks one page of list_locks holds (the API's limit maximum).
+MAX_LIST_LIMIT = 1000
 
 
 # ---------------------------------------------------------------------------
@@ -297,6 +302,18 @@ class LockState:
                 f"waiters={self.waiters}, oldest_wait_ms={self.oldest_wait_ms})")
 
 
+class LockPage:
+    """One page of list_locks (API schema LockList): locks, the LockStates
+    of held locks, and next_cursor, to pass as cursor for the next page;
+    "" after the last."""
+
+    def __init__(self, locks: list[LockState], next_cursor: str = ""):
+        self.locks, self.next_cursor = locks, next_cursor
+
+    def __repr__(self) -> str:
+        return f"LockPage(locks={self.locks!r}, next_cursor={self.next_cursor!r})"
+
+
 class Leader:
     """What GET /v1/elections/{name} says: whether someone leads, its value,
     and its term (a fencing token; 0 when nobody leads)."""
@@ -480,6 +497,44 @@ class Client:
         lease id nor the holder identity."""
         return LockState._from_answer(self._call("GET", name, "", None))
 
+    def list_locks(self, prefix: str = "", limit: Optional[int] = None, cursor: str = "") -> LockPage:
+        """One page of the locks held now whose names start with prefix
+        ("" for all), in no promised order: at most limit of them (1 to
+        MAX_LIST_LIMIT; None: the server's default, 100), from cursor (""
+        for the first page, then the previous page's next_cursor). A lock
+        held while all the pages are read is listed; one acquired or
+        released meanwhile may be missed or listed twice. A limit out of
+        range raises InvalidArgumentError (field "limit") without sending,
+        as the Go client's List does; a bad prefix or cursor reaches the
+        server, which says what it takes. A bearer token limited to name
+        prefixes lists under one of them only (ForbiddenError, field
+        "prefix"). iter_locks follows the cursors."""
+        q: dict[str, str] = {}
+        if prefix:
+            q["prefix"] = prefix
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+                raise _invalid("limit", f"limit {limit!r}: want 1 to {MAX_LIST_LIMIT} (None: the server's default)")
+            q["limit"] = str(limit)
+        if cursor:
+            q["cursor"] = cursor
+        path = "/v1/locks" + ("?" + urllib.parse.urlencode(q) if q else "")
+        doc = self._send("GET", path, None)
+        return LockPage([LockState._from_answer(st) for st in doc["locks"]], doc.get("next_cursor", ""))
+
+    def iter_locks(self, prefix: str = "", limit: Optional[int] = None) -> Iterator[LockState]:
+        """Every lock held whose name starts with prefix, as list_locks
+        reads them, page after page (of limit each; None: the server's
+        default), following next_cursor until the last page. A page is
+        asked for only once the one before has been used up."""
+        cursor = ""
+        while True:
+            page = self.list_locks(prefix, limit, cursor)
+            yield from page.locks
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
     def refresh_id(self, name: str, lease_id: str, ttl_ms: Optional[int] = None) -> dict[str, Any]:
         """Extend the lease lease_id of name; the raw answer. Lease.refresh is the usual way.
         A refresh whose answer was lost is sent again, as a release's is:
@@ -579,6 +634,15 @@ class Client:
         # Quote everything but the characters lock names may have: a bad
         # name reaches the server, which says what is allowed.
         path = f"/v1/{kind}/" + urllib.parse.quote(name, safe="") + action
+        return self._send(method, path, body, extra_timeout=extra_timeout, timeout=timeout, retries=retries,
+                          resend_lost=resend_lost, sent=sent, wait_end=wait_end)
+
+    def _send(self, method: str, path: str, body: Optional[dict[str, Any]],
+              extra_timeout: float = 0.0, timeout: Optional[float] = None,
+              retries: Optional[int] = None, resend_lost: bool = False,
+              sent: Optional[list[float]] = None, wait_end: Optional[float] = None) -> dict[str, Any]:
+        """_call's request to path (with its query), which names no lock
+        (the list) or one _call checked."""
         attempt = 0
         retries = self.retries if retries is None else retries
         asked_past_wait = False

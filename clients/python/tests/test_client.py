@@ -1141,6 +1141,70 @@ class RedisTest(unittest.TestCase):
         self.assertEqual([(b.get("unfair"), "waiter" in b, "final" in b) for b in bodies],
                          [(True, False, False), (None, False, False), (True, False, False)])
 
+    def test_list_pages_through_cursors(self) -> None:
+        # Five locks under one prefix, listed two a page: following
+        # next_cursor reaches each exactly once, with the owner and token
+        # inspect shows; iter_locks follows the cursors itself. A lock
+        # outside the prefix is not listed.
+        prefix = unique() + "-"
+        leases = {}
+        for i in range(5):
+            lease = self.client.acquire(f"{prefix}{i}", ttl_ms=30_000, wait_ms=0, owner=f"py-list {i}")
+            self.addCleanup(lease.release)
+            leases[lease.name] = lease
+        other = self.client.acquire(prefix.rstrip("-"), ttl_ms=30_000, wait_ms=0)
+        self.addCleanup(other.release)
+
+        seen: list[fenced.LockState] = []
+        pages, cursor = 0, ""
+        while True:
+            page = self.client.list_locks(prefix, limit=2, cursor=cursor)
+            pages += 1
+            self.assertLessEqual(len(page.locks), 2, page)
+            seen += page.locks
+            if not page.next_cursor:
+                break
+            self.assertLess(pages, 20, "next_cursor never ended")
+            cursor = page.next_cursor
+        self.assertGreaterEqual(pages, 3)
+        self.assertEqual(sorted(st.name for st in seen), sorted(leases))
+        for st in seen:
+            lease = leases[st.name]
+            self.assertEqual((st.held, st.token, st.owner, st.count), (True, lease.token, f"py-list {lease.name[-1]}", 1))
+            self.assertTrue(0 < st.ttl_ms <= 30_000, st)
+        self.assertEqual(sorted(st.name for st in self.client.iter_locks(prefix, limit=2)), sorted(leases))
+
+        page = self.client.list_locks(prefix)  # the server's default limit, 100: one page
+        self.assertEqual((sorted(st.name for st in page.locks), page.next_cursor), (sorted(leases), ""))
+        leases.pop(f"{prefix}0").release()
+        self.assertEqual(sorted(st.name for st in self.client.iter_locks(prefix)), sorted(leases))
+        self.assertIn(other.name, [st.name for st in self.client.iter_locks(other.name)])
+
+    def test_list_refusals(self) -> None:
+        # A limit out of range is refused without sending (nothing listens
+        # on port 9), as the Go client's List does; the server's refusals
+        # (a cursor it never gave, a prefix outside the token's) come
+        # through as their error classes.
+        c = fenced.Client("http://127.0.0.1:9", timeout=2)
+        self.addCleanup(c.close)
+        for bad in (0, -1, 1001, True, "2"):
+            with self.assertRaises(fenced.InvalidArgumentError, msg=repr(bad)) as cm:
+                c.list_locks("x", limit=bad)  # type: ignore[arg-type]
+            self.assertEqual((cm.exception.field, cm.exception.status), ("limit", 0))
+            self.assertIn("want 1 to 1000", cm.exception.message)
+        with self.assertRaises(fenced.TransportError):
+            c.list_locks("x", limit=1000)  # in range: sent
+
+        with self.assertRaises(fenced.InvalidArgumentError) as cm:
+            self.client.list_locks(unique(), cursor="not-a-cursor")
+        self.assertEqual((cm.exception.status, cm.exception.field), (400, "cursor"))
+        reader = fenced.Client(self.daemon.url, bearer_token=self.reader)
+        self.addCleanup(reader.close)
+        self.assertEqual(reader.list_locks("ro:" + unique()).locks, [])
+        with self.assertRaises(fenced.ForbiddenError) as cm:
+            reader.list_locks()
+        self.assertEqual((cm.exception.status, cm.exception.field), (403, "prefix"))
+
 
 class ShortMaxWaitTest(unittest.TestCase):
     """fenced dev with --max-wait 400ms, shorter than the client's default
