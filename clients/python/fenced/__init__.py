@@ -535,6 +535,22 @@ class Client:
                 return
             cursor = page.next_cursor
 
+    def force_release(self, name: str) -> LockState:
+        """Delete the lock's lease whoever holds it, and wake the next
+        waiter: an operator's act, for a holder known to be gone (DELETE
+        /v1/locks/{name}; the bearer token needs the force-release
+        permission, else ForbiddenError). Returns the state the lock had:
+        its token, owner, ...; held False if nobody held it, as the Go
+        client's ForceRelease. The holder learns of it at its next refresh
+        or release (LostError); its token still fences its late writes."""
+        try:
+            return LockState._from_answer(self._call("DELETE", name, "", None))
+        except NotFoundError as e:
+            # Not held: nothing to release (a 404 on the lock, no field).
+            if e.field is not None:
+                raise
+            return LockState(name, False, 0, 0)
+
     def refresh_id(self, name: str, lease_id: str, ttl_ms: Optional[int] = None) -> dict[str, Any]:
         """Extend the lease lease_id of name; the raw answer. Lease.refresh is the usual way.
         A refresh whose answer was lost is sent again, as a release's is:

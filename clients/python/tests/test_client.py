@@ -1205,6 +1205,58 @@ class RedisTest(unittest.TestCase):
             reader.list_locks()
         self.assertEqual((cm.exception.status, cm.exception.field), (403, "prefix"))
 
+    def test_force_release_frees_a_lock_held_by_another(self) -> None:
+        # force_release deletes the lease another client holds and returns
+        # what the lock was; the lock is free for the next acquire, and the
+        # holder's refresh, release and keep-alive then report it lost.
+        other = fenced.Client(self.daemon.url, bearer_token=self.bearer)
+        self.addCleanup(other.close)
+        name = unique()
+        lease = other.acquire(name, ttl_ms=30_000, wait_ms=0, owner="py-gone on host-b")
+        st = self.client.force_release(name)
+        self.assertEqual((st.name, st.held, st.token, st.owner), (name, True, lease.token, "py-gone on host-b"))
+        self.assertFalse(self.client.inspect(name).held)
+        nxt = self.client.try_acquire(name, ttl_ms=30_000)
+        assert nxt is not None, "the force-released lock is still held"
+        self.assertGreater(nxt.token, lease.token)
+        with self.assertRaises(fenced.LostError) as cm:
+            lease.refresh()
+        self.assertEqual(cm.exception.status, 410)
+        self.assertTrue(lease.lost.is_set())
+        with self.assertRaises(fenced.LostError):
+            lease.release()
+        self.assertTrue(self.client.inspect(name).held, "the lost lease's release freed the next holder's lock")
+        nxt.release()
+
+        second = other.acquire(name, ttl_ms=30_000, wait_ms=0)
+        self.assertTrue(self.client.force_release(name).held)
+        with self.assertRaises(fenced.LostError) as cm:
+            second.release()
+        self.assertEqual(cm.exception.status, 410)
+
+        lost: list[fenced.FencedError] = []
+        kept = other.lock(name, ttl_ms=300, on_lost=lambda l, e: lost.append(e))
+        self.addCleanup(kept.stop_keep_alive)
+        self.assertTrue(self.client.force_release(name).held)
+        self.assertTrue(kept.lost.wait(timeout=5), "the keep-alive did not find the lease lost")
+        self.assertIsInstance(lost[0], fenced.LostError)
+
+    def test_force_release_of_a_free_lock_and_without_permission(self) -> None:
+        # A lock nobody holds: held False, as the Go client's ForceRelease
+        # says (the server's 404). A token without the force-release
+        # permission: ForbiddenError.
+        name = unique()
+        st = self.client.force_release(name)
+        self.assertEqual((st.name, st.held, st.token, st.owner), (name, False, 0, ""))
+        reader = fenced.Client(self.daemon.url, bearer_token=self.reader)
+        self.addCleanup(reader.close)
+        with self.assertRaises(fenced.ForbiddenError) as cm:
+            reader.force_release("ro:" + unique())
+        self.assertEqual(cm.exception.status, 403)
+        self.assertIn("force-release", cm.exception.message)
+        with self.assertRaises(fenced.InvalidArgumentError):
+            self.client.force_release("bad name")
+
 
 class ShortMaxWaitTest(unittest.TestCase):
     """fenced dev with --max-wait 400ms, shorter than the client's default
