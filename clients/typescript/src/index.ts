@@ -40,6 +40,9 @@ export const FENCING_TOKEN_HEADER = "Fencing-Token";
 /** The largest token fenced issues: 2^63−1, what a signed 64-bit integer or a Postgres bigint holds. */
 export const MAX_TOKEN = (1n << 63n) - 1n;
 
+/** The longest owner label, in bytes of UTF-8 (API schema Label). */
+export const MAX_LABEL_BYTES = 128;
+
 // ---------------------------------------------------------------------------
 // Errors
 
@@ -192,6 +195,43 @@ export function parseAnswer(text: string): Record<string, unknown> {
 }
 
 // ---------------------------------------------------------------------------
+// Checks made before sending
+
+/** The InvalidArgumentError the server would answer, thrown by the client itself (status 0): callers catch one class either way. */
+function invalid(field: string, message: string): InvalidArgumentError {
+  const e = new InvalidArgumentError(message, 0);
+  e.field = field;
+  return e;
+}
+
+/** A printable character, as Go's unicode.IsPrint: a letter, mark, number, punctuation, symbol, or the ASCII space. */
+const PRINTABLE = /^[\p{L}\p{M}\p{N}\p{P}\p{S} ]$/u;
+
+/**
+ * value if it is a label the API takes (schema Label: 1 to 128 bytes of
+ * printable UTF-8, the Go client's lock.ValidateLabel), else an
+ * InvalidArgumentError naming field, before anything is sent: an owner is
+ * for people, and a bad one is better refused where it is written.
+ */
+function checkLabel(field: string, value: unknown): string {
+  const want = `want 1 to ${MAX_LABEL_BYTES} bytes of printable UTF-8`;
+  if (typeof value !== "string") throw invalid(field, `${field} ${String(value)}: ${want}`);
+  if (value === "") throw invalid(field, `${field}: empty; ${want}`);
+  let i = 0;
+  for (const ch of value) {
+    // A lone surrogate (not UTF-8) is no letter, number, ...: caught here too.
+    if (!PRINTABLE.test(ch)) {
+      const cp = ch.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0");
+      throw invalid(field, `${field}: has U+${cp} at character ${i}; ${want}`);
+    }
+    i++;
+  }
+  const n = Buffer.byteLength(value, "utf8");
+  if (n > MAX_LABEL_BYTES) throw invalid(field, `${field}: ${n} bytes; ${want}`);
+  return value;
+}
+
+// ---------------------------------------------------------------------------
 // Validity
 
 /**
@@ -238,8 +278,12 @@ export interface Leader {
   token: bigint;
 }
 
-/** Options of a campaign: an acquire's but holder, which a campaign does not take (a leader campaigning again would share its term). */
-export interface ElectOptions extends Omit<AcquireOptions, "holder"> {
+/**
+ * Options of a campaign: an acquire's but holder, which a campaign does not
+ * take (a leader campaigning again would share its term), owner (value is
+ * what observers see) and unfair (candidates are served in order).
+ */
+export interface ElectOptions extends Omit<AcquireOptions, "holder" | "owner" | "unfair"> {
   /** What leader() shows of the leader, such as its address. Default: none. */
   value?: string;
 }
@@ -288,6 +332,24 @@ export interface AcquireOptions {
    * log it.
    */
   holder?: string;
+  /**
+   * A label for people (API field owner), such as "billing-7f9c on
+   * host-a", that inspect and listLocks show while the lease holds the
+   * lock; unlike holder it is no secret. Default: none. 1 to 128 bytes of
+   * printable UTF-8: anything else rejects with InvalidArgumentError (field
+   * "owner", status 0) without sending.
+   */
+  owner?: string;
+  /**
+   * Wait with no place in the lock's queue (API field unfair): take the
+   * lock whenever it is found free, whoever has waited longer. Default
+   * false: waiters are served in arrival order. Such a call sends no waiter
+   * (the server refuses one with unfair), so a lost answer is not asked
+   * again: it rejects with TransportError, as with waitMs 0. With waitMs 0
+   * it changes nothing and is not sent: one attempt takes a free lock
+   * whoever waits (tryAcquire takes none).
+   */
+  unfair?: boolean;
   /** Cancels the request. */
   signal?: AbortSignal;
 }
@@ -360,8 +422,8 @@ export class Client {
     this.#bearer = options.bearerToken;
   }
 
-  /** One attempt to take the lock: a Lease, or null if another holder has it. */
-  async tryAcquire(name: string, options: Omit<AcquireOptions, "waitMs"> = {}): Promise<Lease | null> {
+  /** One attempt to take the lock: a Lease, or null if another holder has it. It takes a free lock whoever waits, so it takes no unfair. */
+  async tryAcquire(name: string, options: Omit<AcquireOptions, "waitMs" | "unfair"> = {}): Promise<Lease | null> {
     try {
       return await this.acquire(name, { ...options, waitMs: 0 });
     } catch (e) {
@@ -386,7 +448,9 @@ export class Client {
    * taken holds the lock until its TTL.
    *
    * With options.holder the acquisition is reentrant: see
-   * AcquireOptions.holder and Lease.count.
+   * AcquireOptions.holder and Lease.count. options.owner labels the lease
+   * for people, and options.unfair waits with no place in the queue: see
+   * AcquireOptions.
    */
   async acquire(name: string, options: AcquireOptions = {}): Promise<Lease> {
     const waitMs = options.waitMs ?? 30_000;
@@ -394,6 +458,8 @@ export class Client {
     if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
     if (waitMs) body.wait_ms = waitMs;
     if (options.holder !== undefined) body.holder = options.holder;
+    if (options.owner !== undefined) body.owner = checkLabel("owner", options.owner);
+    if (options.unfair && waitMs > 0) body.unfair = true; // the server refuses unfair with one attempt
     return this.#take(name, "/acquire", body, waitMs, options.signal, "locks");
   }
 
@@ -456,7 +522,8 @@ export class Client {
   ): Promise<Lease> {
     // One place in the queue for every request of this call, and the key
     // to its grant if an answer is lost (API field waiter). A request
-    // without a wait has no place (the server refuses one).
+    // without a wait has no place (the server refuses one), nor has an
+    // unfair one: its lost answer cannot be asked again.
     let started = performance.now();
     // The validity runs from the request that answered: a grant found
     // again is extended to ttl_ms by that request.
@@ -465,7 +532,8 @@ export class Client {
       const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs, signal, onSend }, kind);
       return new Lease(this, doc, started);
     }
-    body.waiter = randomBytes(16).toString("hex");
+    const fair = body.unfair !== true;
+    if (fair) body.waiter = randomBytes(16).toString("hex");
     const end = performance.now() + waitMs;
     for (;;) {
       const leftMs = Math.max(1, Math.ceil(end - performance.now()));
@@ -474,12 +542,13 @@ export class Client {
       // The request whose wait is all the call has left gives its place up
       // if it ends held, rather than keep a free lock from those behind
       // it; an earlier one keeps it for the next.
-      body.final = askMs >= leftMs;
+      const last = askMs >= leftMs;
+      if (fair) body.final = last;
       try {
         const doc = await this.call("POST", name, action, body, {
           timeoutMs: this.timeoutMs + askMs,
           signal,
-          resendLost: true,
+          resendLost: fair,
           waitEnd: performance.now() + askMs,
           onSend,
         }, kind);
@@ -489,7 +558,7 @@ export class Client {
           this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
           continue; // at once, in requests the server allows
         }
-        if (e instanceof HeldError && !body.final) continue;
+        if (e instanceof HeldError && !last) continue;
         throw e;
       }
     }
