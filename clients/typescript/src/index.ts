@@ -178,20 +178,29 @@ const TOKEN_FIELDS = ["token", "last_token"];
 
 /**
  * Parse an answer of the API, reading every token number ("token",
- * "last_token") as a bigint from the raw text. A JSON string cannot contain
- * an unescaped quote, so the pattern only matches the fields themselves.
+ * "last_token") as a bigint from the raw text, at any depth (a list's
+ * locks have them too). A JSON string cannot contain an unescaped quote,
+ * so the pattern only matches the fields themselves.
  */
 export function parseAnswer(text: string): Record<string, unknown> {
   const doc: unknown = JSON.parse(text.replace(/"(token|last_token)"\s*:\s*(\d+)/g, '"$1":"$2"'));
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {
     throw new SyntaxError("not a JSON object");
   }
-  const o = doc as Record<string, unknown>;
-  for (const f of TOKEN_FIELDS) {
-    const v = o[f];
-    if (typeof v === "string") o[f] = BigInt(v);
+  bigTokens(doc);
+  return doc as Record<string, unknown>;
+}
+
+/** Turn the token fields that parseAnswer made strings back into bigints, in v and everything in it. */
+function bigTokens(v: unknown): void {
+  if (typeof v !== "object" || v === null) return;
+  for (const [k, x] of Object.entries(v)) {
+    if (TOKEN_FIELDS.includes(k) && typeof x === "string") {
+      (v as Record<string, unknown>)[k] = BigInt(x);
+    } else {
+      bigTokens(x);
+    }
   }
-  return o;
 }
 
 // ---------------------------------------------------------------------------
@@ -269,6 +278,44 @@ export interface LockState {
   /** How long the waiter at the head of the queue has waited, in milliseconds; 0 when none waits. */
   oldestWaitMs: number;
 }
+
+/** The LockState of an answer's (parseAnswer's) lock state: inspect's, each of a list's, force-release's. */
+function lockState(doc: Record<string, unknown>): LockState {
+  const held = doc.held as boolean;
+  // The API leaves out count 1, owner and last_token when there is none.
+  return {
+    name: doc.name as string,
+    held,
+    token: doc.token as bigint,
+    ttlMs: doc.ttl_ms as number,
+    owner: (doc.owner as string | undefined) ?? "",
+    count: (doc.count as number | undefined) ?? (held ? 1 : 0),
+    lastToken: (doc.last_token as bigint | undefined) ?? 0n,
+    waiters: (doc.waiters as number | undefined) ?? 0,
+    oldestWaitMs: (doc.oldest_wait_ms as number | undefined) ?? 0,
+  };
+}
+
+/** One page of listLocks (API schema LockList). */
+export interface LockPage {
+  /** The held locks of this page, as inspect says them. */
+  locks: LockState[];
+  /** To pass as cursor for the next page; "" after the last. */
+  nextCursor: string;
+}
+
+export interface ListOptions {
+  /** List the locks whose names start with this. Default "": all (a bearer token limited to name prefixes must give one under them). */
+  prefix?: string;
+  /** At most this many locks in the page, 1 to MAX_LIST_LIMIT. Default: the server's, 100. */
+  limit?: number;
+  /** The nextCursor of the previous page; "" (the default) for the first. */
+  cursor?: string;
+  signal?: AbortSignal;
+}
+
+/** The most locks one page of listLocks holds (the API's limit maximum). */
+export const MAX_LIST_LIMIT = 1000;
 
 /** What GET /v1/elections/{name} says: who leads, and its term (0n when nobody leads). */
 export interface Leader {
@@ -598,20 +645,55 @@ export class Client {
    * nor the holder identity.
    */
   async inspect(name: string): Promise<LockState> {
-    const doc = await this.call("GET", name, "", undefined);
-    const held = doc.held as boolean;
-    // The API leaves out count 1, owner and last_token when there is none.
+    return lockState(await this.call("GET", name, "", undefined));
+  }
+
+  /**
+   * One page of the locks held now whose names start with options.prefix,
+   * in no promised order: at most options.limit of them (1 to
+   * MAX_LIST_LIMIT; default the server's, 100), from options.cursor (""
+   * for the first page, then the previous page's nextCursor). A lock held
+   * while all the pages are read is listed; one acquired or released
+   * meanwhile may be missed or listed twice. A limit out of range rejects
+   * with InvalidArgumentError (field "limit") without sending, as the Go
+   * client's List does; a bad prefix or cursor reaches the server, which
+   * says what it takes. A bearer token limited to name prefixes lists under
+   * one of them only (ForbiddenError, field "prefix"). iterLocks follows
+   * the cursors.
+   */
+  async listLocks(options: ListOptions = {}): Promise<LockPage> {
+    const q = new URLSearchParams();
+    if (options.prefix) q.set("prefix", options.prefix);
+    if (options.limit !== undefined) {
+      const limit = options.limit;
+      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIST_LIMIT) {
+        throw invalid("limit", `limit ${String(limit)}: want a whole number from 1 to ${MAX_LIST_LIMIT} (or none: the server's default)`);
+      }
+      q.set("limit", String(limit));
+    }
+    if (options.cursor) q.set("cursor", options.cursor);
+    const query = q.size ? "?" + q.toString() : "";
+    const doc = await this.send("GET", `${this.baseURL}/v1/locks${query}`, undefined, { signal: options.signal });
     return {
-      name: doc.name as string,
-      held,
-      token: doc.token as bigint,
-      ttlMs: doc.ttl_ms as number,
-      owner: (doc.owner as string | undefined) ?? "",
-      count: (doc.count as number | undefined) ?? (held ? 1 : 0),
-      lastToken: (doc.last_token as bigint | undefined) ?? 0n,
-      waiters: (doc.waiters as number | undefined) ?? 0,
-      oldestWaitMs: (doc.oldest_wait_ms as number | undefined) ?? 0,
+      locks: (doc.locks as Record<string, unknown>[]).map(lockState),
+      nextCursor: (doc.next_cursor as string | undefined) ?? "",
     };
+  }
+
+  /**
+   * Every lock held whose name starts with prefix, as listLocks reads
+   * them, page after page (of options.limit each; default the server's),
+   * following nextCursor until the last page. A page is asked for only
+   * once the one before has been used up.
+   */
+  async *iterLocks(prefix = "", options: Omit<ListOptions, "prefix" | "cursor"> = {}): AsyncGenerator<LockState, void, undefined> {
+    let cursor = "";
+    for (;;) {
+      const page = await this.listLocks({ ...options, prefix, cursor });
+      yield* page.locks;
+      if (!page.nextCursor) return;
+      cursor = page.nextCursor;
+    }
   }
 
   /**
@@ -658,7 +740,16 @@ export class Client {
       throw new InvalidArgumentError(`lock name ${JSON.stringify(name)}: "." and ".." are not lock names (a URL path cannot carry them)`);
     }
     // Any other bad name still reaches the server, which says what is allowed.
-    let url = `${this.baseURL}/v1/${kind}/${encodeURIComponent(name)}${action}`;
+    return this.send(method, `${this.baseURL}/v1/${kind}/${encodeURIComponent(name)}${action}`, body, options);
+  }
+
+  /** call's request to url (with its query), which names no lock (the list) or one call checked. */
+  private async send(
+    method: string,
+    url: string,
+    body: Record<string, unknown> | undefined,
+    options: CallOptions = {},
+  ): Promise<Record<string, unknown>> {
     const retries = options.retries ?? this.retries;
     let timeoutMs = options.timeoutMs ?? this.timeoutMs;
     let askedPastWait = false;

@@ -461,6 +461,10 @@ describe("fenced dev (etcd leases)", () => {
     assert.equal(msg.token, 7n);
     const free = parseAnswer('{"name":"a","held":false,"token":0,"ttl_ms":0,"last_token":9007199254740993,"waiters":0}');
     assert.deepEqual([free.token, free.last_token, free.waiters], [0n, 9007199254740993n, 0]);
+    // A list's locks are an array of lock states: their tokens too.
+    const list = parseAnswer('{"locks":[{"name":"a","held":true,"token":9223372036854775807,"ttl_ms":1},{"name":"b","held":false,"token":0,"ttl_ms":0,"last_token":9007199254740993}],"next_cursor":"c"}');
+    const locks = list.locks as Record<string, unknown>[];
+    assert.deepEqual([locks[0].token, locks[1].token, locks[1].last_token], [9223372036854775807n, 0n, 9007199254740993n]);
   });
 });
 
@@ -1061,6 +1065,71 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     await got.release();
     await (await client.acquire(name, { ttlMs: 30_000, waitMs: 0, unfair: true })).release();
     await (await client.lock(name, { ttlMs: 30_000, waitMs: 1000, unfair: true })).release();
+  });
+
+  it("lists the locks under a prefix, a page at a time, each once through the cursors", async () => {
+    // Five locks under one prefix, listed two a page: following nextCursor
+    // reaches each exactly once, with the owner and token inspect shows;
+    // iterLocks follows the cursors itself. A lock outside the prefix is
+    // not listed.
+    const prefix = unique() + "-";
+    const leases = new Map<string, Lease>();
+    const other = await client.acquire(prefix.slice(0, -1), { ttlMs: 30_000, waitMs: 0 });
+    try {
+      for (let i = 0; i < 5; i++) {
+        const lease = await client.acquire(`${prefix}${i}`, { ttlMs: 30_000, waitMs: 0, owner: `ts-list ${i}` });
+        leases.set(lease.name, lease);
+      }
+      const seen: LockState[] = [];
+      let pages = 0;
+      let cursor = "";
+      for (;;) {
+        const page = await client.listLocks({ prefix, limit: 2, cursor });
+        pages++;
+        assert.ok(page.locks.length <= 2, String(page.locks.length));
+        seen.push(...page.locks);
+        if (!page.nextCursor) break;
+        assert.ok(pages < 20, "nextCursor never ended");
+        cursor = page.nextCursor;
+      }
+      assert.ok(pages >= 3, String(pages));
+      assert.deepEqual(seen.map((st) => st.name).sort(), [...leases.keys()].sort());
+      for (const st of seen) {
+        const lease = leases.get(st.name)!;
+        assert.deepEqual([st.held, st.token, st.owner, st.count], [true, lease.token, `ts-list ${st.name.slice(-1)}`, 1]);
+        assert.ok(st.ttlMs > 0 && st.ttlMs <= 30_000, String(st.ttlMs));
+      }
+      const iterated: string[] = [];
+      for await (const st of client.iterLocks(prefix, { limit: 2 })) iterated.push(st.name);
+      assert.deepEqual(iterated.sort(), [...leases.keys()].sort());
+
+      const page = await client.listLocks({ prefix }); // the server's default limit, 100: one page
+      assert.deepEqual([page.locks.map((st) => st.name).sort(), page.nextCursor], [[...leases.keys()].sort(), ""]);
+      await leases.get(`${prefix}0`)!.release();
+      leases.delete(`${prefix}0`);
+      const after: string[] = [];
+      for await (const st of client.iterLocks(prefix)) after.push(st.name);
+      assert.deepEqual(after.sort(), [...leases.keys()].sort());
+    } finally {
+      for (const lease of leases.values()) await lease.release();
+      await other.release();
+    }
+  });
+
+  it("refuses a list limit out of range without sending, and passes the server's refusals on", async () => {
+    // Nothing listens on port 9: a request sent would reject with TransportError.
+    const c = new Client("http://127.0.0.1:9", { timeoutMs: 2000 });
+    for (const bad of [0, -1, 1001, 1.5, NaN]) {
+      await assert.rejects(c.listLocks({ prefix: "x", limit: bad }), (e: unknown) =>
+        e instanceof InvalidArgumentError && e.field === "limit" && e.status === 0 && e.message.includes("from 1 to 1000"), String(bad));
+    }
+    await assert.rejects(c.listLocks({ prefix: "x", limit: 1000 }), TransportError); // in range: sent
+
+    await assert.rejects(client.listLocks({ prefix: unique(), cursor: "not-a-cursor" }), (e: unknown) =>
+      e instanceof InvalidArgumentError && e.status === 400 && e.field === "cursor");
+    const r = new Client(daemon.url, { bearerToken: reader });
+    assert.deepEqual(await r.listLocks({ prefix: "ro:" + unique() }), { locks: [], nextCursor: "" });
+    await assert.rejects(r.listLocks(), (e: unknown) => e instanceof ForbiddenError && e.status === 403 && e.field === "prefix");
   });
 });
 
