@@ -697,6 +697,27 @@ export class Client {
   }
 
   /**
+   * Delete the lock's lease whoever holds it, and wake the next waiter: an
+   * operator's act, for a holder known to be gone (DELETE
+   * /v1/locks/{name}; the bearer token needs the force-release permission,
+   * else ForbiddenError). Resolves to the state the lock had: its token,
+   * owner, …; held false if nobody held it, as the Go client's
+   * ForceRelease. The holder learns of it at its next refresh or release
+   * (LostError); its token still fences its late writes.
+   */
+  async forceRelease(name: string): Promise<LockState> {
+    try {
+      return lockState(await this.call("DELETE", name, "", undefined));
+    } catch (e) {
+      // Not held: nothing to release (a 404 on the lock, no field).
+      if (e instanceof NotFoundError && e.field === undefined) {
+        return { name, held: false, token: 0n, ttlMs: 0, owner: "", count: 0, lastToken: 0n, waiters: 0, oldestWaitMs: 0 };
+      }
+      throw e;
+    }
+  }
+
+  /**
    * Extend the lease leaseID of name; the raw answer. Lease.refresh is the
    * usual way. A refresh whose answer was lost is sent again, as a
    * release's is: a refresh by the same lease id extends it again, from

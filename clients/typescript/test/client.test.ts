@@ -1131,6 +1131,52 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     assert.deepEqual(await r.listLocks({ prefix: "ro:" + unique() }), { locks: [], nextCursor: "" });
     await assert.rejects(r.listLocks(), (e: unknown) => e instanceof ForbiddenError && e.status === 403 && e.field === "prefix");
   });
+
+  it("force-releases a lock another client holds, and the holder finds it lost", async () => {
+    // forceRelease deletes the lease another client holds and resolves to
+    // what the lock was; the lock is free for the next acquire, and the
+    // holder's refresh, release and keep-alive then say it is lost.
+    const other = new Client(daemon.url, { bearerToken: bearer });
+    const name = unique();
+    const lease = await other.acquire(name, { ttlMs: 30_000, waitMs: 0, owner: "ts-gone on host-b" });
+    const st = await client.forceRelease(name);
+    assert.deepEqual([st.name, st.held, st.token, st.owner], [name, true, lease.token, "ts-gone on host-b"]);
+    assert.equal((await client.inspect(name)).held, false);
+    const next = await client.tryAcquire(name, { ttlMs: 30_000 });
+    assert.ok(next, "the force-released lock is still held");
+    assert.ok(next.token > lease.token);
+    await assert.rejects(lease.refresh(), (e: unknown) => e instanceof LostError && e.status === 410);
+    assert.ok(lease.signal.aborted);
+    await assert.rejects(lease.release(), LostError);
+    assert.equal((await client.inspect(name)).held, true, "the lost lease's release freed the next holder's lock");
+    await next.release();
+
+    const second = await other.acquire(name, { ttlMs: 30_000, waitMs: 0 });
+    assert.equal((await client.forceRelease(name)).held, true);
+    await assert.rejects(second.release(), (e: unknown) => e instanceof LostError && e.status === 410);
+
+    let onLost: LostError | undefined;
+    const kept = await other.lock(name, { ttlMs: 300, onLost: (_, err) => (onLost = err) });
+    try {
+      assert.equal((await client.forceRelease(name)).held, true);
+      assert.ok((await within(kept.lost, 5000)) instanceof LostError, "the keep-alive did not find the lease lost");
+      assert.ok(onLost instanceof LostError);
+    } finally {
+      await kept.stopKeepAlive();
+    }
+  });
+
+  it("force-releases a free lock as not held, and needs the permission", async () => {
+    // A lock nobody holds: held false, as the Go client's ForceRelease says
+    // (the server's 404). A token without the force-release permission:
+    // ForbiddenError.
+    const name = unique();
+    assert.deepEqual(await client.forceRelease(name), { name, held: false, token: 0n, ttlMs: 0, owner: "", count: 0, lastToken: 0n, waiters: 0, oldestWaitMs: 0 });
+    const r = new Client(daemon.url, { bearerToken: reader });
+    await assert.rejects(r.forceRelease("ro:" + unique()), (e: unknown) =>
+      e instanceof ForbiddenError && e.status === 403 && e.message.includes("force-release"));
+    await assert.rejects(client.forceRelease("bad name"), InvalidArgumentError);
+  });
 });
 
 describe("fenced dev with --max-wait 400ms", () => {
