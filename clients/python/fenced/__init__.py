@@ -412,7 +412,7 @@ class Client:
         it changes nothing, and is not sent: one attempt takes a free lock
         whoever waits.
 
-        With wait_ms > 0 the request carries a waiter (32 hex digits, new
+        With wait_ms > 0 (and not unfair) the request carries a waiter (32 hex digits, new
         for each call), and a request whose answer was lost after it was
         sent (the connection closed or reset: TransportError) is sent again,
         as a 503 is, up to retries times while wait_ms has time left (each

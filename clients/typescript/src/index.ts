@@ -484,7 +484,7 @@ export class Client {
    * release it or for its lease to expire. Rejects with HeldError if it is
    * still held then.
    *
-   * With waitMs > 0 the request carries a waiter (32 hex digits, new for
+   * With waitMs > 0 (and not unfair) the request carries a waiter (32 hex digits, new for
    * each call), and a request whose answer was lost after it was sent (the
    * connection closed or reset: TransportError) is sent again, as a 503 is,
    * up to `retries` times while waitMs has time left (each such request
