@@ -307,13 +307,6 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if o.Wait > 0 {
 		budgetEnd = began.Add(o.Wait)
 	}
-	// A TryAcquire is sent to another server only if it did not reach
-	// this one; a waiting Acquire also after a lost answer (package
-	// documentation, "Several servers").
-	mode := resendUnsent
-	if !o.Try {
-		mode = resendAlways
-	}
 	// One place in the queue for all the requests of a fair wait, so that
 	// a wait longer than one request does not queue anew with each
 	// (API field waiter).
@@ -322,6 +315,15 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if waiter, err = lock.NewWaiterID(); err != nil {
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 		}
+	}
+	// A waiting Acquire is sent again after a lost answer, as its waiter
+	// finds a grant whose answer was lost. A request without one (a
+	// TryAcquire, an unfair wait) is sent again only if it cannot have
+	// reached the server: a grant it lost would hold the lock, by a lease
+	// nobody knows, until its TTL (package documentation, "Several servers").
+	mode := resendUnsent
+	if waiter != "" {
+		mode = resendAlways
 	}
 	// until is when the wait ends: its budget or the context's deadline,
 	// whichever comes first; zero when it has neither.
@@ -400,7 +402,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			// backends; the waiter id makes a grant whose answer was lost
 			// come back with the next request (package documentation,
 			// "Several servers").
-			if o.Try || until.IsZero() || !unanswered(err) || !time.Now().Before(until) {
+			if o.Try || until.IsZero() || !unanswered(err) || errors.Is(err, errMaybeGranted) || !time.Now().Before(until) {
 				return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 			}
 			if !clock.Sleep(ctx, min(backoff, time.Until(until))) {
@@ -611,6 +613,11 @@ func apiPath(under, name, action string) string {
 // maxAnswer bounds how much of an answer the client reads.
 const maxAnswer = 1 << 20
 
+// errMaybeGranted marks the error of a request that may have reached its
+// server but lost its answer, sent without a waiter (resendUnsent): what it
+// asked for may have been done, and it must not be asked for again.
+var errMaybeGranted = errors.New("the request was sent and its answer lost, so it may have taken the lock; it is not sent again")
+
 // resend says when a request may be sent to the next server.
 type resend int
 
@@ -751,6 +758,9 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 			next = !sent || mode != resendUnsent
 		}
 		if !next {
+			if sent && ae == nil {
+				err = fmt.Errorf("%w: %w", errMaybeGranted, err)
+			}
 			return false, err
 		}
 		if n == 1 {

@@ -76,7 +76,9 @@
 //     a deadline, Acquire returns the error at once. Each request asks
 //     only for the wait that is left, the next server's too, and none is
 //     sent once the wait is over: a wait over several servers lasts no
-//     longer than its budget.
+//     longer than its budget. An unfair Acquire ([lock.WithUnfair]) has no
+//     waiter id and goes as TryAcquire does: after a lost answer it returns
+//     the error, which says the request may have taken the lock.
 //
 // When every server failed, the error joins a [*ServerError] per server.
 //

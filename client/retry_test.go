@@ -311,3 +311,26 @@ func TestLostReentryAnswerTakesOneHold(t *testing.T) {
 		t.Fatalf("after both releases: %+v, %v; want free", st, err)
 	}
 }
+
+// TestLostUnfairAnswerIsNotSentAgain: an unfair waiting Acquire sends no
+// waiter, so the server cannot find its grant again. Its request whose
+// answer was lost was sent again, found the lock held by the lease the
+// first had taken, which nobody could release, and waited out that lease's
+// TTL. It now ends as a TryAcquire does, with the lost answer's error, and
+// the lease it may have taken frees at its TTL.
+func TestLostUnfairAnswerIsNotSentAgain(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	pr, u := behindProxy(t, f.url)
+	c := newClient(t, u)
+	name := testenv.Name(t)
+	fired := pr.LoseReply([]byte("/acquire"))
+	l, err := c.Acquire(ctx, name, 2*time.Second, lock.WithUnfair(), lock.WithWait(10*time.Second))
+	<-fired
+	if err == nil {
+		t.Fatalf("acquired token %d: the request whose answer was lost was sent again and waited out the TTL of the lease it had taken", l.Token())
+	}
+	if st, err := f.locks.Inspect(ctx, name); err != nil || !st.Held {
+		t.Fatalf("after the lost answer: %+v, %v; want held by the lease it granted", st, err)
+	}
+}
