@@ -350,6 +350,12 @@ class Client:
         u = urllib.parse.urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.netloc:
             raise ValueError(f"base_url {base_url!r}: want http(s)://host:port")
+        try:  # urlsplit takes any digits; a bad port would fail at the first call
+            port = u.port
+        except ValueError:
+            port = -1
+        if port is not None and not 1 <= port <= 65535:
+            raise ValueError(f"base_url {base_url!r}: port: want a number from 1 to 65535")
         if timeout <= 0:
             raise ValueError(f"timeout {timeout!r}: want > 0 seconds")
         if retries < 0:

@@ -318,6 +318,10 @@ class DevTest(unittest.TestCase):
         for bad in ("ftp://x", "127.0.0.1:7070"):
             with self.assertRaises(ValueError):
                 fenced.Client(bad)
+        # A port out of range was taken, and failed at the first call.
+        for bad in ("http://127.0.0.1:99999", "http://127.0.0.1:0"):
+            with self.assertRaisesRegex(ValueError, "port: want a number from 1 to 65535"):
+                fenced.Client(bad)
 
     def test_calls_keep_their_connection(self) -> None:
         # One connection per thread, kept between calls: the same local port.

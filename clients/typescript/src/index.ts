@@ -454,11 +454,15 @@ export class Client {
     try {
       u = new URL(baseURL);
     } catch {
+      const port = /^[a-z]+:\/\/[^/?#]*:(\d+)(?:[/?#]|$)/i.exec(baseURL)?.[1];
+      if (port !== undefined && Number(port) > 65535) throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: port: want a number from 1 to 65535`);
       throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: want http(s)://host:port`);
     }
     if (u.protocol !== "http:" && u.protocol !== "https:") {
       throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: want http(s)://host:port`);
     }
+    // URL takes port 0, which would fail at the first call.
+    if (u.port === "0") throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: port: want a number from 1 to 65535`);
     const timeoutMs = options.timeoutMs ?? 10_000;
     const retries = options.retries ?? 2;
     if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs ${timeoutMs}: want > 0`);

@@ -229,6 +229,10 @@ describe("fenced dev (etcd leases)", () => {
     await assert.rejects(new Client("http://127.0.0.1:9", { timeoutMs: 2000 }).inspect("x"), (e: unknown) => e instanceof TransportError && e.retryable);
     assert.throws(() => new Client("ftp://x"), TypeError);
     assert.throws(() => new Client("127.0.0.1:7070"), TypeError);
+    // A port out of range: 0 was taken, and failed at the first call.
+    for (const bad of ["http://127.0.0.1:99999", "http://127.0.0.1:0"]) {
+      assert.throws(() => new Client(bad), (e: unknown) => e instanceof TypeError && /port: want a number from 1 to 65535/.test(e.message));
+    }
   });
 
   it("holds an election: one leads, a long poll sees it resign, the next term is higher", async () => {
