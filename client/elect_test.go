@@ -296,17 +296,7 @@ func TestCloseEndsObserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Next(t, obs)
-	if err := c.Close(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case l, ok := <-obs:
-		if ok {
-			t.Fatalf("observed %+v after Close; want the channel closed", l)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the channel is still open 5s after Close")
-	}
+	testenv.ClosedBy(t, obs, func() error { return c.Close(t.Context()) })
 	if _, err := c.Observe(t.Context(), name); !errors.Is(err, lock.ErrClosed) {
 		t.Fatalf("Observe after Close: %v, want lock.ErrClosed", err)
 	}

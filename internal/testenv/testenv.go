@@ -129,6 +129,24 @@ func Next[T any](t testing.TB, ch <-chan T) T {
 	return zero
 }
 
+// ClosedBy calls close, which must succeed, and checks that ch, from
+// which nothing more is expected, is closed within 5s: a channel whose
+// sender close ends.
+func ClosedBy[T any](t testing.TB, ch <-chan T, close func() error) {
+	t.Helper()
+	if err := close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v, ok := <-ch:
+		if ok {
+			t.Fatalf("received %+v after the close; want the channel closed", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the channel is still open 5s after the close")
+	}
+}
+
 // WaitCompacted writes to key until etcd refuses a read at the revision of
 // the first write as compacted, and fails the test if that takes longer
 // than within. etcd's periodic compactor compacts to a revision it noted a
