@@ -285,19 +285,9 @@ func TestElectWithAShorterMaxWait(t *testing.T) {
 // long polls through the closed client until the caller's ctx ended (never,
 // with context.Background()).
 func TestCloseEndsObserve(t *testing.T) {
-	url := etcdServer(t)
-	c, err := client.New(url)
+	c, err := client.New(etcdServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := testenv.Name(t)
-	obs, err := c.Observe(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Next(t, obs)
-	testenv.ClosedBy(t, obs, func() error { return c.Close(t.Context()) })
-	if _, err := c.Observe(t.Context(), name); !errors.Is(err, lock.ErrClosed) {
-		t.Fatalf("Observe after Close: %v, want lock.ErrClosed", err)
-	}
+	testenv.CloseEndsObserve(t, c, lock.ErrClosed)
 }

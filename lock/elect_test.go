@@ -251,15 +251,5 @@ func TestObserveAcrossCutConnection(t *testing.T) {
 // context.Background()).
 func TestCloseEndsObserve(t *testing.T) {
 	_, cli := testenv.Etcd(t)
-	c := newClient(t, newEtcdStore(t, cli))
-	name := testenv.Name(t)
-	obs, err := c.Observe(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Next(t, obs)
-	testenv.ClosedBy(t, obs, func() error { return c.Close(t.Context()) })
-	if _, err := c.Observe(t.Context(), name); !errors.Is(err, lock.ErrClosed) {
-		t.Fatalf("Observe after Close: %v, want lock.ErrClosed", err)
-	}
+	testenv.CloseEndsObserve(t, newClient(t, newEtcdStore(t, cli)), lock.ErrClosed)
 }

@@ -129,21 +129,36 @@ func Next[T any](t testing.TB, ch <-chan T) T {
 	return zero
 }
 
-// ClosedBy calls close, which must succeed, and checks that ch, from
-// which nothing more is expected, is closed within 5s: a channel whose
-// sender close ends.
-func ClosedBy[T any](t testing.TB, ch <-chan T, close func() error) {
+// Observer is a client that observes elections (lock.Client and
+// client.Client; T is lock.Leader, which this package cannot import).
+type Observer[T any] interface {
+	Observe(ctx context.Context, name string) (<-chan T, error)
+	Close(ctx context.Context) error
+}
+
+// CloseEndsObserve checks that c.Close ends an Observe whose ctx lives
+// on: its channel closes within 5s, and a later Observe returns closed.
+func CloseEndsObserve[T any](t *testing.T, c Observer[T], closed error) {
 	t.Helper()
-	if err := close(); err != nil {
+	name := Name(t)
+	obs, err := c.Observe(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Next(t, obs)
+	if err := c.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case v, ok := <-ch:
+	case v, ok := <-obs:
 		if ok {
-			t.Fatalf("received %+v after the close; want the channel closed", v)
+			t.Fatalf("observed %+v after Close; want the channel closed", v)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the channel is still open 5s after the close")
+		t.Fatal("the channel is still open 5s after Close")
+	}
+	if _, err := c.Observe(t.Context(), name); !errors.Is(err, closed) {
+		t.Fatalf("Observe after Close: %v, want %v", err, closed)
 	}
 }
 
