@@ -134,15 +134,24 @@ const (
 	kPlaces
 )
 
+// keySuffixes name a lock's keys, after its prefix and {name}:.
+var keySuffixes = [...]string{kLease: "lease", kToken: "token", kLast: "last", kQueue: "queue", kPlaces: "places"}
+
 func (s *RedisStore) keys(name string) []string {
 	// One string holds them all, cut into the five: three allocations on
 	// every call of a pair and every refresh, where there were seven.
 	base := s.prefix + "{" + name + "}:"
-	all := base + "lease" + base + "token" + base + "last" + base + "queue" + base + "places"
-	k := make([]string, 0, 5)
-	for _, n := range []int{5, 5, 4, 5, 6} {
-		k = append(k, all[:len(base)+n])
-		all = all[len(base)+n:]
+	var b strings.Builder
+	b.Grow(len(keySuffixes) * (len(base) + len("places")))
+	for _, x := range keySuffixes {
+		b.WriteString(base)
+		b.WriteString(x)
+	}
+	all := b.String()
+	k := make([]string, len(keySuffixes))
+	for i, x := range keySuffixes {
+		n := len(base) + len(x)
+		k[i], all = all[:n], all[n:]
 	}
 	return k
 }
