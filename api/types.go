@@ -175,6 +175,7 @@ const (
 	FieldLimit     = "limit"      // list: the page size
 	FieldCursor    = "cursor"     // list: the cursor
 	FieldValue     = "value"      // campaign: the leader's value
+	FieldPath      = "path"       // a path the API does not have (404)
 	// FieldAfterToken is the term GET /v1/elections/{name} waits past.
 	FieldAfterToken = "after_token"
 )

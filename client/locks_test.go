@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
@@ -93,5 +96,25 @@ func TestOwnerHolderListForceRelease(t *testing.T) {
 	}
 	if err := next.Release(context.WithoutCancel(ctx)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestForceReleaseThroughAWrongURL: the 404 of a path the server does not
+// have is no "not held". Before, a client whose base URL had a wrong path
+// (the server is not under /elsewhere) was told every lock was free by
+// ForceRelease, and held it stayed.
+func TestForceReleaseThroughAWrongURL(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	held, err := newClient(t, f.url).TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.WithoutCancel(ctx))
+	st, err := newClient(t, f.url+"/elsewhere").ForceRelease(ctx, name)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusNotFound || ae.Field != api.FieldPath {
+		t.Fatalf("ForceRelease through a base URL with a wrong path: %+v, %v; want the 404 on the path", st, err)
 	}
 }

@@ -40,6 +40,7 @@ const (
 	fieldCursor    = api.FieldCursor
 	fieldValue     = api.FieldValue
 	fieldAfter     = api.FieldAfterToken
+	fieldPath      = api.FieldPath
 )
 
 // apiError is an error the API reports to the caller as is.

@@ -383,7 +383,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if rt == nil {
-		writeError(rec, &apiError{status: http.StatusNotFound, code: codeNotFound,
+		// field path: a client tells this from a 404 about a lock, which
+		// a force-release of a free lock answers (defect 46).
+		writeError(rec, &apiError{status: http.StatusNotFound, code: codeNotFound, field: fieldPath,
 			message: fmt.Sprintf("no such path %s; the API is under %s{name} (GET) and %s{name}/acquire|refresh|release (POST), and %s{name} (GET) and %s{name}/campaign (POST); GET /v1/openapi.yaml describes it", excerpt([]byte(r.URL.EscapedPath())), locksPrefix, locksPrefix, electionsPrefix, electionsPrefix)})
 		return
 	}

@@ -289,11 +289,21 @@ func TestInvalidRequestsTouchNoKey(t *testing.T) {
 
 func TestRoutingErrors(t *testing.T) {
 	e := newEnv(t, backends(t)[1].store, nil)
-	for _, p := range []string{"/", "/v1", "/v2/locks/x", "/healthz/", "/metricsx"} {
-		e.do("GET", p, "").errCode(t, http.StatusNotFound, codeNotFound)
+	// A path the API does not have names field path, so that a client can
+	// tell it from a 404 about a lock (a force-release of a free lock has
+	// no field), and a wrong base URL does not look like "not held".
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/"}, {"GET", "/v1"}, {"GET", "/v2/locks/x"}, {"GET", "/healthz/"}, {"GET", "/metricsx"},
+		{"POST", "/v1/locks/x/bogus"}, {"POST", "/v1/locks/x/ACQUIRE"}, {"DELETE", "/elsewhere/v1/locks/x"},
+	} {
+		r := e.do(c.method, c.path, "{}")
+		r.errCode(t, http.StatusNotFound, codeNotFound)
+		var eb api.ErrorBody
+		r.decode(t, &eb)
+		if eb.Error.Field != api.FieldPath {
+			t.Errorf("%s %s: field %q, want %q", c.method, c.path, eb.Error.Field, api.FieldPath)
+		}
 	}
-	e.do("POST", "/v1/locks/x/bogus", "{}").errCode(t, http.StatusNotFound, codeNotFound)
-	e.do("POST", "/v1/locks/x/ACQUIRE", "{}").errCode(t, http.StatusNotFound, codeNotFound)
 	for _, c := range []struct{ method, path, allow string }{
 		{"GET", "/v1/locks/x/acquire", "POST"},
 		{"PUT", "/v1/locks/x/refresh", "POST"},

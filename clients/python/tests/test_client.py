@@ -1260,6 +1260,13 @@ class RedisTest(unittest.TestCase):
         self.assertIn("force-release", cm.exception.message)
         with self.assertRaises(fenced.InvalidArgumentError):
             self.client.force_release("bad name")
+        # The 404 of a path the server does not have is no "not held": a
+        # base URL with a wrong path was told every lock was free.
+        elsewhere = fenced.Client(self.daemon.url + "/elsewhere", bearer_token=self.bearer)
+        self.addCleanup(elsewhere.close)
+        with self.assertRaises(fenced.NotFoundError) as cm:
+            elsewhere.force_release(name)
+        self.assertEqual(cm.exception.field, "path")
 
 
 class ShortMaxWaitTest(unittest.TestCase):

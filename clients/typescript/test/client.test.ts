@@ -1180,6 +1180,10 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     await assert.rejects(r.forceRelease("ro:" + unique()), (e: unknown) =>
       e instanceof ForbiddenError && e.status === 403 && e.message.includes("force-release"));
     await assert.rejects(client.forceRelease("bad name"), InvalidArgumentError);
+    // The 404 of a path the server does not have is no "not held": a base
+    // URL with a wrong path was told every lock was free.
+    await assert.rejects(new Client(daemon.url + "/elsewhere", { bearerToken: bearer }).forceRelease(name), (e: unknown) =>
+      e instanceof NotFoundError && e.field === "path");
   });
 });
 

@@ -28,6 +28,7 @@ const (
 	ErrorErrorFieldLimit      ErrorErrorField = "limit"
 	ErrorErrorFieldName       ErrorErrorField = "name"
 	ErrorErrorFieldOwner      ErrorErrorField = "owner"
+	ErrorErrorFieldPath       ErrorErrorField = "path"
 	ErrorErrorFieldPrefix     ErrorErrorField = "prefix"
 	ErrorErrorFieldReleaseId  ErrorErrorField = "release_id"
 	ErrorErrorFieldTtlMs      ErrorErrorField = "ttl_ms"
@@ -55,6 +56,8 @@ func (e ErrorErrorField) Valid() bool {
 	case ErrorErrorFieldName:
 		return true
 	case ErrorErrorFieldOwner:
+		return true
+	case ErrorErrorFieldPath:
 		return true
 	case ErrorErrorFieldPrefix:
 		return true
@@ -217,9 +220,11 @@ type Error struct {
 		Code ErrorCode `json:"code"`
 
 		// Field The part of the request that was refused: name (the lock name
-		// in the path), a body field, or a query parameter (the list's,
-		// an election's). Absent when the request as a whole was
-		// refused, or its query string did not decode.
+		// in the path), a body field, a query parameter (the list's,
+		// an election's), or path (a 404 for a path the API does not
+		// have, which a client tells so from a 404 about a lock).
+		// Absent when the request as a whole was refused, or its query
+		// string did not decode.
 		Field *ErrorErrorField `json:"field,omitempty"`
 
 		// MaxWaitMs On a 400 about a wait_ms out of range (field wait_ms), the
@@ -240,9 +245,11 @@ type Error struct {
 }
 
 // ErrorErrorField The part of the request that was refused: name (the lock name
-// in the path), a body field, or a query parameter (the list's,
-// an election's). Absent when the request as a whole was
-// refused, or its query string did not decode.
+// in the path), a body field, a query parameter (the list's,
+// an election's), or path (a 404 for a path the API does not
+// have, which a client tells so from a 404 about a lock).
+// Absent when the request as a whole was refused, or its query
+// string did not decode.
 type ErrorErrorField string
 
 // ErrorCode invalid_argument 400, unauthenticated 401, forbidden 403,
