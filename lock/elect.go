@@ -100,10 +100,11 @@ func ResolveElectOptions(value string, opts ...Option) (AcquireOptions, error) {
 }
 
 // Observe reports who leads election name: first who leads now, then every
-// change (a new leader, or nobody). The channel is closed when ctx ends
-// or the client closes; cancel ctx to stop observing. A change that comes and goes while the
-// receiver is busy may be missed, but never the latest state. When etcd
-// loses its leader or the connection, Observe waits and watches again.
+// change (a new leader, or nobody). The channel is closed when ctx ends or
+// the client closes; cancel ctx to stop observing. A change that comes and
+// goes while the receiver is busy may be missed, but never the latest
+// state. When etcd loses its leader or the connection, Observe waits and
+// watches again.
 //
 // Observe needs an EtcdStore (ErrElectionStore otherwise). It returns an
 // error if it cannot read the first state.
