@@ -30,6 +30,22 @@ func behindProxy(t *testing.T, url string) (*faultproxy.Proxy, string) {
 	return p, "http://" + p.Addr()
 }
 
+// proxied is a client of the fixture's server through a fault proxy, and
+// the proxy.
+func (f *fixture) proxied(t *testing.T) (*faultproxy.Proxy, *client.Client) {
+	t.Helper()
+	p, u := behindProxy(t, f.url)
+	return p, newClient(t, u)
+}
+
+// wantFree fails the test unless name is free, saying when.
+func (f *fixture) wantFree(t *testing.T, name, when string) {
+	t.Helper()
+	if st, err := f.locks.Inspect(t.Context(), name); err != nil || st.Held {
+		t.Fatalf("%s: %+v, %v; want free", when, st, err)
+	}
+}
+
 // hang makes the server behind p stop answering until the test ends.
 func hang(t *testing.T, p *faultproxy.Proxy) {
 	p.Hold(true)

@@ -56,8 +56,7 @@ func TestOneServerRetries(t *testing.T) {
 	ctx := t.Context()
 
 	t.Run("LostAnswers", func(t *testing.T) {
-		pr, u := behindProxy(t, f.url)
-		c := newClient(t, u)
+		pr, c := f.proxied(t)
 		name := testenv.Name(t)
 		l, err := c.TryAcquire(ctx, name, 30*time.Second)
 		if err != nil {
@@ -80,9 +79,7 @@ func TestOneServerRetries(t *testing.T) {
 				t.Fatalf("%s: the fault did not fire: no answer was lost", step.action)
 			}
 		}
-		if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
-			t.Fatalf("after the release: %+v, %v; want free", st, err)
-		}
+		f.wantFree(t, name, "after the release")
 	})
 
 	t.Run("Unavailable", func(t *testing.T) {
@@ -126,8 +123,7 @@ func TestOneServerRetries(t *testing.T) {
 	t.Run("NotAfterAGrantCouldBeLost", func(t *testing.T) {
 		// A TryAcquire whose answer was lost may have been granted: it is
 		// not sent again, or it would find its own lease and say held.
-		pr, u := behindProxy(t, f.url)
-		c := newClient(t, u)
+		pr, c := f.proxied(t)
 		name := testenv.Name(t)
 		pr.LoseReply([]byte("/acquire"))
 		_, err := c.TryAcquire(ctx, name, time.Second)
@@ -176,9 +172,7 @@ func TestReleaseAgainAfterAFailedRelease(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("the release sent again: %v", err)
 	}
-	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
-		t.Fatalf("after the second release the store has %+v, %v; want free", st, err)
-	}
+	f.wantFree(t, name, "after the second release")
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("a third release, after one that succeeded: %v, want nil", err)
 	}
@@ -250,8 +244,7 @@ func TestCloseReleasesAtOnce(t *testing.T) {
 func TestLostReleaseAnswerTakesOffOneHold(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
-	pr, u := behindProxy(t, f.url)
-	c := newClient(t, u)
+	pr, c := f.proxied(t)
 	name := testenv.Name(t)
 	first, err := c.Acquire(ctx, name, 30*time.Second, lock.WithHolder("worker-7f3a9c0d1e2b"))
 	if err != nil {
@@ -275,9 +268,7 @@ func TestLostReleaseAnswerTakesOffOneHold(t *testing.T) {
 	if err := second.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
-		t.Fatalf("after both releases: %+v, %v; want free", st, err)
-	}
+	f.wantFree(t, name, "after both releases")
 }
 
 // TestLostReentryAnswerTakesOneHold: a reentry whose answer is lost is
@@ -286,8 +277,7 @@ func TestLostReleaseAnswerTakesOffOneHold(t *testing.T) {
 func TestLostReentryAnswerTakesOneHold(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
-	pr, u := behindProxy(t, f.url)
-	c := newClient(t, u)
+	pr, c := f.proxied(t)
 	name := testenv.Name(t)
 	first, err := c.Acquire(ctx, name, 30*time.Second, lock.WithHolder("worker-9e1d2c3b4a5f"))
 	if err != nil {
@@ -307,9 +297,7 @@ func TestLostReentryAnswerTakesOneHold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Held {
-		t.Fatalf("after both releases: %+v, %v; want free", st, err)
-	}
+	f.wantFree(t, name, "after both releases")
 }
 
 // TestLostUnfairAnswerIsNotSentAgain: an unfair waiting Acquire sends no
@@ -321,8 +309,7 @@ func TestLostReentryAnswerTakesOneHold(t *testing.T) {
 func TestLostUnfairAnswerIsNotSentAgain(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
-	pr, u := behindProxy(t, f.url)
-	c := newClient(t, u)
+	pr, c := f.proxied(t)
 	name := testenv.Name(t)
 	fired := pr.LoseReply([]byte("/acquire"))
 	l, err := c.Acquire(ctx, name, 2*time.Second, lock.WithUnfair(), lock.WithWait(10*time.Second))

@@ -171,8 +171,7 @@ func TestLongWaitKeepsItsPlace(t *testing.T) {
 // clients waited behind its own lease until its TTL ran out.
 func TestLostAnswerFindsItsGrant(t *testing.T) {
 	f := newFixture(t)
-	pr, u := behindProxy(t, f.url)
-	c := newClient(t, u)
+	pr, c := f.proxied(t)
 	ctx := t.Context()
 	name := testenv.Name(t)
 	fired := pr.LoseReply([]byte("/acquire"))
