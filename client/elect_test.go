@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -188,9 +187,7 @@ func TestObserveClosesAfterAFinalRefusal(t *testing.T) {
 	var refuse atomic.Bool
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if refuse.Load() {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusForbidden)
-			io.WriteString(w, `{"error":{"code":"forbidden","message":"injected: this token may not observe this election"}}`)
+			injected(w, http.StatusForbidden, "forbidden", "injected: this token may not observe this election")
 			return
 		}
 		srv.ServeHTTP(w, r)

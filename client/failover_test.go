@@ -3,6 +3,7 @@ package client_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -32,10 +33,16 @@ func counted(t *testing.T, answer http.HandlerFunc) (string, *atomic.Int64) {
 
 // unavailable answers 503, as a fenced node whose backends fail does.
 func unavailable(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Retry-After", "1")
-	w.WriteHeader(http.StatusServiceUnavailable)
-	io.WriteString(w, `{"error":{"code":"unavailable","message":"injected"}}`)
+	injected(w, http.StatusServiceUnavailable, "unavailable", "injected")
+}
+
+// injected answers an API error of status, code and message, as fenced
+// would.
+func injected(w http.ResponseWriter, status int, code, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"error":{"code":%q,"message":%q}}`, code, message)
 }
 
 // vanishing reads the whole request, then drops the connection without an
@@ -196,9 +203,7 @@ func TestFailoverAsksForTheWaitLeft(t *testing.T) {
 	held := func(first *atomic.Int64) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			first.CompareAndSwap(0, int64(waitAsked(t, r)))
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusConflict)
-			io.WriteString(w, `{"error":{"code":"held","message":"injected"}}`)
+			injected(w, http.StatusConflict, "held", "injected")
 		}
 	}
 

@@ -359,9 +359,7 @@ func TestCloseEndsAcquireInItsBackoff(t *testing.T) {
 				default:
 				}
 			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, `{"error":{"code":"unavailable","message":"injected"}}`)
+			injected(w, http.StatusServiceUnavailable, "unavailable", "injected")
 			return
 		}
 		srv.ServeHTTP(w, r)
