@@ -32,6 +32,13 @@ func backends(t *testing.T) []backend {
 	return []backend{redisBackend(t), etcdBackend(t)}
 }
 
+// everyStore is backends and a Redlock of three Redis servers: for what
+// all the stores must do alike.
+func everyStore(t *testing.T) []backend {
+	_, redlock := startRedlock(t)
+	return append(backends(t), backend{name: "redlock", store: redlock})
+}
+
 func redisBackend(t testing.TB) backend {
 	rdb := testenv.Redis(t)
 	_, cli := testenv.Etcd(t)

@@ -89,8 +89,7 @@ func TestWaiterKeepsItsPlaceAcrossCalls(t *testing.T) {
 // out. The record is bound to the grant: another waiter waits as usual,
 // and after a release the waiter never gets a later holder's lease.
 func TestLostGrantIsFoundAgain(t *testing.T) {
-	_, redlock := startRedlock(t)
-	for _, b := range append(backends(t), backend{name: "redlock", store: redlock}) {
+	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
 			ctx := t.Context()

@@ -192,8 +192,7 @@ func TestReleaseAfterForceReleaseIsLost(t *testing.T) {
 // reentrant lock, not two, on each store; another id takes off the next
 // (defect 29).
 func TestReleaseSentAgainTakesOffOneHold(t *testing.T) {
-	_, redlock := startRedlock(t)
-	for _, b := range append(backends(t), backend{name: "redlock", store: redlock}) {
+	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
 			name := testenv.Name(t)
@@ -231,8 +230,7 @@ func TestReleaseSentAgainTakesOffOneHold(t *testing.T) {
 // waiter now marks it: the same acquisition again finds its hold counted,
 // another acquisition counts its own.
 func TestReentrySentAgainCountsOnce(t *testing.T) {
-	_, redlock := startRedlock(t)
-	for _, b := range append(backends(t), backend{name: "redlock", store: redlock}) {
+	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
 			name := testenv.Name(t)
