@@ -88,12 +88,7 @@ func (r *redisFlags) validate(cmd string) (*redis.UniversalOptions, error) {
 		// only at go-redis's own read timeout.
 		ContextTimeoutEnabled: true,
 	}
-	flagName, list := r.addrFlag(), r.addr
-	if r.sentinelAddrs != "" {
-		list = r.sentinelAddrs
-	} else if r.clusterAddrs != "" {
-		list = r.clusterAddrs
-	}
+	_, flagName, list := r.where()
 	for _, a := range strings.Split(list, ",") {
 		a = strings.TrimSpace(a)
 		if a == "" {
@@ -140,15 +135,22 @@ func (r *redisFlags) client(o *redis.UniversalOptions, m *daemonMetrics, log *sl
 	return rdb, dw, nil
 }
 
-// addrFlag is the flag that says where Redis is.
-func (r *redisFlags) addrFlag() string {
+// where says where Redis is: the topology (single, sentinel or cluster),
+// the flag that gives its addresses, and their list.
+func (r *redisFlags) where() (topology, flag, addrs string) {
 	switch {
 	case r.sentinelAddrs != "":
-		return "--redis-sentinel-addrs"
+		return "sentinel", "--redis-sentinel-addrs", r.sentinelAddrs
 	case r.clusterAddrs != "":
-		return "--redis-cluster-addrs"
+		return "cluster", "--redis-cluster-addrs", r.clusterAddrs
 	}
-	return "--redis-addr"
+	return "single", "--redis-addr", r.addr
+}
+
+// addrFlag is the flag that says where Redis is.
+func (r *redisFlags) addrFlag() string {
+	_, flag, _ := r.where()
+	return flag
 }
 
 // dialWatch remembers how the Redis client's last dial ended, so that a
@@ -211,14 +213,10 @@ func (d *dialWatch) ready(store lock.LeaseStore) func(context.Context) error {
 	}
 }
 
+// topology is single, sentinel or cluster.
 func (r *redisFlags) topology() string {
-	switch {
-	case r.sentinelAddrs != "":
-		return "sentinel"
-	case r.clusterAddrs != "":
-		return "cluster"
-	}
-	return "single"
+	t, _, _ := r.where()
+	return t
 }
 
 // warnIfEvicting warns when Redis may evict a held lease before its TTL
