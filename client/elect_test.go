@@ -249,20 +249,7 @@ func TestElectWithAShorterMaxWait(t *testing.T) {
 		l, err := b.Elect(context.Background(), name, "host-b", 5*time.Second, lock.WithWait(time.Minute))
 		done <- result{l, err}
 	}()
-	for { // until the second candidate has waited longer than two requests
-		st, err := a.Inspect(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Waiters == 1 && st.OldestWait > time.Second {
-			break
-		}
-		select {
-		case r := <-done:
-			t.Fatalf("the second candidate returned while host-a led: %v", r.err)
-		case <-time.After(50 * time.Millisecond): // the next look
-		}
-	}
+	waitsLonger(t, a, name, time.Second, done) // longer than two requests
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

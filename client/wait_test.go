@@ -265,20 +265,7 @@ func TestServerWithAShorterMaxWait(t *testing.T) {
 		}
 		done <- err
 	}()
-	for {
-		st, err := c.Inspect(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Waiters == 1 && st.OldestWait > time.Second {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the waiter returned while the lock was held: %v", err)
-		case <-time.After(50 * time.Millisecond): // the next look
-		}
-	}
+	waitsLonger(t, c, name, time.Second, done)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -318,20 +305,7 @@ func TestCloseEndsWaitingAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := waitInBackground(c, name)
-	for { // until the server has the waiter in the queue
-		st, err := holder.Inspect(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Waiters == 1 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the Acquire returned before Close: %v", err)
-		case <-time.After(20 * time.Millisecond): // the next look
-		}
-	}
+	waitsLonger(t, holder, name, 0, done) // the server has the waiter in its queue
 	closeEndsIt(t, c, done, "the waiting Acquire after Close", "Close returned with the Acquire still waiting")
 	if _, err := c.TryAcquire(ctx, name+"-after", time.Second); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("TryAcquire after Close: %v, want lock.ErrClosed", err)
@@ -415,6 +389,27 @@ func waitInBackground(c *client.Client, name string) <-chan error {
 		done <- err
 	}()
 	return done
+}
+
+// waitsLonger returns once name has one waiter that has waited more than
+// longer (0: any time), looking through c; it fails the test if the waiting
+// call, whose result goes to done, returns first.
+func waitsLonger[T any](t *testing.T, c *client.Client, name string, longer time.Duration, done <-chan T) {
+	t.Helper()
+	for {
+		st, err := c.Inspect(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Waiters == 1 && (longer == 0 || st.OldestWait > longer) {
+			return
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the waiting call returned while the lock was held: %+v", r)
+		case <-time.After(20 * time.Millisecond): // the next look
+		}
+	}
 }
 
 // closeEndsIt closes c and checks that the Acquire whose result goes to
