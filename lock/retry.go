@@ -51,8 +51,13 @@ func ExponentialBackoff(min, max time.Duration) RetryStrategy {
 func (e *exponential) NextBackoff() time.Duration {
 	e.mu.Lock()
 	d := e.cur
-	if e.cur = 2 * e.cur; e.cur > e.max {
+	// cur <= max, so doubling it when it is at most max/2 stays within
+	// max and cannot overflow (with a max near math.MaxInt64 it did, and
+	// the next call panicked in rand.Int64N).
+	if e.cur > e.max/2 {
 		e.cur = e.max
+	} else {
+		e.cur *= 2
 	}
 	e.mu.Unlock()
 	return d - time.Duration(rand.Int64N(int64(d)/4+1))
