@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,7 +65,9 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 // Requests for the same resource are serialised from the admit to the end of
 // next, so that a request with a lower token cannot be admitted before a
 // higher one and then write after it. Requests for different resources run
-// in parallel.
+// in parallel. A request that waits for its turn stops waiting when its
+// context ends (its client went away, a server timeout): it is answered
+// 503 and not admitted.
 //
 // That serialisation holds inside one process and one Middleware value
 // only. The middleware alone is enough when this handler is the only
@@ -85,7 +88,14 @@ func Middleware(store Store, resource func(*http.Request) string) func(http.Hand
 				return
 			}
 			res := resource(r)
-			unlock := locks.lock(res)
+			unlock, err := locks.lock(r.Context(), res)
+			if err != nil {
+				// The request ended (its client went away, a server
+				// timeout) while another of its resource ran: it was not
+				// admitted.
+				writeError(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf("fence: waiting for another request of %q: %v", res, err), nil)
+				return
+			}
 			defer unlock()
 			if err := store.Admit(r.Context(), res, tok); err != nil {
 				var se *StaleError
@@ -128,36 +138,44 @@ func writeError(w http.ResponseWriter, status int, code, msg string, se *StaleEr
 }
 
 // keyedMutex is a mutex per key; entries live only while someone holds or
-// waits for them.
+// waits for them. A waiter leaves when its context ends.
 type keyedMutex struct {
 	mu sync.Mutex
 	m  map[string]*keyedEntry
 }
 
 type keyedEntry struct {
-	mu   sync.Mutex
+	held chan struct{} // holds a value while the key is locked
 	refs int
 }
 
-func (k *keyedMutex) lock(key string) (unlock func()) {
+func (k *keyedMutex) lock(ctx context.Context, key string) (unlock func(), err error) {
 	k.mu.Lock()
 	if k.m == nil {
 		k.m = make(map[string]*keyedEntry)
 	}
 	e := k.m[key]
 	if e == nil {
-		e = &keyedEntry{}
+		e = &keyedEntry{held: make(chan struct{}, 1)}
 		k.m[key] = e
 	}
 	e.refs++
 	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
+	release := func() {
 		k.mu.Lock()
 		if e.refs--; e.refs == 0 {
 			delete(k.m, key)
 		}
 		k.mu.Unlock()
 	}
+	select {
+	case e.held <- struct{}{}:
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-e.held
+		release()
+	}, nil
 }
