@@ -141,7 +141,10 @@ func (l *Lease) Err() error {
 // After a refresh the validity is the TTL the store granted, less drift,
 // from the moment the refresh was sent, whether that is later or earlier
 // than before: a shorter refresh shortens it, and keep-alive follows the
-// new TTL (docs/design.md, defect 1).
+// new TTL (docs/design.md, defect 1). A refresh answered after the lease
+// was lost (its deadline passed while the refresh was on its way, or it
+// was released) returns Err: the lease stays lost, though the store may
+// have extended it; Release frees it there.
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl == 0 {
 		ttl = l.TTL()
@@ -165,8 +168,15 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	l.mu.Lock()
 	l.grantedLocked(start, g.TTL)
 	l.rearmLocked()
+	deadline := l.deadline
 	l.mu.Unlock()
-	return nil
+	if !time.Now().Before(deadline) {
+		l.lose(ErrExpired) // a reply later than the validity it granted
+	}
+	// The lease may have been lost while the refresh was on its way (its
+	// deadline passed first, or Release): Done closed once and stays
+	// closed, and the refresh does not make it held again.
+	return l.Err()
 }
 
 // grantedLocked sets the schedule of a grant of ttl by a request sent at

@@ -1,11 +1,14 @@
 package lock_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
 
@@ -41,5 +44,51 @@ func TestExponentialBackoffStaysWithinBounds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// lateRefreshReply applies a refresh in the store at once and hands its
+// reply back only once the lease has been lost: a reply delayed on the
+// network past the lease's deadline.
+type lateRefreshReply struct {
+	lock.LeaseStore
+	lease chan *lock.Lease
+}
+
+func (s *lateRefreshReply) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+	g, err := s.LeaseStore.Refresh(ctx, name, id, ttl)
+	l := <-s.lease
+	<-l.Done()
+	return g, err
+}
+
+// TestRefreshAnsweredAfterTheLeaseWasLost: a refresh whose reply comes
+// after the lease's deadline passed (Done closed, Err ErrExpired) does not
+// report success. Done closes once and stays closed, so the lease cannot
+// be held again; Refresh said nil, and a caller that checked it went on
+// as the holder of a lease whose Done was closed and which its client had
+// forgotten (Close would not release it).
+func TestRefreshAnsweredAfterTheLeaseWasLost(t *testing.T) {
+	b := redisBackend(t)
+	s := &lateRefreshReply{LeaseStore: b.store, lease: make(chan *lock.Lease, 1)}
+	c := newClient(t, s)
+	l, err := c.TryAcquire(t.Context(), testenv.Name(t), b.ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.lease <- l
+	err = l.Refresh(t.Context(), 10*time.Second)
+	if !errors.Is(l.Err(), lock.ErrExpired) {
+		t.Fatalf("Err %v; want ErrExpired", l.Err())
+	}
+	if !errors.Is(err, lock.ErrExpired) {
+		t.Fatalf("Refresh answered after the lease was lost returned %v; want ErrExpired, as Err says", err)
+	}
+	// The store extended the lease: Release frees it.
+	if err := l.Release(t.Context()); !errors.Is(err, lock.ErrExpired) {
+		t.Fatalf("Release: %v; want ErrExpired (lost before)", err)
+	}
+	if st, err := c.Inspect(t.Context(), l.Name()); err != nil || st.Held {
+		t.Fatalf("after Release: held %v, %v", st.Held, err)
 	}
 }
