@@ -76,6 +76,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	}
 	defer end()
 	began := time.Now()
+	o.Retry = fresh(o.Retry) // this acquisition's count, whoever else shares the value
 	if o.Wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, o.Wait, errWaitBudget)

@@ -49,9 +49,10 @@ type acquireOpts struct {
 
 // WithRetry sets the fallback strategy for waiters that miss a release
 // notification. Default for Acquire: ExponentialBackoff(4ms, 256ms) with no
-// limit but the wait budget and the context. Acquire only: TryAcquire
-// makes one attempt, and a fenced server (package client) does the waiting
-// itself.
+// limit but the wait budget and the context. Each acquisition starts this
+// package's strategies afresh, so one value may serve many (see
+// RetryStrategy). Acquire only: TryAcquire makes one attempt, and a fenced
+// server (package client) does the waiting itself.
 func WithRetry(s RetryStrategy) Option {
 	return func(o *acquireOpts) { o.retry, o.retrySet = s, true }
 }

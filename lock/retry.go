@@ -13,8 +13,30 @@ import (
 // no release notification arrives. NextBackoff returns 0 to give up.
 // Waiters wake earlier on a release notification or when the holder's lease
 // expires; the strategy only bounds the wait when both are missed.
+//
+// The strategies of this package count per acquisition: one value may be
+// given to WithRetry for any number of acquisitions, at once or one after
+// another, and each starts from the beginning (LimitRetry's count,
+// ExponentialBackoff's interval). A strategy of your own is used as given:
+// if it keeps state, give each acquisition its own.
 type RetryStrategy interface {
 	NextBackoff() time.Duration
+}
+
+// freshStrategy is a strategy that keeps state, and makes a copy of itself
+// as it was new.
+type freshStrategy interface {
+	fresh() RetryStrategy
+}
+
+// fresh returns s as new for one acquisition: a strategy shared by several
+// (an option value kept in a variable) would otherwise carry its count or
+// interval from one to the next.
+func fresh(s RetryStrategy) RetryStrategy {
+	if f, ok := s.(freshStrategy); ok {
+		return f.fresh()
+	}
+	return s
 }
 
 type noRetry struct{}
@@ -32,9 +54,11 @@ func (l linear) NextBackoff() time.Duration { return time.Duration(l) }
 func LinearBackoff(d time.Duration) RetryStrategy { return linear(d) }
 
 type exponential struct {
-	mu       sync.Mutex
-	cur, max time.Duration
+	mu            sync.Mutex
+	min, cur, max time.Duration
 }
+
+func (e *exponential) fresh() RetryStrategy { return &exponential{min: e.min, cur: e.min, max: e.max} }
 
 // ExponentialBackoff waits min, then twice as long each time up to max, with
 // up to 25% random jitter so that waiters do not retry in step.
@@ -45,7 +69,7 @@ func ExponentialBackoff(min, max time.Duration) RetryStrategy {
 	if max < min {
 		max = min
 	}
-	return &exponential{cur: min, max: max}
+	return &exponential{min: min, cur: min, max: max}
 }
 
 func (e *exponential) NextBackoff() time.Duration {
@@ -66,11 +90,14 @@ func (e *exponential) NextBackoff() time.Duration {
 type limited struct {
 	mu   sync.Mutex
 	s    RetryStrategy
+	max  int
 	left int
 }
 
-// LimitRetry gives up after max retries of s.
-func LimitRetry(s RetryStrategy, max int) RetryStrategy { return &limited{s: s, left: max} }
+// LimitRetry gives up after max retries of s, in each acquisition.
+func LimitRetry(s RetryStrategy, max int) RetryStrategy { return &limited{s: s, max: max, left: max} }
+
+func (l *limited) fresh() RetryStrategy { return &limited{s: fresh(l.s), max: l.max, left: l.max} }
 
 func (l *limited) NextBackoff() time.Duration {
 	l.mu.Lock()

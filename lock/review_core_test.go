@@ -92,3 +92,32 @@ func TestRefreshAnsweredAfterTheLeaseWasLost(t *testing.T) {
 		t.Fatalf("after Release: held %v, %v", st.Held, err)
 	}
 }
+
+// TestRetryStrategyServesEachAcquisitionAfresh: one strategy value given
+// to WithRetry for many acquisitions, as an option value often is (a
+// package variable, a field of a config), bounds each acquisition as if
+// it were new. LimitRetry counted its retries across every acquisition
+// that shared it: once the first had used them up, every later Acquire
+// gave up at its first attempt, as TryAcquire does (and
+// ExponentialBackoff's interval stayed at its maximum). bsm/redislock,
+// whose strategies these follow, met the same (its pull requests 31 and
+// 32).
+func TestRetryStrategyServesEachAcquisitionAfresh(t *testing.T) {
+	cs := &counting{LeaseStore: redisBackend(t).store}
+	c := newClient(t, cs)
+	name := testenv.Name(t)
+	if _, err := c.TryAcquire(t.Context(), name, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	shared := lock.WithRetry(lock.LimitRetry(lock.LinearBackoff(time.Millisecond), 3))
+	for i := range 3 {
+		before := cs.calls.Load()
+		if _, err := c.Acquire(t.Context(), name, time.Minute, shared); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("acquisition %d: %v; want ErrNotAcquired", i, err)
+		}
+		// Three retries: four attempts, and the subscription.
+		if n := cs.calls.Load() - before; n < 4 {
+			t.Fatalf("acquisition %d made %d calls of the store; want four attempts (three retries): the strategy's retries were used up by the acquisitions before it", i, n)
+		}
+	}
+}
