@@ -557,13 +557,20 @@ func (c *Client) List(ctx context.Context, prefix string, limit int, cursor stri
 // ForceRelease deletes the lease of name whoever holds it (the server's
 // force-release permission), as lock.Client.ForceRelease does, and returns
 // the state the lock had: Held false if nobody held it (LeaseID and
-// Holder empty, as with Inspect).
+// Holder empty, as with Inspect). It is sent again only when it cannot
+// have reached a server (see the package documentation, "Several
+// servers"): when its answer is lost, the error says the lock may have
+// been released.
 func (c *Client) ForceRelease(ctx context.Context, name string) (lock.State, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return lock.State{}, err
 	}
+	// Not resendShared: a force-release sent again after a lost answer
+	// deletes whatever holds the lock by then, most often the waiter the
+	// first one woke (and a share of the time would only end a slow
+	// server's request, which cannot be sent again either).
 	var a api.LockState
-	err := c.do(ctx, http.MethodDelete, lockPath(name, ""), nil, &a, resendShared)
+	err := c.do(ctx, http.MethodDelete, lockPath(name, ""), nil, &a, resendUnsent)
 	var ae *APIError
 	if errors.As(err, &ae) && ae.Code == api.CodeNotFound && ae.Field == "" {
 		return lock.State{Name: name}, nil
@@ -618,6 +625,11 @@ const maxAnswer = 1 << 20
 // asked for may have been done, and it must not be asked for again.
 var errMaybeGranted = errors.New("the request was sent and its answer lost, so it may have taken the lock; it is not sent again")
 
+// errMaybeForced is errMaybeGranted for a force-release: sent again, it
+// would delete whatever holds the lock by then, most often the waiter the
+// first one woke.
+var errMaybeForced = errors.New("the request was sent and its answer lost, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now")
+
 // resend says when a request may be sent to the next server.
 type resend int
 
@@ -626,15 +638,16 @@ const (
 	// requests that are safe to repeat.
 	resendAlways resend = iota
 	// resendUnsent: after a 503, or when the request was not written to
-	// the connection: it cannot have reached the server.
+	// the connection: it cannot have reached the server. For requests that
+	// must not be done twice: an acquire without a waiter, a force-release.
 	resendUnsent
 	// resendShared: as resendAlways, and each server but the last has
 	// only half of the time left before ctx's deadline, so that one that
 	// stops answering leaves the next the time to answer, while the
 	// server tried first (the one that answered last, most often healthy)
 	// has the most time when it is only slow. For short requests:
-	// refresh, release, inspect, list, force-release; not for one that
-	// asks the server to wait, which a share would cut short.
+	// refresh, release, inspect, list; not for one that asks the server
+	// to wait, which a share would cut short.
 	resendShared
 )
 
@@ -759,7 +772,11 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 		}
 		if !next {
 			if sent && ae == nil {
-				err = fmt.Errorf("%w: %w", errMaybeGranted, err)
+				maybe := errMaybeGranted
+				if method == http.MethodDelete {
+					maybe = errMaybeForced
+				}
+				err = fmt.Errorf("%w: %w", maybe, err)
 			}
 			return false, err
 		}

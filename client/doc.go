@@ -53,9 +53,9 @@
 // be reached or answers 503 unavailable, the client moves to the next, and
 // stays there. Whether a request is sent again depends on what it does:
 //
-//   - Refresh, release, inspect, list and force-release are safe to repeat
-//     (a release repeated by its own lease id succeeds), so they move on
-//     after any failure to get an answer. One exception: on etcd leases
+//   - Refresh, release, inspect and list are safe to repeat (a release
+//     repeated by its own lease id succeeds), so they move on after any
+//     failure to get an answer. One exception: on etcd leases
 //     only the server that released a lease remembers it, so a release
 //     whose answer was lost and that is sent again to another server is
 //     answered 410 lost, and Release returns ErrLost for a lease its first
@@ -67,6 +67,11 @@
 //     server may have granted a lease whose answer was lost; TryAcquire
 //     returns that error rather than report "held" because of its own
 //     lease.
+//   - ForceRelease goes as TryAcquire does: sent again, a force-release
+//     whose answer was lost would delete whatever holds the lock by then,
+//     most often the waiter the first one woke, or find the lock free and
+//     say "not held" of a lock it released. After a lost answer it returns
+//     the error, which says the lock may have been released.
 //   - Acquire, which waits anyway, moves on after a lost answer too, and
 //     with a single server asks it again while its wait (WithWait or the
 //     context's deadline) has time left. Its requests carry its waiter id,
@@ -91,7 +96,7 @@
 // several, where a node that drains or a backend that fails over answers
 // 503 for a moment. It applies to TryAcquire (after a 503 or an unsent
 // request only, as above), Refresh, Release, Inspect, List, ForceRelease
-// and Leader. A waiting Acquire or Elect and Observe's long polls ride out
+// (as TryAcquire) and Leader. A waiting Acquire or Elect and Observe's long polls ride out
 // failures within their wait instead, as above.
 //
 // # Servers that stop answering
@@ -112,17 +117,17 @@
 //     matches ErrNoAnswer, not [lock.ErrNotAcquired]: nobody said the lock
 //     was held. A budget longer than one request's wait goes on with the
 //     next server, asking for the wait that is left.
-//   - With several servers, a refresh, release, inspect, list or
-//     force-release gives each server but the last half of the time left
+//   - With several servers, a refresh, release, inspect or list gives
+//     each server but the last half of the time left
 //     before its context's deadline. A keep-alive refresh's deadline is the
 //     lease's own, so a server that hangs takes at most half of it and the
 //     next one refreshes the lease in time, while a server that is only
 //     slow (a loaded node) still has the larger part. (A share of the time
 //     left divided by the servers left cut a loaded but healthy node off
 //     too soon: with three servers and a 1 s TTL, a refresh had 0.2 s.)
-//   - A TryAcquire, Observe's first request, and a refresh, release or
-//     read whose context has no deadline are bounded by the context only:
-//     give them a deadline.
+//   - A TryAcquire, a force-release, Observe's first request, and a
+//     refresh, release or read whose context has no deadline are bounded
+//     by the context only: give them a deadline.
 //
 // # Losing a lease
 //

@@ -12,8 +12,8 @@ import (
 // ErrNoAnswer: a server took a request but did not answer it within the
 // time it had, though the caller's context had not ended: a request that
 // asked the server to wait, within that wait and WithAnswerGrace; with
-// several servers, a refresh, release, inspect, list or force-release
-// within its share of the context's deadline. The server may have stopped
+// several servers, a refresh, release, inspect or list within its share
+// of the context's deadline. The server may have stopped
 // (a partition, a stopped process) or be very slow, and may still have
 // acted on the request. It is neither lock.ErrNotAcquired (nobody said the
 // lock was held) nor the caller's context.DeadlineExceeded; with several
