@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -16,6 +18,30 @@ type clientOpts struct {
 	url, token, tokenFile string
 	tls                   tlsFiles
 	maxReq                time.Duration
+	timeout               time.Duration // --timeout, of the commands that register it
+}
+
+// registerTimeout adds --timeout, the bound on requests that do not ask
+// the server to wait: the client bounds those by their context alone, and
+// a server that takes a request and never answers (a partition, a wedged
+// process) would hold the command for ever. what says what it bounds.
+func (o *clientOpts) registerTimeout(fs *flag.FlagSet, what string) {
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, what)
+}
+
+// checkTimeout refuses a --timeout that is not above 0.
+func (o *clientOpts) checkTimeout(cmdName string) error {
+	if o.timeout <= 0 {
+		return usagef(cmdName, "--timeout %s: want > 0", o.timeout)
+	}
+	return nil
+}
+
+// timedOut reports whether bounded, a context made from parent with a
+// timeout, ended by that timeout while parent lives: a call that failed
+// then ran out of its own time.
+func timedOut(parent, bounded context.Context) bool {
+	return parent.Err() == nil && errors.Is(bounded.Err(), context.DeadlineExceeded)
 }
 
 func (o *clientOpts) register(fs *flag.FlagSet) {

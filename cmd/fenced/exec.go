@@ -105,6 +105,7 @@ func newExecCommand() (*command, *execOpts) {
 		"After the lease is lost, how long CMD has between SIGTERM and SIGKILL.")
 	fs.BoolVar(&o.try, "try", false, "Make one attempt: exit 1 at once if the lock is held.")
 	fs.StringVar(&o.owner, "owner", "", "`Label` shown with the lock by fenced locks and GET /v1/locks (default: HOST pid PID).")
+	o.clientOpts.registerTimeout(fs, "Give up on the first attempt when the server has not answered it after this long (a partition, a wedged server), or once --wait is over: exit 1.")
 	return cmd, o
 }
 
@@ -158,7 +159,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if err != nil {
 		return err
 	}
-	if err := o.holdOpts.check(cmd.name); err != nil {
+	if err := firstErr(o.holdOpts.check(cmd.name), o.clientOpts.checkTimeout(cmd.name)); err != nil {
 		return err
 	}
 	switch {
@@ -261,20 +262,35 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 // otherwise one attempt, and if the lock is held a line on stderr and a
 // wait, bounded by --wait if given.
 func acquireForExec(ctx context.Context, c *client.Client, name string, o *execOpts, stderr io.Writer) (*client.Lease, error) {
-	lease, err := c.TryAcquire(ctx, name, o.ttl, lock.WithKeepAlive(), lock.WithOwner(o.owner))
+	// The first attempt asks the server for no wait, and the client bounds
+	// such a request by its context alone: a server that takes it and never
+	// answers is given up on after --timeout, or once --wait is over.
+	start := time.Now()
+	bound := o.timeout
+	if o.wait > 0 {
+		bound = min(bound, o.wait+client.DefaultAnswerGrace)
+	}
+	tctx, cancel := context.WithTimeout(ctx, bound)
+	lease, err := c.TryAcquire(tctx, name, o.ttl, lock.WithKeepAlive(), lock.WithOwner(o.owner))
+	noAnswer := err != nil && timedOut(ctx, tctx)
+	cancel()
 	if errors.Is(err, lock.ErrNotAcquired) && !o.try {
-		bound := "until it is free (interrupt to give up)"
+		until := "until it is free (interrupt to give up)"
 		var opts []lock.Option
 		if o.wait > 0 {
-			bound = "up to --wait " + o.wait.String()
-			opts = append(opts, lock.WithWait(o.wait))
+			// The first attempt was part of the wait.
+			left := max(o.wait-time.Since(start), time.Millisecond)
+			until = "up to --wait " + o.wait.String()
+			opts = append(opts, lock.WithWait(left))
 		}
-		fmt.Fprintf(stderr, "fenced exec: lock %q is held; waiting %s\n", name, bound)
+		fmt.Fprintf(stderr, "fenced exec: lock %q is held; waiting %s\n", name, until)
 		lease, err = c.Acquire(ctx, name, o.ttl, append(opts, lock.WithKeepAlive(), lock.WithOwner(o.owner))...)
 	}
 	switch {
 	case err == nil:
 		return lease, nil
+	case noAnswer:
+		return nil, &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: lock %q: no answer from %s within %s (--timeout %s, --wait %s): %w", name, o.url, bound, o.timeout, o.wait, err)}
 	case isSignalCause(ctx):
 		return nil, signalExit(ctx, fmt.Sprintf("fenced exec: %%v while waiting for lock %q", name))
 	case errors.Is(err, lock.ErrNotAcquired) && o.try:

@@ -49,6 +49,7 @@ func newLocksCommand(sub string) (*command, *locksOpts) {
 		return nil, nil
 	}
 	o.clientOpts.register(cmd.fs)
+	o.clientOpts.registerTimeout(cmd.fs, "Give up on a request the server has not answered after this long (a partition, a wedged server): exit 1.")
 	if sub != "release" {
 		cmd.fs.BoolVar(&o.json, "json", false, "Print JSON (the API's objects) instead of a table.")
 	}
@@ -92,11 +93,29 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return usagef(cmd.name, "lock NAME: %v", err)
 		}
 	}
+	if err := o.clientOpts.checkTimeout(cmd.name); err != nil {
+		return err
+	}
 	c, err := o.clientOpts.client(cmd.name)
 	if err != nil {
 		return err
 	}
 	defer c.Close(context.WithoutCancel(ctx)) // holds no lease: nothing to release
+	// Every request here asks the server for no wait, and the client
+	// bounds such a request by its context alone: each has --timeout.
+	bounded := func(call func(ctx context.Context) error) error {
+		tctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		err := call(tctx)
+		if err != nil && timedOut(ctx, tctx) {
+			maybe := ""
+			if sub == "release" {
+				maybe = fmt.Sprintf("; the lock may have been released (fenced locks get %s says)", name)
+			}
+			err = &ExitError{Code: 1, Err: fmt.Errorf("%s: no answer from %s within --timeout %s%s: %w", cmd.name, o.url, o.timeout, maybe, err)}
+		}
+		return err
+	}
 
 	switch sub {
 	case "list":
@@ -107,7 +126,11 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			if o.limit > 0 {
 				limit = min(limit, o.limit-len(all))
 			}
-			page, err := c.List(ctx, o.prefix, limit, cursor)
+			var page lock.ListPage
+			err := bounded(func(ctx context.Context) (err error) {
+				page, err = c.List(ctx, o.prefix, limit, cursor)
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -125,7 +148,11 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 		return printLocks(stdout, all)
 	case "get":
-		st, err := c.Inspect(ctx, name)
+		var st lock.State
+		err := bounded(func(ctx context.Context) (err error) {
+			st, err = c.Inspect(ctx, name)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -134,7 +161,11 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 		return printLocks(stdout, []lock.State{st})
 	default:
-		st, err := c.ForceRelease(ctx, name)
+		var st lock.State
+		err := bounded(func(ctx context.Context) (err error) {
+			st, err = c.ForceRelease(ctx, name)
+			return err
+		})
 		if err != nil {
 			return err
 		}
