@@ -146,7 +146,8 @@ func WithMaxRequestWait(d time.Duration) Option {
 
 // WithAnswerGrace sets how long a server has to answer a request that asks
 // it to wait (a waiting Acquire's or a campaign's, an Observe long poll)
-// once the wait it was asked for is over. A server that has not answered
+// once the wait it was asked for is over, and Observe's first request,
+// which asks for none. A server that has not answered
 // by then is taken for one that stopped answering (a partition, a stopped
 // process): the request fails with an error matching ErrNoAnswer, and the
 // client moves on as after a lost answer (package documentation, "Servers

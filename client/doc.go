@@ -125,9 +125,12 @@
 //     slow (a loaded node) still has the larger part. (A share of the time
 //     left divided by the servers left cut a loaded but healthy node off
 //     too soon: with three servers and a 1 s TTL, a refresh had 0.2 s.)
-//   - A TryAcquire, a force-release, Observe's first request, and a
-//     refresh, release or read whose context has no deadline are bounded
-//     by the context only: give them a deadline.
+//   - Observe's first request, a read of who leads now, must be answered
+//     within the grace: its context is the whole observation's, so the
+//     caller could not bound it otherwise.
+//   - A TryAcquire, a force-release, and a refresh, release or read whose
+//     context has no deadline are bounded by the context only: give them
+//     a deadline.
 //
 // # Losing a lease
 //

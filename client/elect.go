@@ -40,7 +40,9 @@ func (c *Client) Elect(ctx context.Context, name, value string, ttl time.Duratio
 // Observe reports who leads election name, first now and then at every
 // change, as lock.Client.Observe does, by long polls of
 // GET /v1/elections/{name} of up to WithMaxRequestWait each. It returns an
-// error if the first request fails.
+// error if the first request fails; a server that does not answer that
+// one within WithAnswerGrace fails it (ErrNoAnswer), and it is sent again
+// as a read is (WithRetries).
 //
 // A long poll that fails is sent again after a backoff (50ms to 1s), to
 // the next server if there are several: one that could not be sent or was
@@ -133,14 +135,16 @@ func (c *Client) leader(ctx context.Context, name string, after *fence.Token, wa
 		path += "?" + q.Encode()
 	}
 	// A long poll must be answered within its wait and the grace, so that
-	// a server that stops answering does not hold the observer for ever.
-	// A read at once is a short request, sent again as the others are.
-	var in any
-	mode := resendShared
+	// a server that stops answering does not hold the observer for ever;
+	// so must a read at once (Observe's first), within the grace alone:
+	// its context is the whole observation's, which the caller cannot
+	// bound for the first request only. A read at once is a short request,
+	// sent again as the others are.
+	mode, within := resendShared, c.answerGrace
 	if wait > 0 {
-		in = rebuilt(func() (attempt, bool) { return attempt{within: wait + c.answerGrace}, true })
-		mode = resendAlways
+		mode, within = resendAlways, wait+c.answerGrace
 	}
+	in := rebuilt(func() (attempt, bool) { return attempt{within: within}, true })
 	var a api.Leader
 	if err := c.do(ctx, http.MethodGet, path, in, &a, mode); err != nil {
 		return lock.Leader{}, err

@@ -11,7 +11,8 @@ import (
 
 // ErrNoAnswer: a server took a request but did not answer it within the
 // time it had, though the caller's context had not ended: a request that
-// asked the server to wait, within that wait and WithAnswerGrace; with
+// asked the server to wait, within that wait and WithAnswerGrace (and
+// Observe's first request, within the grace); with
 // several servers, a refresh, release, inspect or list within its share
 // of the context's deadline. The server may have stopped
 // (a partition, a stopped process) or be very slow, and may still have

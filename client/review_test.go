@@ -2,10 +2,12 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
@@ -49,5 +51,30 @@ func TestLostForceReleaseAnswerIsNotSentAgain(t *testing.T) {
 	}
 	if now, ierr := f.locks.Inspect(ctx, name); ierr != nil || !now.Held || now.Token != r.l.Token() {
 		t.Fatalf("the next holder (token %d) after one force-release: %+v, %v; want it still held: the DELETE was sent again", r.l.Token(), now, ierr)
+	}
+}
+
+// TestObserveEndsWhenTheServerStopsAnswering: Observe's first request, a
+// read of who leads now, was bounded by the caller's context alone, and
+// that context is the whole observation's: a caller could not bound the
+// first request without ending the observation, and against a server
+// that took it and never answered, Observe never returned (fenced elect
+// --observe hung). It is now bounded as a request that asks for no wait:
+// the answer grace, and the error matches client.ErrNoAnswer.
+func TestObserveEndsWhenTheServerStopsAnswering(t *testing.T) {
+	f := newFixture(t)
+	p, url := behindProxy(t, f.url)
+	c := newClient(t, url, client.WithAnswerGrace(300*time.Millisecond))
+	hang(t, p)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	watchdog := time.AfterFunc(20*time.Second, cancel) // no deadline: the observation's context has none
+	defer watchdog.Stop()
+	ch, err := c.Observe(ctx, testenv.Name(t))
+	if ctx.Err() != nil {
+		t.Fatalf("Observe returned only when the watchdog cancelled it: %v, %v", ch, err)
+	}
+	if !errors.Is(err, client.ErrNoAnswer) {
+		t.Fatalf("Observe against a server that does not answer: %v, %v; want an error matching client.ErrNoAnswer", ch, err)
 	}
 }
