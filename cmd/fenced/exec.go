@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/lock"
@@ -35,7 +36,11 @@ the next when one cannot be reached or answers 503.
 If the lease is lost (a refresh answered lost, or no successful refresh
 before the deadline), CMD gets SIGTERM, then SIGKILL after --grace, and
 fenced exec exits 1. SIGTERM and SIGINT sent to fenced exec are passed on to
-CMD. Exit status: CMD's (128+N when a signal N ended it); 1 when fenced exec
+CMD. CMD runs in a process group of its own, which these signals go to, so
+that what it started stops with it; what it leaves running there when it
+exits gets SIGTERM, then SIGKILL after --grace, before the lock is released.
+(In a terminal's foreground CMD stays in fenced exec's group, where the
+terminal signals every process itself.) Exit status: CMD's (128+N when a signal N ended it); 1 when fenced exec
 itself failed (the lock is still held after --wait or at --try, the server
 is unreachable, the lease was lost); 2 for a usage error; 127 when CMD
 cannot be started; 128+N when signal N interrupted the wait.
@@ -207,9 +212,27 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
 	child.Env = childEnv(os.Environ(), lease)
+	// What the child starts (a shell script's jobs) is part of the work
+	// the lease covers, so the child leads a process group of its own and
+	// signals go to the group: signalling the child alone ended a shell
+	// and left its jobs running after the lease was released or lost. In
+	// a terminal's foreground the child stays in ours, where it reads the
+	// terminal and Ctrl-C and Ctrl-Z reach the whole group from the
+	// terminal itself.
+	group := !terminalForeground()
+	if group {
+		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := child.Start(); err != nil {
 		release()
 		return &ExitError{Code: 127, Err: fmt.Errorf("%s: start %s: %w", prog, argv[0], err)}
+	}
+	send := func(s os.Signal) {
+		if sig, ok := s.(syscall.Signal); ok && group {
+			_ = syscall.Kill(-child.Process.Pid, sig) // the group may be gone already
+			return
+		}
+		_ = child.Process.Signal(s) // it may have exited already
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- child.Wait() }() // ends when the child exits, which the loop below waits for
@@ -222,7 +245,7 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 	)
 	stop := func(why string) {
 		fmt.Fprintf(stderr, "%s: %s; stopping %s: SIGTERM, SIGKILL after %s\n", prog, why, argv[0], grace)
-		_ = child.Process.Signal(syscall.SIGTERM) // it may have exited already
+		send(syscall.SIGTERM)
 		if kill == nil {
 			kill = time.After(grace)
 		}
@@ -231,6 +254,11 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 		select {
 		case werr := <-waited:
 			code := exitCode(werr)
+			if group {
+				endGroup(child.Process.Pid, grace, func() {
+					fmt.Fprintf(stderr, "%s: %s exited and left processes running in its process group; stopping them before %s ends: SIGTERM, SIGKILL after %s\n", prog, argv[0], what, grace)
+				})
+			}
 			release() // after a loss too: an expired lease may still be held on the server
 			if lost != nil {
 				return &ExitError{Code: 1, Err: fmt.Errorf("%s: %s exited (status %d) after %s was lost: %w", prog, argv[0], code, what, lost)}
@@ -240,7 +268,7 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 			}
 			return nil
 		case s := <-sigs:
-			_ = child.Process.Signal(s) // passed on; the child decides
+			send(s) // passed on; the child decides
 		case <-ctxDone:
 			ctxDone = nil
 			// A signal that ended the context also reached sigs and was
@@ -253,9 +281,49 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 			lost = lease.Err()
 			stop(fmt.Sprintf("%s was lost (%v)", what, lost))
 		case <-kill:
-			_ = child.Process.Kill()
+			send(syscall.SIGKILL)
 		}
 	}
+}
+
+// endGroup ends what is left of process group pgid once its leader has
+// exited: SIGTERM, then SIGKILL after grace if some of it is still there
+// (a process killed so runs no more code). saying is called first if
+// anything is left. The group is looked at every 10ms: its members are
+// not this process's children, so nothing tells when they exit.
+func endGroup(pgid int, grace time.Duration, saying func()) {
+	if syscall.Kill(-pgid, 0) != nil { // ESRCH: nobody left
+		return
+	}
+	saying()
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if syscall.Kill(-pgid, 0) != nil {
+				return
+			}
+		case <-deadline.C:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			return
+		}
+	}
+}
+
+// terminalForeground reports whether this process's group is the
+// foreground group of the terminal on stdin: the terminal then sends
+// Ctrl-C (SIGINT) and Ctrl-Z to the whole group, the child's children
+// included, and the child must stay in it to read the terminal.
+func terminalForeground() bool {
+	var pgrp int32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, os.Stdin.Fd(), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp))); errno != 0 {
+		return false // not a terminal
+	}
+	return int(pgrp) == syscall.Getpgrp()
 }
 
 // acquireForExec takes the lock as the flags say: one attempt with --try;

@@ -1,9 +1,15 @@
 package main_test
 
 import (
+	"bytes"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,5 +77,61 @@ func TestCommandsGiveUpOnAServerThatDoesNotAnswer(t *testing.T) {
 		if stderr := p.stderr.String(); code != 1 || !strings.Contains(stderr, c.want) {
 			t.Errorf("fenced %s: exit %d, stderr:\n%s\nwant exit 1 and %q", strings.Join(c.args, " "), code, stderr, c.want)
 		}
+	}
+}
+
+// gone reports whether process pid has ended: no longer there, or a
+// zombie that runs no more code.
+func gone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+// TestExecStopsWhatCMDStarted: CMD's own children are part of the work the
+// lock covers. fenced exec signalled CMD alone, so a shell script's
+// children outlived it: a SIGTERM passed on, or the SIGTERM after the
+// lease was lost, ended the shell and left its job running, while fenced
+// exec released the lock (or reported it lost) and exited, and the next
+// holder ran beside it. CMD now runs in a process group of its own (unless
+// fenced exec runs in a terminal's foreground, where the terminal signals
+// the whole group itself), and signals go to the group.
+func TestExecStopsWhatCMDStarted(t *testing.T) {
+	t.Parallel()
+	_, url := startDev(t, nil)
+	a := newAPI(t, url)
+	for _, c := range []struct {
+		name string
+		end  func(p *proc, lock string)
+		code int
+	}{
+		{"SIGTERM", func(p *proc, _ string) { p.signal(syscall.SIGTERM) }, 143},
+		{"LeaseLost", func(_ *proc, lock string) { a.must(200, "DELETE", "/v1/locks/"+lock, "") }, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name, pidFile := testenv.Name(t), filepath.Join(t.TempDir(), "pid")
+			p := start(t, nil, "exec", "--url", url, "--ttl", "3s", "--grace", "1s", name, "--",
+				"sh", "-c", `sleep 300 & echo $! > "$0.tmp" && mv "$0.tmp" "$0"; wait`, pidFile)
+			var pid int
+			eventually(t, 20*time.Second, "the job's pid", func() bool {
+				b, err := os.ReadFile(pidFile)
+				if err != nil {
+					return false
+				}
+				pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+				return err == nil
+			})
+			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+			c.end(p, name)
+			if code := p.wait(20 * time.Second); code != c.code {
+				t.Errorf("exit %d, want %d", code, c.code)
+			}
+			if !gone(pid) {
+				t.Fatalf("the job CMD started (pid %d) still runs after fenced exec exited; the lock is held: %v", pid, a.held(name))
+			}
+		})
 	}
 }
