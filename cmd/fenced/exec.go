@@ -36,11 +36,12 @@ the next when one cannot be reached or answers 503.
 If the lease is lost (a refresh answered lost, or no successful refresh
 before the deadline), CMD gets SIGTERM, then SIGKILL after --grace, and
 fenced exec exits 1. SIGTERM and SIGINT sent to fenced exec are passed on to
-CMD. CMD runs in a process group of its own, which these signals go to, so
-that what it started stops with it; what it leaves running there when it
-exits gets SIGTERM, then SIGKILL after --grace, before the lock is released.
-(In a terminal's foreground CMD stays in fenced exec's group, where the
-terminal signals every process itself.) Exit status: CMD's (128+N when a signal N ended it); 1 when fenced exec
+CMD, and so is SIGHUP while CMD runs. CMD runs in a process group of its
+own, which these signals go to, so that what it started stops with it; what
+it leaves running there when it exits gets SIGTERM, then SIGKILL after
+--grace, before the lock is released. (In a terminal's foreground CMD stays
+in fenced exec's group, where the terminal signals every process itself.)
+Exit status: CMD's (128+N when a signal N ended it); 1 when fenced exec
 itself failed (the lock is still held after --wait or at --try, the server
 is unreachable, the lease was lost); 2 for a usage error; 127 when CMD
 cannot be started; 128+N when signal N interrupted the wait.
@@ -223,6 +224,12 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 	if group {
 		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
+	// SIGHUP too is passed on while the child runs: uncaught, it ended
+	// this process and left the child running under a lease nobody
+	// refreshed (a shell sends it to its jobs as it exits).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if err := child.Start(); err != nil {
 		release()
 		return &ExitError{Code: 127, Err: fmt.Errorf("%s: start %s: %w", prog, argv[0], err)}
@@ -269,6 +276,8 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 			return nil
 		case s := <-sigs:
 			send(s) // passed on; the child decides
+		case s := <-hup:
+			send(s)
 		case <-ctxDone:
 			ctxDone = nil
 			// A signal that ended the context also reached sigs and was
