@@ -64,6 +64,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	} else if cmd.set["redis-prefix"] {
 		return usagef(cmd.name, "--redis-prefix without --redis-addr: leases are in etcd; give --redis-addr to keep them in Redis")
 	}
+	stopHUP := o.h.catchHUP() // before the start, which waits for etcd
+	defer stopHUP()
 	log := o.lf.logger(stderr)
 	if err := o.h.load(); err != nil {
 		return err

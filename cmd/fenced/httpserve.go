@@ -34,6 +34,21 @@ type httpFlags struct {
 	// Loaded by load.
 	tlsConfig *tls.Config
 	tokens    *server.Tokens
+
+	hup chan os.Signal // SIGHUP, caught since catchHUP; nil before
+}
+
+// catchHUP catches SIGHUP from now on: uncaught, Go's default for it ended
+// fenced, and a reload (the systemd unit's ExecReload) while fenced starts,
+// which lasts as long as etcd is down, killed it, and systemd, which
+// counts SIGHUP as a clean end, did not restart it. One that comes before
+// fenced serves is kept: reloadOnHUP reloads the tokens for it then. stop
+// stops catching.
+func (h *httpFlags) catchHUP() (stop func()) {
+	h.hup = make(chan os.Signal, 1)
+	signal.Notify(h.hup, syscall.SIGHUP)
+	hup := h.hup
+	return func() { signal.Stop(hup) }
 }
 
 func (h *httpFlags) register(fs *flag.FlagSet) {
@@ -202,8 +217,11 @@ func checkBackends(ctx context.Context, log *slog.Logger, ready func(context.Con
 // were, and the log says why. Without --auth-token-file, SIGHUP is logged
 // and otherwise ignored (it does not end fenced).
 func (h *httpFlags) reloadOnHUP(log *slog.Logger, srv *server.Server) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+	hup := h.hup // caught since the start, and a SIGHUP then is in it
+	if hup == nil {
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

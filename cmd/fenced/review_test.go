@@ -170,3 +170,25 @@ func TestExecPassesOnSIGHUP(t *testing.T) {
 		t.Fatal("the lock is still held after fenced exec exited")
 	}
 }
+
+// TestSIGHUPWhileStarting: fenced caught SIGHUP (a reload of the token
+// file: the systemd unit's ExecReload) only once it served, and Go's
+// default for an uncaught SIGHUP ended it. fenced serve waits for etcd at
+// start, as long as etcd is down, so a reload in that time killed it, and
+// systemd, which counts SIGHUP as a clean end, did not restart it. A
+// SIGHUP while starting is now kept, and the tokens are reloaded once
+// fenced serves.
+func TestSIGHUPWhileStarting(t *testing.T) {
+	t.Parallel()
+	etcd := testenv.FreeURL(t) // nothing listens there: fenced waits for it
+	p := start(t, nil, "serve", "--listen", "127.0.0.1:0", "--lease-store", "etcd", "--etcd-endpoints", etcd)
+	eventually(t, 30*time.Second, "the log line that fenced waits for etcd", func() bool {
+		return strings.Contains(p.stderr.String(), "fenced waits for it before serving")
+	})
+	p.signal(syscall.SIGHUP)
+	p.signal(syscall.SIGTERM) // the lower number is delivered first: SIGHUP
+	p.wait(30 * time.Second)
+	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Fatalf("fenced serve was killed by %v while it waited for etcd", ws.Signal())
+	}
+}
