@@ -3,7 +3,6 @@ package sequencer
 import (
 	"context"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -56,7 +55,9 @@ func ReadFloor(ctx context.Context, cli *clientv3.Client, prefix string) (Floor,
 // token exceeds Floor.Next-1.
 //
 // Tokens stay below 2^63, so they fit a signed 64-bit column, for about
-// 290,000 years of clock.
+// 290,000 years of clock. A min that leaves no token up to fence.MaxToken
+// is an error; an issuer whose next token would pass it returns
+// ErrTokensExhausted.
 func RaiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fence.Token) (Floor, error) {
 	f, _, err := raiseFloor(ctx, cli, prefix, min, false)
 	return f, err
@@ -81,8 +82,11 @@ func raiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fe
 		if live := uint64(cur.Next); live > target {
 			target = live
 		}
-		if target >= math.MaxInt64 {
-			return Floor{}, false, fmt.Errorf("sequencer: floor %d does not fit a signed 64-bit token", target)
+		// The next token is at least target+2 (the put's revision is
+		// cur.Revision+1 or later, the next Txn's after it): it must not
+		// pass fence.MaxToken, which no fence admits.
+		if target > uint64(fence.MaxToken)-2 {
+			return Floor{}, false, fmt.Errorf("sequencer: floor %d leaves no token up to %d (2^63-1, the largest a signed 64-bit column holds)", target, uint64(fence.MaxToken))
 		}
 		// The put takes revision cur.Revision+1 (or later if someone writes
 		// first, which only makes tokens larger); offset so that

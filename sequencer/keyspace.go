@@ -78,6 +78,12 @@ func (k Keyspace) norm() Keyspace {
 // raised the floor by then; the caller retries.
 var ErrRestored = errors.New("sequencer: etcd's revision went back below tokens already issued; the floor was raised")
 
+// ErrTokensExhausted is returned when the next token would pass
+// fence.MaxToken (2^63-1): the floor was raised so high that no token is
+// left above it. Only a floor set by hand, or a RaiseFloor with a min near
+// 2^63, comes near it; a new keyspace (WithPrefix) starts again.
+var ErrTokensExhausted = errors.New("sequencer: no token left below 2^63 (fence.MaxToken) above the floor")
+
 // Issuer runs the etcd Txns whose revisions become tokens, and is the one
 // place where a revision and a floor offset become a token.
 //
@@ -217,6 +223,11 @@ func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offse
 		tok = Token(resp.Header.Revision, offset)
 		if used != nil && !used(resp) {
 			return resp, tok, true, nil
+		}
+		if tok > fence.MaxToken {
+			// No fence admits it: the revision passed what the floor left
+			// room for. The Txn committed; its token is never used.
+			return nil, 0, false, fmt.Errorf("%w: revision %d plus floor offset %d is %d", ErrTokensExhausted, resp.Header.Revision, offset, uint64(tok))
 		}
 		if tok <= highest {
 			if err := i.restored(ctx, tok, highest); err != nil {
