@@ -685,16 +685,17 @@ func (s *EtcdStore) untilAnswered(timeout time.Duration, try func(ctx context.Co
 	}
 }
 
-// hold records a lock this store now enforces, and returns the TTL it
-// grants: ttl, or less if the session is not known to live that long.
-func (s *EtcdStore) hold(name, leaseID string, tok fence.Token, modRev int64, sess *session, start time.Time, ttl time.Duration, plain bool) time.Duration {
+// hold records a lock this store now enforces, held holds times, and
+// returns the TTL it grants: ttl, or less if the session is not known to
+// live that long.
+func (s *EtcdStore) hold(name, leaseID string, tok fence.Token, modRev int64, sess *session, start time.Time, ttl time.Duration, plain bool, holds int) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	granted := min(ttl, sess.validUntil.Sub(start))
 	if old := s.held[name]; old != nil {
 		old.sess.users--
 	}
-	h := &holding{id: leaseID, token: tok, modRev: modRev, sess: sess, deadline: start.Add(granted), plain: plain}
+	h := &holding{id: leaseID, token: tok, modRev: modRev, sess: sess, deadline: start.Add(granted), plain: plain, holds: holds}
 	sess.users++
 	s.held[name] = h
 	s.scheduleLocked(name, h)
@@ -841,7 +842,10 @@ func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *se
 	if err != nil || !held {
 		return Grant{}, backendErr("etcd", "refresh", fmt.Errorf("the lock vanished in its own Txn: %v", err))
 	}
-	granted := s.hold(name, leaseID, st.Token, resp.Header.Revision, sess, start, ttl, st.Holder == "")
+	// The holding keeps the lock's reentrancy count as read: a lock held
+	// more than once is never shortened by a refresh of one hold, here as
+	// on the store that granted it (defect 19).
+	granted := s.hold(name, leaseID, st.Token, resp.Header.Revision, sess, start, ttl, st.Holder == "", st.Count)
 	return Grant{Token: st.Token, TTL: granted, LeaseID: leaseID}, nil
 }
 
@@ -1827,7 +1831,7 @@ func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], 
 		_, _ = s.cli.Txn(ctx).If(s.ks.LockHeldBy(op.name, op.id)...).Then(s.ks.DeleteLock(op.name)...).Commit()
 		r.Done(nil, sequencer.ErrRestored)
 	default:
-		granted := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl, op.holder == "")
+		granted := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl, op.holder == "", 1)
 		r.Done(createResult{token: tok, modRev: rev, granted: granted}, nil)
 	}
 }

@@ -1,0 +1,54 @@
+package lock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+)
+
+// A lock held twice keeps the longer hold's deadline (defect 19) also after
+// a refresh moved it onto another session of the store (a TTL of another
+// class), or onto another store's: the store still knows it is held twice,
+// and a shorter refresh of the other hold does not shorten it.
+func TestEtcdLongerRefreshInAnotherClassKeepsTheHolds(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	c := newClient(t, newEtcdStore(t, cli))
+	name := testenv.Name(t)
+	a, err := c.Acquire(t.Context(), name, 2*time.Second, lock.WithHolder("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.TryAcquire(t.Context(), name, 2*time.Second, lock.WithHolder("h"))
+	if err != nil || again.Count() != 2 {
+		t.Fatalf("reentry: %v", err)
+	}
+	if err := again.Refresh(t.Context(), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Refresh(t.Context(), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Inspect(t.Context(), name)
+	if err != nil || !st.Held || st.Remaining < 15*time.Second {
+		t.Fatalf("after a refresh of the other hold to 2s: %+v, %v; want held for the 20s hold", st, err)
+	}
+	// The same through another store (another fenced node): it takes the
+	// lock over and must know it is held twice.
+	b := newEtcdStore(t, cli)
+	if _, err := b.Refresh(t.Context(), name, a.ID(), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Refresh(t.Context(), name, a.ID(), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	st, err = b.Inspect(t.Context(), name)
+	if err != nil || !st.Held || st.Remaining < 15*time.Second {
+		t.Fatalf("after a refresh through another store to 2s: %+v, %v; want held for the 20s hold", st, err)
+	}
+	if err := errors.Join(again.Release(t.Context()), a.Release(t.Context())); err != nil {
+		t.Fatal(err)
+	}
+}
