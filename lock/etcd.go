@@ -602,31 +602,46 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 	if err != nil {
 		return Grant{}, err
 	}
-	// An acquisition's waiter marks its hold in the count's record, so
-	// that a request sent again after a lost answer (a new attempt, with
-	// the same waiter) finds it counted (defect 42).
-	ops := cur.Ops
-	if req.Waiter != "" {
-		op := "w" + req.Waiter
-		if slices.Contains(cur.Ops, op) {
-			return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count}, nil
-		}
-		ops = append(slices.Clip(ops), op)
-	}
 	if reenterStepHook != nil {
 		reenterStepHook()
 	}
-	resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountAt(req.Name, cur.CountRev))...).
-		Then(s.ks.PutCount(req.Name, cur.Count+1, ops, cur.Lease)).Commit()
-	if err != nil {
-		return Grant{}, backendErr("etcd", "acquire", err)
+	// The count as read may have changed since: another reentry or
+	// release, or the refresh itself, when it moved the lock onto another
+	// session (a TTL of another class, or another store's), which rewrites
+	// the count key on the lock's new etcd lease. Read it again and count
+	// on what is there, as a release does.
+	for range 8 {
+		// An acquisition's waiter marks its hold in the count's record, so
+		// that a request sent again after a lost answer (a new attempt,
+		// with the same waiter) finds it counted (defect 42).
+		ops := cur.Ops
+		if req.Waiter != "" {
+			op := "w" + req.Waiter
+			if slices.Contains(cur.Ops, op) {
+				return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count}, nil
+			}
+			ops = append(slices.Clip(ops), op)
+		}
+		resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountAt(req.Name, cur.CountRev))...).
+			Then(s.ks.PutCount(req.Name, cur.Count+1, ops, cur.Lease)).Else(s.ks.GetLock(req.Name)...).Commit()
+		if err != nil {
+			return Grant{}, backendErr("etcd", "acquire", err)
+		}
+		s.txns.Add(1)
+		if resp.Succeeded {
+			s.setHolds(req.Name, cur.LeaseID, cur.Count+1)
+			return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count + 1}, nil
+		}
+		st, held, err := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
+		if err != nil {
+			return Grant{}, backendErr("etcd", "acquire", err)
+		}
+		if !held || st.LeaseID != cur.LeaseID {
+			return Grant{}, &HeldError{} // released meanwhile: the client tries again
+		}
+		cur = st
 	}
-	if !resp.Succeeded {
-		return Grant{}, &HeldError{} // released or reentered meanwhile: the client tries again
-	}
-	s.txns.Add(1)
-	s.setHolds(req.Name, cur.LeaseID, cur.Count+1)
-	return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count + 1}, nil
+	return Grant{}, backendErr("etcd", "acquire", errors.New("the reentrancy count kept changing"))
 }
 
 // reenterStepHook, if set (by tests), runs in reenter between its two

@@ -52,3 +52,40 @@ func TestEtcdLongerRefreshInAnotherClassKeepsTheHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A reentry that moves the lock onto another session, through another
+// store (another fenced node behind a load balancer) or with a TTL of
+// another class, is a reentry: TryAcquire by the holder gets the lock again,
+// and the count stays on the lock's etcd lease.
+func TestEtcdReentryThatMovesTheLock(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	prefix := "/" + testenv.Name(t) + "/"
+	a := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
+	b := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
+	for _, tc := range []struct {
+		what string
+		c    *lock.Client
+		ttl  time.Duration
+	}{{"through another store", b, 5 * time.Second}, {"with a TTL of another class", a, 30 * time.Second}} {
+		name := testenv.Name(t)
+		first, err := a.Acquire(t.Context(), name, 5*time.Second, lock.WithHolder("h"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := tc.c.TryAcquire(t.Context(), name, tc.ttl, lock.WithHolder("h"))
+		if err != nil {
+			t.Fatalf("reentry %s: %v", tc.what, err)
+		}
+		if again.ID() != first.ID() || again.Token() != first.Token() || again.Count() != 2 {
+			t.Fatalf("reentry %s: id %s token %d count %d; want %s, %d, 2", tc.what, again.ID(), again.Token(), again.Count(), first.ID(), first.Token())
+		}
+		lk, err1 := cli.Get(t.Context(), prefix+"locks/"+name)
+		cnt, err2 := cli.Get(t.Context(), prefix+"count/"+name)
+		if err := errors.Join(err1, err2); err != nil || len(lk.Kvs) != 1 || len(cnt.Kvs) != 1 || lk.Kvs[0].Lease != cnt.Kvs[0].Lease {
+			t.Fatalf("reentry %s: lock key %v, count key %v, %v; want both on one etcd lease", tc.what, lk.Kvs, cnt.Kvs, err)
+		}
+		if err := errors.Join(again.Release(t.Context()), first.Release(t.Context())); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
