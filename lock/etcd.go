@@ -74,7 +74,12 @@ type EtcdStore struct {
 	closed   bool
 	wake     chan struct{} // the next event moved earlier
 	stop     chan struct{}
-	wg       sync.WaitGroup // the goroutine and the work it started
+	// life bounds the store's own calls to etcd (renewals, deletes it
+	// retries, orphans): Close ends it, so that it does not wait them
+	// out while etcd hangs.
+	life    context.Context
+	endLife context.CancelFunc
+	wg      sync.WaitGroup // the goroutine and the work it started
 
 	txns, ops, sessionGrants, reads atomic.Uint64
 	inflight, maxInflight           atomic.Int64 // batches being committed
@@ -278,6 +283,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 		slots: map[string]map[int]bool{}, orphans: map[slotKey]bool{}, instance: instance,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	s.gc.Commit, s.gc.Slots, s.gc.Inline = s.commitCounted, c.inflight, true
 	s.gc.SetMaxBatch(c.maxBatch)
 	s.checks.Commit, s.checks.Inline = s.check, true
@@ -301,9 +307,10 @@ func (s *EtcdStore) Stats() EtcdStats {
 		MaxInflight: int(s.maxInflight.Load())}
 }
 
-// Close stops the store's goroutine and waits for the work it started.
-// Locks still held stay in etcd until their session lease expires. Later
-// acquisitions fail with ErrClosed. Close is idempotent.
+// Close stops the store's goroutine and waits for the work it started,
+// which it cuts short: a delete the store was retrying is left to the
+// session lease. Locks still held stay in etcd until their session lease
+// expires. Later acquisitions fail with ErrClosed. Close is idempotent.
 func (s *EtcdStore) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -312,6 +319,7 @@ func (s *EtcdStore) Close() error {
 	}
 	s.closed = true
 	close(s.stop)
+	s.endLife()
 	s.mu.Unlock()
 	s.unfollow()
 	s.wg.Wait()
@@ -434,7 +442,7 @@ func (s *EtcdStore) orphanLocked(pk placeKey) {
 // etcd outage costs one failing call per wait, not one per orphan.
 func (s *EtcdStore) deleteOrphans(keys []slotKey) {
 	defer s.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(s.life, 5*time.Second)
 	defer cancel()
 	var err error
 	for len(keys) > 0 && err == nil {
@@ -684,7 +692,7 @@ func (s *EtcdStore) abandon(name, leaseID string) {
 // session lease, which the store's other locks keep alive (defect 14).
 func (s *EtcdStore) untilAnswered(timeout time.Duration, try func(ctx context.Context) (done bool)) {
 	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		ctx, cancel := context.WithTimeout(s.life, timeout)
 		done := try(ctx)
 		cancel()
 		if done {
@@ -1393,7 +1401,7 @@ func (s *EtcdStore) grant(ctx context.Context, secs int64) (*session, error) {
 // so is every lock on it: etcd deleted their keys.
 func (s *EtcdStore) renew(sess *session) {
 	defer s.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), sess.granted/3)
+	ctx, cancel := context.WithTimeout(s.life, sess.granted/3)
 	defer cancel()
 	sent := time.Now()
 	ka, err := s.cli.KeepAliveOnce(clientv3.WithRequireLeader(ctx), sess.id)

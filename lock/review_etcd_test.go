@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -87,5 +88,38 @@ func TestEtcdReentryThatMovesTheLock(t *testing.T) {
 		if err := errors.Join(again.Release(t.Context()), first.Release(t.Context())); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Close does not wait out the store's own retries while etcd hangs: the
+// release of a create whose reply never came (defect 14's abandon), a
+// deadline's delete and a session's renewal each wait seconds for etcd
+// (a renewal a third of its session's TTL, 16 hours for a day's TTL), and
+// fenced's shutdown waits for Close.
+func TestEtcdCloseWhileEtcdHangs(t *testing.T) {
+	e, _ := testenv.Etcd(t)
+	p, cli := testenv.EtcdThroughProxy(t, e)
+	s, err := lock.NewEtcdStore(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: testenv.Name(t), LeaseID: "0123456789abcdef0123456789abcdef", TTL: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	p.Hold(true) // etcd stops answering this client
+	defer p.Hold(false)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	_, err = s.Acquire(ctx, lock.AcquireRequest{Name: testenv.Name(t), LeaseID: "1123456789abcdef0123456789abcdef", TTL: 30 * time.Second})
+	cancel()
+	if err == nil {
+		t.Fatal("acquired while etcd hung")
+	}
+	// The store now releases that create, in case it was made, until etcd
+	// answers.
+	t0 := time.Now()
+	s.Close()
+	if took := time.Since(t0); took > 2*time.Second {
+		t.Fatalf("Close returned after %s while etcd hung", took.Round(time.Millisecond))
 	}
 }
