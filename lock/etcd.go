@@ -829,6 +829,15 @@ func (s *EtcdStore) check(batch []*groupcommit.Request[string]) {
 	}
 	resp, err := s.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
 	s.reads.Add(1)
+	if errors.Is(err, rpctypes.ErrTooManyOps) && len(batch) > 1 {
+		// As for creates and deletes (commit): halve the bound and read
+		// each half, so no refresh fails because of batching.
+		s.checks.SetMaxBatch(max(1, len(batch)/2))
+		cancel()
+		s.check(batch[:len(batch)/2])
+		s.check(batch[len(batch)/2:])
+		return
+	}
 	for i, r := range batch {
 		if err != nil {
 			r.Done(nil, err)

@@ -3,6 +3,8 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,5 +123,59 @@ func TestEtcdCloseWhileEtcdHangs(t *testing.T) {
 	s.Close()
 	if took := time.Since(t0); took > 2*time.Second {
 		t.Fatalf("Close returned after %s while etcd hung", took.Round(time.Millisecond))
+	}
+}
+
+// Refreshes share read-only Txns as creates and deletes share write Txns;
+// a batch of them etcd refuses as too large (--max-txn-ops, 128 by
+// default) is split too, and no refresh fails because of batching.
+func TestEtcdRefreshBatchOverMaxTxnOps(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s := newEtcdStore(t, cli, lock.WithEtcdMaxBatch(1000))
+	prefix := testenv.Name(t)
+	const n = 400
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	run := func(f func(name, id string) error) {
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if err := f(fmt.Sprint(prefix, "-", i), fmt.Sprintf("%032x", i+1)); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+	}
+	run(func(name, id string) error {
+		_, err := s.Acquire(context.Background(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: 10 * time.Second})
+		return err
+	})
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d acquisitions failed, first: %v", len(errs), n, errs[0])
+	}
+	before := s.Stats().Reads
+	run(func(name, id string) error {
+		_, err := s.Refresh(context.Background(), name, id, 10*time.Second)
+		return err
+	})
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d refreshes failed, first: %v", len(errs), n, errs[0])
+	}
+	if reads := s.Stats().Reads - before; reads >= n {
+		t.Fatalf("%d reads for %d refreshes: want them batched", reads, n)
+	}
+	run(func(name, id string) error { return s.Release(context.Background(), name, id, "") })
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d releases failed, first: %v", len(errs), n, errs[0])
 	}
 }
