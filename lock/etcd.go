@@ -896,14 +896,17 @@ func (s *EtcdStore) Release(ctx context.Context, name, leaseID, op string) error
 	case errors.Is(err, errHeld):
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if t, ok := s.released[name]; ok && t.id == leaseID && time.Now().Before(t.until) {
-			return nil
-		}
 		if h := s.held[name]; h != nil && h.id == leaseID {
 			s.dropLocked(name, h)
 		}
+		if t, ok := s.released[name]; ok && t.id == leaseID && time.Now().Before(t.until) {
+			return nil
+		}
 		return ErrLost
 	case err != nil:
+		s.mu.Lock()
+		s.maybeReleasedLocked(name, leaseID)
+		s.mu.Unlock()
 		return backendErr("etcd", "release", err)
 	}
 	if cr, ok := v.(countResult); ok {
@@ -931,6 +934,11 @@ func (s *EtcdStore) countDown(ctx context.Context, name, leaseID, op string, cr 
 		resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountAt(name, cr.rev))...).
 			Then(then...).Else(s.ks.GetLock(name)...).Commit()
 		if err != nil {
+			if cr.count <= 1 {
+				s.mu.Lock()
+				s.maybeReleasedLocked(name, leaseID)
+				s.mu.Unlock()
+			}
 			return backendErr("etcd", "release", err)
 		}
 		s.txns.Add(1)
@@ -969,6 +977,22 @@ func (s *EtcdStore) releasedLocked(name, leaseID string) {
 		heap.Push(&s.events, event{at: h.deadline, name: name, tomb: true})
 		s.startLoopLocked()
 	}
+}
+
+// maybeReleasedLocked books a release that got no answer: etcd may have
+// committed it (its reply lost), and the caller sends it again (etcd's
+// client does not, Lease.Release does). Found gone then, the lock was
+// released, not lost: a tombstone says so until the lock's deadline, as
+// after a release answered. The holding stays, since the lock may still
+// be held. Called with mu.
+func (s *EtcdStore) maybeReleasedLocked(name, leaseID string) {
+	h := s.held[name]
+	if h == nil || h.id != leaseID || !h.deadline.After(time.Now()) {
+		return
+	}
+	s.released[name] = tombstone{id: leaseID, token: h.token, until: h.deadline}
+	heap.Push(&s.events, event{at: h.deadline, name: name, tomb: true})
+	s.startLoopLocked()
 }
 
 // Inspect implements LeaseStore. Remaining is the lock's own deadline when
@@ -1155,6 +1179,9 @@ func (s *EtcdStore) ForceRelease(ctx context.Context, name string) (State, error
 			s.mu.Lock()
 			if h := s.held[name]; h != nil && h.id == before.LeaseID {
 				s.dropLocked(name, h)
+			}
+			if t, ok := s.released[name]; ok && t.id == before.LeaseID {
+				delete(s.released, name) // a release that got no answer did not free it: its holder lost it
 			}
 			s.mu.Unlock()
 			return before, nil

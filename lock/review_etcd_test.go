@@ -179,3 +179,47 @@ func TestEtcdRefreshBatchOverMaxTxnOps(t *testing.T) {
 		t.Fatalf("%d of %d releases failed, first: %v", len(errs), n, errs[0])
 	}
 }
+
+// A release whose reply was lost, sent again, is a success, as on Redis
+// leases (defect 4): etcd's client does not resend a write whose reply was
+// lost, the caller does (Lease.Release, defect 23), and its lock is
+// released, not lost.
+func TestEtcdLostReleaseReplyIsSuccess(t *testing.T) {
+	e, direct := testenv.Etcd(t)
+	pr, cli := testenv.EtcdThroughProxy(t, e)
+	prefix := "/" + testenv.Name(t) + "/"
+	s := newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix))
+	id := "0123456789abcdef0123456789abcdef"
+	// The proxy cuts the connection at the first bytes etcd sends after
+	// the release went through it; other streams on the connection (the
+	// issuer's watch) may come first and cut it before etcd commits it.
+	// That is no lost reply: try again, on a new name.
+	for try := 1; ; try++ {
+		name := testenv.Name(t)
+		if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: 30 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		lost := pr.LoseReply([]byte(prefix + "locks/" + name))
+		err := s.Release(t.Context(), name, id, "")
+		<-lost
+		r, gerr := direct.Get(t.Context(), prefix+"locks/"+name)
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		if err == nil || len(r.Kvs) == 1 {
+			// The reply came through after all, or the release did not
+			// commit: the next release below frees it.
+			if err := s.Release(t.Context(), name, id, ""); err != nil {
+				t.Fatal(err)
+			}
+			if try == 5 {
+				t.Fatalf("in %d tries, no release committed with its reply lost", try)
+			}
+			continue
+		}
+		if err := s.Release(t.Context(), name, id, ""); err != nil {
+			t.Fatalf("the release sent again after its reply was lost: %v; want success", err)
+		}
+		return
+	}
+}
