@@ -143,11 +143,11 @@ func (i *Issuer) Follow() (stop func()) {
 			}
 			for wr := range i.cli.Watch(ctx, i.ks.CounterKey(), opts...) {
 				for _, ev := range wr.Events {
-					i.observe(ev.Kv.ModRevision)
+					i.observe(ctx, ev.Kv.ModRevision)
 					from = ev.Kv.ModRevision + 1
 				}
 				if wr.CompactRevision > 0 {
-					i.observe(wr.CompactRevision)
+					i.observe(ctx, wr.CompactRevision)
 					from = wr.CompactRevision
 				}
 			}
@@ -164,12 +164,29 @@ func (i *Issuer) Follow() (stop func()) {
 
 // observe counts a revision written to the counter key as a token issued,
 // with the floor offset known now: a Txn sent later has a larger revision
-// and, once it has read the floor, that same offset or a larger one.
-func (i *Issuer) observe(rev int64) {
+// and, once it has read the floor, that same offset or a larger one. An
+// issuer that has read no floor yet (it has issued nothing) reads it now:
+// else it would count none of the tokens others issue until its own first
+// Txn, and that Txn, after a restore, could repeat one of them.
+func (i *Issuer) observe(ctx context.Context, rev int64) {
+	i.mu.Lock()
+	known := i.modRev >= 0
+	i.mu.Unlock()
+	if !known {
+		f, err := readFloor(ctx, i.cli, i.ks)
+		if err != nil || f.modRev == 0 {
+			return // no floor yet: the first Txn sets one above every token
+		}
+		i.mu.Lock()
+		if i.modRev < 0 {
+			i.offset, i.modRev = f.Offset, f.modRev
+		}
+		i.mu.Unlock()
+	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.modRev < 0 {
-		return // no floor read yet: nothing to add the revision to
+		return
 	}
 	if tok := Token(rev, i.offset); tok > i.highest {
 		i.highest = tok

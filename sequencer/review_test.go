@@ -2,7 +2,9 @@ package sequencer_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/testenv"
@@ -41,4 +43,50 @@ func TestNoTokenAboveMaxToken(t *testing.T) {
 		}
 	}
 	t.Fatal("10 tokens issued above a floor 5 below MaxToken")
+}
+
+// A process that follows the counter key but has issued no token yet (a
+// fenced node the load balancer sent no acquisition) counts the tokens the
+// others issue all the same: after etcd is restored from an older snapshot
+// without RaiseFloor, its first token exceeds them (guarantee 4, "every
+// issuer watches the counter key").
+func TestFollowerThatIssuedNothingNoticesARestore(t *testing.T) {
+	e, direct := testenv.Etcd(t)
+	ctx := t.Context()
+	p, cli := testenv.EtcdThroughProxy(t, e)
+	s := newSeq(t, cli)
+	if _, err := s.Next(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	snap := saveSnapshot(t, e)
+	idle := newSeq(t, testenv.EtcdClient(t, p.Addr())) // follows, issues nothing
+	var max fence.Token
+	deadline := time.Now().Add(10 * time.Second)
+	for idle.Highest() < max || max == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("in 10 s the idle follower saw none of the tokens issued up to %d (its highest: %d)", uint64(max), uint64(idle.Highest()))
+		}
+		tok, err := s.Next(ctx, "r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		max = tok
+	}
+	direct.Close()
+	p.Refuse(true)
+	p.CutAll()
+	e.Close()
+	p.Refuse(false)
+	e2 := restore(t, snap)
+	p.SetTarget(strings.TrimPrefix(e2.ClientURL(), "http://"))
+	p.CutAll()
+	tok, err := idle.Next(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok <= max {
+		t.Fatalf("a follower that had issued nothing got %d from the restored cluster, at or below %d issued before", uint64(tok), uint64(max))
+	}
+	s.Close()
+	idle.Close()
 }
