@@ -59,6 +59,7 @@ type EtcdStore struct {
 
 	mu       sync.Mutex
 	sessions map[int64]*session      // by TTL in seconds
+	retired  map[*session]bool       // sessions a later one of their class replaced, renewed while in use
 	granting map[int64]chan struct{} // closed when a grant of that class ends
 	held     map[string]*holding     // locks this store granted or took over
 	released map[string]tombstone    // lease ids released here, for a retried release
@@ -279,7 +280,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 	}
 	s := &EtcdStore{
 		cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log), log: c.log,
-		sessions: map[int64]*session{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{}, places: map[placeKey]place{},
+		sessions: map[int64]*session{}, retired: map[*session]bool{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{}, places: map[placeKey]place{},
 		slots: map[string]map[int]bool{}, orphans: map[slotKey]bool{}, instance: instance,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
@@ -1410,6 +1411,14 @@ func (s *EtcdStore) sessionFor(ctx context.Context, ttl time.Duration, start tim
 			s.mu.Unlock()
 			return nil, err
 		}
+		if old := s.sessions[secs]; old != nil && !old.dead {
+			// Not known to outlive a new TTL (its renewals failed for a
+			// while), but what is on it lives as long as it does: a
+			// waiter's place, or a lock until it is refreshed onto the new
+			// one (or a create still in flight). Keep renewing it while it
+			// is in use.
+			s.retired[old] = true
+		}
 		s.sessions[secs] = sess
 		s.startLoopLocked()
 		s.mu.Unlock()
@@ -1534,19 +1543,30 @@ func (s *EtcdStore) step(now time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next := now.Add(time.Hour)
-	for _, sess := range s.sessions {
+	for sess := range s.retired {
+		if sess.dead || sess.users <= 0 && !now.Before(sess.validUntil) {
+			delete(s.retired, sess) // gone, or unused and past its validity
+		}
+	}
+	renew := func(sess *session) {
 		if sess.dead || sess.users == 0 || sess.renewing {
-			continue
+			return
 		}
 		if !now.Before(sess.nextRenew) {
 			sess.renewing = true
 			s.wg.Add(1)
 			go s.renew(sess)
-			continue
+			return
 		}
 		if sess.nextRenew.Before(next) {
 			next = sess.nextRenew
 		}
+	}
+	for _, sess := range s.sessions {
+		renew(sess)
+	}
+	for sess := range s.retired {
+		renew(sess)
 	}
 	if len(s.orphans) > 0 && !s.cleaning {
 		if now.Before(s.cleanAt) {
