@@ -114,6 +114,11 @@ type holding struct {
 	refreshing int  // refreshes in flight: the deadline is not enforced meanwhile
 	expiring   bool // the enforcer is deleting it
 	plain      bool // taken with no reentrant holder: it never has a count
+	// unsure is a take-over whose reply was lost: modRev is not known,
+	// and the deadline deletes the lock if it is on sess (the move
+	// committed) or, at prevModRev, still as this store wrote it before.
+	unsure     bool
+	prevModRev int64
 	// holds is the reentrancy count as this store last set it. Above 1, a
 	// refresh never moves the deadline earlier: the other holds' validity
 	// runs to it (defect 19).
@@ -151,7 +156,10 @@ type etcdOp struct {
 	// attempt without one asks whether the lock is free and nothing more.
 	placed bool
 	modRev int64 // expire: only the lock as this store wrote it
-	plain  bool  // delete, expire: the lock has no reentrant holder (holding.plain)
+	// expire: instead of modRev, only the lock on this etcd lease (a
+	// take-over whose reply was lost)
+	lease clientv3.LeaseID
+	plain bool // delete, expire: the lock has no reentrant holder (holding.plain)
 }
 
 const (
@@ -726,6 +734,37 @@ func (s *EtcdStore) hold(name, leaseID string, tok fence.Token, modRev int64, se
 	return granted
 }
 
+// holdUnsure records a take-over whose reply was lost, so that the lock
+// is deleted at its deadline if nobody refreshes it: on sess, if the move
+// committed, or as this store wrote it before, if it did not. The deadline
+// is the later of the refresh's and the one before, which the holder
+// counted on. A later refresh takes the lock over again, and so learns
+// what it is.
+func (s *EtcdStore) holdUnsure(name, leaseID string, sess *session, start time.Time, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	h := &holding{id: leaseID, sess: sess, deadline: start.Add(max(min(ttl, sess.validUntil.Sub(start)), 0)), unsure: true}
+	if old := s.held[name]; old != nil {
+		if old.id == leaseID {
+			h.token, h.prevModRev, h.deadline = old.token, old.modRev, later(h.deadline, old.deadline)
+		}
+		s.dropLocked(name, old)
+	}
+	sess.users++
+	s.held[name] = h
+	s.scheduleLocked(name, h)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // remaining is how long this store's holding of name has left, if it has
 // one; 0 otherwise.
 func (s *EtcdStore) remaining(name string) time.Duration {
@@ -859,6 +898,11 @@ func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *se
 	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)...).
 		Then(append(s.ks.MoveLock(name, sess.id), s.ks.GetLock(name)...)...).Commit()
 	if err != nil {
+		// The move may have committed, its reply lost: the lock would
+		// then be on this store's session, which the store's other locks
+		// keep alive, and the store that enforced its deadline would find
+		// it moved and let it be. Enforce a deadline for it here.
+		s.holdUnsure(name, leaseID, sess, start, ttl)
 		return Grant{}, backendErr("etcd", "refresh", err)
 	}
 	if !resp.Succeeded {
@@ -1627,7 +1671,16 @@ func (s *EtcdStore) expire(name string, h *holding) {
 	}()
 	warned := false
 	s.untilAnswered(10*time.Second, func(ctx context.Context) bool {
-		_, err := s.gc.Do(clientv3.WithRequireLeader(ctx), name, etcdOp{kind: opExpire, name: name, id: h.id, modRev: h.modRev, plain: h.plain})
+		op := etcdOp{kind: opExpire, name: name, id: h.id, modRev: h.modRev, plain: h.plain}
+		if h.unsure {
+			op.lease = h.sess.id
+		}
+		_, err := s.gc.Do(clientv3.WithRequireLeader(ctx), name, op)
+		if errors.Is(err, errHeld) && h.unsure && h.prevModRev != 0 {
+			// Not moved onto this session after all: as written before?
+			op.lease, op.modRev = 0, h.prevModRev
+			_, err = s.gc.Do(clientv3.WithRequireLeader(ctx), name, op)
+		}
 		if err == nil || errors.Is(err, errHeld) {
 			return true // deleted, or no longer as this store wrote it
 		}
@@ -1862,10 +1915,11 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 		if op.plain {
 			del = s.ks.DeletePlainLock(name)
 		}
-		return opTxnParts{
-			cmps: append(s.ks.LockHeldBy(name, op.id), clientv3.Compare(clientv3.ModRevision(s.ks.LockKey(name)), "=", op.modRev)),
-			then: del,
+		as := clientv3.Compare(clientv3.ModRevision(s.ks.LockKey(name)), "=", op.modRev)
+		if op.lease != 0 {
+			as = clientv3.Compare(clientv3.LeaseValue(s.ks.LockKey(name)), "=", op.lease)
 		}
+		return opTxnParts{cmps: append(s.ks.LockHeldBy(name, op.id), as), then: del}
 	case opDelete:
 		if op.plain {
 			// A lock with no reentrant holder is never reentered: no count

@@ -223,3 +223,50 @@ func TestEtcdLostReleaseReplyIsSuccess(t *testing.T) {
 		return
 	}
 }
+
+// A refresh through another store moves the lock onto that store's
+// session (a take-over, one Txn). When that Txn's reply is lost, the lock
+// is on the second store's session and the first store no longer deletes
+// it at its deadline: the second must, or the lock, if nobody refreshes it
+// again, stays held by nobody for as long as its session lives, which the
+// store's other locks keep alive (defect 14's class).
+func TestEtcdLostTakeOverReplyStillExpires(t *testing.T) {
+	e, direct := testenv.Etcd(t)
+	pr, cli := testenv.EtcdThroughProxy(t, e)
+	prefix := "/" + testenv.Name(t) + "/"
+	a := newEtcdStore(t, direct, lock.WithEtcdPrefix(prefix))
+	b := newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix))
+	kept, err := newClient(t, b).Acquire(t.Context(), testenv.Name(t), 2*time.Second, lock.WithKeepAlive()) // keeps b's session alive
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Release(context.Background())
+	id := "0123456789abcdef0123456789abcdef"
+	var name string
+	for try := 1; ; try++ {
+		name = testenv.Name(t)
+		if _, err := a.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: 2 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		before, err := direct.Get(t.Context(), prefix+"locks/"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := pr.LoseReply([]byte(prefix + "locks/" + name))
+		_, err = b.Refresh(t.Context(), name, id, 2*time.Second)
+		<-lost
+		after, gerr := direct.Get(t.Context(), prefix+"locks/"+name)
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		if err != nil && len(after.Kvs) == 1 && after.Kvs[0].Lease != before.Kvs[0].Lease {
+			break // moved, and the reply lost
+		}
+		if try == 5 {
+			t.Fatalf("in %d tries, no take-over committed with its reply lost", try)
+		}
+	}
+	// Nobody refreshes it again: it is free at its TTL.
+	c := newClient(t, newEtcdStore(t, direct, lock.WithEtcdPrefix(prefix)))
+	getsIt(t, c, name, lock.WithWait(10*time.Second), "the lock taken over with its reply lost, refreshed by nobody since")
+}
