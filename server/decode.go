@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -312,15 +313,15 @@ func leaseID(fields map[string]json.RawMessage) (string, *apiError) {
 // integer decodes a JSON integer: no fraction, no exponent, no quotes, no
 // null, within int64.
 func integer(field string, raw json.RawMessage, want string) (int64, *apiError) {
-	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+	// A query's value is not JSON: "100abc" or "007" reach here as they
+	// are. Only digits, after an optional minus, are an integer; then
+	// ParseInt fails only out of range.
+	digits := bytes.TrimPrefix(raw, []byte("-"))
+	if len(digits) == 0 || bytes.ContainsFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) {
 		return 0, invalid(field, fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
 	}
-	var n int64
-	if err := json.Unmarshal(raw, &n); err != nil {
-		if bytes.ContainsAny(raw, ".eE") {
-			return 0, invalid(field, fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
-		}
-		// An integer past int64: out of range, not malformed.
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
 		return 0, invalid(field, fmt.Sprintf("%s %s: %s", field, excerpt(raw), want))
 	}
 	return n, nil

@@ -169,3 +169,26 @@ func TestElectionRefusals(t *testing.T) {
 		t.Fatalf("a refused request touched the lock: %+v", st)
 	}
 }
+
+// TestLongPollWaitMsIsAnInteger: a long poll's wait_ms comes in the query,
+// not as JSON. "100abc" is no integer and is refused as such; it was
+// refused as out of range ("want 0 to 60000"), which told the caller to
+// change a number it had right. "007" is seven milliseconds.
+func TestLongPollWaitMsIsAnInteger(t *testing.T) {
+	e := newEnv(t, backends(t)[1].store, nil)
+	path := "/v1/elections/" + testenv.Name(t) + "?after_token=0&wait_ms="
+	for _, bad := range []string{"100abc", "1e3", "-", "0x10", "1.5"} {
+		msg := e.do("GET", path+bad, "").errCode(t, http.StatusBadRequest, codeInvalidArgument)
+		if !strings.Contains(msg, "want an integer") || strings.Contains(msg, "want 0 to") {
+			t.Errorf("wait_ms=%s: %q; want it refused as no integer", bad, msg)
+		}
+	}
+	for _, far := range []string{"99999999", "99999999999999999999", "-1"} {
+		if msg := e.do("GET", path+far, "").errCode(t, http.StatusBadRequest, codeInvalidArgument); !strings.Contains(msg, "want 0 to") {
+			t.Errorf("wait_ms=%s: %q; want it refused as out of range", far, msg)
+		}
+	}
+	if l := e.leader(path + "007"); l.Leading {
+		t.Fatalf("nobody campaigns, yet %+v", l)
+	}
+}
