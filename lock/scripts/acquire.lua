@@ -9,7 +9,8 @@
 -- {2, holder's remaining ms (at least 1), or 0 if unknown or free, place in
 -- the queue or -1} when not. A waiter that finds the lease granted to it
 -- already (a remote acquisition whose answer was lost, see confirm.lua) gets
--- {1, lease id, token, count}, as a reentry with the count unchanged.
+-- {1, lease id, token, count}, as a reentry with the count unchanged, the
+-- lease extended to ttl ms (not shortened while held more than once).
 -- Safe to run twice: a retry after a lost reply finds its own lease id
 -- (docs/design.md, defect 4).
 -- The common case first: nobody waits, so a free lock goes to whoever asks.
@@ -27,7 +28,14 @@ if cur and ARGV[3] ~= '' then
   if g[1] == cur .. ' ' .. ARGV[3] and g[2] then
     redis.call('ZREM', KEYS[3], ARGV[3])
     redis.call('ZREM', KEYS[4], ARGV[3])
-    return {1, cur, g[2], tonumber(g[3] or '1')}
+    -- Extended to the TTL asked for, which the caller counts from this
+    -- attempt, as a refresh does (never shortened under reentrant holds).
+    local c = tonumber(g[3] or '1')
+    local ttl = tonumber(ARGV[2])
+    if c > 1 then ttl = math.max(ttl, redis.call('PTTL', KEYS[1])) end
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[2], ttl)
+    return {1, cur, g[2], c}
   end
 end
 if cur and ARGV[5] ~= '' then
