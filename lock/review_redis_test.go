@@ -1,11 +1,14 @@
 package lock_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // A remote acquisition whose grant was lost asks again with its waiter and
@@ -41,5 +44,85 @@ func TestLostGrantFoundAgainIsExtended(t *testing.T) {
 					st.Remaining, st.Held, valid.Round(time.Millisecond))
 			}
 		})
+	}
+}
+
+// newSlowRetryProxiedRedis is a proxiedRedis whose go-redis client waits
+// half a second before it sends a command again: time for a test to hold
+// the proxy's traffic (Hold) once a reply was lost, act through the
+// second store (straight to Redis, the same keys: another fenced server)
+// and then let the command sent again through.
+func newSlowRetryProxiedRedis(t *testing.T) (*proxiedRedis, *lock.RedisStore) {
+	t.Helper()
+	direct := testenv.Redis(t)
+	p, err := faultproxy.New(testenv.RedisAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true,
+		MinRetryBackoff: 500 * time.Millisecond, MaxRetryBackoff: 500 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	prefix := testenv.Name(t) + ":"
+	seq := newSequencer(t)
+	proxied, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxied.Close() })
+	other, err := lock.NewRedisStore(direct, seq, lock.WithRedisPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return &proxiedRedis{proxy: p, rdb: rdb, direct: direct, store: proxied, prefix: prefix}, other
+}
+
+// A confirm whose reply is lost is sent again by go-redis, after a
+// backoff, and a reentry by the same holder through another server (or
+// another client of this one) can come in between. The confirm sent again
+// wrote the token hash anew, count 1 included, and so took off the
+// reentry's hold: the holder's next release freed the lock under the
+// other hold, and another client took it (two holders). A confirm of the
+// token already recorded now changes nothing.
+func TestConfirmSentAgainKeepsAReentry(t *testing.T) {
+	pr, other := newSlowRetryProxiedRedis(t)
+	c1, c2, c3 := newClient(t, pr.store), newClient(t, other), newClient(t, other)
+	ctx := t.Context()
+	name := testenv.Name(t)
+
+	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, "scripts/confirm.lua")))
+	type result struct {
+		l   *lock.Lease
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		l, err := c1.TryAcquire(ctx, name, 30*time.Second, lock.WithHolder("worker-1"))
+		first <- result{l, err}
+	}()
+	// The confirm ran and its reply was lost; the one sent again waits.
+	<-lost
+	pr.proxy.Hold(true)
+	again, err := c2.TryAcquire(ctx, name, 30*time.Second, lock.WithHolder("worker-1"))
+	if err != nil || again.Count() != 2 {
+		t.Fatalf("reentry while the first confirm's reply is lost: %v, %v", again, err)
+	}
+	pr.proxy.Hold(false)
+	r := <-first
+	if r.err != nil {
+		t.Fatalf("the first acquisition, its confirm sent again: %v", r.err)
+	}
+	if st, err := c1.Inspect(ctx, name); err != nil || st.Count != 2 {
+		t.Errorf("after a grant and a reentry, the confirm sent again: %+v, %v; want count 2", st, err)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := c3.TryAcquire(ctx, name, 30*time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("another client while the first hold (token %d) is valid: %v, %v; want ErrNotAcquired", r.l.Token(), l, err)
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
