@@ -65,7 +65,8 @@ var (
 //	lease   the lease id, with the lease's expiry
 //	token   a hash beside it: t the token, o the owner, h the holder, c the count
 //	last    the lease id released last and its token, for as long as that
-//	        lease had left (a retried release succeeds; Inspect's LastToken)
+//	        lease had left (a retried release succeeds; Inspect's LastToken);
+//	        after a force-release, "forced:<the call's nonce>:" before them
 //	queue   fair waiters by arrival (a sorted set)
 //	places  fair waiters by when their place expires (a sorted set)
 //
@@ -335,7 +336,13 @@ func (s *RedisStore) ForceRelease(ctx context.Context, name string) (State, erro
 	if err != nil {
 		return State{}, err
 	}
-	v, err := s.run(ctx, forceScript, s.keys(name), s.channel(name)).Slice()
+	// The nonce lets the script, sent again after a lost reply, find what
+	// its first run removed rather than remove the next holder.
+	nonce, err := newLeaseID()
+	if err != nil {
+		return State{}, err
+	}
+	v, err := s.run(ctx, forceScript, s.keys(name), s.channel(name), nonce).Slice()
 	if err != nil {
 		return State{}, backendErr("redis", "force-release", err)
 	}

@@ -126,3 +126,80 @@ func TestConfirmSentAgainKeepsAReentry(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A force-release whose reply is lost is sent again by go-redis; the
+// second run finds the lease gone (the first removed it). The store then
+// reported that nobody had held the lock: the operator's DELETE answered
+// 404 "not held", and its log line named no removed holder, though the
+// holder had been removed.
+func TestForceReleaseSentAgainReportsTheHolder(t *testing.T) {
+	pr := newProxiedRedis(t)
+	c := newClient(t, pr.store)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	l, err := c.Acquire(ctx, name, 30*time.Second, lock.WithOwner("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/force.lua")))
+	st, err := c.ForceRelease(ctx, name)
+	<-lost
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.LeaseID != l.ID() || st.Token != l.Token() {
+		t.Fatalf("force-release after a lost reply: %+v; want the holder removed, lease %s token %d", st, l.ID(), l.Token())
+	}
+	if after, err := c.Inspect(ctx, name); err != nil || after.Held || after.LastToken != l.Token() {
+		t.Fatalf("after the force-release: %+v, %v; want free, last token %d", after, err, l.Token())
+	}
+	if err := l.Release(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("the removed holder's release: %v, want ErrLost", err)
+	}
+}
+
+// The same, when the lock changed hands before the force-release was sent
+// again: the first run woke the next waiter, which took the lock. The run
+// sent again removed that holder too, whom no operator had named, and
+// reported it as the one removed.
+func TestForceReleaseSentAgainSparesTheNextHolder(t *testing.T) {
+	pr, other := newSlowRetryProxiedRedis(t)
+	c, next := newClient(t, pr.store), newClient(t, other)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	l, err := c.Acquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/force.lua")))
+	type result struct {
+		st  lock.State
+		err error
+	}
+	forced := make(chan result, 1)
+	go func() {
+		st, err := c.ForceRelease(ctx, name)
+		forced <- result{st, err}
+	}()
+	// Removed, and the reply lost; the run sent again waits.
+	<-lost
+	pr.proxy.Hold(true)
+	m, err := next.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatalf("the next holder, after the force-release ran: %v", err)
+	}
+	pr.proxy.Hold(false)
+	r := <-forced
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.st.LeaseID != l.ID() {
+		t.Errorf("force-release sent again reports lease %q removed; want %s, the one held when it was asked (the next holder is %s)", r.st.LeaseID, l.ID(), m.ID())
+	}
+	if st, err := next.Inspect(ctx, name); err != nil || st.LeaseID != m.ID() {
+		t.Fatalf("after the force-release sent again: %+v, %v; want still held by the next holder %s", st, err, m.ID())
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Fatalf("the next holder's release: %v", err)
+	}
+}
