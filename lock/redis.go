@@ -69,6 +69,9 @@ var (
 //	        after a force-release, "forced:<the call's nonce>:" before them
 //	queue   fair waiters by arrival (a sorted set)
 //	places  fair waiters by when their place expires (a sorted set)
+//	released  the lease ids released lately, the last 16, each for as long
+//	        as its lease had left (a sorted set by that time): a release
+//	        sent again after the next holder came and went still succeeds
 //
 // and <prefix>ready, which Ping writes for a minute (scripts/ready.lua).
 //
@@ -133,17 +136,18 @@ const (
 	kLast
 	kQueue
 	kPlaces
+	kReleased
 )
 
 // keySuffixes name a lock's keys, after its prefix and {name}:.
-var keySuffixes = [...]string{kLease: "lease", kToken: "token", kLast: "last", kQueue: "queue", kPlaces: "places"}
+var keySuffixes = [...]string{kLease: "lease", kToken: "token", kLast: "last", kQueue: "queue", kPlaces: "places", kReleased: "released"}
 
 func (s *RedisStore) keys(name string) []string {
-	// One string holds them all, cut into the five: three allocations on
-	// every call of a pair and every refresh, where there were seven.
+	// One string holds them all, cut into the six: three allocations on
+	// every call of a pair and every refresh, where there were eight.
 	base := s.prefix + "{" + name + "}:"
 	var b strings.Builder
-	b.Grow(len(keySuffixes) * (len(base) + len("places")))
+	b.Grow(len(keySuffixes) * (len(base) + len("released")))
 	for _, x := range keySuffixes {
 		b.WriteString(base)
 		b.WriteString(x)

@@ -203,3 +203,34 @@ func TestForceReleaseSentAgainSparesTheNextHolder(t *testing.T) {
 		t.Fatalf("the next holder's release: %v", err)
 	}
 }
+
+// A release whose reply is lost is sent again by go-redis. If the lock was
+// taken and released by the next holder meanwhile, the release sent again
+// read the next holder's record as "not held" (ErrLost).
+func TestReleaseSentAgainAfterAHandover(t *testing.T) {
+	pr, other := newSlowRetryProxiedRedis(t)
+	c, next := newClient(t, pr.store), newClient(t, other)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	l, err := c.Acquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/release.lua")))
+	released := make(chan error, 1)
+	go func() { released <- l.Release(ctx) }()
+	// Released, and the reply lost; the release sent again waits.
+	<-lost
+	pr.proxy.Hold(true)
+	m, err := next.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pr.proxy.Hold(false)
+	if err := <-released; err != nil {
+		t.Fatalf("a release sent again after the next holder came and went: %v, want success", err)
+	}
+}
