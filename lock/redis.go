@@ -37,15 +37,18 @@ var (
 	leaveLua string
 	//go:embed scripts/ready.lua
 	readyLua string
+	//go:embed scripts/unreenter.lua
+	unreenterLua string
 
-	acquireScript = redis.NewScript(preludeLua + acquireLua)
-	confirmScript = redis.NewScript(confirmLua)
-	refreshScript = redis.NewScript(refreshLua)
-	releaseScript = redis.NewScript(preludeLua + releaseLua)
-	inspectScript = redis.NewScript(preludeLua + inspectLua)
-	forceScript   = redis.NewScript(preludeLua + forceLua)
-	leaveScript   = redis.NewScript(preludeLua + leaveLua)
-	readyScript   = redis.NewScript(readyLua)
+	acquireScript   = redis.NewScript(preludeLua + acquireLua)
+	confirmScript   = redis.NewScript(confirmLua)
+	refreshScript   = redis.NewScript(refreshLua)
+	releaseScript   = redis.NewScript(preludeLua + releaseLua)
+	inspectScript   = redis.NewScript(preludeLua + inspectLua)
+	forceScript     = redis.NewScript(preludeLua + forceLua)
+	leaveScript     = redis.NewScript(preludeLua + leaveLua)
+	readyScript     = redis.NewScript(readyLua)
+	unreenterScript = redis.NewScript(preludeLua + unreenterLua)
 )
 
 // RedisStore keeps leases in Redis and takes tokens from a Sequencer. Any
@@ -224,8 +227,10 @@ func (s *RedisStore) release(ctx context.Context, name, leaseID, op string) (ok 
 func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
 	t, err := s.take(ctx, req)
 	if err != nil {
-		// The SET may have happened with its reply lost: free it if so.
+		// The SET, or a reentry's count, may have happened with its reply
+		// lost: free it if so.
 		s.abandon(ctx, req.Name, req.LeaseID)
+		s.unreenter(ctx, req)
 		return Grant{}, backendErr("redis", "acquire", err)
 	}
 	switch {
@@ -258,6 +263,22 @@ func (s *RedisStore) abandon(ctx context.Context, name, leaseID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	_, _ = s.release(ctx, name, leaseID, "") // it expires anyway
+}
+
+// unreenter takes off the hold that req's acquire script may have counted
+// as a reentry, its reply lost and the call failed (scripts/unreenter.lua).
+func (s *RedisStore) unreenter(ctx context.Context, req AcquireRequest) {
+	if req.Holder == "" {
+		return
+	}
+	// The op the acquire script marks a reentry with.
+	op := req.LeaseID
+	if req.Waiter != "" {
+		op = "w" + req.Waiter
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = s.run(ctx, unreenterScript, s.keys(req.Name)[kToken:kToken+1], op).Err() // it expires anyway
 }
 
 // Refresh implements LeaseStore.

@@ -166,6 +166,18 @@ func (o outcome) count(err error) (ok, is int) {
 	return ok, is
 }
 
+// nodeFailed reports whether a node failed without an answer (its reply
+// may be lost).
+func (o outcome) nodeFailed() bool {
+	for _, e := range o.errs {
+		var ne *NodeError
+		if errors.As(e, &ne) {
+			return true
+		}
+	}
+	return false
+}
+
 // quorumErr is the error of an operation that did not reach a majority
 // for lack of answers.
 func (s *RedlockStore) quorumErr(o outcome) error {
@@ -214,6 +226,9 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 	}
 	if ok, _ := o.count(nil); ok < s.quorum {
 		s.abandon(ctx, req.Name, req.LeaseID)
+		if _, re := o.count(errReentered); re > 0 || o.nodeFailed() {
+			s.unreenter(ctx, req)
+		}
 		if err := ctx.Err(); err != nil {
 			return Grant{}, err
 		}
@@ -273,6 +288,19 @@ func (s *RedlockStore) abandon(ctx context.Context, name, leaseID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	_ = s.Release(ctx, name, leaseID, "") // the lease expires anyway
+}
+
+// unreenter takes off, on every node, the hold that req's acquire scripts
+// may have counted as a reentry that the store did not grant (a node's
+// reply lost, or too few nodes reentered): see RedisStore.unreenter.
+func (s *RedlockStore) unreenter(ctx context.Context, req AcquireRequest) {
+	if req.Holder == "" {
+		return
+	}
+	s.each(context.WithoutCancel(ctx), "unreenter", func(ctx context.Context, _ int, n *RedisStore) error {
+		n.unreenter(ctx, req)
+		return nil
+	})
 }
 
 // lostOrQuorum decides an operation that did not reach a majority: ErrLost

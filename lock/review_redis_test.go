@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -233,4 +234,99 @@ func TestReleaseSentAgainAfterAHandover(t *testing.T) {
 	if err := <-released; err != nil {
 		t.Fatalf("a release sent again after the next holder came and went: %v, want success", err)
 	}
+}
+
+// A reentry whose reply is lost, and whose caller's deadline passes before
+// go-redis sends it again, fails; but Redis counted it. The store freed a
+// lost plain acquisition's lease at once (abandon) but left the reentry's
+// hold: the holder's one release then left the lock held, by nobody, until
+// its TTL.
+func TestFailedReentryLeavesNoHold(t *testing.T) {
+	pr, _ := newSlowRetryProxiedRedis(t)
+	c, other := newClient(t, pr.store), newClient(t, pr.store)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	a, err := c.Acquire(ctx, name, 30*time.Second, lock.WithHolder("worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/acquire.lua")))
+	// go-redis would send it again after 500 ms: the deadline comes first.
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if l, err := c.TryAcquire(rctx, name, 30*time.Second, lock.WithHolder("worker-1")); err == nil {
+		t.Fatalf("the reentry succeeded (count %d): its reply was not lost before its deadline", l.Count())
+	}
+	<-lost
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Inspect(ctx, name); err != nil || st.Held {
+		t.Fatalf("after the only hold its holder knows of was released: %+v, %v; want free", st, err)
+	}
+	l, err := other.TryAcquire(ctx, name, time.Second)
+	if err != nil {
+		t.Fatalf("another client after the release: %v", err)
+	}
+	l.Release(ctx)
+}
+
+// The same on Redlock: a reentry whose replies are lost on a majority of
+// nodes fails at the node timeout, before go-redis sends it again; the
+// nodes had counted it, and the holder's one release left the lock held on
+// every node.
+func TestRedlockFailedReentryLeavesNoHold(t *testing.T) {
+	procs := make([]*testenv.RedisProc, 3)
+	proxies := make([]*faultproxy.Proxy, 3)
+	clients := make([]redis.UniversalClient, 3)
+	for i := range procs {
+		procs[i] = testenv.StartRedis(t)
+		p, err := faultproxy.New(procs[i].Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		// go-redis would send a call again after 500 ms: the node timeout
+		// (300 ms) ends it first.
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true,
+			MinRetryBackoff: 500 * time.Millisecond, MaxRetryBackoff: 500 * time.Millisecond})
+		t.Cleanup(func() { rdb.Close() })
+		if err := rdb.Ping(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		proxies[i], clients[i] = p, rdb
+	}
+	s, err := lock.NewRedlockStore(clients, newSequencer(t), lock.WithNodeTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c, other := newClient(t, s), newClient(t, s)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	a, err := c.Acquire(ctx, name, 30*time.Second, lock.WithHolder("worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := make([]<-chan struct{}, 2)
+	for i := range fired {
+		fired[i] = proxies[i].LoseReply([]byte(scriptSHA(t, procs[i].Client(), "scripts/prelude.lua", "scripts/acquire.lua")))
+	}
+	if l, err := c.TryAcquire(ctx, name, 30*time.Second, lock.WithHolder("worker-1")); err == nil {
+		t.Fatalf("the reentry succeeded (count %d) with its replies lost on two nodes of three", l.Count())
+	}
+	for _, f := range fired {
+		<-f
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Inspect(ctx, name); err != nil || st.Held {
+		t.Fatalf("after the only hold its holder knows of was released: %+v, %v; want free", st, err)
+	}
+	l, err := other.TryAcquire(ctx, name, time.Second)
+	if err != nil {
+		t.Fatalf("another client after the release: %v", err)
+	}
+	l.Release(ctx)
 }
