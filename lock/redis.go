@@ -72,9 +72,10 @@ var (
 //	        after a force-release, "forced:<the call's nonce>:" before them
 //	queue   fair waiters by arrival (a sorted set)
 //	places  fair waiters by when their place expires (a sorted set)
-//	released  the lease ids released lately, the last 16, each for as long
-//	        as its lease had left (a sorted set by that time): a release
-//	        sent again after the next holder came and went still succeeds
+//	released  the lease ids released lately, the last 16, newest first (a
+//	        list, living as long as the longest lease it names had left): a
+//	        release sent again after the next holder came and went still
+//	        succeeds
 //
 // and <prefix>ready, which Ping writes for a minute (scripts/ready.lua).
 //

@@ -1,15 +1,14 @@
 -- Release the lease if ARGV[1] holds it. KEYS: 1 lease, 2 token (hash),
 -- 3 last (the last released lease id and its token), 4 queue, 5 places,
--- 6 released (lease ids released lately, by when their lease would have
--- expired).
+-- 6 released (the lease ids released lately, newest first).
 -- ARGV: 1 lease id, 2 the release channel, 3 a nonce drawn for this call.
 -- Returns 1 when released, 2 when a reentrant holder still holds it (its
 -- count went down by one), 0 when not held.
 -- A release wakes the waiter at the head of the queue (publish_head).
 -- Safe to run twice: the last-released record and the released ids, kept
 -- for as long as the lease had left, make a retry a success, even after
--- the next holder came and went (docs/design.md, defect 4). No key
--- outlives its lease.
+-- the next holder came and went (docs/design.md, defects 4 and 70). No
+-- key outlives the leases it names.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   local h = redis.call('HMGET', KEYS[2], 'c', 't', 'ops')
   local c = tonumber(h[1] or '1')
@@ -25,20 +24,21 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   if pttl > 0 then
     redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. (h[2] or '0'), 'PX', pttl)
     -- The last record is the next holder's once it releases too: the
-    -- released ids are kept apart as well, the last 16, each for as long
-    -- as its lease had left, so that this release sent again after a
-    -- handover still finds itself.
-    local now = now_ms()
-    redis.call('ZADD', KEYS[6], now + pttl, ARGV[1])
-    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
-    redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -17)
-    redis.call('PEXPIREAT', KEYS[6], redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')[2])
+    -- last 16 released ids are kept apart as well, in a list that lives
+    -- as long as the longest lease it names had left, so that this release
+    -- sent again after a handover still finds itself. (A sorted set with
+    -- each id's own expiry cost Redis more CPU per release; an id kept
+    -- longer than its lease had left is still one its holder released.)
+    redis.call('LPUSH', KEYS[6], ARGV[1])
+    redis.call('LTRIM', KEYS[6], 0, 15)
+    if redis.call('PTTL', KEYS[6]) < pttl then redis.call('PEXPIRE', KEYS[6], pttl) end
   end
   publish_head(KEYS[4], KEYS[5], ARGV[2])
   return 1
 end
 local last = redis.call('GET', KEYS[3])
 if last and string.sub(last, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then return 1 end
-local until_ms = redis.call('ZSCORE', KEYS[6], ARGV[1])
-if until_ms and tonumber(until_ms) > now_ms() then return 1 end
+for _, id in ipairs(redis.call('LRANGE', KEYS[6], 0, 15)) do
+  if id == ARGV[1] then return 1 end
+end
 return 0
