@@ -171,13 +171,13 @@ func TestBoundedStateRedis(t *testing.T) {
 func TestBoundedStateEtcd(t *testing.T) {
 	e, cli, c := etcdClient(t)
 	churn(t, c, "warm-", 10, time.Second)
-	waitUntil(t, func() bool { return etcdKeys(t, cli) <= 2 }) // the floor and the counter
+	testenv.WaitUntil(t, 30*time.Second, func() bool { return etcdKeys(t, cli) <= 2 }) // the floor and the counter
 	base := etcdKeys(t, cli)
 	n := soakNames(t, 1000)
 	churn(t, c, "", n, time.Second)
 	// A released lock's marker lives on its lease, which etcd expires in
 	// its own rhythm: wait for them to go.
-	waitUntil(t, func() bool { return etcdKeys(t, cli) == base })
+	testenv.WaitUntil(t, 30*time.Second, func() bool { return etcdKeys(t, cli) == base })
 	size, inUse := compactAndMeasure(t, e, cli)
 	t.Logf("etcd lease store after %d names and a compaction: %d keys, db %d KiB, %d KiB in use", n, base, size>>10, inUse>>10)
 	if inUse > 8<<20 {

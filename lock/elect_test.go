@@ -47,7 +47,7 @@ func TestElectCandidatesInTurn(t *testing.T) {
 		_, err := b.Elect(quitter, name, "quitter", 2*time.Second)
 		gaveUp <- err
 	}()
-	waitUntil(t, func() bool { st, err := a.Inspect(t.Context(), name); return err == nil && st.Waiters == 1 })
+	testenv.WaitUntil(t, 30*time.Second, func() bool { st, err := a.Inspect(t.Context(), name); return err == nil && st.Waiters == 1 })
 	won := make(chan *lock.Lease, 1)
 	failed := make(chan error, 1)
 	go func() {
@@ -58,7 +58,7 @@ func TestElectCandidatesInTurn(t *testing.T) {
 		}
 		won <- l
 	}()
-	waitUntil(t, func() bool { st, err := a.Inspect(t.Context(), name); return err == nil && st.Waiters == 2 })
+	testenv.WaitUntil(t, 30*time.Second, func() bool { st, err := a.Inspect(t.Context(), name); return err == nil && st.Waiters == 2 })
 	quit()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the candidate that gave up: %v", err)

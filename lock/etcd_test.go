@@ -97,7 +97,7 @@ func TestEtcdRefreshThroughAnotherStore(t *testing.T) {
 	}
 	// The first store's deadline passes; it tries to delete the lock as it
 	// wrote it, and must find it moved.
-	waitUntil(t, func() bool { return a.Stats().Txns > before })
+	testenv.WaitUntil(t, 30*time.Second, func() bool { return a.Stats().Txns > before })
 	st, err := b.Inspect(t.Context(), name)
 	if err != nil || !st.Held || st.LeaseID != id || st.Token != g.Token {
 		t.Fatalf("after the first store's deadline: %+v, %v; want still held by %s with token %d", st, err, id, g.Token)
@@ -130,7 +130,7 @@ func TestEtcdRefreshesAlternateBetweenStores(t *testing.T) {
 			t.Fatalf("refresh %d: %+v, %v; the lock: %+v", i+1, g2, err, st)
 		}
 	}
-	waitUntil(t, func() bool {
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
 		st, err := b.Inspect(t.Context(), name)
 		return err == nil && !st.Held
 	})
@@ -211,7 +211,7 @@ func TestEtcdReleaseAfterExpiry(t *testing.T) {
 	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: 50 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { st, _ := s.Inspect(t.Context(), name); return !st.Held })
+	testenv.WaitUntil(t, 30*time.Second, func() bool { st, _ := s.Inspect(t.Context(), name); return !st.Held })
 	if err := s.Release(t.Context(), name, id, ""); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("release after the lock expired: %v, want ErrLost", err)
 	}
@@ -537,9 +537,9 @@ func TestEtcdLongWaitKeepsItsPlace(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { wait(first, "first", 2*time.Second) }) // a session of 4 s
-	waitUntil(t, func() bool { st, err := holder.Inspect(t.Context(), name); return err == nil && st.Waiters == 1 })
+	testenv.WaitUntil(t, 30*time.Second, func() bool { st, err := holder.Inspect(t.Context(), name); return err == nil && st.Waiters == 1 })
 	wg.Go(func() { wait(second, "second", 30*time.Second) })
-	waitUntil(t, func() bool { st, err := holder.Inspect(t.Context(), name); return err == nil && st.Waiters == 2 })
+	testenv.WaitUntil(t, 30*time.Second, func() bool { st, err := holder.Inspect(t.Context(), name); return err == nil && st.Waiters == 2 })
 	// Not a synchronisation: the property is a place that outlives the
 	// first session lease its waiter's store granted (4 s, and etcd's
 	// lessor revokes within 0.5 s after).
@@ -627,7 +627,7 @@ func TestEtcdWaiterJoinsOnAFreshSession(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitUntil(t, func() bool {
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
 		select {
 		case err := <-got:
 			t.Fatalf("the waiter ended before the lock was released: %v", err)

@@ -77,7 +77,7 @@ func inArrivalOrder(t *testing.T, holder *lock.Client, waiters []*lock.Client) {
 			errs <- l.Release(context.Background())
 		}()
 		// The next waiter arrives once this one has its place.
-		waitUntil(t, func() bool { st, err := holder.Inspect(t.Context(), name); return err == nil && st.Waiters == i+1 })
+		testenv.WaitUntil(t, 30*time.Second, func() bool { st, err := holder.Inspect(t.Context(), name); return err == nil && st.Waiters == i+1 })
 	}
 	st, err := holder.Inspect(t.Context(), name)
 	if err != nil || st.Waiters != n || st.OldestWait <= 0 {
@@ -135,7 +135,7 @@ func TestWaiterThatGivesUpLeaves(t *testing.T) {
 				}
 				next <- err
 			}()
-			waitUntil(t, func() bool { st, _ := c.Inspect(t.Context(), name); return st.Waiters == 2 })
+			testenv.WaitUntil(t, 30*time.Second, func() bool { st, _ := c.Inspect(t.Context(), name); return st.Waiters == 2 })
 			if err := holder.Release(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -253,7 +253,7 @@ func TestListAndForceRelease(t *testing.T) {
 			for range 2 {
 				wg.Go(func() { c.Acquire(waiting, prefix+"job-1", time.Second) })
 			}
-			waitUntil(t, func() bool { st, _ := c.Inspect(t.Context(), prefix+"job-1"); return st.Waiters == 2 })
+			testenv.WaitUntil(t, 30*time.Second, func() bool { st, _ := c.Inspect(t.Context(), prefix+"job-1"); return st.Waiters == 2 })
 			seen := map[string]bool{}
 			cursor := ""
 			for pages := 0; ; pages++ {
@@ -376,7 +376,7 @@ func TestWaitErrorSaysThePlace(t *testing.T) {
 				_, err := c.Acquire(ctx, name, time.Second)
 				first <- err
 			}()
-			waitUntil(t, func() bool { st, _ := c.Inspect(t.Context(), name); return st.Waiters == 1 })
+			testenv.WaitUntil(t, 30*time.Second, func() bool { st, _ := c.Inspect(t.Context(), name); return st.Waiters == 1 })
 			_, err = c.Acquire(t.Context(), name, time.Second, lock.WithWait(200*time.Millisecond))
 			var we *lock.WaitError
 			if !errors.As(err, &we) || we.Position != 2 || we.Waited < 200*time.Millisecond {

@@ -94,20 +94,6 @@ func newClient(t testing.TB, s lock.LeaseStore) *lock.Client {
 	return c
 }
 
-// waitUntil polls cond until it holds or 30s pass.
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 30s")
-		}
-		<-tick.C
-	}
-}
-
 // watchSignal wraps a store and reports when a waiter's Watch has returned.
 type watchSignal struct {
 	lock.LeaseStore
@@ -301,7 +287,7 @@ func TestKeepAliveHoldsPastTTL(t *testing.T) {
 			first := l.Deadline()
 			// Wait until the keep-alive has moved the deadline past the
 			// original one twice over; the lease must still be held.
-			waitUntil(t, func() bool { return l.Deadline().After(first.Add(b.ttl)) })
+			testenv.WaitUntil(t, 30*time.Second, func() bool { return l.Deadline().After(first.Add(b.ttl)) })
 			select {
 			case <-l.Done():
 				t.Fatalf("lost: %v", l.Err())
@@ -706,7 +692,7 @@ func TestAdopt(t *testing.T) {
 		t.Fatalf("adopted lease %s/%d, want %s/%d", l.ID(), l.Token(), d.ID(), d.Token())
 	}
 	first := l.Deadline()
-	waitUntil(t, func() bool { return l.Deadline().After(first.Add(b.ttl)) }) // kept alive
+	testenv.WaitUntil(t, 30*time.Second, func() bool { return l.Deadline().After(first.Add(b.ttl)) }) // kept alive
 	b.deleteLease(t, name)
 	<-l.Done()
 	if !errors.Is(l.Err(), lock.ErrLost) {

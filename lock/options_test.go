@@ -121,7 +121,7 @@ func TestLeaseSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := l.Deadline()
-	waitUntil(t, func() bool { return l.Deadline().After(first.Add(b.ttl)) }) // kept alive through the keeper
+	testenv.WaitUntil(t, 30*time.Second, func() bool { return l.Deadline().After(first.Add(b.ttl)) }) // kept alive through the keeper
 	if err := set.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -127,7 +127,7 @@ func TestAcquireRidesOutAnEtcdElection(t *testing.T) {
 	c := newClient(t, s)
 	members[1].Close()
 	members[2].Close()
-	waitUntil(t, func() bool {
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
 		st, err := cli.Status(t.Context(), members[0].ClientURL())
 		return err == nil && st.Leader == 0
 	})

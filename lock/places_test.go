@@ -29,7 +29,7 @@ func TestWaiterKeepsItsPlaceAcrossCalls(t *testing.T) {
 			}
 			waiters := func(n int) {
 				t.Helper()
-				waitUntil(t, func() bool {
+				testenv.WaitUntil(t, 30*time.Second, func() bool {
 					st, err := c.Inspect(ctx, name)
 					return err == nil && st.Waiters == n
 				})

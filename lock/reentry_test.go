@@ -137,7 +137,7 @@ func TestQueuedReentryLeavesItsPlace(t *testing.T) {
 					l, err := c.Acquire(t.Context(), name, 30*time.Second, lock.WithHolder("h"), lock.WithWait(20*time.Second))
 					got <- res{l, err}
 				}()
-				waitUntil(t, func() bool { return waiters() == want })
+				testenv.WaitUntil(t, 30*time.Second, func() bool { return waiters() == want })
 			}
 			if err := x.Release(t.Context()); err != nil {
 				t.Fatal(err)

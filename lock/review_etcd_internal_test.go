@@ -30,14 +30,14 @@ func TestEtcdReplacedSessionIsStillRenewed(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, func() bool {
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
 		st, err := s.Inspect(ctx, name)
 		return err == nil && st.Waiters == 1
 	})
 	// The place's session, as after renewals that failed for a while:
 	// not known to be valid any longer, the next try due soon.
 	var old *session
-	waitFor(t, func() bool {
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		old = s.sessions[sessionTTL(time.Second)]
@@ -57,7 +57,7 @@ func TestEtcdReplacedSessionIsStillRenewed(t *testing.T) {
 	if !replaced {
 		t.Fatal("the acquisition did not take a new session: the test does not exercise a replaced one")
 	}
-	waitFor(t, func() bool {
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
 		s.mu.Lock()
 		renewed := old.validUntil.After(time.Now())
 		// The waiter tries again a few times a second, and an attempt
@@ -79,19 +79,5 @@ func TestEtcdReplacedSessionIsStillRenewed(t *testing.T) {
 	holder.Release(ctx)
 	if err := <-got; err != nil {
 		t.Fatalf("the waiter: %v", err)
-	}
-}
-
-// waitFor polls cond until it holds or 30s pass.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 30s")
-		}
-		<-tick.C
 	}
 }

@@ -181,7 +181,7 @@ func TestRedisFailoverLosesLease(t *testing.T) {
 	master := testenv.StartRedis(t)
 	replica := testenv.StartRedis(t, "--replicaof", "127.0.0.1", fmt.Sprint(master.Port()))
 	rc := replica.Client()
-	waitUntil(t, func() bool {
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
 		info, err := rc.Info(t.Context(), "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	})

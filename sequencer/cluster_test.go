@@ -58,33 +58,18 @@ func TestLeaderStopMidRun(t *testing.T) {
 			}
 		}(w)
 	}
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(hist) >= 300 })
+	testenv.WaitUntil(t, 60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(hist) >= 300 })
 	leader := testenv.Leader(members)
 	if leader == nil {
 		t.Fatal("no leader")
 	}
 	leader.Close()
 	close(stopped)
-	waitFor(t, func() bool { return afterStop.Load() >= 300 })
+	testenv.WaitUntil(t, 60*time.Second, func() bool { return afterStop.Load() >= 300 })
 	cancel()
 	wg.Wait()
 	checkOrder(t, hist)
 	t.Logf("%d grants, %d after the leader %s stopped", len(hist), afterStop.Load(), leader.Name())
-}
-
-// waitFor polls cond; it fails the test after 60s. Polling a condition that
-// another goroutine makes true is the test's way to wait for progress.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 60s")
-		}
-		<-tick.C
-	}
 }
 
 // TestRaiseFloorAfterSnapshotRestore: issue tokens, snapshot, issue more,

@@ -38,7 +38,7 @@ func TestEtcdWithoutLeader(t *testing.T) {
 	l := e.mustAcquire(name, `{"ttl_ms":30000}`)
 	members[1].Close()
 	members[2].Close()
-	waitFor(t, func() bool {
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
 		st, err := cli.Status(t.Context(), members[0].ClientURL())
 		return err == nil && st.Leader == 0
 	})
@@ -52,20 +52,6 @@ func TestEtcdWithoutLeader(t *testing.T) {
 	}
 	if out := logs.String(); !strings.Contains(out, `msg="lease store failed" op=release`) || !strings.Contains(out, "backend=etcd") || !strings.Contains(out, "took=") {
 		t.Fatalf("log lacks the failure with its backend and duration:\n%s", out)
-	}
-}
-
-// waitFor polls cond until it holds; it fails the test after 30s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 30s")
-		}
-		<-tick.C
 	}
 }
 

@@ -193,3 +193,20 @@ func WaitCompacted(t testing.TB, cli *clientv3.Client, key string, within time.D
 		<-tick.C
 	}
 }
+
+// WaitUntil polls cond every 2ms until it holds, and fails the test if it
+// does not within the given time. Polling a condition that another
+// goroutine makes true is how a test waits for progress it cannot be told
+// of.
+func WaitUntil(t testing.TB, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met in %s", within)
+		}
+		<-tick.C
+	}
+}
