@@ -79,6 +79,26 @@ func newSlowRetryProxiedRedis(t *testing.T) (*proxiedRedis, *lock.RedisStore) {
 	return &proxiedRedis{proxy: p, rdb: rdb, direct: direct, store: proxied, prefix: prefix}, other
 }
 
+// sentAgainHeld runs call on its own goroutine with the reply of its first
+// call of the script (its files, as scriptSHA takes them) lost, and returns once that reply is lost, with the call
+// go-redis sends again held in the proxy: the test acts meanwhile, then
+// resume lets the resend through and waits for call to return.
+func (pr *proxiedRedis) sentAgainHeld(t *testing.T, call func(), script ...string) (resume func()) {
+	t.Helper()
+	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, script...)))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		call()
+	}()
+	<-lost
+	pr.proxy.Hold(true)
+	return func() {
+		pr.proxy.Hold(false)
+		<-done
+	}
+}
+
 // A confirm whose reply is lost is sent again by go-redis, after a
 // backoff, and a reentry by the same holder through another server (or
 // another client of this one) can come in between. The confirm sent again
@@ -92,25 +112,19 @@ func TestConfirmSentAgainKeepsAReentry(t *testing.T) {
 	ctx := t.Context()
 	name := testenv.Name(t)
 
-	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, "scripts/confirm.lua")))
-	type result struct {
+	var r struct {
 		l   *lock.Lease
 		err error
 	}
-	first := make(chan result, 1)
-	go func() {
-		l, err := c1.TryAcquire(ctx, name, 30*time.Second, lock.WithHolder("worker-1"))
-		first <- result{l, err}
-	}()
 	// The confirm ran and its reply was lost; the one sent again waits.
-	<-lost
-	pr.proxy.Hold(true)
+	resume := pr.sentAgainHeld(t, func() {
+		r.l, r.err = c1.TryAcquire(ctx, name, 30*time.Second, lock.WithHolder("worker-1"))
+	}, "scripts/confirm.lua")
 	again, err := c2.TryAcquire(ctx, name, 30*time.Second, lock.WithHolder("worker-1"))
 	if err != nil || again.Count() != 2 {
 		t.Fatalf("reentry while the first confirm's reply is lost: %v, %v", again, err)
 	}
-	pr.proxy.Hold(false)
-	r := <-first
+	resume()
 	if r.err != nil {
 		t.Fatalf("the first acquisition, its confirm sent again: %v", r.err)
 	}
@@ -172,25 +186,17 @@ func TestForceReleaseSentAgainSparesTheNextHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/force.lua")))
-	type result struct {
+	var r struct {
 		st  lock.State
 		err error
 	}
-	forced := make(chan result, 1)
-	go func() {
-		st, err := c.ForceRelease(ctx, name)
-		forced <- result{st, err}
-	}()
 	// Removed, and the reply lost; the run sent again waits.
-	<-lost
-	pr.proxy.Hold(true)
+	resume := pr.sentAgainHeld(t, func() { r.st, r.err = c.ForceRelease(ctx, name) }, "scripts/prelude.lua", "scripts/force.lua")
 	m, err := next.TryAcquire(ctx, name, 30*time.Second)
 	if err != nil {
 		t.Fatalf("the next holder, after the force-release ran: %v", err)
 	}
-	pr.proxy.Hold(false)
-	r := <-forced
+	resume()
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
@@ -217,12 +223,9 @@ func TestReleaseSentAgainAfterAHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/release.lua")))
-	released := make(chan error, 1)
-	go func() { released <- l.Release(ctx) }()
+	var released error
 	// Released, and the reply lost; the release sent again waits.
-	<-lost
-	pr.proxy.Hold(true)
+	resume := pr.sentAgainHeld(t, func() { released = l.Release(ctx) }, "scripts/prelude.lua", "scripts/release.lua")
 	m, err := next.TryAcquire(ctx, name, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -230,8 +233,8 @@ func TestReleaseSentAgainAfterAHandover(t *testing.T) {
 	if err := m.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	pr.proxy.Hold(false)
-	if err := <-released; err != nil {
+	resume()
+	if err := released; err != nil {
 		t.Fatalf("a release sent again after the next holder came and went: %v, want success", err)
 	}
 }
