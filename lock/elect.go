@@ -44,7 +44,7 @@ type Leader struct {
 // the Lease is the leadership. Lease.Token is the term, to pass with every
 // write to a fenced resource; Lease.Done closes when leadership is lost
 // (the lease lost or expired); Lease.Release resigns and lets the next
-// candidate lead. value (a label of 1 to MaxLabelLen printable characters,
+// candidate lead. value (a label of 1 to MaxLabelLen bytes of printable UTF-8,
 // or "" for none) is what Observe shows of the leader, such as its
 // address.
 //

@@ -109,7 +109,7 @@ func WithFinal() Option {
 
 // WithOwner stores a label with the lease, shown by Inspect, List and the
 // server's GET: who holds the lock, for people (a host, a job). 1 to
-// MaxLabelLen printable characters. Default none.
+// MaxLabelLen bytes of printable UTF-8. Default none.
 func WithOwner(label string) Option {
 	return func(o *acquireOpts) { o.owner, o.ownerSet = label, true }
 }
@@ -118,7 +118,7 @@ func WithOwner(label string) Option {
 // caller's choosing (a worker id, a request id; never a goroutine id): an
 // Acquire by the holder that holds the lock now gets the same lease id and
 // token at once, and the lock is freed by as many releases as it was
-// acquired. 1 to MaxLabelLen printable characters. Default: not reentrant.
+// acquired. 1 to MaxLabelLen bytes of printable UTF-8. Default: not reentrant.
 //
 // The holder is a credential, as good as the lease id: whoever knows it can
 // reenter, and so gets the lease id and can release the lock. Where callers
@@ -229,7 +229,7 @@ func ValidateWaiter(id string) error {
 func ValidateLabel(s string) error {
 	switch {
 	case s == "":
-		return fmt.Errorf("empty; want 1 to %d printable characters", MaxLabelLen)
+		return fmt.Errorf("empty; want 1 to %d bytes of printable UTF-8", MaxLabelLen)
 	case len(s) > MaxLabelLen:
 		return fmt.Errorf("%d bytes; want at most %d", len(s), MaxLabelLen)
 	case !utf8.ValidString(s):
