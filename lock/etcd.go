@@ -627,13 +627,19 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 	// session (a TTL of another class, or another store's), which rewrites
 	// the count key on the lock's new etcd lease. Read it again and count
 	// on what is there, as a release does.
+	//
+	// An acquisition's waiter marks its hold in the count's record, so that
+	// a request sent again after a lost answer (a new attempt, with the
+	// same waiter) finds it counted (defect 42); an attempt without one
+	// marks it with its own lease id, as on Redis leases. The mark is what
+	// a failed attempt takes off again (unreenter).
+	op := req.LeaseID
+	if req.Waiter != "" {
+		op = "w" + req.Waiter
+	}
 	for range 8 {
-		// An acquisition's waiter marks its hold in the count's record, so
-		// that a request sent again after a lost answer (a new attempt,
-		// with the same waiter) finds it counted (defect 42).
 		ops := cur.Ops
-		if req.Waiter != "" {
-			op := "w" + req.Waiter
+		if op != "" {
 			if slices.Contains(cur.Ops, op) {
 				return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count}, nil
 			}
@@ -642,6 +648,9 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 		resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountAt(req.Name, cur.CountRev))...).
 			Then(s.ks.PutCount(req.Name, cur.Count+1, ops, cur.Lease)).Else(s.ks.GetLock(req.Name)...).Commit()
 		if err != nil {
+			// The count may have committed, its reply lost: nobody gets
+			// that hold, so take it off before the caller can try again.
+			s.unreenter(ctx, req.Name, cur.LeaseID, op)
 			return Grant{}, backendErr("etcd", "acquire", err)
 		}
 		s.txns.Add(1)
@@ -664,6 +673,44 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 // reenterStepHook, if set (by tests), runs in reenter between its two
 // steps.
 var reenterStepHook func()
+
+// unreenter takes off the hold that a reentry's count Txn may have counted
+// under op (reenter's mark: "w" and its waiter, or its attempt's lease id)
+// when the Txn failed, its reply perhaps lost: nobody got that hold, and
+// without this the holder's last release left the lock held, by nobody,
+// until its deadline. The mark goes with the hold, so that an attempt with
+// the same waiter counts its hold anew. The last hold is its holder's (a
+// reentry always counts a second one). It runs before the failed acquire
+// returns, so that no retry by the caller finds the mark first, and gives
+// up after 1 s: a hold it could not take off stays until the lock's
+// deadline, and a retry with the same waiter gets it.
+func (s *EtcdStore) unreenter(ctx context.Context, name, leaseID, op string) {
+	if op == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).Then(s.ks.GetLock(name)...).Commit()
+	for range 8 {
+		if err != nil {
+			return
+		}
+		s.txns.Add(1)
+		st, held, perr := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
+		i := slices.Index(st.Ops, op)
+		if perr != nil || !held || st.LeaseID != leaseID || st.Count <= 1 || i < 0 {
+			return // not counted, or taken off already
+		}
+		ops := slices.Delete(slices.Clone(st.Ops), i, i+1)
+		resp, err = s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountAt(name, st.CountRev))...).
+			Then(s.ks.PutCount(name, st.Count-1, ops, st.Lease)).Else(s.ks.GetLock(name)...).Commit()
+		if err == nil && resp.Succeeded {
+			s.txns.Add(1)
+			s.setHolds(name, leaseID, st.Count-1)
+			return
+		}
+	}
+}
 
 // setHolds books the reentrancy count of this store's holding of name.
 func (s *EtcdStore) setHolds(name, leaseID string, n int) {

@@ -349,8 +349,8 @@ func (k Keyspace) CountAt(name string, rev int64) clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(k.CountKey(name)), "=", rev)
 }
 
-// MaxCountOps is how many release ids, and reentries' waiters, a count
-// keeps (LockState.Ops).
+// MaxCountOps is how many release ids, and reentries' marks (a waiter
+// after "w", or an attempt's lease id), a count keeps (LockState.Ops).
 const MaxCountOps = 8
 
 // PutLock takes lock name for leaseID on the etcd lease: the lock key,
@@ -418,8 +418,9 @@ type LockState struct {
 	Count   int    // reentrancy count; 1 when not reentrant
 	ModRev  int64
 	// CountRev is the count key's mod revision (0: none), and Ops the ids
-	// of the releases that last counted it down (PutCount): a release sent
-	// again finds its id there and counts nothing.
+	// of the releases that last counted it down and the marks of the
+	// reentries that last counted it up (PutCount): a release or a
+	// reentry sent again finds its id there and counts nothing.
 	CountRev int64
 	Ops      []string
 }
