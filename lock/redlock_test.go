@@ -228,8 +228,9 @@ func TestRedlockRefusesOneServerTwice(t *testing.T) {
 }
 
 // startProxiedRedlock is startRedlock with a fault proxy in front of each
-// node, and clients that end a call at its context's deadline.
-func startProxiedRedlock(t *testing.T) ([]*testenv.RedisProc, []*faultproxy.Proxy, *lock.RedlockStore) {
+// node, and clients that end a call at its context's deadline; client, if
+// not nil, sets more of each client's options, and opts are the store's.
+func startProxiedRedlock(t *testing.T, client func(*redis.Options), opts ...lock.RedlockOption) ([]*testenv.RedisProc, []*faultproxy.Proxy, *lock.RedlockStore) {
 	procs := make([]*testenv.RedisProc, 3)
 	proxies := make([]*faultproxy.Proxy, 3)
 	clients := make([]redis.UniversalClient, 3)
@@ -240,14 +241,18 @@ func startProxiedRedlock(t *testing.T) ([]*testenv.RedisProc, []*faultproxy.Prox
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
-		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+		o := &redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true}
+		if client != nil {
+			client(o)
+		}
+		rdb := redis.NewClient(o)
 		t.Cleanup(func() { rdb.Close() })
 		if err := rdb.Ping(t.Context()).Err(); err != nil {
 			t.Fatal(err)
 		}
 		proxies[i], clients[i] = p, rdb
 	}
-	s, err := lock.NewRedlockStore(clients, newSequencer(t))
+	s, err := lock.NewRedlockStore(clients, newSequencer(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +265,7 @@ func startProxiedRedlock(t *testing.T) ([]*testenv.RedisProc, []*faultproxy.Prox
 // the holder's releases free the lock. It used to count the reentry up and
 // then refresh, and fail with the count left at 2 (defect 19, on Redlock).
 func TestRedlockReentryIsOneStep(t *testing.T) {
-	procs, proxies, s := startProxiedRedlock(t)
+	procs, proxies, s := startProxiedRedlock(t, nil)
 	c := newClient(t, s)
 	name := testenv.Name(t)
 	a, err := c.Acquire(t.Context(), name, 30*time.Second, lock.WithHolder("worker-1"))
@@ -348,7 +353,7 @@ func TestRedlockFrozenNodeCostsTheNodeTimeout(t *testing.T) {
 		timed(t, "Ping", func() error { return s.Ping(t.Context()) })
 	})
 	t.Run("List, clients with ContextTimeoutEnabled", func(t *testing.T) {
-		procs, _, s := startProxiedRedlock(t)
+		procs, _, s := startProxiedRedlock(t, nil)
 		c, name := frozen(t, procs, s)
 		timed(t, "List", func() error {
 			page, err := c.List(t.Context(), name, 10, "")

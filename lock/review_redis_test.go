@@ -279,31 +279,11 @@ func TestFailedReentryLeavesNoHold(t *testing.T) {
 // nodes had counted it, and the holder's one release left the lock held on
 // every node.
 func TestRedlockFailedReentryLeavesNoHold(t *testing.T) {
-	procs := make([]*testenv.RedisProc, 3)
-	proxies := make([]*faultproxy.Proxy, 3)
-	clients := make([]redis.UniversalClient, 3)
-	for i := range procs {
-		procs[i] = testenv.StartRedis(t)
-		p, err := faultproxy.New(procs[i].Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		// go-redis would send a call again after 500 ms: the node timeout
-		// (300 ms) ends it first.
-		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true,
-			MinRetryBackoff: 500 * time.Millisecond, MaxRetryBackoff: 500 * time.Millisecond})
-		t.Cleanup(func() { rdb.Close() })
-		if err := rdb.Ping(t.Context()).Err(); err != nil {
-			t.Fatal(err)
-		}
-		proxies[i], clients[i] = p, rdb
-	}
-	s, err := lock.NewRedlockStore(clients, newSequencer(t), lock.WithNodeTimeout(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	// go-redis would send a call again after 500 ms: the node timeout
+	// (300 ms) ends it first.
+	procs, proxies, s := startProxiedRedlock(t, func(o *redis.Options) {
+		o.MinRetryBackoff, o.MaxRetryBackoff = 500*time.Millisecond, 500*time.Millisecond
+	}, lock.WithNodeTimeout(300*time.Millisecond))
 	c, other := newClient(t, s), newClient(t, s)
 	ctx := t.Context()
 	name := testenv.Name(t)
