@@ -31,10 +31,18 @@ type proxiedRedis struct {
 	rdb    *redis.Client // through the proxy
 	direct *redis.Client // straight to Redis, for checks behind the store's back
 	store  *lock.RedisStore
+	seq    *sequencer.Etcd // the store's
 	prefix string
 }
 
 func newProxiedRedis(t *testing.T) *proxiedRedis {
+	t.Helper()
+	return newProxiedRedisWith(t, nil)
+}
+
+// newProxiedRedisWith is newProxiedRedis with client, if not nil, setting
+// more of the proxied client's options.
+func newProxiedRedisWith(t *testing.T, client func(*redis.Options)) *proxiedRedis {
 	t.Helper()
 	direct := testenv.Redis(t)
 	p, err := faultproxy.New(testenv.RedisAddr())
@@ -42,15 +50,20 @@ func newProxiedRedis(t *testing.T) *proxiedRedis {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	o := &redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true}
+	if client != nil {
+		client(o)
+	}
+	rdb := redis.NewClient(o)
 	t.Cleanup(func() { rdb.Close() })
 	prefix := testenv.Name(t) + ":"
-	s, err := lock.NewRedisStore(rdb, newSequencer(t), lock.WithRedisPrefix(prefix))
+	seq := newSequencer(t)
+	s, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return &proxiedRedis{proxy: p, rdb: rdb, direct: direct, store: s, prefix: prefix}
+	return &proxiedRedis{proxy: p, rdb: rdb, direct: direct, store: s, seq: seq, prefix: prefix}
 }
 
 // scriptSHA loads a script of the package (the files concatenated, as the

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	"github.com/redis/go-redis/v9"
@@ -55,34 +54,22 @@ func TestLostGrantFoundAgainIsExtended(t *testing.T) {
 // and then let the command sent again through.
 func newSlowRetryProxiedRedis(t *testing.T) (*proxiedRedis, *lock.RedisStore) {
 	t.Helper()
-	direct := testenv.Redis(t)
-	p, err := faultproxy.New(testenv.RedisAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true,
-		MinRetryBackoff: 500 * time.Millisecond, MaxRetryBackoff: 500 * time.Millisecond})
-	t.Cleanup(func() { rdb.Close() })
-	prefix := testenv.Name(t) + ":"
-	seq := newSequencer(t)
-	proxied, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxied.Close() })
-	other, err := lock.NewRedisStore(direct, seq, lock.WithRedisPrefix(prefix))
+	pr := newProxiedRedisWith(t, func(o *redis.Options) {
+		o.MinRetryBackoff, o.MaxRetryBackoff = 500*time.Millisecond, 500*time.Millisecond
+	})
+	other, err := lock.NewRedisStore(pr.direct, pr.seq, lock.WithRedisPrefix(pr.prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { other.Close() })
-	return &proxiedRedis{proxy: p, rdb: rdb, direct: direct, store: proxied, prefix: prefix}, other
+	return pr, other
 }
 
 // sentAgainHeld runs call on its own goroutine with the reply of its first
-// call of the script (its files, as scriptSHA takes them) lost, and returns once that reply is lost, with the call
-// go-redis sends again held in the proxy: the test acts meanwhile, then
-// resume lets the resend through and waits for call to return.
+// call of the script (its files, as scriptSHA takes them) lost, and
+// returns once that reply is lost, with the call go-redis sends again held
+// in the proxy: the test acts meanwhile, then resume lets the resend
+// through and waits for call to return.
 func (pr *proxiedRedis) sentAgainHeld(t *testing.T, call func(), script ...string) (resume func()) {
 	t.Helper()
 	lost := pr.proxy.LoseReply([]byte(scriptSHA(t, pr.direct, script...)))
