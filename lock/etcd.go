@@ -528,6 +528,10 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 			// to the caller: the same lease again, its count unchanged.
 			g, err := s.Refresh(ctx, req.Name, hr.cur.LeaseID, req.TTL)
 			if err != nil {
+				// A place this attempt joined stays (see leaveJoined): a
+				// waiter that rejoins keeps it across calls, and the lock
+				// client gives it up when no call used it for the waiter
+				// TTL.
 				return Grant{}, err
 			}
 			_ = s.Leave(ctx, req.Name, req.Waiter) // a place this attempt joined
@@ -535,11 +539,15 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		}
 		if req.Holder != "" && hr.curHeld && hr.cur.Holder == req.Holder {
 			g, err := s.reenter(ctx, req, hr.cur)
-			if err == nil && req.Waiter != "" {
+			var held *HeldError
+			switch {
+			case err == nil && req.Waiter != "":
 				// The attempt joined the queue before it knew it held the
 				// lock: leave, or the place would stand ahead of every later
 				// waiter for as long as this store's session lives.
 				_ = s.Leave(ctx, req.Name, req.Waiter)
+			case err != nil && !errors.As(err, &held):
+				s.leaveJoined(ctx, req, hr)
 			}
 			return g, err
 		}
@@ -568,6 +576,26 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 	}
 	cr := v.(createResult)
 	return Grant{Token: cr.token, TTL: cr.granted, LeaseID: req.LeaseID, Count: 1}, nil
+}
+
+// leaveJoined gives up the place that a fair attempt joined the queue at
+// (hr), when the attempt ends with neither the lock nor a held answer (a
+// reentry whose count failed): its caller, told of no wait, has no reason
+// to leave (the lock client leaves only after a held answer), and a place
+// on etcd lasts as long as its store's session, ahead of every later fair
+// waiter of the lock, in every process (defect 12). A place an earlier
+// attempt joined is the caller's, who got that attempt's held answer; and
+// a waiter that rejoins (Rejoins) keeps its place across calls, given up
+// by the lock client when no call used it for the waiter TTL. The delete
+// does not depend on ctx, which may be what ended, and waits at most 1 s:
+// if etcd does not answer, the store's goroutine deletes the key later.
+func (s *EtcdStore) leaveJoined(ctx context.Context, req AcquireRequest, hr heldResult) {
+	if req.Waiter == "" || req.Rejoins || hr.joinedRev == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = s.Leave(ctx, req.Name, req.Waiter)
 }
 
 // createOp is an attempt's create; a fair waiter's has its place in the
