@@ -84,6 +84,10 @@ type EtcdStore struct {
 
 	txns, ops, sessionGrants, reads atomic.Uint64
 	inflight, maxInflight           atomic.Int64 // batches being committed
+	// maxOps bounds the operations of the store's other Txns whose size
+	// grows with their input (inTxns): the batch bound, lowered when etcd
+	// refuses one as too large.
+	maxOps atomic.Int64
 }
 
 var _ LeaseStore = (*EtcdStore)(nil)
@@ -235,11 +239,13 @@ func WithEtcdLogger(l *slog.Logger) EtcdOption {
 	}
 }
 
-// WithEtcdMaxBatch bounds how many creates and deletes share one Txn.
-// Default 120, for etcd's default --max-txn-ops of 128 (each lock's
-// nested Txn counts against the limit with the batch around it). Allowed 1
-// to 10000. A batch the server refuses as too large is split in halves and
-// the bound halved, so no caller fails because of batching.
+// WithEtcdMaxBatch bounds how many creates and deletes share one Txn, and
+// how many operations the store's other Txns whose size grows with their
+// input carry (the deletes of orphaned queue places, List's reads of the
+// queues). Default 120, for etcd's default --max-txn-ops of 128 (each
+// lock's nested Txn counts against the limit with the batch around it).
+// Allowed 1 to 10000. A Txn the server refuses as too large is split in
+// halves and the bound halved, so no caller fails because of batching.
 func WithEtcdMaxBatch(n int) EtcdOption {
 	return func(c *etcdConfig) error {
 		if n < 1 || n > 10000 {
@@ -297,6 +303,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 	s.gc.SetMaxBatch(c.maxBatch)
 	s.checks.Commit, s.checks.Inline = s.check, true
 	s.checks.SetMaxBatch(c.maxBatch)
+	s.maxOps.Store(int64(c.maxBatch))
 	s.unfollow = s.issuer.Follow()
 	return s, nil
 }
@@ -446,30 +453,30 @@ func (s *EtcdStore) orphanLocked(pk placeKey) {
 	s.poke()
 }
 
-// deleteOrphans deletes orphaned queue keys, a Txn per batch; after a
-// failure the store tries again later, the wait doubling up to 5 s, so an
-// etcd outage costs one failing call per wait, not one per orphan.
+// deleteOrphans deletes orphaned queue keys, in Txns within the store's
+// bound (inTxns); after a failure the store tries again later, the wait
+// doubling up to 5 s, so an etcd outage costs one failing call per wait,
+// not one per orphan.
 func (s *EtcdStore) deleteOrphans(keys []slotKey) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(s.life, 5*time.Second)
 	defer cancel()
-	var err error
-	for len(keys) > 0 && err == nil {
-		n := min(len(keys), 100) // under etcd's default --max-txn-ops of 128
-		ops := make([]clientv3.Op, n)
-		for i, k := range keys[:n] {
-			ops[i] = clientv3.OpDelete(s.queueKey(k.name, k.slot))
+	err := s.inTxns(len(keys), 1, func(from, to int) error {
+		ops := make([]clientv3.Op, 0, to-from)
+		for _, k := range keys[from:to] {
+			ops = append(ops, clientv3.OpDelete(s.queueKey(k.name, k.slot)))
 		}
-		if _, err = s.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit(); err == nil {
-			s.mu.Lock()
-			for _, k := range keys[:n] {
-				delete(s.orphans, k)
-				s.freeSlotLocked(k.name, k.slot)
-			}
-			s.mu.Unlock()
-			keys = keys[n:]
+		if _, err := s.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit(); err != nil {
+			return err
 		}
-	}
+		s.mu.Lock()
+		for _, k := range keys[from:to] {
+			delete(s.orphans, k)
+			s.freeSlotLocked(k.name, k.slot)
+		}
+		s.mu.Unlock()
+		return nil
+	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cleaning = false
@@ -480,6 +487,32 @@ func (s *EtcdStore) deleteOrphans(keys []slotKey) {
 	s.cleanGap = min(max(2*s.cleanGap, 100*time.Millisecond), 5*time.Second)
 	s.cleanAt = time.Now().Add(s.cleanGap)
 	s.poke()
+}
+
+// inTxns commits n items of per operations each in Txns of at most the
+// store's bound on operations (maxOps, from WithEtcdMaxBatch): etcd refuses
+// a larger Txn every time (its --max-txn-ops), so a fixed size above it
+// failed for ever. txn commits items [from, to) as one Txn. A Txn etcd
+// refuses as too large even so is sent again in halves, and the bound
+// halved, as commit does with batches.
+func (s *EtcdStore) inTxns(n, per int, txn func(from, to int) error) error {
+	for from := 0; from < n; {
+		to := min(n, from+max(1, int(s.maxOps.Load())/per))
+		err := txn(from, to)
+		if errors.Is(err, rpctypes.ErrTooManyOps) && to-from > 1 {
+			half := int64((to - from) / 2 * per)
+			for m := s.maxOps.Load(); half < m && !s.maxOps.CompareAndSwap(m, half); m = s.maxOps.Load() {
+			}
+			s.log.Info("etcd refused a Txn as too large; the store's Txns halved", "operations", (to-from)*per, "max_ops", s.maxOps.Load(),
+				"hint", "etcd's --max-txn-ops is below fenced's batch bound; raise it or lower the bound (WithEtcdMaxBatch)")
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		from = to
+	}
+	return nil
 }
 
 // queueKey is the key of a place.
@@ -1261,23 +1294,26 @@ func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error)
 }
 
 // countWaiters fills in the queue of each listed lock, as Inspect does,
-// as of revision rev: read-only Txns of two ranges per lock, within etcd's
-// default bound on operations per Txn (128).
+// as of revision rev: read-only Txns of queueOps' two ranges per lock,
+// within the store's bound (inTxns).
 func (s *EtcdStore) countWaiters(ctx context.Context, locks []State, rev int64) error {
-	const perTxn = 64 / 2
-	for from := 0; from < len(locks); from += perTxn {
-		chunk := locks[from:min(from+perTxn, len(locks))]
-		var ops []clientv3.Op
+	err := s.inTxns(len(locks), 2, func(from, to int) error {
+		chunk := locks[from:to]
+		ops := make([]clientv3.Op, 0, 2*len(chunk))
 		for _, st := range chunk {
 			ops = append(ops, s.queueOps(st.Name, clientv3.WithRev(rev))...)
 		}
 		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			return backendErr("etcd", "list", err)
+			return err
 		}
 		for i := range chunk {
 			chunk[i].Waiters, chunk[i].OldestWait = parseQueue(resp.Responses[2*i].GetResponseRange(), resp.Responses[2*i+1].GetResponseRange())
 		}
+		return nil
+	})
+	if err != nil {
+		return backendErr("etcd", "list", err)
 	}
 	return nil
 }
