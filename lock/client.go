@@ -358,11 +358,22 @@ func (c *Client) List(ctx context.Context, prefix string, limit int, cursor stri
 // holder learns of it at its next refresh (ErrLost), or not at all if it
 // never refreshes; its token still fences its late writes. It returns the
 // state the lock had (Held false if nobody held it).
-func (c *Client) ForceRelease(ctx context.Context, name string) (State, error) {
+//
+// With IfToken(t) it releases the lock only if the grant holding it has
+// token t, checked atomically with the delete; a lock held by another
+// grant is a *HeldByOtherError (ErrHeldByOther) and stays held. That is
+// the form to use when the answer may be lost and the call made again:
+// an unconditional force-release made twice removes the waiter the first
+// one woke as well.
+func (c *Client) ForceRelease(ctx context.Context, name string, opts ...ForceOption) (State, error) {
 	if err := ValidateName(name); err != nil {
 		return State{}, err
 	}
-	return c.store.ForceRelease(ctx, name)
+	o, err := ResolveForceOptions(opts...)
+	if err != nil {
+		return State{}, err
+	}
+	return c.store.ForceRelease(ctx, name, o.Token)
 }
 
 // RefreshID refreshes the lease of name held by leaseID, for a holder that

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fenced/fenced/fence"
 )
 
 var (
@@ -70,3 +72,28 @@ func (e *BackendError) Unwrap() error { return e.Err }
 func backendErr(backend, op string, err error) error {
 	return &BackendError{Backend: backend, Op: op, Err: err}
 }
+
+// ErrHeldByOther: a ForceRelease with IfToken found the lock held by a
+// grant with another token, and released nothing.
+var ErrHeldByOther = errors.New("lock: held by another grant")
+
+// HeldByOtherError is returned by ForceRelease with IfToken(Want) when the
+// lock is held by a grant whose token is not Want: nothing was released.
+// It matches ErrHeldByOther. Token is the token of the grant that holds the
+// lock now; 0 for a Redis lease whose acquisition has not recorded its
+// token yet.
+type HeldByOtherError struct {
+	Name  string
+	Token fence.Token // the token that holds the lock now
+	Want  fence.Token // the token IfToken named
+}
+
+func (e *HeldByOtherError) Error() string {
+	if e.Token == 0 {
+		return fmt.Sprintf("lock: %q is held by a grant that has no token yet, not by token %d: nothing was released", e.Name, e.Want)
+	}
+	return fmt.Sprintf("lock: %q is held by token %d, not by token %d: nothing was released", e.Name, e.Token, e.Want)
+}
+
+// Is makes errors.Is(err, ErrHeldByOther) true.
+func (e *HeldByOtherError) Is(target error) bool { return target == ErrHeldByOther }

@@ -1318,13 +1318,21 @@ func (s *EtcdStore) countWaiters(ctx context.Context, locks []State, rev int64) 
 	return nil
 }
 
-// ForceRelease implements LeaseStore.
-func (s *EtcdStore) ForceRelease(ctx context.Context, name string) (State, error) {
+// ForceRelease implements LeaseStore. With a token, the lock read is
+// deleted only if it has that token, and the Txn deletes it only if the
+// lease id read still holds it: a lease id's token never changes (its key
+// is written once per grant, and the token is that key's create revision
+// plus the offset in its value), so the compare on the lease id is the
+// compare on the token, in the same Txn as the delete.
+func (s *EtcdStore) ForceRelease(ctx context.Context, name string, token fence.Token) (State, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
 	for range 8 { // a lock that changes hands meanwhile: read it again
 		before, err := s.Inspect(ctx, name)
 		if err != nil || !before.Held {
 			return before, err
+		}
+		if token != 0 && before.Token != token {
+			return State{}, &HeldByOtherError{Name: name, Token: before.Token, Want: token}
 		}
 		resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, before.LeaseID)...).Then(s.ks.DeleteLock(name)...).Commit()
 		if err != nil {

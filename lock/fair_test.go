@@ -468,7 +468,7 @@ func TestWakeSkipsExpiredPlaces(t *testing.T) {
 					woken[w] = ch
 				}
 				if tc.leave == "" {
-					if before, err := st.s.ForceRelease(t.Context(), name); err != nil || !before.Held {
+					if before, err := st.s.ForceRelease(t.Context(), name, 0); err != nil || !before.Held {
 						t.Fatalf("force-release: %+v, %v", before, err)
 					}
 				} else if err := st.s.Leave(t.Context(), name, tc.leave); err != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/fenced/fenced/fence"
 )
 
 // Locker takes leases: *Client with a lease store in this process, and
@@ -241,4 +243,54 @@ func ValidateLabel(s string) error {
 		}
 	}
 	return nil
+}
+
+// ForceOption configures one ForceRelease. As with Option, an invalid one
+// is an error (ErrInvalidOption).
+type ForceOption func(*forceOpts)
+
+type forceOpts struct {
+	token     fence.Token
+	tokenSet  bool
+	nilOption bool
+}
+
+// IfToken makes ForceRelease conditional: it releases the lock only if the
+// grant holding it has token t (1 to fence.MaxToken), and otherwise
+// returns a *HeldByOtherError (another grant holds it) or the state of a
+// free lock, releasing nothing. Unlike an unconditional force-release, one
+// with IfToken is safe to send again after an answer that never came: the
+// second finds grant t gone and removes nobody else. Default: release the
+// lock whoever holds it.
+func IfToken(t fence.Token) ForceOption {
+	return func(o *forceOpts) { o.token, o.tokenSet = t, true }
+}
+
+// ForceOptions are the options of one ForceRelease, as
+// ResolveForceOptions resolves them: for packages (such as client) that
+// offer ForceRelease with the same options.
+type ForceOptions struct {
+	// Token is IfToken's token; 0 releases the lock whoever holds it.
+	Token fence.Token
+}
+
+// ResolveForceOptions applies opts. It returns an error matching
+// ErrInvalidOption for a nil ForceOption and for IfToken with a token
+// outside 1 to fence.MaxToken.
+func ResolveForceOptions(opts ...ForceOption) (ForceOptions, error) {
+	var o forceOpts
+	for _, f := range opts {
+		if f == nil {
+			o.nilOption = true
+			continue
+		}
+		f(&o)
+	}
+	switch {
+	case o.nilOption:
+		return ForceOptions{}, fmt.Errorf("%w: a nil ForceOption", ErrInvalidOption)
+	case o.tokenSet && (o.token == 0 || o.token > fence.MaxToken):
+		return ForceOptions{}, fmt.Errorf("%w: IfToken(%d): want the token of the grant to release, 1 to %d", ErrInvalidOption, uint64(o.token), fence.MaxToken)
+	}
+	return ForceOptions{Token: o.token}, nil
 }

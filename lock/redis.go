@@ -357,7 +357,7 @@ func parseInspect(name string, v []any) State {
 }
 
 // ForceRelease implements LeaseStore.
-func (s *RedisStore) ForceRelease(ctx context.Context, name string) (State, error) {
+func (s *RedisStore) ForceRelease(ctx context.Context, name string, token fence.Token) (State, error) {
 	before, err := s.Inspect(ctx, name)
 	if err != nil {
 		return State{}, err
@@ -368,9 +368,17 @@ func (s *RedisStore) ForceRelease(ctx context.Context, name string) (State, erro
 	if err != nil {
 		return State{}, err
 	}
-	v, err := s.run(ctx, forceScript, s.keys(name), s.channel(name), nonce).Slice()
+	want := ""
+	if token != 0 {
+		want = token.String()
+	}
+	v, err := s.run(ctx, forceScript, s.keys(name), s.channel(name), nonce, want).Slice()
 	if err != nil {
 		return State{}, backendErr("redis", "force-release", err)
+	}
+	if asString(v[0]) == "" && v[1] != nil {
+		n, _ := strconv.ParseUint(asString(v[1]), 10, 64)
+		return State{}, &HeldByOtherError{Name: name, Token: fence.Token(n), Want: token}
 	}
 	if id := asString(v[0]); id != before.LeaseID {
 		// Released or taken over between the two calls: report what was removed.

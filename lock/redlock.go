@@ -403,19 +403,57 @@ func (s *RedlockStore) Leave(ctx context.Context, name, waiter string) error {
 }
 
 // ForceRelease implements LeaseStore: the lease goes from every node.
-func (s *RedlockStore) ForceRelease(ctx context.Context, name string) (State, error) {
+// With a token, each node removes the lease only if its token is that one,
+// atomically there; the lock was held by the token if any node removed it,
+// and by another if a majority say so.
+func (s *RedlockStore) ForceRelease(ctx context.Context, name string, token fence.Token) (State, error) {
 	before, err := s.Inspect(ctx, name)
 	if err != nil {
 		return State{}, err
 	}
+	removed := make([]State, len(s.nodes))
 	o := s.each(ctx, "force-release", func(ctx context.Context, i int, n *RedisStore) error {
-		_, err := n.ForceRelease(ctx, name)
+		st, err := n.ForceRelease(ctx, name, token)
+		removed[i] = st
+		if errors.Is(err, ErrHeldByOther) {
+			return err // an answer, not a node's failure
+		}
 		return nodeErr(i, err)
 	})
-	if ok, _ := o.count(nil); ok < s.quorum {
+	answered, others := 0, map[fence.Token]int{}
+	var gone *State
+	for i, e := range o.errs {
+		var he *HeldByOtherError
+		switch {
+		case e == nil:
+			answered++
+			if removed[i].Held && gone == nil {
+				gone = &removed[i]
+			}
+		case errors.As(e, &he):
+			answered++
+			others[he.Token]++
+		}
+	}
+	if answered < s.quorum {
 		return State{}, s.quorumErr(o)
 	}
-	return before, nil
+	if token == 0 {
+		return before, nil
+	}
+	if gone != nil {
+		if before.Held && before.LeaseID == gone.LeaseID {
+			return before, nil // with the owner, count and waiters a majority showed
+		}
+		return *gone, nil
+	}
+	for tok, n := range others {
+		if n >= s.quorum {
+			return State{}, &HeldByOtherError{Name: name, Token: tok, Want: token}
+		}
+	}
+	// Free, or held by another on a minority only: not held.
+	return State{Name: name}, nil
 }
 
 // List implements LeaseStore: each node's locks in turn, each checked to

@@ -31,8 +31,11 @@ type LeaseStore interface {
 	List(ctx context.Context, req ListRequest) (ListPage, error)
 	// ForceRelease deletes the lease of name whoever holds it (an
 	// operator's act) and wakes the next waiter. It returns the state the
-	// lock had; Held is false if nobody held it.
-	ForceRelease(ctx context.Context, name string) (State, error)
+	// lock had; Held is false if nobody held it. A token other than 0
+	// makes it conditional: only a grant with that token is removed, and
+	// a lock held by another is a *HeldByOtherError, checked atomically
+	// with the delete.
+	ForceRelease(ctx context.Context, name string, token fence.Token) (State, error)
 	// Ping checks that the backends answer and take writes: readiness.
 	Ping(ctx context.Context) error
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/lock"
 )
 
@@ -156,7 +157,7 @@ func (s *fakeStore) List(context.Context, lock.ListRequest) (lock.ListPage, erro
 	return lock.ListPage{}, nil
 }
 
-func (s *fakeStore) ForceRelease(_ context.Context, name string) (lock.State, error) {
+func (s *fakeStore) ForceRelease(_ context.Context, name string, _ fence.Token) (lock.State, error) {
 	s.check(name, "")
 	return lock.State{Name: name}, nil
 }
