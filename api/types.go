@@ -157,6 +157,10 @@ type Error struct {
 	// wait the server allows (its --max-wait), so that a client can ask
 	// for that instead.
 	MaxWaitMs *int64 `json:"max_wait_ms,omitempty"`
+	// Token, on the 409 of DELETE /v1/locks/{name}?token=N, is the token
+	// of the grant that holds the lock instead (0 while a Redis
+	// acquisition has not recorded its token yet): nothing was released.
+	Token *fence.Token `json:"token,omitempty"`
 }
 
 // Fields of a request that an Error can name.
@@ -178,6 +182,9 @@ const (
 	FieldPath      = "path"       // a path the API does not have (404)
 	// FieldAfterToken is the term GET /v1/elections/{name} waits past.
 	FieldAfterToken = "after_token"
+	// FieldToken is the token DELETE /v1/locks/{name}?token=N releases
+	// the lock for, and no other.
+	FieldToken = "token"
 )
 
 // ErrorCode is the code of an Error. Each has one HTTP status.

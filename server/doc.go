@@ -9,7 +9,7 @@
 //	POST /v1/locks/{name}/release  {"lease_id"}              → {}
 //	GET  /v1/locks/{name}                                    → {"name","held","token","ttl_ms",…}
 //	GET  /v1/locks?prefix=&limit=&cursor=                    → {"locks":[…],"next_cursor"}
-//	DELETE /v1/locks/{name}                                  → the state it had (force-release)
+//	DELETE /v1/locks/{name}?token=                           → the state it had (force-release; with token, only that grant's, else 409)
 //	POST /v1/elections/{name}/campaign {"ttl_ms","wait_ms","value"} → a lease; its token is the term
 //	GET  /v1/elections/{name}?after_token=&wait_ms=          → {"name","leading","value","token"}
 //	GET  /healthz, /readyz, /metrics

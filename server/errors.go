@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/fence"
 )
 
 // Error codes of the v1 API (package api), the "code" of
@@ -40,6 +41,7 @@ const (
 	fieldCursor    = api.FieldCursor
 	fieldValue     = api.FieldValue
 	fieldAfter     = api.FieldAfterToken
+	fieldToken     = api.FieldToken
 	fieldPath      = api.FieldPath
 )
 
@@ -57,6 +59,9 @@ type apiError struct {
 	// maxWait, on a 400 about a wait_ms out of range, is the server's
 	// longest wait (api.Error's MaxWaitMs); 0 when not set.
 	maxWait time.Duration
+	// heldBy, on the 409 of a force-release with a token, is the token
+	// that holds the lock instead (api.Error's Token); nil when not set.
+	heldBy *fence.Token
 }
 
 func (e *apiError) Error() string { return string(e.code) + ": " + e.message }
@@ -100,5 +105,6 @@ func writeError(w http.ResponseWriter, e *apiError) {
 		ms := e.maxWait.Milliseconds()
 		body.MaxWaitMs = &ms
 	}
+	body.Token = e.heldBy
 	writeJSON(w, e.status, api.ErrorBody{Error: body})
 }

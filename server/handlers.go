@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/lock"
 	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -326,12 +327,43 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, _ string) {
 }
 
 // forceRelease deletes a lock's lease whoever holds it: an operator's act,
-// logged with the caller's token. 404 when nobody held it.
+// logged with the caller's token. 404 when nobody held it. With ?token=N
+// only the grant with token N: 409 held when another holds it, so that a
+// DELETE sent again after a lost answer or a 503 spares the next holder.
 func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, name string) {
+	// An unknown parameter is refused, not ignored: ?tokn=5 must not
+	// release whoever holds the lock.
+	q, aerr := query(r)
+	if aerr == nil {
+		aerr = checkQuery(q, "DELETE /v1/locks/{name}", fieldToken)
+	}
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var opts []lock.ForceOption
+	if v, ok := q[fieldToken]; ok {
+		tok, err := fence.ParseToken(v[0])
+		if err != nil {
+			writeError(w, invalid(fieldToken, fmt.Sprintf("token %s: want the token of the grant to release, a decimal number from 1 to %d; without token the lock is released whoever holds it", excerpt([]byte(v[0])), fence.MaxToken)))
+			return
+		}
+		opts = append(opts, lock.IfToken(tok))
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
 	defer cancel()
 	start := time.Now()
-	st, err := s.locks.ForceRelease(ctx, name)
+	st, err := s.locks.ForceRelease(ctx, name, opts...)
+	var he *lock.HeldByOtherError
+	if errors.As(err, &he) {
+		holder := fmt.Sprintf("token %d", he.Token)
+		if he.Token == 0 {
+			holder = "a grant that has no token yet"
+		}
+		writeError(w, &apiError{status: http.StatusConflict, code: codeHeld, heldBy: &he.Token,
+			message: fmt.Sprintf("lock %q is held by %s, not by token %d: nothing was released", name, holder, he.Want)})
+		return
+	}
 	if err != nil {
 		aerr, _ := s.failure(r, ctx, opForce, name, start, err)
 		writeError(w, aerr)

@@ -31,6 +31,7 @@ const (
 	ErrorErrorFieldPath       ErrorErrorField = "path"
 	ErrorErrorFieldPrefix     ErrorErrorField = "prefix"
 	ErrorErrorFieldReleaseId  ErrorErrorField = "release_id"
+	ErrorErrorFieldToken      ErrorErrorField = "token"
 	ErrorErrorFieldTtlMs      ErrorErrorField = "ttl_ms"
 	ErrorErrorFieldUnfair     ErrorErrorField = "unfair"
 	ErrorErrorFieldValue      ErrorErrorField = "value"
@@ -62,6 +63,8 @@ func (e ErrorErrorField) Valid() bool {
 	case ErrorErrorFieldPrefix:
 		return true
 	case ErrorErrorFieldReleaseId:
+		return true
+	case ErrorErrorFieldToken:
 		return true
 	case ErrorErrorFieldTtlMs:
 		return true
@@ -238,6 +241,11 @@ type Error struct {
 
 		// Position On a 409 after wait_ms, the caller's place in the lock's queue when it gave up (1 is the head); 0 when it had none (unfair).
 		Position *int `json:"position,omitempty"`
+
+		// Token On the 409 of a force-release with token, the token of the
+		// grant that holds the lock instead (0 while a Redis
+		// acquisition has not recorded its token yet).
+		Token *int64 `json:"token,omitempty"`
 
 		// WaitedMs On a 409 after wait_ms, how long the caller waited.
 		WaitedMs *int64 `json:"waited_ms,omitempty"`
@@ -451,6 +459,12 @@ type ListParams struct {
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ForceReleaseParams defines parameters for ForceRelease.
+type ForceReleaseParams struct {
+	// Token Release the lock only if the grant holding it has this token. Absent, the lock is released whoever holds it.
+	Token *Token `form:"token,omitempty" json:"token,omitempty"`
+}
+
 // CampaignJSONRequestBody defines body for Campaign for application/json ContentType.
 type CampaignJSONRequestBody = CampaignRequest
 
@@ -661,8 +675,18 @@ type ClientInterface interface {
 	// its late writes. The answer is the state the lock had. Logged by
 	// the server at warn level with the caller's token name.
 	//
+	// With token, the lease is deleted only if the grant holding it has
+	// that token (checked atomically with the delete), else 409 held
+	// naming the token that holds it, and nothing is deleted. Such a
+	// request is safe to send again after a 503 or a lost answer: the
+	// second finds the lock free (404) or held by another grant (409),
+	// either way no longer by that token, and deletes nothing. Without
+	// token, a request sent again deletes whatever holds the lock by
+	// then, most often the waiter the first one woke: do not send it
+	// again after a 503 or a lost answer; read the lock (GET) instead.
+	//
 	// Corresponds with DELETE /v1/locks/{name} (the `ForceRelease` operationId).
-	ForceRelease(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ForceRelease(ctx context.Context, name Name, params *ForceReleaseParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Inspect Whether a lock is held, and its token
 	//
@@ -1017,9 +1041,19 @@ func (c *Client) ListHead(ctx context.Context, reqEditors ...RequestEditorFn) (*
 // its late writes. The answer is the state the lock had. Logged by
 // the server at warn level with the caller's token name.
 //
+// With token, the lease is deleted only if the grant holding it has
+// that token (checked atomically with the delete), else 409 held
+// naming the token that holds it, and nothing is deleted. Such a
+// request is safe to send again after a 503 or a lost answer: the
+// second finds the lock free (404) or held by another grant (409),
+// either way no longer by that token, and deletes nothing. Without
+// token, a request sent again deletes whatever holds the lock by
+// then, most often the waiter the first one woke: do not send it
+// again after a 503 or a lost answer; read the lock (GET) instead.
+//
 // Corresponds with DELETE /v1/locks/{name} (the `ForceRelease` operationId).
-func (c *Client) ForceRelease(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewForceReleaseRequest(c.Server, name)
+func (c *Client) ForceRelease(ctx context.Context, name Name, params *ForceReleaseParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForceReleaseRequest(c.Server, name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1660,7 +1694,7 @@ func NewListHeadRequest(server string) (*http.Request, error) {
 }
 
 // NewForceReleaseRequest constructs an http.Request for the ForceRelease method
-func NewForceReleaseRequest(server string, name Name) (*http.Request, error) {
+func NewForceReleaseRequest(server string, name Name, params *ForceReleaseParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1683,6 +1717,33 @@ func NewForceReleaseRequest(server string, name Name) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Token != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "token", *params.Token, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
@@ -2144,10 +2205,20 @@ type ClientWithResponsesInterface interface {
 	// its late writes. The answer is the state the lock had. Logged by
 	// the server at warn level with the caller's token name.
 	//
+	// With token, the lease is deleted only if the grant holding it has
+	// that token (checked atomically with the delete), else 409 held
+	// naming the token that holds it, and nothing is deleted. Such a
+	// request is safe to send again after a 503 or a lost answer: the
+	// second finds the lock free (404) or held by another grant (409),
+	// either way no longer by that token, and deletes nothing. Without
+	// token, a request sent again deletes whatever holds the lock by
+	// then, most often the waiter the first one woke: do not send it
+	// again after a 503 or a lost answer; read the lock (GET) instead.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/locks/{name} (the `ForceRelease` operationId).
-	ForceReleaseWithResponse(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*ForceReleaseResponse, error)
+	ForceReleaseWithResponse(ctx context.Context, name Name, params *ForceReleaseParams, reqEditors ...RequestEditorFn) (*ForceReleaseResponse, error)
 
 	// InspectWithResponse Whether a lock is held, and its token
 	//
@@ -3109,6 +3180,8 @@ type ForceReleaseResponse struct {
 	JSON404 *Error
 	// JSON405 the response for an HTTP 405 `application/json` response
 	JSON405 *MethodNotAllowed
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Unavailable
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -3147,6 +3220,11 @@ func (r ForceReleaseResponse) GetJSON404() *Error {
 // GetJSON405 returns the response for an HTTP 405 `application/json` response
 func (r ForceReleaseResponse) GetJSON405() *MethodNotAllowed {
 	return r.JSON405
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ForceReleaseResponse) GetJSON409() *Error {
+	return r.JSON409
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -4045,11 +4123,21 @@ func (c *ClientWithResponses) ListHeadWithResponse(ctx context.Context, reqEdito
 // its late writes. The answer is the state the lock had. Logged by
 // the server at warn level with the caller's token name.
 //
+// With token, the lease is deleted only if the grant holding it has
+// that token (checked atomically with the delete), else 409 held
+// naming the token that holds it, and nothing is deleted. Such a
+// request is safe to send again after a 503 or a lost answer: the
+// second finds the lock free (404) or held by another grant (409),
+// either way no longer by that token, and deletes nothing. Without
+// token, a request sent again deletes whatever holds the lock by
+// then, most often the waiter the first one woke: do not send it
+// again after a 503 or a lost answer; read the lock (GET) instead.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /v1/locks/{name} (the `ForceRelease` operationId).
-func (c *ClientWithResponses) ForceReleaseWithResponse(ctx context.Context, name Name, reqEditors ...RequestEditorFn) (*ForceReleaseResponse, error) {
-	rsp, err := c.ForceRelease(ctx, name, reqEditors...)
+func (c *ClientWithResponses) ForceReleaseWithResponse(ctx context.Context, name Name, params *ForceReleaseParams, reqEditors ...RequestEditorFn) (*ForceReleaseResponse, error) {
+	rsp, err := c.ForceRelease(ctx, name, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -5064,6 +5152,13 @@ func ParseForceReleaseResponse(rsp *http.Response) (*ForceReleaseResponse, error
 			return nil, err
 		}
 		response.JSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Unavailable
