@@ -560,18 +560,15 @@ func (c *Client) List(ctx context.Context, prefix string, limit int, cursor stri
 // the state the lock had: Held false if nobody held it (LeaseID and
 // Holder empty, as with Inspect). It is sent again only when it cannot
 // have reached a server (see the package documentation, "Several
-// servers"): when its answer is lost, the error says the lock may have
-// been released.
+// servers"): after a lost answer or a 503 the error says the lock may
+// have been released, since a second request would delete whatever holds
+// the lock by then, most often the waiter the first one woke.
 func (c *Client) ForceRelease(ctx context.Context, name string) (lock.State, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return lock.State{}, err
 	}
-	// Not resendShared: a force-release sent again after a lost answer
-	// deletes whatever holds the lock by then, most often the waiter the
-	// first one woke (and a share of the time would only end a slow
-	// server's request, which cannot be sent again either).
 	var a api.LockState
-	err := c.do(ctx, http.MethodDelete, lockPath(name, ""), nil, &a, resendUnsent)
+	err := c.do(ctx, http.MethodDelete, lockPath(name, ""), nil, &a, resendUnwritten)
 	var ae *APIError
 	if errors.As(err, &ae) && ae.Code == api.CodeNotFound && ae.Field == "" {
 		return lock.State{Name: name}, nil
@@ -631,6 +628,11 @@ var errMaybeGranted = errors.New("the request was sent and its answer lost, so i
 // first one woke.
 var errMaybeForced = errors.New("the request was sent and its answer lost, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now")
 
+// errMaybeForced503 is errMaybeForced for a 503: the server may have
+// failed after its backend applied the force-release (a backend call that
+// timed out after it was done).
+var errMaybeForced503 = errors.New("the server answered 503, which it does too when its backend applied the request and then failed, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now")
+
 // resend says when a request may be sent to the next server.
 type resend int
 
@@ -642,6 +644,11 @@ const (
 	// the connection: it cannot have reached the server. For requests that
 	// must not be done twice: an acquire without a waiter, a force-release.
 	resendUnsent
+	// resendUnwritten: only when the request was not written to the
+	// connection; not after a 503, which a server may answer after its
+	// backend applied the request. For an unconditional force-release,
+	// which sent twice deletes the next holder too.
+	resendUnwritten
 	// resendShared: as resendAlways, and each server but the last has
 	// only half of the time left before ctx's deadline, so that one that
 	// stops answering leaves the next the time to answer, while the
@@ -767,17 +774,18 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 		}
 		next := false
 		if errors.As(err, &ae) {
-			next = ae.Status == http.StatusServiceUnavailable
+			next = ae.Status == http.StatusServiceUnavailable && mode != resendUnwritten
 		} else {
-			next = !sent || mode != resendUnsent
+			next = !sent || (mode != resendUnsent && mode != resendUnwritten)
 		}
 		if !next {
-			if sent && ae == nil {
-				maybe := errMaybeGranted
-				if method == http.MethodDelete {
-					maybe = errMaybeForced
-				}
-				err = fmt.Errorf("%w: %w", maybe, err)
+			switch {
+			case sent && ae == nil && method == http.MethodDelete:
+				err = fmt.Errorf("%w: %w", errMaybeForced, err)
+			case sent && ae == nil:
+				err = fmt.Errorf("%w: %w", errMaybeGranted, err)
+			case ae != nil && ae.Status == http.StatusServiceUnavailable:
+				err = fmt.Errorf("%w: %w", errMaybeForced503, err)
 			}
 			return false, err
 		}
