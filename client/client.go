@@ -174,7 +174,7 @@ func WithAnswerGrace(d time.Duration) Option {
 // This is what rides out a node draining or a backend failing over behind
 // a single URL (a load balancer), as the Python and TypeScript clients'
 // retries do. It applies to TryAcquire, Refresh, Release, Inspect, List,
-// ForceRelease and Leader; a waiting Acquire or Elect, and Observe, ride
+// ForceRelease (a 503 only with lock.IfToken) and Leader; a waiting Acquire or Elect, and Observe, ride
 // out failures within their wait on their own. Default DefaultRetries (2);
 // 0 sends each request to each server once.
 func WithRetries(n int) Option {
@@ -558,20 +558,43 @@ func (c *Client) List(ctx context.Context, prefix string, limit int, cursor stri
 // ForceRelease deletes the lease of name whoever holds it (the server's
 // force-release permission), as lock.Client.ForceRelease does, and returns
 // the state the lock had: Held false if nobody held it (LeaseID and
-// Holder empty, as with Inspect). It is sent again only when it cannot
-// have reached a server (see the package documentation, "Several
-// servers"): after a lost answer or a 503 the error says the lock may
-// have been released, since a second request would delete whatever holds
-// the lock by then, most often the waiter the first one woke.
-func (c *Client) ForceRelease(ctx context.Context, name string) (lock.State, error) {
+// Holder empty, as with Inspect).
+//
+// Without options it is sent again only when it cannot have reached a
+// server (see the package documentation, "Several servers"): after a lost
+// answer or a 503 the error says the lock may have been released, since a
+// second request would delete whatever holds the lock by then, most often
+// the waiter the first one woke.
+//
+// With lock.IfToken(t) only the grant with token t is released, and a lock
+// held by another is a *lock.HeldByOtherError (lock.ErrHeldByOther); such
+// a force-release is safe to send again, and is, after a 503 or a lost
+// answer, as a release is. A request sent again that finds the lock free
+// (Held false) or held by another grant (the error) cannot tell whether
+// the request before it released grant t or the grant was gone already;
+// either way t no longer holds the lock, which is what was asked.
+func (c *Client) ForceRelease(ctx context.Context, name string, opts ...lock.ForceOption) (lock.State, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return lock.State{}, err
 	}
+	o, err := lock.ResolveForceOptions(opts...)
+	if err != nil {
+		return lock.State{}, err
+	}
+	path, mode := lockPath(name, ""), resendUnwritten
+	if o.Token != 0 {
+		// The next holder has another token: a request sent again finds
+		// the lock free or held by it, and deletes nothing.
+		path, mode = path+"?"+url.Values{api.FieldToken: {o.Token.String()}}.Encode(), resendShared
+	}
 	var a api.LockState
-	err := c.do(ctx, http.MethodDelete, lockPath(name, ""), nil, &a, resendUnwritten)
+	err = c.do(ctx, http.MethodDelete, path, nil, &a, mode)
 	var ae *APIError
 	if errors.As(err, &ae) && ae.Code == api.CodeNotFound && ae.Field == "" {
 		return lock.State{Name: name}, nil
+	}
+	if o.Token != 0 && errors.As(err, &ae) && ae.Code == api.CodeHeld {
+		return lock.State{}, fmt.Errorf("client: force-release %q: %w", name, &lock.HeldByOtherError{Name: name, Token: ae.Token, Want: o.Token})
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -626,12 +649,12 @@ var errMaybeGranted = errors.New("the request was sent and its answer lost, so i
 // errMaybeForced is errMaybeGranted for a force-release: sent again, it
 // would delete whatever holds the lock by then, most often the waiter the
 // first one woke.
-var errMaybeForced = errors.New("the request was sent and its answer lost, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now")
+var errMaybeForced = errors.New("the request was sent and its answer lost, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now, and force-release with the holder's token (lock.IfToken), which is safe to send again")
 
 // errMaybeForced503 is errMaybeForced for a 503: the server may have
 // failed after its backend applied the force-release (a backend call that
 // timed out after it was done).
-var errMaybeForced503 = errors.New("the server answered 503, which it does too when its backend applied the request and then failed, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now")
+var errMaybeForced503 = errors.New("the server answered 503, which it does too when its backend applied the request and then failed, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now, and force-release with the holder's token (lock.IfToken), which is safe to send again")
 
 // resend says when a request may be sent to the next server.
 type resend int
@@ -642,7 +665,7 @@ const (
 	resendAlways resend = iota
 	// resendUnsent: after a 503, or when the request was not written to
 	// the connection: it cannot have reached the server. For requests that
-	// must not be done twice: an acquire without a waiter, a force-release.
+	// must not be done twice: an acquire without a waiter.
 	resendUnsent
 	// resendUnwritten: only when the request was not written to the
 	// connection; not after a 503, which a server may answer after its
@@ -654,8 +677,8 @@ const (
 	// stops answering leaves the next the time to answer, while the
 	// server tried first (the one that answered last, most often healthy)
 	// has the most time when it is only slow. For short requests:
-	// refresh, release, inspect, list; not for one that asks the server
-	// to wait, which a share would cut short.
+	// refresh, release, inspect, list, a force-release with a token; not
+	// for one that asks the server to wait, which a share would cut short.
 	resendShared
 )
 
@@ -864,6 +887,9 @@ func apiError(status int, body []byte) *APIError {
 		}
 		if e.Error.MaxWaitMs != nil {
 			ae.MaxWait = time.Duration(*e.Error.MaxWaitMs) * time.Millisecond
+		}
+		if e.Error.Token != nil {
+			ae.Token = *e.Error.Token
 		}
 		return ae
 	}

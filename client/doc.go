@@ -67,11 +67,16 @@
 //     server may have granted a lease whose answer was lost; TryAcquire
 //     returns that error rather than report "held" because of its own
 //     lease.
-//   - ForceRelease goes as TryAcquire does: sent again, a force-release
-//     whose answer was lost would delete whatever holds the lock by then,
-//     most often the waiter the first one woke, or find the lock free and
-//     say "not held" of a lock it released. After a lost answer it returns
-//     the error, which says the lock may have been released.
+//   - ForceRelease without options moves on only when its request was
+//     never written to a connection: not after a lost answer, and not
+//     after a 503 either, which a server answers too when its backend
+//     applied the force-release and then timed out. Sent again, it would
+//     delete whatever holds the lock by then, most often the waiter the
+//     first one woke, or find the lock free and say "not held" of a lock
+//     it released. It returns the error, which says the lock may have
+//     been released. With [lock.IfToken] it releases only the grant with
+//     that token, and is sent again as a release is: a second request
+//     finds the lock free or held by another token, and deletes nothing.
 //   - Acquire, which waits anyway, moves on after a lost answer too, and
 //     with a single server asks it again while its wait (WithWait or the
 //     context's deadline) has time left. Its requests carry its waiter id,
@@ -96,7 +101,7 @@
 // several, where a node that drains or a backend that fails over answers
 // 503 for a moment. It applies to TryAcquire (after a 503 or an unsent
 // request only, as above), Refresh, Release, Inspect, List, ForceRelease
-// (as TryAcquire) and Leader. A waiting Acquire or Elect and Observe's long polls ride out
+// (with [lock.IfToken] only; without, an unsent request only) and Leader. A waiting Acquire or Elect and Observe's long polls ride out
 // failures within their wait instead, as above.
 //
 // # Servers that stop answering

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/lock"
 )
 
@@ -47,6 +48,10 @@ type APIError struct {
 	// RetryAfter, on a 503: how long the server asked to wait before the
 	// request is sent again (its Retry-After header), or 0.
 	RetryAfter time.Duration
+	// Token, on the 409 of a force-release with a token, is the token of
+	// the grant that holds the lock instead (ForceRelease returns it as a
+	// *lock.HeldByOtherError).
+	Token fence.Token
 }
 
 func (e *APIError) Error() string {

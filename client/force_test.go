@@ -61,8 +61,18 @@ func answer503(w http.ResponseWriter, _ *http.Request) {
 	w.Write([]byte(`{"error":{"code":"unavailable","message":"lease store: context deadline exceeded"}}`))
 }
 
+// loseAnswer closes the connection instead of answering.
+func loseAnswer(w http.ResponseWriter, _ *http.Request) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil { // an answer the client takes for a bug, not a lost one
+		http.Error(w, "cannot hijack: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	conn.Close()
+}
+
 // forceWithAWaiter has the fixture hold name, with another waiting, and
-// returns the first holder's lease and the channel of the waiter's result.
+// returns the first holder's token and the channel of the waiter's result.
 func forceWithAWaiter(t *testing.T, f *fixture, c *client.Client, name string) (*lock.Lease, <-chan heldNext) {
 	t.Helper()
 	ctx := t.Context()
@@ -105,5 +115,79 @@ func TestForceReleaseAnswered503IsNotSentAgain(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "may have released the lock") {
 		t.Errorf("ForceRelease answered 503: %+v, %v; want an error saying the lock may have been released", st, err)
+	}
+}
+
+// TestForceReleaseWithTokenIsSentAgain: with lock.IfToken, a force-release
+// answered 503, or whose answer was lost, is sent again, and the second
+// request leaves the next holder alone: it answers that another token
+// holds the lock (a *lock.HeldByOtherError naming it). Without a fault it
+// releases the lock for that token only.
+func TestForceReleaseWithTokenIsSentAgain(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	plain := newClient(t, f.url)
+
+	t.Run("503", func(t *testing.T) {
+		name := testenv.Name(t)
+		first, woken := forceWithAWaiter(t, f, plain, name)
+		got := make(chan heldNext, 1)
+		c := newClient(t, appliedThen(t, f, woken, got, answer503))
+		st, err := c.ForceRelease(ctx, name, lock.IfToken(first.Token()))
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("the waiter: %v", r.err)
+		}
+		defer r.l.Release(context.WithoutCancel(ctx))
+		wantHeldByNext(t, f, name, st, err, r.l)
+	})
+
+	t.Run("lost answer", func(t *testing.T) {
+		name := testenv.Name(t)
+		first, woken := forceWithAWaiter(t, f, plain, name)
+		got := make(chan heldNext, 1)
+		c := newClient(t, appliedThen(t, f, woken, got, loseAnswer))
+		st, err := c.ForceRelease(ctx, name, lock.IfToken(first.Token()))
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("the waiter: %v", r.err)
+		}
+		defer r.l.Release(context.WithoutCancel(ctx))
+		wantHeldByNext(t, f, name, st, err, r.l)
+	})
+
+	t.Run("no fault", func(t *testing.T) {
+		name := testenv.Name(t)
+		l, err := f.locks.TryAcquire(ctx, name, time.Minute, lock.WithDetached(), lock.WithOwner("stuck"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := plain.ForceRelease(ctx, name, lock.IfToken(l.Token()+1000))
+		var he *lock.HeldByOtherError
+		if !errors.As(err, &he) || he.Token != l.Token() || he.Want != l.Token()+1000 {
+			t.Fatalf("ForceRelease with another token: %+v, %v; want a *lock.HeldByOtherError naming %d", st, err, l.Token())
+		}
+		if st, err := plain.ForceRelease(ctx, name, lock.IfToken(l.Token())); err != nil || !st.Held || st.Token != l.Token() || st.Owner != "stuck" {
+			t.Fatalf("ForceRelease with the holder's token: %+v, %v; want it released", st, err)
+		}
+		if st, err := plain.ForceRelease(ctx, name, lock.IfToken(l.Token())); err != nil || st.Held {
+			t.Fatalf("ForceRelease with the token of a free lock: %+v, %v; want Held false", st, err)
+		}
+		if _, err := plain.ForceRelease(ctx, name, lock.IfToken(0)); !errors.Is(err, lock.ErrInvalidOption) {
+			t.Fatalf("IfToken(0): %v, want lock.ErrInvalidOption", err)
+		}
+	})
+}
+
+// wantHeldByNext checks that a conditional force-release sent again left
+// the next holder next with the lock, and said that its token holds it.
+func wantHeldByNext(t *testing.T, f *fixture, name string, st lock.State, err error, next *lock.Lease) {
+	t.Helper()
+	if now, ierr := f.locks.Inspect(t.Context(), name); ierr != nil || !now.Held || now.Token != next.Token() {
+		t.Fatalf("the next holder (token %d) after a conditional force-release sent again: %+v, %v; want it still held", next.Token(), now, ierr)
+	}
+	var he *lock.HeldByOtherError
+	if !errors.As(err, &he) || he.Token != next.Token() {
+		t.Errorf("ForceRelease(IfToken) sent again: %+v, %v; want a *lock.HeldByOtherError naming the next holder's token %d", st, err, next.Token())
 	}
 }
