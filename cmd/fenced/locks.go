@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,22 +11,48 @@ import (
 	"time"
 
 	wire "github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/lock"
 )
 
 const locksSummary = `Inspect and operate the locks of a fenced server:
   fenced locks list [--prefix P] [--limit N] [--json]   the held locks (all pages, or the first N)
   fenced locks get NAME [--json]                        one lock: holder's token, owner, TTL left, waiters
-  fenced locks release NAME                             force-release: delete the lease whoever holds it
+  fenced locks release [--if-token N] NAME              force-release: delete the lease whoever holds it,
+                                                        or (--if-token) only if its token is N
 The holder of a force-released lock learns it at its next refresh; its token
 still fences its late writes. Needs the server's inspect (list, get) or
-force-release permission.`
+force-release permission. A release without --if-token is not sent again
+when its answer is lost or is a 503 (it may have been done, and a second
+would release the next holder): get the lock, then release it with
+--if-token and the token it shows, which is safe to send again.`
 
 type locksOpts struct {
 	clientOpts
-	prefix string
-	limit  int
-	json   bool
+	prefix  string
+	limit   int
+	json    bool
+	ifToken fence.Token // release: 0 for whoever holds it
+}
+
+// grantToken is the --if-token flag: a token fenced can issue, 1 to
+// 2^63-1.
+type grantToken struct{ t *fence.Token }
+
+func (v grantToken) String() string {
+	if v.t == nil || *v.t == 0 {
+		return ""
+	}
+	return v.t.String()
+}
+
+func (v grantToken) Set(s string) error {
+	t, err := fence.ParseToken(s)
+	if err != nil {
+		return fmt.Errorf("want the token of the grant to release (fenced locks get shows it), a decimal number from 1 to %d", fence.MaxToken)
+	}
+	*v.t = t
+	return nil
 }
 
 // locksCommands are the subcommands of fenced locks.
@@ -45,6 +72,9 @@ func newLocksCommand(sub string) (*command, *locksOpts) {
 		cmd = newCommand("fenced locks get", " NAME", locksSummary)
 	case "release":
 		cmd = newCommand("fenced locks release", " NAME", locksSummary)
+		// Not --token: its variable would be FENCED_TOKEN, which fenced
+		// exec and fenced elect set for their command to its own token.
+		cmd.fs.Var(grantToken{&o.ifToken}, "if-token", "Release the lock only if the grant holding it has this `token` (fenced locks get shows it);\nsafe to run again. Default: whoever holds it.")
 	default:
 		return nil, nil
 	}
@@ -161,13 +191,28 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 		return printLocks(stdout, []lock.State{st})
 	default:
+		var opts []lock.ForceOption
+		if o.ifToken != 0 {
+			opts = append(opts, lock.IfToken(o.ifToken))
+		}
 		var st lock.State
 		err := bounded(func(ctx context.Context) (err error) {
-			st, err = c.ForceRelease(ctx, name)
+			st, err = c.ForceRelease(ctx, name, opts...)
 			return err
 		})
+		var he *lock.HeldByOtherError
+		if errors.As(err, &he) {
+			holder := "token " + he.Token.String()
+			if he.Token == 0 {
+				holder = "a grant that has no token yet"
+			}
+			return &ExitError{Code: 1, Err: fmt.Errorf("fenced locks release: lock %q is held by %s, not by token %s: nothing released", name, holder, o.ifToken)}
+		}
 		if err != nil {
 			return err
+		}
+		if !st.Held && o.ifToken != 0 {
+			return &ExitError{Code: 1, Err: fmt.Errorf("fenced locks release: lock %q is not held, so not by token %s: nothing released", name, o.ifToken)}
 		}
 		if !st.Held {
 			return &ExitError{Code: 1, Err: fmt.Errorf("fenced locks release: lock %q is not held: nothing released", name)}

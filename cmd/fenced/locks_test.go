@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,8 +54,27 @@ func TestLocksCommand(t *testing.T) {
 		t.Fatalf("release of a free lock: exit %d, want 1 with \"not held\"\n%s", code, stderr)
 	}
 
+	// --if-token: another token releases nothing; the holder's releases it.
+	c := a.acquire(prefix+"cond", 30000)
+	other := fmt.Sprint(c.token + 1000)
+	code, out, stderr = run(t, nil, "locks", "release", "--url", url, "--if-token", other, prefix+"cond")
+	if code != 1 || !strings.Contains(stderr, fmt.Sprintf("held by token %d, not by token %s: nothing released", c.token, other)) || !a.held(prefix+"cond") {
+		t.Fatalf("locks release --if-token %s of a lock held by %d: exit %d, %q\n%s", other, c.token, code, out, stderr)
+	}
+	code, out, stderr = run(t, nil, "locks", "release", "--url", url, "--if-token", fmt.Sprint(c.token), prefix+"cond")
+	if code != 0 || !strings.Contains(out, "released "+prefix+"cond: token "+fmt.Sprint(c.token)) || a.held(prefix+"cond") {
+		t.Fatalf("locks release --if-token %d: exit %d, %q\n%s", c.token, code, out, stderr)
+	}
+	code, _, stderr = run(t, nil, "locks", "release", "--url", url, "--if-token", fmt.Sprint(c.token), prefix+"cond")
+	if code != 1 || !strings.Contains(stderr, "not held, so not by token") {
+		t.Fatalf("locks release --if-token of a free lock: exit %d, want 1 with \"not held\"\n%s", code, stderr)
+	}
+
 	for _, args := range [][]string{
 		{"locks"},
+		{"locks", "release", "--if-token", "0", "x"},
+		{"locks", "release", "--if-token", "9223372036854775808", "x"},
+		{"locks", "release", "--if-token", "t1", "x"},
 		{"locks", "frob"},
 		{"locks", "get"},
 		{"locks", "get", "a/b"},
