@@ -57,6 +57,7 @@ __all__ = [
     "NotFoundError",
     "MethodNotAllowedError",
     "HeldError",
+    "HeldByOtherError",
     "LostError",
     "PayloadTooLargeError",
     "UnsupportedMediaTypeError",
@@ -154,6 +155,15 @@ class MethodNotAllowedError(FencedError):
 class HeldError(FencedError):
     """409 held: another holder has the lease (still, after wait_ms)."""
     code = "held"
+
+
+class HeldByOtherError(HeldError):
+    """409 held, from force_release(name, token=N): the lock is held by a
+    grant whose token is not N, and nothing was released. token is the
+    token of the grant that holds it (0 while a Redis acquisition has not
+    recorded its token yet)."""
+    #: The token of the grant that holds the lock instead.
+    token: int = 0
 
 
 class LostError(FencedError):
@@ -541,21 +551,52 @@ class Client:
                 return
             cursor = page.next_cursor
 
-    def force_release(self, name: str) -> LockState:
+    def force_release(self, name: str, token: Optional[int] = None) -> LockState:
         """Delete the lock's lease whoever holds it, and wake the next
         waiter: an operator's act, for a holder known to be gone (DELETE
         /v1/locks/{name}; the bearer token needs the force-release
         permission, else ForbiddenError). Returns the state the lock had:
         its token, owner, ...; held False if nobody held it, as the Go
         client's ForceRelease. The holder learns of it at its next refresh
-        or release (LostError); its token still fences its late writes."""
+        or release (LostError); its token still fences its late writes.
+
+        With token (1 to MAX_TOKEN), only the grant with that token is
+        released: a lock held by another raises HeldByOtherError (its token
+        says whose), and nothing is released. Such a call is sent again
+        after a 503 or a lost answer, as a release is: the next holder has
+        another token, so a request sent again releases nobody else. It then
+        returns held False or raises HeldByOtherError, as it would if the
+        grant had gone before the first request; either way that token no
+        longer holds the lock, which is what was asked.
+
+        Without token the request is sent once: after a 503 or an answer
+        lost once it was sent, the UnavailableError or TransportError says
+        the lock may have been released, since a second request would
+        release whatever holds it by then, most often the waiter the first
+        one woke. Inspect the lock, then force_release it with the token it
+        shows."""
+        if token is not None and (isinstance(token, bool) or not isinstance(token, int)
+                                  or not 1 <= token <= MAX_TOKEN):
+            raise _invalid("token", f"token {token!r}: want the token of the grant to release, an int "
+                                    f"from 1 to {MAX_TOKEN} (None: release it whoever holds it)")
         try:
-            return LockState._from_answer(self._call("DELETE", name, "", None))
+            if token is None:
+                doc = self._call("DELETE", name, "", None, retries=0)
+            else:
+                doc = self._call("DELETE", name, f"?token={token}", None, resend_lost=True)
+            return LockState._from_answer(doc)
         except NotFoundError as e:
             # Not held: nothing to release (a 404 on the lock, no field).
             if e.field is not None:
                 raise
             return LockState(name, False, 0, 0)
+        except (UnavailableError, TransportError) as e:
+            if token is not None or isinstance(e.__cause__, ConnectionRefusedError):
+                raise
+            raise type(e)(f"{e.message}; the request may have reached the server and released the lock, "
+                          "so it is not sent again (a second would release the next holder): inspect the "
+                          "lock, then force_release it with the token it shows, which is safe to send again",
+                          e.status, e.code, e.retry_after) from e
 
     def refresh_id(self, name: str, lease_id: str, ttl_ms: Optional[int] = None) -> dict[str, Any]:
         """Extend the lease lease_id of name; the raw answer. Lease.refresh is the usual way.
@@ -743,7 +784,10 @@ class Client:
         # A new lease's request is not sent twice: if it reached the server,
         # the lease would be held by nobody until its TTL. With a waiter it
         # may be: the server hands that lease back to the same waiter.
-        resend = not path.endswith(("/acquire", "/campaign")) or "waiter" in (body or {})
+        # Nor is a force-release without a token: sent twice, it releases
+        # the next holder too.
+        resend = ((not path.endswith(("/acquire", "/campaign")) or "waiter" in (body or {}))
+                  and not (method == "DELETE" and "?token=" not in path))
         for attempt in (0, 1):
             conn, reused = self._conn(timeout)
             try:
@@ -811,7 +855,12 @@ def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
             return UnavailableError(text or "service unavailable", status, retry_after=retry_after)
         return FencedError(f"not an API error: {text!r}", status, retry_after=retry_after)
     cls = _ERRORS.get(code, FencedError)
+    held_by = err.get("token")
+    if code == "held" and isinstance(held_by, int) and not isinstance(held_by, bool):
+        cls = HeldByOtherError  # a force-release with a token
     e = cls(message, status, code, retry_after)
+    if isinstance(e, HeldByOtherError):
+        e.token = held_by
     if isinstance(err.get("field"), str):
         e.field = err["field"]
     if isinstance(err.get("max_wait_ms"), int):

@@ -1,0 +1,208 @@
+"""force_release against a real fenced dev: with a token it releases only
+that grant and is safe to send again; without, a request that may have
+been applied (a 503, a lost answer) is not sent again."""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import threading
+import unittest
+import urllib.parse
+from typing import Callable, Optional
+
+import fenced
+from daemon import Daemon, unique
+
+
+class AppliedThenFails(http.server.ThreadingHTTPServer):
+    """An HTTP/1.1 proxy in front of a fenced that forwards every request,
+    but answers the first DELETE with a failure after the server applied
+    it: it forwards the DELETE, calls applied() (the test waits there for
+    the next holder), then answers 503 ("503") or closes the connection
+    without an answer ("drop"). deletes counts the DELETEs that reached
+    the server. stop() ends it."""
+
+    def __init__(self, target_url: str, fail: str, applied: Callable[[], None]):
+        u = urllib.parse.urlsplit(target_url)
+        target = (u.hostname, u.port)
+        self.deletes = 0
+        self.first_status: Optional[int] = None
+        outer = self
+        lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                up = http.client.HTTPConnection(*target, timeout=30)
+                try:
+                    hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                    up.request(self.command, self.path, body=body, headers=hdrs)
+                    r = up.getresponse()
+                    data = r.read()
+                finally:
+                    up.close()
+                first = False
+                if self.command == "DELETE":
+                    with lock:
+                        outer.deletes += 1
+                        first = outer.deletes == 1
+                if first:
+                    outer.first_status = r.status
+                    applied()
+                    if fail == "drop":
+                        self.close_connection = True
+                        return
+                    msg = b'{"error":{"code":"unavailable","message":"lease store: context deadline exceeded"}}'
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("connection", "content-length", "transfer-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = _any
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.daemon_threads = True
+        self._t = threading.Thread(target=self.serve_forever, daemon=True)
+        self._t.start()
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        self._t.join()
+
+
+class ForceReleaseTest(unittest.TestCase):
+    daemon: Daemon
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.daemon = Daemon("dev")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.daemon.stop()
+
+    def setUp(self) -> None:
+        self.client = fenced.Client(self.daemon.url)
+        self.addCleanup(self.client.close)
+
+    def _held_with_a_waiter(self, name: str) -> tuple[fenced.Lease, threading.Event, list[fenced.Lease]]:
+        """name held, and another client waiting for it in a thread: it
+        sets the event once it holds the lock (its lease in the list)."""
+        first = self.client.acquire(name, ttl_ms=30_000)
+        waiter = fenced.Client(self.daemon.url)
+        self.addCleanup(waiter.close)
+        got: list[fenced.Lease] = []
+        done = threading.Event()
+
+        def wait() -> None:
+            try:
+                got.append(waiter.acquire(name, ttl_ms=30_000, wait_ms=20_000))
+            finally:
+                waiter.close()  # this thread's connection
+                done.set()
+
+        t = threading.Thread(target=wait)
+        t.start()
+        self.addCleanup(t.join)
+        deadline = 200
+        while self.client.inspect(name).waiters != 1:
+            deadline -= 1
+            self.assertGreater(deadline, 0, "the waiter never queued")
+            done.wait(0.05)
+        return first, done, got
+
+    def _through(self, name: str, fail: str, done: threading.Event) -> tuple[fenced.Client, AppliedThenFails]:
+        p = AppliedThenFails(self.daemon.url, fail, lambda: done.wait(20))
+        self.addCleanup(p.stop)
+        c = fenced.Client(p.url)
+        self.addCleanup(c.close)
+        c.inspect(name)  # a kept connection, as a client that was used before has
+        return c, p
+
+    def _next_still_holds(self, name: str, done: threading.Event, got: list[fenced.Lease], p: AppliedThenFails) -> fenced.Lease:
+        self.assertTrue(done.wait(20), "the waiter never got the lock")
+        self.assertEqual(p.first_status, 200, "the first DELETE did not release the lock")
+        self.assertEqual(len(got), 1, "the waiter failed")
+        nxt = got[0]
+        self.addCleanup(nxt.release)
+        st = self.client.inspect(name)
+        self.assertTrue(st.held and st.token == nxt.token,
+                        f"the next holder (token {nxt.token}) lost the lock: {st}; DELETEs that reached the server: {p.deletes}")
+        return nxt
+
+    def test_unconditional_is_not_sent_again_after_a_503(self) -> None:
+        # The server applied the force-release and answered 503 (its
+        # backend call timed out after it was done). Sent again, the DELETE
+        # released the waiter the first one woke.
+        name = unique()
+        _, done, got = self._held_with_a_waiter(name)
+        c, p = self._through(name, "503", done)
+        with self.assertRaises(fenced.UnavailableError) as cm:
+            c.force_release(name)
+        self._next_still_holds(name, done, got, p)
+        self.assertIn("may have reached the server and released the lock", cm.exception.message)
+        self.assertEqual(p.deletes, 1)
+
+    def test_unconditional_is_not_sent_again_after_a_lost_answer(self) -> None:
+        # The answer lost on a kept connection: http.client's request on it
+        # was sent again at once, as for a connection the server closed
+        # while idle.
+        name = unique()
+        _, done, got = self._held_with_a_waiter(name)
+        c, p = self._through(name, "drop", done)
+        with self.assertRaises(fenced.TransportError) as cm:
+            c.force_release(name)
+        self._next_still_holds(name, done, got, p)
+        self.assertIn("may have reached the server and released the lock", cm.exception.message)
+        self.assertEqual(p.deletes, 1)
+
+    def test_with_token_is_sent_again_and_spares_the_next_holder(self) -> None:
+        for fail in ("503", "drop"):
+            with self.subTest(fail=fail):
+                name = unique()
+                first, done, got = self._held_with_a_waiter(name)
+                c, p = self._through(name, fail, done)
+                with self.assertRaises(fenced.HeldByOtherError) as cm:
+                    c.force_release(name, token=first.token)
+                nxt = self._next_still_holds(name, done, got, p)
+                self.assertEqual(p.deletes, 2, "the conditional DELETE was not sent again")
+                self.assertEqual((cm.exception.status, cm.exception.code, cm.exception.token), (409, "held", nxt.token))
+                self.assertIsInstance(cm.exception, fenced.HeldError)
+
+    def test_with_token(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=30_000, owner="py-stuck")
+        with self.assertRaises(fenced.HeldByOtherError) as cm:
+            self.client.force_release(name, token=lease.token + 1000)
+        self.assertEqual(cm.exception.token, lease.token)
+        self.assertIn("nothing was released", cm.exception.message)
+        self.assertTrue(self.client.inspect(name).held)
+        st = self.client.force_release(name, token=lease.token)
+        self.assertEqual((st.held, st.token, st.owner), (True, lease.token, "py-stuck"))
+        self.assertFalse(self.client.force_release(name, token=lease.token).held)
+        for bad in (0, -1, True, "5", 1.0, fenced.MAX_TOKEN + 1):
+            with self.assertRaises(fenced.InvalidArgumentError) as cm2:
+                self.client.force_release(name, token=bad)  # type: ignore[arg-type]
+            self.assertEqual((cm2.exception.field, cm2.exception.status), ("token", 0))
+
+
+if __name__ == "__main__":
+    unittest.main()
