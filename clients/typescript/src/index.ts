@@ -100,6 +100,16 @@ export class HeldError extends FencedError {
   static override readonly code = "held";
 }
 /**
+ * 409 held, from forceRelease(name, { token }): the lock is held by a grant
+ * whose token is not the one given, and nothing was released. token is the
+ * token of the grant that holds it (0n while a Redis acquisition has not
+ * recorded its token yet).
+ */
+export class HeldByOtherError extends HeldError {
+  /** The token of the grant that holds the lock instead. */
+  token = 0n;
+}
+/**
  * 410 lost: this lease id no longer holds the lease; stop writing with its
  * token. The keep-alive also reports a validity that ran out without a
  * successful refresh as a LostError (status 0).
@@ -419,6 +429,15 @@ export interface LockOptions extends AcquireOptions {
   onLost?: (lease: Lease, err: LostError) => void;
 }
 
+/** Options of Client.forceRelease. */
+export interface ForceReleaseOptions {
+  /**
+   * Release the lock only if the grant holding it has this token (1 to
+   * MAX_TOKEN; a number must be a safe integer). Default: whoever holds it.
+   */
+  token?: bigint | number;
+}
+
 interface CallOptions {
   timeoutMs?: number;
   retries?: number;
@@ -708,14 +727,50 @@ export class Client {
    * owner, …; held false if nobody held it, as the Go client's
    * ForceRelease. The holder learns of it at its next refresh or release
    * (LostError); its token still fences its late writes.
+   *
+   * With options.token (1 to MAX_TOKEN), only the grant with that token is
+   * released: a lock held by another rejects with HeldByOtherError (its
+   * token says whose), and nothing is released. Such a call is sent again
+   * after a 503 or a lost answer, as a release is: the next holder has
+   * another token, so a request sent again releases nobody else. It then
+   * resolves to held false or rejects with HeldByOtherError, as it would
+   * if the grant had gone before the first request; either way that token
+   * no longer holds the lock, which is what was asked.
+   *
+   * Without a token the request is sent once: after a 503 or an answer
+   * lost once it was sent, the UnavailableError or TransportError says the
+   * lock may have been released, since a second request would release
+   * whatever holds it by then, most often the waiter the first one woke.
+   * Inspect the lock, then force-release it with the token it shows.
    */
-  async forceRelease(name: string): Promise<LockState> {
+  async forceRelease(name: string, options: ForceReleaseOptions = {}): Promise<LockState> {
+    let token: bigint | undefined;
+    if (options.token !== undefined) {
+      const t = options.token;
+      const ok = typeof t === "bigint" || (typeof t === "number" && Number.isSafeInteger(t));
+      if (!ok || BigInt(t) < 1n || BigInt(t) > MAX_TOKEN) {
+        throw invalid("token", `token ${String(t)}: want the token of the grant to release, a bigint from 1 to ${MAX_TOKEN} (none: release it whoever holds it)`);
+      }
+      token = BigInt(t);
+    }
     try {
-      return lockState(await this.call("DELETE", name, "", undefined));
+      if (token === undefined) return lockState(await this.call("DELETE", name, "", undefined, { retries: 0 }));
+      return lockState(await this.call("DELETE", name, `?token=${token}`, undefined, { resendLost: true }));
     } catch (e) {
       // Not held: nothing to release (a 404 on the lock, no field).
       if (e instanceof NotFoundError && e.field === undefined) {
         return { name, held: false, token: 0n, ttlMs: 0, owner: "", count: 0, lastToken: 0n, waiters: 0, oldestWaitMs: 0 };
+      }
+      if (token === undefined && (e instanceof UnavailableError || (e instanceof TransportError && !refused(e)))) {
+        const cls = e.constructor as new (m: string, s: number, c?: string, r?: number, o?: { cause?: unknown }) => FencedError;
+        throw new cls(
+          `${e.message}; the request may have reached the server and released the lock, so it is not sent again ` +
+            "(a second would release the next holder): inspect the lock, then force-release it with the token it shows, which is safe to send again",
+          e.status,
+          e.code,
+          e.retryAfterMs,
+          { cause: e },
+        );
       }
       throw e;
     }
@@ -862,6 +917,16 @@ export class Client {
  */
 const LOST_ANSWER_CODES = new Set(["UND_ERR_SOCKET", "ECONNRESET", "EPIPE", "ECONNABORTED"]);
 
+/** Whether e (a TransportError) is a refused connection: the request never reached the server. */
+function refused(e: TransportError): boolean {
+  let cause: unknown = e.cause;
+  for (let depth = 0; depth < 5 && typeof cause === "object" && cause !== null; depth++) {
+    if ((cause as { code?: unknown }).code === "ECONNREFUSED") return true;
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /** Whether e (a TransportError) is a request sent whose answer never came: its causes name a closed or reset connection. */
 function answerLost(e: TransportError): boolean {
   let cause: unknown = e.cause;
@@ -879,13 +944,15 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
   if (ra !== null && /^\d+(\.\d+)?$/.test(ra.trim())) {
     retryAfterMs = Number(ra) * 1000; // an HTTP date is ignored: back off as usual
   }
-  let code: unknown, message: unknown, field: unknown, maxWaitMs: unknown;
+  let code: unknown, message: unknown, field: unknown, maxWaitMs: unknown, heldBy: unknown;
   try {
-    const err = (JSON.parse(text) as { error?: { code?: unknown; message?: unknown; field?: unknown; max_wait_ms?: unknown } }).error;
+    // parseAnswer: the token of a force-release's 409 is a bigint.
+    const err = (parseAnswer(text) as { error?: { code?: unknown; message?: unknown; field?: unknown; max_wait_ms?: unknown; token?: unknown } }).error;
     code = err?.code;
     message = err?.message;
     field = err?.field;
     maxWaitMs = err?.max_wait_ms;
+    heldBy = err?.token;
   } catch {
     // not JSON: below
   }
@@ -893,6 +960,11 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
     const excerpt = JSON.stringify(text.slice(0, 200));
     if (status === 503) return new UnavailableError(`service unavailable: ${excerpt}`, status, undefined, retryAfterMs);
     return new FencedError(`HTTP ${status}, not an API error: ${excerpt}`, status, undefined, retryAfterMs);
+  }
+  if (code === "held" && typeof heldBy === "bigint") {
+    const e = new HeldByOtherError(message, status, code, retryAfterMs); // a force-release with a token
+    e.token = heldBy;
+    return e;
   }
   const cls = errorClasses[code] ?? FencedError;
   const e = new cls(message, status, code, retryAfterMs);

@@ -1,0 +1,174 @@
+// forceRelease against a real fenced dev: with a token it releases only
+// that grant and is safe to send again; without, a request that may have
+// been applied (a 503, a lost answer) is not sent again.
+
+import { describe, it, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
+import { once } from "node:events";
+import type { Socket } from "node:net";
+
+import {
+  Client,
+  HeldByOtherError,
+  HeldError,
+  InvalidArgumentError,
+  type Lease,
+  MAX_TOKEN,
+  TransportError,
+  UnavailableError,
+} from "../src/index.js";
+import { Daemon, unique } from "./daemon.js";
+
+/**
+ * An HTTP proxy in front of target that forwards every request, but
+ * answers the first DELETE with a failure after the server applied it: it
+ * forwards the DELETE, awaits applied() (the test's next holder), then
+ * answers 503 ("503") or destroys the connection without an answer
+ * ("drop"). deletes() counts the DELETEs that reached the server.
+ */
+async function appliedThenFails(
+  target: string,
+  fail: "503" | "drop",
+  applied: () => Promise<unknown>,
+): Promise<{ url: string; deletes: () => number; firstStatus: () => number; close: () => Promise<void> }> {
+  const { hostname, port } = new URL(target);
+  let deletes = 0;
+  let firstStatus = 0;
+  const sockets = new Set<Socket>();
+  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const up = request({ host: hostname, port: Number(port), method: req.method, path: req.url, headers: { ...req.headers, connection: "close" } });
+    up.end(Buffer.concat(chunks));
+    const [ur] = (await once(up, "response")) as [IncomingMessage];
+    const body: Buffer[] = [];
+    for await (const c of ur) body.push(c as Buffer);
+    const first = req.method === "DELETE" && ++deletes === 1;
+    if (first) {
+      firstStatus = ur.statusCode ?? 0;
+      await applied();
+      if (fail === "drop") {
+        req.socket.destroy();
+        return;
+      }
+      const msg = '{"error":{"code":"unavailable","message":"lease store: context deadline exceeded"}}';
+      res.writeHead(503, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(msg) }).end(msg);
+      return;
+    }
+    const headers = { ...ur.headers };
+    delete headers.connection;
+    delete headers["transfer-encoding"];
+    res.writeHead(ur.statusCode ?? 502, headers).end(Buffer.concat(body));
+  });
+  server.on("connection", (s: Socket) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const addr = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${addr.port}`,
+    deletes: () => deletes,
+    firstStatus: () => firstStatus,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      server.close();
+      await once(server, "close");
+    },
+  };
+}
+
+describe("forceRelease (fenced dev)", () => {
+  let daemon: Daemon;
+  let client: Client;
+  before(async () => {
+    daemon = await Daemon.start("dev");
+    client = new Client(daemon.url);
+  });
+  after(() => daemon?.stop());
+
+  /** name held, and another client waiting for it: next resolves to its lease once it holds the lock. */
+  async function heldWithAWaiter(name: string): Promise<{ first: Lease; next: Promise<Lease> }> {
+    const first = await client.acquire(name, { ttlMs: 30_000 });
+    const next = new Client(daemon.url).acquire(name, { ttlMs: 30_000, waitMs: 20_000 });
+    next.catch(() => {}); // awaited by the test; not unhandled meanwhile
+    for (let i = 0; (await client.inspect(name)).waiters !== 1; i++) {
+      assert.ok(i < 200, "the waiter never queued");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return { first, next };
+  }
+
+  /** Checks that next still holds name after the proxy's first DELETE, and returns its lease. */
+  async function nextStillHolds(name: string, next: Promise<Lease>, p: { deletes: () => number; firstStatus: () => number }): Promise<Lease> {
+    const l = await next;
+    assert.equal(p.firstStatus(), 200, "the first DELETE did not release the lock");
+    const st = await client.inspect(name);
+    assert.ok(st.held && st.token === l.token, `the next holder (token ${l.token}) lost the lock: ${JSON.stringify(st, (_, v) => (typeof v === "bigint" ? String(v) : v))}; DELETEs that reached the server: ${p.deletes()}`);
+    return l;
+  }
+
+  for (const fail of ["503", "drop"] as const) {
+    it(`does not send an unconditional force-release again after ${fail === "503" ? "a 503" : "a lost answer"}`, async () => {
+      // The server applied the force-release, then answered 503 (its backend
+      // call timed out after it was done) or its answer was lost. Sent
+      // again, the DELETE released the waiter the first one woke.
+      const name = unique();
+      const { next } = await heldWithAWaiter(name);
+      const p = await appliedThenFails(daemon.url, fail, () => next);
+      try {
+        const c = new Client(p.url);
+        await c.inspect(name); // a kept connection, as a client that was used before has
+        const err = await c.forceRelease(name).then(
+          (st) => assert.fail(`forceRelease answered ${st.held} token ${st.token}: it was sent again`),
+          (e: unknown) => e,
+        );
+        const l = await nextStillHolds(name, next, p);
+        assert.ok(err instanceof (fail === "503" ? UnavailableError : TransportError), String(err));
+        assert.match((err as Error).message, /may have reached the server and released the lock/);
+        assert.equal(p.deletes(), 1);
+        await l.release();
+      } finally {
+        await p.close();
+      }
+    });
+
+    it(`sends a force-release with a token again after ${fail === "503" ? "a 503" : "a lost answer"}, sparing the next holder`, async () => {
+      const name = unique();
+      const { first, next } = await heldWithAWaiter(name);
+      const p = await appliedThenFails(daemon.url, fail, () => next);
+      try {
+        const c = new Client(p.url);
+        const err = await c.forceRelease(name, { token: first.token }).then(
+          (st) => assert.fail(`forceRelease answered ${st.held} token ${st.token}`),
+          (e: unknown) => e,
+        );
+        const l = await nextStillHolds(name, next, p);
+        assert.equal(p.deletes(), 2, "the conditional DELETE was not sent again");
+        assert.ok(err instanceof HeldByOtherError && err instanceof HeldError, String(err));
+        assert.equal((err as HeldByOtherError).token, l.token);
+        assert.equal((err as HeldByOtherError).status, 409);
+        await l.release();
+      } finally {
+        await p.close();
+      }
+    });
+  }
+
+  it("releases only the grant with the token given", async () => {
+    const name = unique();
+    const lease = await client.acquire(name, { ttlMs: 30_000, owner: "ts-stuck" });
+    await assert.rejects(client.forceRelease(name, { token: lease.token + 1000n }), (e: unknown) =>
+      e instanceof HeldByOtherError && e.token === lease.token && e.message.includes("nothing was released"));
+    assert.equal((await client.inspect(name)).held, true);
+    const st = await client.forceRelease(name, { token: lease.token });
+    assert.deepEqual([st.held, st.token, st.owner], [true, lease.token, "ts-stuck"]);
+    assert.equal((await client.forceRelease(name, { token: lease.token })).held, false);
+    for (const bad of [0, -1n, 1.5, Number.MAX_SAFE_INTEGER + 1, MAX_TOKEN + 1n, "5" as unknown as bigint]) {
+      await assert.rejects(client.forceRelease(name, { token: bad }), (e: unknown) =>
+        e instanceof InvalidArgumentError && e.field === "token" && e.status === 0);
+    }
+  });
+});
