@@ -64,6 +64,17 @@
 // refreshes and releases by lease id (package client's goes through the
 // API).
 //
+// # Force-release
+//
+// [Client.ForceRelease] is an operator's act: it deletes a lock whoever
+// holds it and wakes the next waiter. With [IfToken] it deletes the lock
+// only if the grant holding it has that token, checked atomically with the
+// delete, else it returns a [*HeldByOtherError] ([ErrHeldByOther]) naming
+// the token that holds it. Only that form is safe to make again when the
+// first call's outcome is unknown (a lost answer, a 503 from a fenced
+// server): made twice, an unconditional force-release also removes the
+// waiter the first one woke.
+//
 // # Errors
 //
 // Invalid names and TTLs are rejected with [ErrInvalidName] and
