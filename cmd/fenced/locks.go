@@ -115,10 +115,20 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return usagef(cmd.name, "--limit %d: want >= 0 (0: all)", o.limit)
 		}
 	} else {
-		if cmd.fs.NArg() != 1 {
-			return usagef(cmd.name, "want exactly one lock NAME, got %d arguments", cmd.fs.NArg())
+		if cmd.fs.NArg() == 0 {
+			return usagef(cmd.name, "want a lock NAME")
 		}
 		name = cmd.fs.Arg(0)
+		if rest := cmd.fs.Args()[1:]; len(rest) > 0 {
+			// Flags may follow NAME too (fenced locks get NAME --json), as
+			// the summary writes them; the flag package stops at NAME.
+			if err := cmd.parse(rest, stdout); err != nil {
+				return err
+			}
+			if cmd.fs.NArg() > 0 {
+				return usagef(cmd.name, "want exactly one lock NAME, got %q and %q", name, cmd.fs.Args())
+			}
+		}
 		if err := lock.ValidateName(name); err != nil {
 			return usagef(cmd.name, "lock NAME: %v", err)
 		}

@@ -34,7 +34,7 @@ func TestLocksCommand(t *testing.T) {
 		t.Fatalf("locks list printed:\n%s", out)
 	}
 
-	code, out, stderr = run(t, nil, "locks", "get", "--url", url, "--json", prefix+"other")
+	code, out, stderr = run(t, nil, "locks", "get", "--url", url, prefix+"other", "--json") // flags after NAME too
 	var st struct {
 		Held  bool   `json:"held"`
 		Token uint64 `json:"token"`
@@ -78,6 +78,8 @@ func TestLocksCommand(t *testing.T) {
 		{"locks", "frob"},
 		{"locks", "get"},
 		{"locks", "get", "a/b"},
+		{"locks", "get", "a", "b"},
+		{"locks", "get", "a", "--json", "b"},
 		{"locks", "list", "--prefix", "a b"},
 		{"locks", "list", "--limit", "-1"},
 	} {
