@@ -174,9 +174,10 @@ func WithAnswerGrace(d time.Duration) Option {
 // This is what rides out a node draining or a backend failing over behind
 // a single URL (a load balancer), as the Python and TypeScript clients'
 // retries do. It applies to TryAcquire, Refresh, Release, Inspect, List,
-// ForceRelease (a 503 only with lock.IfToken) and Leader; a waiting Acquire or Elect, and Observe, ride
-// out failures within their wait on their own. Default DefaultRetries (2);
-// 0 sends each request to each server once.
+// ForceRelease (after a 503 only with lock.IfToken) and Leader; a waiting
+// Acquire or Elect, and Observe, ride out failures within their wait on
+// their own. Default DefaultRetries (2); 0 sends each request to each
+// server once.
 func WithRetries(n int) Option {
 	return func(c *config) error {
 		if n < 0 {
