@@ -128,33 +128,24 @@ func TestForceReleaseWithTokenIsSentAgain(t *testing.T) {
 	ctx := t.Context()
 	plain := newClient(t, f.url)
 
-	t.Run("503", func(t *testing.T) {
-		name := testenv.Name(t)
-		first, woken := forceWithAWaiter(t, f, plain, name)
-		got := make(chan heldNext, 1)
-		c := newClient(t, appliedThen(t, f, woken, got, answer503))
-		st, err := c.ForceRelease(ctx, name, lock.IfToken(first.Token()))
-		r := <-got
-		if r.err != nil {
-			t.Fatalf("the waiter: %v", r.err)
-		}
-		defer r.l.Release(context.WithoutCancel(ctx))
-		wantHeldByNext(t, f, name, st, err, r.l)
-	})
-
-	t.Run("lost answer", func(t *testing.T) {
-		name := testenv.Name(t)
-		first, woken := forceWithAWaiter(t, f, plain, name)
-		got := make(chan heldNext, 1)
-		c := newClient(t, appliedThen(t, f, woken, got, loseAnswer))
-		st, err := c.ForceRelease(ctx, name, lock.IfToken(first.Token()))
-		r := <-got
-		if r.err != nil {
-			t.Fatalf("the waiter: %v", r.err)
-		}
-		defer r.l.Release(context.WithoutCancel(ctx))
-		wantHeldByNext(t, f, name, st, err, r.l)
-	})
+	for _, fault := range []struct {
+		name  string
+		fault http.HandlerFunc
+	}{{"503", answer503}, {"lost answer", loseAnswer}} {
+		t.Run(fault.name, func(t *testing.T) {
+			name := testenv.Name(t)
+			first, woken := forceWithAWaiter(t, f, plain, name)
+			got := make(chan heldNext, 1)
+			c := newClient(t, appliedThen(t, f, woken, got, fault.fault))
+			st, err := c.ForceRelease(ctx, name, lock.IfToken(first.Token()))
+			r := <-got
+			if r.err != nil {
+				t.Fatalf("the waiter: %v", r.err)
+			}
+			defer r.l.Release(context.WithoutCancel(ctx))
+			wantHeldByNext(t, f, name, st, err, r.l)
+		})
+	}
 
 	t.Run("no fault", func(t *testing.T) {
 		name := testenv.Name(t)
