@@ -960,11 +960,25 @@ class Lease:
         """Extend the lease to ttl_ms from now (None: the server's default
         TTL). The validity is computed anew from this refresh: a shorter TTL
         shortens it. Raises LostError if the lease is no longer held (and
-        sets lost)."""
+        sets lost), and without sending if it was lost, released or out of
+        validity before: a lease lost stays lost, even if the server still
+        holds it (release() frees that). So does one whose refresh is
+        answered after the validity the refresh granted, or after the
+        keep-alive saw the validity run out."""
         self._refresh(ttl_ms, None)
 
     def _refresh(self, ttl_ms: Optional[int], retries: Optional[int]) -> None:
         started = time.monotonic()
+        # A lease lost, released or out of validity stays so: a refresh
+        # that the server still answers does not make it held again.
+        if self.lost.is_set():
+            raise self.lost_reason or LostError("lease lost", 0)
+        if self._released or self._release_done:
+            raise LostError(f"lease of {self.name!r} was released: it no longer holds the lock", 0)
+        if started >= self.deadline:
+            err = LostError(f"lease of {self.name!r} ran out of validity before this refresh", 0)
+            self._signal_lost(err)
+            raise err
         timeout = None
         remaining = self.deadline - started
         if remaining > 0:
@@ -983,10 +997,18 @@ class Lease:
             raise err
         with self._mu:
             self.ttl_ms = doc["ttl_ms"]
-            self._deadline = started + validity(self.ttl_ms, started, started)
+            self._deadline = deadline = started + validity(self.ttl_ms, started, started)
             self._refreshed = started
             self._refreshes += 1
         self._wake.set()  # the keep-alive plans from this refresh (a shorter TTL: sooner)
+        if time.monotonic() >= deadline:
+            # Answered later than the validity it granted: the lease may be
+            # gone already, as if the refresh had not come.
+            self._signal_lost(LostError(f"refresh of {self.name!r} answered after the validity it granted ran out", 0))
+        if self.lost.is_set():
+            # Lost while the refresh was on its way (the keep-alive saw the
+            # validity run out first): lost is set once and stays.
+            raise self.lost_reason or LostError("lease lost", 0)
 
     def release(self) -> None:
         """Stop the keep-alive and release the lease; valid_for() is 0 and

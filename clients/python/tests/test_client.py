@@ -175,14 +175,16 @@ class ScriptedProxy:
     one per request whose path ends with it: "503" answers 503 unavailable
     with Retry-After: 1 itself, as fenced does when its backend blips;
     "drop" closes the connection without an answer and without forwarding
-    (the server never sees the request). Every other request is forwarded.
-    seen lists (path, action) for every request."""
+    (the server never sees the request); "late" forwards the request at
+    once and holds the answer until the event late is set. Every other
+    request is forwarded. seen lists (path, action) for every request."""
 
     def __init__(self, target_url: str, script: dict[str, list[str]]):
         u = urllib.parse.urlsplit(target_url)
         target = (u.hostname, u.port)
         lock = threading.Lock()
         self.seen: list[tuple[str, str]] = []
+        self.late = threading.Event()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -221,6 +223,8 @@ class ScriptedProxy:
                     data = r.read()
                 finally:
                     up.close()
+                if action == "late":
+                    outer.late.wait(timeout=30)
                 self.send_response(r.status)
                 for k, v in r.getheaders():
                     if k.lower() not in ("connection", "content-length", "transfer-encoding"):
@@ -711,6 +715,36 @@ class RedisTest(unittest.TestCase):
         c = fenced.Client(proxy.url, bearer_token=self.bearer)
         self.addCleanup(c.close)
         return proxy, c
+
+    def test_refresh_answered_after_its_validity_is_a_loss(self) -> None:
+        # A refresh to 10 ms whose answer comes after the server let the
+        # lease expire: the lease is lost, not held again for a moment, as
+        # the Go client's Lease.Refresh says (ErrExpired).
+        proxy, c = self.scripted({"/refresh": ["late"]})
+        name = unique()
+        lease = c.acquire(name, ttl_ms=5000)
+        errs: list[BaseException] = []
+
+        def refresh() -> None:
+            try:
+                lease.refresh(10)
+            except BaseException as e:
+                errs.append(e)
+
+        t = threading.Thread(target=refresh)
+        t.start()
+        self.inspect_until(name, lambda st: not st.held)  # the 10 ms ran out at the server
+        proxy.late.set()
+        t.join(timeout=30)
+        self.assertEqual(proxy.actions("/refresh"), ["late"])
+        self.assertTrue(errs and isinstance(errs[0], fenced.LostError), f"refresh answered late: {errs}; want LostError")
+        self.assertTrue(lease.lost.is_set())
+        with self.assertRaises(fenced.LostError):
+            lease.check()
+        # And a lease lost stays lost: the next refresh is not sent.
+        with self.assertRaises(fenced.LostError):
+            lease.refresh(5000)
+        self.assertEqual(proxy.actions("/refresh"), ["late"])
 
     def test_keep_alive_follows_a_shorter_refresh(self) -> None:
         # refresh(300) from this thread while the keep-alive sleeps toward
