@@ -1082,7 +1082,11 @@ export class Lease {
    * Extend the lease to ttlMs from now (default: the server's default TTL).
    * The validity is computed anew from this refresh: a shorter TTL
    * shortens it. Rejects with LostError (and aborts signal) if the lease is
-   * no longer held.
+   * no longer held, and without sending if it was lost, released or out of
+   * validity before: a lease lost stays lost, even if the server still
+   * holds it (release() frees that). So does one whose refresh is answered
+   * after the validity the refresh granted, or after the keep-alive saw the
+   * validity run out.
    */
   async refresh(ttlMs?: number): Promise<void> {
     await this.#refresh(ttlMs, {});
@@ -1090,6 +1094,17 @@ export class Lease {
 
   async #refresh(ttlMs: number | undefined, options: CallOptions): Promise<void> {
     const started = performance.now();
+    // A lease lost, released or out of validity stays so: a refresh that
+    // the server still answers does not make it held again.
+    if (this.#lost.signal.aborted) throw this.#lost.signal.reason;
+    if (this.#released || this.#releaseDone) {
+      throw new LostError(`lease of ${JSON.stringify(this.name)} was released: it no longer holds the lock`);
+    }
+    if (started >= this.#deadline) {
+      const err = new LostError(`lease of ${JSON.stringify(this.name)} ran out of validity before this refresh`);
+      this.#signalLost(err);
+      throw err;
+    }
     const remaining = this.#deadline - started;
     const timeoutMs = remaining > 0 ? Math.min(this.#client.timeoutMs, Math.max(remaining, 1)) : undefined;
     let doc: Record<string, unknown>;
@@ -1109,6 +1124,14 @@ export class Lease {
     this.#refreshedAt = started;
     this.#refreshes++;
     this.#wakeKeepAlive?.(); // it plans from this refresh (a shorter TTL: sooner)
+    if (performance.now() >= this.#deadline) {
+      // Answered later than the validity it granted: the lease may be gone
+      // already, as if the refresh had not come.
+      this.#signalLost(new LostError(`refresh of ${JSON.stringify(this.name)} answered after the validity it granted ran out`));
+    }
+    // Lost while the refresh was on its way (the keep-alive saw the validity
+    // run out first): the loss is signalled once and stays.
+    if (this.#lost.signal.aborted) throw this.#lost.signal.reason;
   }
 
   /**

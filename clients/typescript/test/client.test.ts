@@ -128,11 +128,14 @@ async function startCuttingProxy(
  * 503 unavailable with Retry-After: 1 itself (as fenced does); "drop"
  * destroys the connection without forwarding (fenced never sees it); "cut"
  * forwards, then destroys the connection instead of answering (fenced
- * acted, the client never hears). Anything else is forwarded. seen() lists
+ * acted, the client never hears); "late" forwards, then holds the answer
+ * until answerLate() is called. Anything else is forwarded. seen() lists
  * "<path> <action>" for every request.
  */
 async function startScriptedProxy(target: string, script: Record<string, string[]>) {
   const seen: string[] = [];
+  let answerLate!: () => void;
+  const late = new Promise<void>((resolve) => (answerLate = resolve));
   const server = createHTTPServer(async (req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
@@ -159,6 +162,7 @@ async function startScriptedProxy(target: string, script: Record<string, string[
       req.socket.destroy();
       return;
     }
+    if (action === "late") await late;
     res.writeHead(up.status, { "Content-Type": up.headers.get("Content-Type") ?? "application/json" });
     res.end(text);
   });
@@ -168,6 +172,8 @@ async function startScriptedProxy(target: string, script: Record<string, string[
   return {
     url: `http://127.0.0.1:${port}`,
     seen: () => [...seen],
+    /** Lets the answers held by "late" go. */
+    answerLate,
     /** The actions taken on the requests whose path ends with suffix. */
     actions: (suffix: string) => seen.filter((s) => s.split(" ")[0].endsWith(suffix)).map((s) => s.split(" ")[1]),
     close: async () => {
@@ -807,6 +813,29 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       await sleep(5);
     }
   }
+
+  it("loses a lease whose refresh is answered after the validity it granted", async () => {
+    // A refresh to 10 ms whose answer comes after the server let the lease
+    // expire: the lease is lost, not held again for a moment, as the Go
+    // client's Lease.Refresh says (ErrExpired); and a lease lost stays lost.
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["late"] });
+    try {
+      const name = unique();
+      const lease = await new Client(proxy.url, { bearerToken: bearer }).acquire(name, { ttlMs: 5000, waitMs: 0 });
+      const refreshed = lease.refresh(10).then(() => undefined, (e: unknown) => e);
+      await inspectUntil(name, (st) => !st.held); // the 10 ms ran out at the server
+      proxy.answerLate();
+      const err = await refreshed;
+      assert.deepEqual(proxy.actions("/refresh"), ["late"]);
+      assert.ok(err instanceof LostError, `refresh answered late: ${String(err)}; want LostError`);
+      assert.ok(lease.signal.aborted);
+      assert.throws(() => lease.check(), LostError);
+      await assert.rejects(lease.refresh(5000), LostError);
+      assert.deepEqual(proxy.actions("/refresh"), ["late"], "a refresh of a lost lease was sent");
+    } finally {
+      await proxy.close();
+    }
+  });
 
   it("inspects the whole lock state: owner, count, queue, last token", async () => {
     // inspect returns every field of the API's LockState: owner and count of
