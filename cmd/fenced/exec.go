@@ -40,7 +40,9 @@ CMD, and so is SIGHUP while CMD runs. CMD runs in a process group of its
 own, which these signals go to, so that what it started stops with it; what
 it leaves running there when it exits gets SIGTERM, then SIGKILL after
 --grace, before the lock is released. (In a terminal's foreground CMD stays
-in fenced exec's group, where the terminal signals every process itself.)
+in fenced exec's group, where the terminal signals every process itself:
+Ctrl-C reaches CMD once, from the terminal, and a SIGINT sent to fenced exec
+alone is not passed on; send it to the group, kill -INT -PGID.)
 Exit status: CMD's (128+N when a signal N ended it); 1 when fenced exec
 itself failed (the lock is still held after --wait or at --try, the server
 is unreachable, the lease was lost); 2 for a usage error; 127 when CMD
@@ -275,13 +277,21 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 			}
 			return nil
 		case s := <-sigs:
+			if !group && s == syscall.SIGINT && terminalForeground() {
+				// Ctrl-C: the terminal sent it to its foreground group,
+				// the child included. Passed on too, it reached the child
+				// twice, and many programs take a second SIGINT as "quit
+				// now, skip the clean-up".
+				continue
+			}
 			send(s) // passed on; the child decides
 		case s := <-hup:
 			send(s)
 		case <-ctxDone:
 			ctxDone = nil
 			// A signal that ended the context also reached sigs and was
-			// passed on; any other cancellation stops the child.
+			// passed on (or, Ctrl-C, reached the child from the terminal);
+			// any other cancellation stops the child.
 			if !isSignalCause(ctx) {
 				stop("cancelled")
 			}

@@ -1,0 +1,128 @@
+//go:build linux
+
+package main_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/fenced/fenced/internal/testenv"
+)
+
+// TestExecCtrlCInATerminalReachesCMDOnce: fenced exec in a terminal's
+// foreground, its CMD in the same process group. Ctrl-C makes the
+// terminal send SIGINT to the whole group, CMD included; fenced exec
+// passed it on as well, so CMD got it twice, and many programs take a
+// second SIGINT as "stop cleaning up, quit now".
+func TestExecCtrlCInATerminalReachesCMDOnce(t *testing.T) {
+	t.Parallel()
+	_, url := startDev(t, nil)
+	master, tty := openPTY(t)
+	dir := t.TempDir()
+	ints, stop := filepath.Join(dir, "ints"), filepath.Join(dir, "stop")
+	// CMD counts the SIGINTs it gets, a line each, and ends when told.
+	script := `trap 'echo int >> "$INTS"' INT; echo ready; while [ ! -e "$STOP" ]; do :; done`
+	cmd := exec.Command(bin, "exec", "--url", url, testenv.Name(t), "--", "sh", "-c", script)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FENCED_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "INTS="+ints, "STOP="+stop)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	// A session of its own with the terminal as its controlling terminal:
+	// fenced exec leads the terminal's foreground process group, as when
+	// a shell runs it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	out := &testenv.SyncBuffer{}
+	read := make(chan struct{})
+	go func() { // ends when the terminal's last writer closes it (EIO)
+		defer close(read)
+		b := make([]byte, 4096)
+		for {
+			n, err := master.Read(b)
+			out.Write(b[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = os.WriteFile(stop, nil, 0o600)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		master.Close()
+		<-read
+	})
+
+	eventually(t, 30*time.Second, "CMD runs", func() bool { return strings.Contains(out.String(), "ready") })
+	if _, err := master.Write([]byte{3}); err != nil { // Ctrl-C
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "CMD got SIGINT", func() bool {
+		b, _ := os.ReadFile(ints)
+		return len(b) > 0
+	})
+	// fenced exec's own SIGINT came at the same moment as the terminal's;
+	// CMD ends once it is told to, after handling what it got.
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		var ee *exec.ExitError
+		if waitErr != nil && !errors.As(waitErr, &ee) {
+			t.Fatal(waitErr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("fenced exec did not end after its CMD; terminal:\n%s", out.String())
+	}
+	b, _ := os.ReadFile(ints)
+	if n := strings.Count(string(b), "int"); n != 1 {
+		t.Fatalf("one Ctrl-C reached CMD %d times, want once; terminal:\n%s", n, out.String())
+	}
+}
+
+// openPTY opens a pseudo-terminal: its master, and the terminal itself.
+func openPTY(t *testing.T) (master, tty *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open /dev/ptmx: %v", err)
+	}
+	var unlock int32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); errno != 0 {
+		m.Close()
+		t.Fatalf("unlock the pseudo-terminal: %v", errno)
+	}
+	var n uint32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); errno != 0 {
+		m.Close()
+		t.Fatalf("the pseudo-terminal's number: %v", errno)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(int(n)), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		m.Close()
+		t.Fatalf("open the pseudo-terminal: %v", err)
+	}
+	return m, s
+}
