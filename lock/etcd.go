@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/clock"
 	"github.com/fenced/fenced/internal/groupcommit"
 	"github.com/fenced/fenced/sequencer"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -751,11 +752,24 @@ func (s *EtcdStore) unreenter(ctx context.Context, name, leaseID, op string) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).Then(s.ks.GetLock(name)...).Commit()
-	for range 8 {
-		if err != nil {
-			return
+	var (
+		resp *clientv3.TxnResponse
+		err  error
+	)
+	for tries := 0; tries < 8; {
+		if resp == nil {
+			// Read it (again). The connection the reentry's reply was lost
+			// with may not be back yet, and etcd's client does not resend
+			// a Txn: ask until the budget ends, not once.
+			if resp, err = s.cli.Txn(ctx).Then(s.ks.GetLock(name)...).Commit(); err != nil {
+				resp = nil
+				if !clock.Sleep(ctx, 10*time.Millisecond) {
+					return
+				}
+				continue
+			}
 		}
+		tries++
 		s.txns.Add(1)
 		st, held, perr := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
 		i := slices.Index(st.Ops, op)
@@ -769,6 +783,11 @@ func (s *EtcdStore) unreenter(ctx context.Context, name, leaseID, op string) {
 			s.txns.Add(1)
 			s.setHolds(name, leaseID, st.Count-1)
 			return
+		}
+		if err != nil {
+			// It may have committed: the next read says (the mark goes
+			// with the hold).
+			resp = nil
 		}
 	}
 }

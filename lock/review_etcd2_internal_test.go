@@ -1,11 +1,16 @@
 package lock
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fenced/fenced/internal/testenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // A reentry on etcd leases counts its hold in a Txn of its own (reenter's
@@ -18,6 +23,8 @@ import (
 func TestEtcdFailedReentryLeavesNoHold(t *testing.T) {
 	e, direct := testenv.Etcd(t)
 	pr, cli := testenv.EtcdThroughProxy(t, e)
+	kv := &failingReadKV{KV: cli.KV}
+	cli.KV = kv
 	prefix := "/" + testenv.Name(t) + "/"
 	s, err := NewEtcdStore(cli, WithEtcdPrefix(prefix))
 	if err != nil {
@@ -27,8 +34,12 @@ func TestEtcdFailedReentryLeavesNoHold(t *testing.T) {
 	t.Cleanup(func() { reenterStepHook = nil })
 	ctx := t.Context()
 	holderID, _ := newLeaseID()
-	for _, fair := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+	// With failRead, the clean-up's first read fails at once, as one sent
+	// while the connection the reply was lost with is not back yet does
+	// (seen on a busy machine): the clean-up must ask again.
+	for _, c := range []struct{ fair, failRead bool }{{true, false}, {false, false}, {true, true}} {
+		fair := c.fair
+		t.Run(fmt.Sprintf("fair=%v,failRead=%v", fair, c.failRead), func(t *testing.T) {
 			// The proxy cuts the connection at the first bytes etcd sends
 			// after the count Txn went through it; another stream on the
 			// connection may come first and cut it before etcd commits the
@@ -48,6 +59,7 @@ func TestEtcdFailedReentryLeavesNoHold(t *testing.T) {
 				reenterStepHook = func() {
 					reenterStepHook = nil
 					lost = pr.LoseReply([]byte(prefix + "count/" + name))
+					kv.armed.Store(c.failRead)
 				}
 				_, aerr := s.Acquire(ctx, req)
 				reenterStepHook = nil
@@ -103,4 +115,44 @@ func TestEtcdFailedReentryLeavesNoHold(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failingReadKV is etcd's KV, except that once armed it fails the next
+// read-only Txn (neither If nor Else: unreenter's read) at once, with the
+// error of a request on a connection that was just cut.
+type failingReadKV struct {
+	clientv3.KV
+	armed atomic.Bool
+}
+
+func (k *failingReadKV) Txn(ctx context.Context) clientv3.Txn {
+	return &failingReadTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+type failingReadTxn struct {
+	clientv3.Txn
+	kv   *failingReadKV
+	cond bool // If or Else was given
+}
+
+func (t *failingReadTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.cond, t.Txn = true, t.Txn.If(cs...)
+	return t
+}
+
+func (t *failingReadTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *failingReadTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.cond, t.Txn = true, t.Txn.Else(ops...)
+	return t
+}
+
+func (t *failingReadTxn) Commit() (*clientv3.TxnResponse, error) {
+	if !t.cond && t.kv.armed.CompareAndSwap(true, false) {
+		return nil, status.Error(codes.Unavailable, "error reading from server: EOF (injected)")
+	}
+	return t.Txn.Commit()
 }
