@@ -772,16 +772,29 @@ func (s *EtcdStore) unreenter(ctx context.Context, name, leaseID, op string) {
 		tries++
 		s.txns.Add(1)
 		st, held, perr := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
-		i := slices.Index(st.Ops, op)
-		if perr != nil || !held || st.LeaseID != leaseID || st.Count <= 1 || i < 0 {
-			return // not counted, or taken off already
+		if perr != nil || !held || st.LeaseID != leaseID {
+			return // released: a count still on its way fails its compare on the lock
 		}
-		ops := slices.Delete(slices.Clone(st.Ops), i, i+1)
+		i := slices.Index(st.Ops, op)
+		n, ops := st.Count, st.Ops
+		switch {
+		case i >= 0 && st.Count > 1:
+			n, ops = st.Count-1, slices.Delete(slices.Clone(st.Ops), i, i+1)
+		case i >= 0:
+			return // the holder's own hold: never a reentry's
+		}
+		// Counted: take it off. Not counted (i < 0): the count Txn may still
+		// be on its way to etcd (its connection was cut after the request
+		// left, and etcd applies what it got), so write the count again as
+		// it is: that moves its revision, and the late Txn's compare on it
+		// fails.
 		resp, err = s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountAt(name, st.CountRev))...).
-			Then(s.ks.PutCount(name, st.Count-1, ops, st.Lease)).Else(s.ks.GetLock(name)...).Commit()
+			Then(s.ks.PutCount(name, n, ops, st.Lease)).Else(s.ks.GetLock(name)...).Commit()
 		if err == nil && resp.Succeeded {
 			s.txns.Add(1)
-			s.setHolds(name, leaseID, st.Count-1)
+			if i >= 0 {
+				s.setHolds(name, leaseID, n)
+			}
 			return
 		}
 		if err != nil {
