@@ -31,12 +31,7 @@ func TestExecCtrlCInATerminalReachesCMDOnce(t *testing.T) {
 	// CMD counts the SIGINTs it gets, a line each, and ends when told.
 	script := `trap 'echo int >> "$INTS"' INT; echo ready; while [ ! -e "$STOP" ]; do :; done`
 	cmd := exec.Command(bin, "exec", "--url", url, testenv.Name(t), "--", "sh", "-c", script)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FENCED_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "INTS="+ints, "STOP="+stop)
+	cmd.Env = childEnv("INTS="+ints, "STOP="+stop)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	// A session of its own with the terminal as its controlling terminal:
 	// fenced exec leads the terminal's foreground process group, as when

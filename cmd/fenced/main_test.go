@@ -63,12 +63,7 @@ type proc struct {
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FENCED_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = childEnv(env...)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +155,18 @@ func (p *proc) listening() string {
 		p.t.Fatalf("first line %q, want fenced listening on http(s)://127.0.0.1:PORT", l)
 	}
 	return u
+}
+
+// childEnv is this process's environment without the FENCED_ variables
+// (a test sets its own), and env.
+func childEnv(env ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FENCED_") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, env...)
 }
 
 // startDev runs fenced dev on a free port and returns it and its URL.

@@ -40,13 +40,7 @@ func TestREADMETour(t *testing.T) {
 
 	_, url := startDev(t, nil)
 	dir := t.TempDir()
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FENCED_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "FENCED_URL="+url) // where fenced exec finds this fenced dev
+	env := childEnv("FENCED_URL=" + url) // where fenced exec finds this fenced dev
 	host := strings.TrimPrefix(url, "http://")
 	for _, s := range steps {
 		cmd := strings.ReplaceAll(s.cmd, "localhost:7070", host)
