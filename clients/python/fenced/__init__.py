@@ -575,10 +575,12 @@ class Client:
         release whatever holds it by then, most often the waiter the first
         one woke. Inspect the lock, then force_release it with the token it
         shows."""
-        if token is not None and (isinstance(token, bool) or not isinstance(token, int)
-                                  or not 1 <= token <= MAX_TOKEN):
-            raise _invalid("token", f"token {token!r}: want the token of the grant to release, an int "
-                                    f"from 1 to {MAX_TOKEN} (None: release it whoever holds it)")
+        if token is not None:
+            try:
+                _check_token(token)
+            except ValueError as e:
+                raise _invalid("token", f"token: {e}, the token of the grant to release "
+                                        "(None: release it whoever holds it)") from None
         try:
             if token is None:
                 doc = self._call("DELETE", name, "", None, retries=0)

@@ -746,12 +746,11 @@ export class Client {
   async forceRelease(name: string, options: ForceReleaseOptions = {}): Promise<LockState> {
     let token: bigint | undefined;
     if (options.token !== undefined) {
-      const t = options.token;
-      const ok = typeof t === "bigint" || (typeof t === "number" && Number.isSafeInteger(t));
-      if (!ok || BigInt(t) < 1n || BigInt(t) > MAX_TOKEN) {
-        throw invalid("token", `token ${String(t)}: want the token of the grant to release, a bigint from 1 to ${MAX_TOKEN} (none: release it whoever holds it)`);
+      try {
+        token = checkToken(options.token);
+      } catch (e) {
+        throw invalid("token", `token: ${(e as Error).message}, the token of the grant to release (none: release it whoever holds it)`);
       }
-      token = BigInt(t);
     }
     try {
       if (token === undefined) return lockState(await this.call("DELETE", name, "", undefined, { retries: 0 }));
