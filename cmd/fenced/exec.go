@@ -36,13 +36,14 @@ the next when one cannot be reached or answers 503.
 If the lease is lost (a refresh answered lost, or no successful refresh
 before the deadline), CMD gets SIGTERM, then SIGKILL after --grace, and
 fenced exec exits 1. SIGTERM and SIGINT sent to fenced exec are passed on to
-CMD, and so is SIGHUP while CMD runs. CMD runs in a process group of its
+CMD, and so are SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 while CMD runs. CMD runs in a process group of its
 own, which these signals go to, so that what it started stops with it; what
 it leaves running there when it exits gets SIGTERM, then SIGKILL after
 --grace, before the lock is released. (In a terminal's foreground CMD stays
 in fenced exec's group, where the terminal signals every process itself:
-Ctrl-C reaches CMD once, from the terminal, and a SIGINT sent to fenced exec
-alone is not passed on; send it to the group, kill -INT -PGID.)
+Ctrl-C and Ctrl-\ reach CMD once, from the terminal, and a SIGINT or SIGQUIT
+sent to fenced exec alone is not passed on; send it to the group, kill -INT
+-PGID.)
 Exit status: CMD's (128+N when a signal N ended it); 1 when fenced exec
 itself failed (the lock is still held after --wait or at --try, the server
 is unreachable, the lease was lost); 2 for a usage error; 127 when CMD
@@ -226,12 +227,15 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 	if group {
 		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
-	// SIGHUP too is passed on while the child runs: uncaught, it ended
-	// this process and left the child running under a lease nobody
-	// refreshed (a shell sends it to its jobs as it exits).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	// While the child runs, the other signals an operator or a shell sends
+	// are passed on too: uncaught, Go's default ended this process and left
+	// the child running under a lease nobody refreshed. A shell sends
+	// SIGHUP to its jobs as it exits; SIGQUIT (Ctrl-\) asks a JVM for a
+	// thread dump; SIGUSR1 and SIGUSR2 are many daemons' commands (reopen
+	// the logs, reload).
+	others := make(chan os.Signal, 4)
+	signal.Notify(others, passedOn...)
+	defer signal.Stop(others)
 	if err := child.Start(); err != nil {
 		release()
 		return &ExitError{Code: 127, Err: fmt.Errorf("%s: start %s: %w", prog, argv[0], err)}
@@ -242,6 +246,17 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 			return
 		}
 		_ = child.Process.Signal(s) // it may have exited already
+	}
+	// passOn passes a signal on; the child decides what it means.
+	passOn := func(s os.Signal) {
+		if !group && (s == syscall.SIGINT || s == syscall.SIGQUIT) && terminalForeground() {
+			// Ctrl-C or Ctrl-\: the terminal sent it to its foreground
+			// group, the child included. Passed on too, it reached the
+			// child twice, and many programs take a second SIGINT as
+			// "quit now, skip the clean-up".
+			return
+		}
+		send(s)
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- child.Wait() }() // ends when the child exits, which the loop below waits for
@@ -277,16 +292,9 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 			}
 			return nil
 		case s := <-sigs:
-			if !group && s == syscall.SIGINT && terminalForeground() {
-				// Ctrl-C: the terminal sent it to its foreground group,
-				// the child included. Passed on too, it reached the child
-				// twice, and many programs take a second SIGINT as "quit
-				// now, skip the clean-up".
-				continue
-			}
-			send(s) // passed on; the child decides
-		case s := <-hup:
-			send(s)
+			passOn(s)
+		case s := <-others:
+			passOn(s)
 		case <-ctxDone:
 			ctxDone = nil
 			// A signal that ended the context also reached sigs and was
@@ -304,6 +312,10 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 		}
 	}
 }
+
+// passedOn are the signals superviseChild passes on besides SIGINT and
+// SIGTERM, which its caller listens for from before the lock is taken.
+var passedOn = []os.Signal{syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
 // endGroup ends what is left of process group pgid once its leader has
 // exited: SIGTERM, then SIGKILL after grace if some of it is still there

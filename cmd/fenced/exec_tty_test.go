@@ -3,7 +3,6 @@
 package main_test
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,79 +20,96 @@ import (
 // foreground, its CMD in the same process group. Ctrl-C makes the
 // terminal send SIGINT to the whole group, CMD included; fenced exec
 // passed it on as well, so CMD got it twice, and many programs take a
-// second SIGINT as "stop cleaning up, quit now".
+// second SIGINT as "stop cleaning up, quit now". Ctrl-\ (SIGQUIT, a JVM's
+// thread dump) killed fenced exec with Go's stack dump and left CMD
+// running under a lease nobody refreshed; it too reaches CMD once now, and
+// fenced exec releases the lock when CMD ends.
 func TestExecCtrlCInATerminalReachesCMDOnce(t *testing.T) {
 	t.Parallel()
 	_, url := startDev(t, nil)
-	master, tty := openPTY(t)
-	dir := t.TempDir()
-	ints, stop := filepath.Join(dir, "ints"), filepath.Join(dir, "stop")
-	// CMD counts the SIGINTs it gets, a line each, and ends when told.
-	script := `trap 'echo int >> "$INTS"' INT; echo ready; while [ ! -e "$STOP" ]; do :; done`
-	cmd := exec.Command(bin, "exec", "--url", url, testenv.Name(t), "--", "sh", "-c", script)
-	cmd.Env = childEnv("INTS="+ints, "STOP="+stop)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-	// A session of its own with the terminal as its controlling terminal:
-	// fenced exec leads the terminal's foreground process group, as when
-	// a shell runs it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	tty.Close()
-	var waitErr error
-	exited := make(chan struct{})
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	out := &testenv.SyncBuffer{}
-	read := make(chan struct{})
-	go func() { // ends when the terminal's last writer closes it (EIO)
-		defer close(read)
-		b := make([]byte, 4096)
-		for {
-			n, err := master.Read(b)
-			out.Write(b[:n])
-			if err != nil {
-				return
+	a := newAPI(t, url)
+	for _, c := range []struct {
+		key  string
+		char byte
+		sig  string
+	}{{"Ctrl-C", 3, "INT"}, {"Ctrl-backslash", 0x1c, "QUIT"}} {
+		t.Run(c.key, func(t *testing.T) {
+			t.Parallel()
+			name := testenv.Name(t)
+			master, tty := openPTY(t)
+			dir := t.TempDir()
+			got, stop := filepath.Join(dir, "got"), filepath.Join(dir, "stop")
+			// CMD counts the signals it gets, a line each, and ends when told.
+			script := `trap 'echo sig >> "$GOT"' ` + c.sig + `; echo ready; while [ ! -e "$STOP" ]; do :; done`
+			cmd := exec.Command(bin, "exec", "--url", url, name, "--", "sh", "-c", script)
+			cmd.Env = childEnv("GOT="+got, "STOP="+stop)
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+			// A session of its own with the terminal as its controlling
+			// terminal: fenced exec leads the terminal's foreground process
+			// group, as when a shell runs it.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
 			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = os.WriteFile(stop, nil, 0o600)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		master.Close()
-		<-read
-	})
+			tty.Close()
+			var waitErr error
+			exited := make(chan struct{})
+			go func() { waitErr = cmd.Wait(); close(exited) }()
+			out := &testenv.SyncBuffer{}
+			read := make(chan struct{})
+			go func() { // ends when the terminal's last writer closes it (EIO)
+				defer close(read)
+				b := make([]byte, 4096)
+				for {
+					n, err := master.Read(b)
+					out.Write(b[:n])
+					if err != nil {
+						return
+					}
+				}
+			}()
+			t.Cleanup(func() {
+				_ = os.WriteFile(stop, nil, 0o600)
+				select {
+				case <-exited:
+				case <-time.After(30 * time.Second):
+					_ = cmd.Process.Kill()
+					<-exited
+				}
+				master.Close()
+				<-read
+			})
 
-	eventually(t, 30*time.Second, "CMD runs", func() bool { return strings.Contains(out.String(), "ready") })
-	if _, err := master.Write([]byte{3}); err != nil { // Ctrl-C
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "CMD got SIGINT", func() bool {
-		b, _ := os.ReadFile(ints)
-		return len(b) > 0
-	})
-	// fenced exec's own SIGINT came at the same moment as the terminal's;
-	// CMD ends once it is told to, after handling what it got.
-	if err := os.WriteFile(stop, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-		var ee *exec.ExitError
-		if waitErr != nil && !errors.As(waitErr, &ee) {
-			t.Fatal(waitErr)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("fenced exec did not end after its CMD; terminal:\n%s", out.String())
-	}
-	b, _ := os.ReadFile(ints)
-	if n := strings.Count(string(b), "int"); n != 1 {
-		t.Fatalf("one Ctrl-C reached CMD %d times, want once; terminal:\n%s", n, out.String())
+			eventually(t, 30*time.Second, "CMD runs", func() bool { return strings.Contains(out.String(), "ready") })
+			if _, err := master.Write([]byte{c.char}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 10*time.Second, "CMD got SIG"+c.sig, func() bool {
+				b, _ := os.ReadFile(got)
+				return len(b) > 0
+			})
+			// fenced exec's own copy came at the same moment as the
+			// terminal's; CMD ends once it is told to, after handling what
+			// it got.
+			if err := os.WriteFile(stop, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-exited:
+				if waitErr != nil {
+					t.Fatalf("fenced exec: %v, want exit 0, CMD's; terminal:\n%s", waitErr, out.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("fenced exec did not end after its CMD; terminal:\n%s", out.String())
+			}
+			b, _ := os.ReadFile(got)
+			if n := strings.Count(string(b), "sig"); n != 1 {
+				t.Fatalf("one %s reached CMD %d times, want once; terminal:\n%s", c.key, n, out.String())
+			}
+			if a.held(name) {
+				t.Fatal("the lock is still held after fenced exec exited")
+			}
+		})
 	}
 }
 

@@ -136,38 +136,46 @@ func TestExecStopsWhatCMDStarted(t *testing.T) {
 	}
 }
 
-// TestExecPassesOnSIGHUP: SIGHUP killed fenced exec (Go's default for a
-// signal it does not catch) and left CMD running: its lease, no longer
-// refreshed, ran out under it and the next holder ran beside it. A shell
-// sends it to the process group of each of its jobs as it exits, and
-// supervisors send it. fenced exec now passes it on as SIGTERM and SIGINT,
-// and releases the lock once CMD has exited.
-func TestExecPassesOnSIGHUP(t *testing.T) {
+// TestExecPassesOnSignals: a signal fenced exec did not catch killed it
+// (Go's default) and left CMD running: its lease, no longer refreshed, ran
+// out under it and the next holder ran beside it. SIGHUP first (a shell
+// sends it to the process group of each of its jobs as it exits); then
+// SIGQUIT (a JVM's thread dump), SIGUSR1 and SIGUSR2 (many daemons'
+// reopen-the-logs and reload), which CMD may well take and run on. fenced
+// exec passes each on, as SIGTERM and SIGINT, and releases the lock once
+// CMD has exited. CMD here exits 100+N on signal N.
+func TestExecPassesOnSignals(t *testing.T) {
 	t.Parallel()
 	_, url := startDev(t, nil)
 	a := newAPI(t, url)
-	name, started := testenv.Name(t), filepath.Join(t.TempDir(), "started")
-	p := start(t, nil, "exec", "--url", url, "--ttl", "3s", name, "--",
-		"sh", "-c", `echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; exec sleep 300`, started)
-	var pid int
-	eventually(t, 20*time.Second, "CMD's pid", func() bool {
-		b, err := os.ReadFile(started)
-		if err != nil {
-			return false
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil
-	})
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
-	p.signal(syscall.SIGHUP)
-	if code := p.wait(20 * time.Second); code != 128+int(syscall.SIGHUP) {
-		t.Errorf("exit %d, want %d: CMD's, ended by the SIGHUP passed on", code, 128+int(syscall.SIGHUP))
-	}
-	if !gone(pid) {
-		t.Fatalf("CMD (pid %d) still runs after fenced exec exited; the lock is held: %v", pid, a.held(name))
-	}
-	if a.held(name) {
-		t.Fatal("the lock is still held after fenced exec exited")
+	script := `trap 'exit 101' HUP; trap 'exit 103' QUIT; trap 'exit 110' USR1; trap 'exit 112' USR2
+echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; sleep 300 & wait`
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			name, started := testenv.Name(t), filepath.Join(t.TempDir(), "started")
+			p := start(t, nil, "exec", "--url", url, "--ttl", "3s", name, "--", "sh", "-c", script, started)
+			var pid int
+			eventually(t, 20*time.Second, "CMD's pid", func() bool {
+				b, err := os.ReadFile(started)
+				if err != nil {
+					return false
+				}
+				pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+				return err == nil
+			})
+			t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
+			p.signal(sig)
+			if code := p.wait(20 * time.Second); code != 100+int(sig) {
+				t.Errorf("exit %d, want %d: CMD's, after the %v passed on", code, 100+int(sig), sig)
+			}
+			if !gone(pid) {
+				t.Fatalf("CMD (pid %d) still runs after fenced exec exited; the lock is held: %v", pid, a.held(name))
+			}
+			if a.held(name) {
+				t.Fatal("the lock is still held after fenced exec exited")
+			}
+		})
 	}
 }
 
