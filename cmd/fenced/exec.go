@@ -321,9 +321,10 @@ var passedOn = []os.Signal{syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, sys
 // exited: SIGTERM, then SIGKILL after grace if some of it is still there
 // (a process killed so runs no more code). saying is called first if
 // anything is left. The group is looked at every 10ms: its members are
-// not this process's children, so nothing tells when they exit.
+// not this process's children (unless it is PID 1), so nothing tells when
+// they exit.
 func endGroup(pgid int, grace time.Duration, saying func()) {
-	if syscall.Kill(-pgid, 0) != nil { // ESRCH: nobody left
+	if !groupLeft(pgid) {
 		return
 	}
 	saying()
@@ -335,7 +336,7 @@ func endGroup(pgid int, grace time.Duration, saying func()) {
 	for {
 		select {
 		case <-tick.C:
-			if syscall.Kill(-pgid, 0) != nil {
+			if !groupLeft(pgid) {
 				return
 			}
 		case <-deadline.C:
@@ -343,6 +344,22 @@ func endGroup(pgid int, grace time.Duration, saying func()) {
 			return
 		}
 	}
+}
+
+// groupLeft reports whether process group pgid has a member left. It
+// first reaps the members that are this process's children: as PID 1 (a
+// container's entrypoint) fenced exec inherits what CMD left behind, and
+// an exited member stays in the group as a zombie until reaped, so the
+// group never emptied and fenced exec waited out --grace before it
+// released the lock. CMD itself was reaped by its Wait already.
+func groupLeft(pgid int) bool {
+	for {
+		var ws syscall.WaitStatus
+		if pid, err := syscall.Wait4(-pgid, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+			break // none exited (0), or none is our child (ECHILD)
+		}
+	}
+	return syscall.Kill(-pgid, 0) == nil // ESRCH: nobody left
 }
 
 // terminalForeground reports whether this process's group is the

@@ -3,6 +3,7 @@
 package main_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,6 +111,39 @@ func TestExecCtrlCInATerminalReachesCMDOnce(t *testing.T) {
 				t.Fatal("the lock is still held after fenced exec exited")
 			}
 		})
+	}
+}
+
+// TestExecAsPID1DoesNotWaitForZombies: fenced exec as PID 1 (a
+// container's entrypoint, here a PID namespace of its own). What CMD left
+// running in its group is fenced exec's child then, and once stopped it
+// stayed in the group as a zombie, unreaped: fenced exec waited out all
+// of --grace before it released the lock.
+func TestExecAsPID1DoesNotWaitForZombies(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("a PID namespace needs root (CI runs as root)")
+	}
+	t.Parallel()
+	_, url := startDev(t, nil)
+	a := newAPI(t, url)
+	name := testenv.Name(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "exec", "--url", url, "--grace", "2m", name, "--", "sh", "-c", "sleep 300 & exit 0")
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("fenced exec as PID 1 still ran 30s after CMD exited (--grace 2m): it waited for a zombie; output:\n%s", out)
+	}
+	if err != nil {
+		t.Fatalf("fenced exec: %v; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "left processes running in its process group") {
+		t.Errorf("no word of the job CMD left running; output:\n%s", out)
+	}
+	if a.held(name) {
+		t.Fatal("the lock is still held after fenced exec exited")
 	}
 }
 
