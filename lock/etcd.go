@@ -67,6 +67,7 @@ type EtcdStore struct {
 	places   map[placeKey]place      // fair waiters' places
 	slots    map[string]map[int]bool // queue slots in use, by lock name (see place)
 	orphans  map[slotKey]bool        // queue keys to delete off the callers' path (see orphanLocked)
+	joining  map[slotKey]int         // joins in a Txn in flight, by slot (see joinsSent)
 	cleanAt  time.Time               // when to try deleting orphans again
 	cleanGap time.Duration           // the wait after the next failure to delete them
 	cleaning bool                    // a deleteOrphans runs
@@ -150,8 +151,9 @@ type etcdOp struct {
 	holder   string        // create: reentrant holder
 	waiter   string        // create: fair waiter
 	rejoinAs string        // create: the waiter the grant records (AcquireRequest.Rejoins), or ""
-	// create: the waiter's queue key (see place).
-	waiterKey string
+	// create: the waiter's queue key (see place), and its slot.
+	waiterKey  string
+	waiterSlot int
 	// create: the waiter's place, the create revision of its queue key; 0
 	// when it has none yet, and then waiterSess is the session to join on.
 	waiterRev  int64
@@ -296,7 +298,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 	s := &EtcdStore{
 		cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log), log: c.log,
 		sessions: map[int64]*session{}, retired: map[*session]bool{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{}, places: map[placeKey]place{},
-		slots: map[string]map[int]bool{}, orphans: map[slotKey]bool{}, instance: instance,
+		slots: map[string]map[int]bool{}, orphans: map[slotKey]bool{}, joining: map[slotKey]int{}, instance: instance,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	s.life, s.endLife = context.WithCancel(context.Background())
@@ -440,8 +442,9 @@ func (s *EtcdStore) unplaceLocked(pk placeKey) {
 // orphanLocked forgets the waiter's place, whose key may still be in etcd
 // (a Leave whose delete failed, a join whose reply was lost), and has the
 // store's goroutine delete the key, trying again until it succeeds or the
-// store closes. Until then the slot stays reserved, so no later waiter's
-// key is deleted in its stead. Left alone, the key would stand ahead of
+// store closes, and not before a join of that place still in flight has
+// ended (joinsSent). Until then the slot stays reserved, so no later
+// waiter's key is deleted in its stead. Left alone, the key would stand ahead of
 // every fair waiter of the lock, in every process, for as long as this
 // store's session lives (defect 12). Called with mu.
 func (s *EtcdStore) orphanLocked(pk placeKey) {
@@ -664,7 +667,7 @@ func (s *EtcdStore) joinOp(op *etcdOp) {
 	s.mu.Lock()
 	p := s.placeLocked(placeKey{op.name, op.waiter})
 	s.mu.Unlock()
-	op.placed, op.waiterRev, op.waiterKey = true, p.rev, s.queueKey(op.name, p.slot)
+	op.placed, op.waiterRev, op.waiterKey, op.waiterSlot = true, p.rev, s.queueKey(op.name, p.slot), p.slot
 	// The place rides on the session the lock would: it goes when the
 	// waiter leaves, or with its process.
 	op.waiterSess = op.sess
@@ -1771,11 +1774,15 @@ func (s *EtcdStore) step(now time.Time) time.Time {
 		} else {
 			keys := make([]slotKey, 0, len(s.orphans))
 			for k := range s.orphans {
-				keys = append(keys, k)
+				if s.joining[k] == 0 { // else after the join (joinsEnded)
+					keys = append(keys, k)
+				}
 			}
-			s.cleaning = true
-			s.wg.Add(1)
-			go s.deleteOrphans(keys)
+			if len(keys) > 0 {
+				s.cleaning = true
+				s.wg.Add(1)
+				go s.deleteOrphans(keys)
+			}
 		}
 	}
 	for s.events.Len() > 0 {
@@ -1945,6 +1952,7 @@ func (s *EtcdStore) sessionLostLocked(sess *session) {
 // commitTxn sends the batch and answers its requests, or returns the error
 // of the whole Txn without answering them.
 func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[etcdOp]) error {
+	defer s.joinsEnded(s.joinsSent(batch))
 	creates := false
 	for _, r := range batch {
 		creates = creates || r.Arg.kind == opCreate
@@ -1997,6 +2005,57 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 		s.answer(ctx, r, sub.Succeeded, sub.Responses, tok, resp.Header.Revision, restored)
 	}
 	return nil
+}
+
+// joinsSent marks the queue joins the batch is about to send as in flight,
+// so that the store deletes no orphaned place of theirs before they end: a
+// delete that reached etcd before a join let the join make the key again,
+// and nobody deleted it then; it stood ahead of every fair waiter of the
+// lock, in every process, for as long as the store's session lived
+// (defect 82). A join whose caller left before it was sent (its place
+// orphaned or forgotten) is not sent. Returns the slots marked.
+func (s *EtcdStore) joinsSent(batch []*groupcommit.Request[etcdOp]) []slotKey {
+	joins := func(op *etcdOp) bool { return op.kind == opCreate && op.placed && op.waiterRev == 0 }
+	if !slices.ContainsFunc(batch, func(r *groupcommit.Request[etcdOp]) bool { return joins(&r.Arg) }) {
+		return nil // most batches: no lock taken on the way
+	}
+	var sent []slotKey
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range batch {
+		op := &r.Arg
+		if !joins(op) {
+			continue
+		}
+		if p, ok := s.places[placeKey{op.name, op.waiter}]; !ok || p.slot != op.waiterSlot {
+			op.placed = false // asks whether the lock is free, and nothing more
+			continue
+		}
+		k := slotKey{op.name, op.waiterSlot}
+		s.joining[k]++
+		sent = append(sent, k)
+	}
+	return sent
+}
+
+// joinsEnded ends what joinsSent marked, once the Txn has an answer or an
+// error: an orphaned place whose join has ended is deleted now.
+func (s *EtcdStore) joinsEnded(sent []slotKey) {
+	if len(sent) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range sent {
+		if s.joining[k]--; s.joining[k] > 0 {
+			continue
+		}
+		delete(s.joining, k)
+		if s.orphans[k] {
+			s.startLoopLocked()
+			s.poke()
+		}
+	}
 }
 
 // commitOne sends a batch of one release or expiry as a plain Txn. (A
