@@ -77,6 +77,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	defer end()
 	began := time.Now()
 	o.Retry = fresh(o.Retry) // this acquisition's count, whoever else shares the value
+	unbudgeted := ctx
 	if o.Wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, o.Wait, errWaitBudget)
@@ -137,7 +138,9 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if err := c.set.checkOpen(); err != nil {
 			return nil, err
 		}
-		l, err := c.attempt(ctx, req, o)
+		actx, cancel := attemptContext(unbudgeted, ctx)
+		l, err := c.attempt(actx, req, o)
+		cancel()
 		if err == nil {
 			acquired = true
 			return l, nil
@@ -202,6 +205,24 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 		t.Stop()
 	}
+}
+
+// attemptFloor is the least time an attempt has to finish, whatever is
+// left of the wait budget.
+const attemptFloor = time.Second
+
+// attemptContext is the context of one attempt: the wait budget's (budget,
+// derived from parent), or, if that ends sooner than attemptFloor from now,
+// parent's with that deadline. The budget bounds waiting for a holder, not
+// the store's answer: a budget shorter than one round trip to the store cut
+// every attempt on a free lock, which read as the store not answering
+// (docs/design.md, defect 83).
+func attemptContext(parent, budget context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := budget.Deadline()
+	if floor := time.Now().Add(attemptFloor); budget != parent && ok && dl.Before(floor) {
+		return context.WithDeadline(parent, floor)
+	}
+	return budget, func() {}
 }
 
 // outage reports whether an attempt's err is a backend briefly unavailable

@@ -61,8 +61,10 @@ func WithRetry(s RetryStrategy) Option {
 
 // WithWait bounds how long Acquire waits for a held lock before it returns
 // ErrNotAcquired, and for a backend that is briefly unavailable (see the
-// package doc, Errors). Default 0: wait until the context ends. Acquire
-// only.
+// package doc, Errors). Default 0: wait until the context ends. An attempt
+// that started within it has at least a second to finish (the context still
+// bounds it), so that a budget shorter than a round trip to the store still
+// takes a free lock. Acquire only.
 func WithWait(d time.Duration) Option {
 	return func(o *acquireOpts) { o.wait, o.waitSet = d, true }
 }

@@ -121,3 +121,36 @@ func TestRetryStrategyServesEachAcquisitionAfresh(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitBudgetShorterThanAnAttempt: a wait budget bounded the whole
+// acquisition, the store's calls too, so a budget shorter than one round
+// trip to the store cut the first attempt on a free lock, and Acquire
+// failed with "the lease store did not answer within the wait budget" (a
+// 503 over HTTP, for wait_ms 1). The Python and TypeScript clients ask
+// with wait_ms 1 for the grant of a request whose answer was lost once its
+// wait is over, and got that 503 from a healthy server. The budget bounds waiting for a holder;
+// an attempt that started within it has at least a second to finish.
+func TestWaitBudgetShorterThanAnAttempt(t *testing.T) {
+	for _, b := range everyStore(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			ctx := t.Context()
+			for _, opts := range [][]lock.Option{{lock.WithWait(time.Nanosecond)}, {lock.WithWait(time.Nanosecond), lock.WithUnfair()}} {
+				name := testenv.Name(t) + fmt.Sprint("-", len(opts))
+				l, err := c.Acquire(ctx, name, 5*time.Second, opts...)
+				if err != nil {
+					t.Fatalf("acquire of a free lock with a 1ns wait budget: %v", err)
+				}
+				// Held now: the budget ends the wait, and that is a
+				// WaitError, not the store's failure.
+				_, err = c.Acquire(ctx, name, 5*time.Second, opts...)
+				if !errors.Is(err, lock.ErrNotAcquired) {
+					t.Fatalf("acquire of a held lock with a 1ns wait budget: %v, want ErrNotAcquired", err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
