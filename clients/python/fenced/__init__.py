@@ -261,6 +261,18 @@ def _check_label(field: str, value: Any) -> str:
     return value
 
 
+def _check_wait(wait_ms: Any) -> int:
+    """wait_ms if it is a wait the client can ask for (an int of
+    milliseconds, 0 or more; a longer wait than the server's --max-wait goes
+    in several requests), else an InvalidArgumentError before anything is
+    sent: a float went out rounded, True as 1 ms, and a str failed with a
+    TypeError."""
+    if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
+        raise _invalid("wait_ms", f"wait_ms {wait_ms!r}: want an int of milliseconds, 0 or more "
+                                  "(0 makes one attempt)")
+    return wait_ms
+
+
 # ---------------------------------------------------------------------------
 # Validity
 
@@ -343,7 +355,8 @@ class Client:
     """A client of one fenced server.
 
     base_url: like "http://127.0.0.1:7070". bearer_token: sent as
-    "Authorization: Bearer ..." when the server requires one (default none).
+    "Authorization: Bearer ..." when the server requires one (default None
+    or "": none). Bad arguments here raise ValueError.
     timeout: seconds to wait for an answer, on top of an acquire's wait_ms
     (default 10). retries: how often a 503 unavailable answer is retried,
     after its Retry-After or 100 ms, 200 ms, ... (default 2; 0 disables);
@@ -366,10 +379,15 @@ class Client:
             port = -1
         if port is not None and not 1 <= port <= 65535:
             raise ValueError(f"base_url {base_url!r}: port: want a number from 1 to 65535")
-        if timeout <= 0:
-            raise ValueError(f"timeout {timeout!r}: want > 0 seconds")
-        if retries < 0:
-            raise ValueError(f"retries {retries!r}: want >= 0")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+            raise ValueError(f"timeout {timeout!r}: want a number of seconds > 0")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries {retries!r}: want an int >= 0")
+        if bearer_token is not None and (not isinstance(bearer_token, str) or not bearer_token.isascii()
+                                         or not bearer_token.isprintable()):
+            # http.client refuses a header with a line break only at the
+            # first call, and a non-str failed there with a TypeError.
+            raise ValueError("bearer_token: want a str of printable ASCII (None or \"\": send none)")
         self.base_url = base_url.rstrip("/")
         self._url = u
         self._local = threading.local()  # .conn: this thread's connection
@@ -440,7 +458,7 @@ class Client:
         body: dict[str, Any] = {}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
-        if wait_ms:
+        if _check_wait(wait_ms):
             body["wait_ms"] = wait_ms
         if holder is not None:
             body["holder"] = holder
@@ -476,7 +494,7 @@ class Client:
         body: dict[str, Any] = {}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
-        if wait_ms:
+        if _check_wait(wait_ms):
             body["wait_ms"] = wait_ms
         if value is not None:
             body["value"] = value
@@ -495,7 +513,12 @@ class Client:
         """Who leads the election name. With after_token (the last answer's
         token, or 0) and wait_ms, waits up to wait_ms for a term other than
         after_token: a long poll, to follow every change. A poll retried
-        after a 503 waits only what is left of wait_ms."""
+        after a 503 waits only what is left of wait_ms. wait_ms without
+        after_token is an InvalidArgumentError: there is nothing to wait
+        past."""
+        if _check_wait(wait_ms) and after_token is None:
+            raise _invalid("wait_ms", f"wait_ms {wait_ms}: a long poll needs after_token, the term to wait past "
+                                      "(0: wait until someone leads)")
         query, wait_end = "", None
         if after_token is not None:
             q = {"after_token": str(after_token)}

@@ -1139,6 +1139,38 @@ class RedisTest(unittest.TestCase):
                 self.assertIn("owner", cm.exception.message)
                 self.assertIn("want 1 to 128 bytes of printable UTF-8", cm.exception.message)
 
+    def test_bad_waits_and_settings_refused_before_sending(self) -> None:
+        # A wait_ms the client cannot ask for was sent anyway: 1.5 went out
+        # as 2 ms, True as 1 ms, a str failed with a TypeError, and
+        # leader() dropped a wait_ms without after_token. Nothing listens on
+        # port 9: a request sent would raise TransportError instead.
+        c = fenced.Client("http://127.0.0.1:9", timeout=2)
+        self.addCleanup(c.close)
+        calls = {
+            "acquire": lambda w: c.acquire(unique(), wait_ms=w),
+            "lock": lambda w: c.lock(unique(), wait_ms=w),
+            "elect": lambda w: c.elect(unique(), wait_ms=w),
+            "leader": lambda w: c.leader(unique(), after_token=0, wait_ms=w),
+        }
+        for bad in (1.5, True, "5", -1, None):
+            for what, call in calls.items():
+                with self.assertRaises(fenced.InvalidArgumentError, msg=f"{what}(wait_ms={bad!r})") as cm:
+                    call(bad)
+                self.assertEqual((cm.exception.field, cm.exception.status), ("wait_ms", 0))
+                self.assertIn("want an int of milliseconds, 0 or more", cm.exception.message)
+        with self.assertRaises(fenced.InvalidArgumentError) as cm:
+            c.leader(unique(), wait_ms=1000)
+        self.assertIn("needs after_token", cm.exception.message)
+        # A bad setting of the client fails where it is made, not at the
+        # first call (a TypeError, or http.client's refusal of a header).
+        for kwargs, want in (({"timeout": "10"}, "timeout"), ({"timeout": float("nan")}, "timeout"),
+                             ({"timeout": 0}, "timeout"), ({"retries": 1.5}, "retries"),
+                             ({"retries": True}, "retries"), ({"bearer_token": 5}, "bearer_token"),
+                             ({"bearer_token": "tok\r\nX-Evil: 1"}, "bearer_token")):
+            with self.assertRaisesRegex(ValueError, want, msg=str(kwargs)):
+                fenced.Client("http://127.0.0.1:9", **kwargs)  # type: ignore[arg-type]
+        fenced.Client("http://127.0.0.1:9", bearer_token="")  # "" sends none, as before
+
     def test_unfair_acquire_waits_without_a_place(self) -> None:
         # An unfair acquire waits with no place in the lock's queue: it
         # sends unfair and no waiter (the server refuses the two together),
