@@ -250,6 +250,32 @@ function checkLabel(field: string, value: unknown): string {
   return value;
 }
 
+/**
+ * waitMs if it is a wait the client can ask for (a whole number of
+ * milliseconds, 0 or more; a wait longer than the server's --max-wait goes
+ * in several requests), else an InvalidArgumentError before anything is
+ * sent: 1.5 went out as it was, "5" and true were taken as numbers, and
+ * NaN failed in a timer with Node's RangeError.
+ */
+function checkWait(waitMs: unknown): number {
+  if (typeof waitMs !== "number" || !Number.isSafeInteger(waitMs) || waitMs < 0) {
+    throw invalid("wait_ms", `waitMs ${typeof waitMs === "string" ? JSON.stringify(waitMs) : String(waitMs)}: want a whole number of milliseconds, 0 or more (0 makes one attempt)`);
+  }
+  return waitMs;
+}
+
+/**
+ * ttlMs if it is a whole number, else an InvalidArgumentError before
+ * anything is sent: NaN and Infinity went out as JSON null, which the
+ * server refused as "got null". Its range is the server's to say.
+ */
+function checkTTL(ttlMs: unknown): number {
+  if (typeof ttlMs !== "number" || !Number.isSafeInteger(ttlMs)) {
+    throw invalid("ttl_ms", `ttlMs ${typeof ttlMs === "string" ? JSON.stringify(ttlMs) : String(ttlMs)}: want a whole number of milliseconds`);
+  }
+  return ttlMs;
+}
+
 // ---------------------------------------------------------------------------
 // Validity
 
@@ -484,8 +510,14 @@ export class Client {
     if (u.port === "0") throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: port: want a number from 1 to 65535`);
     const timeoutMs = options.timeoutMs ?? 10_000;
     const retries = options.retries ?? 2;
-    if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs ${timeoutMs}: want > 0`);
+    if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) throw new RangeError(`timeoutMs ${String(timeoutMs)}: want a finite number > 0`);
     if (!(retries >= 0) || !Number.isInteger(retries)) throw new RangeError(`retries ${retries}: want a whole number >= 0`);
+    const bearer: unknown = options.bearerToken;
+    // fetch refuses a header with a line break only at the first call, as
+    // a TransportError (retryable), and takes a number as its text.
+    if (bearer !== undefined && (typeof bearer !== "string" || !/^[\x20-\x7e]*$/.test(bearer))) {
+      throw new TypeError("bearerToken: want a string of printable ASCII (undefined or \"\": send none)");
+    }
     this.baseURL = baseURL.replace(/\/+$/, "");
     this.timeoutMs = timeoutMs;
     this.retries = retries;
@@ -523,9 +555,9 @@ export class Client {
    * AcquireOptions.
    */
   async acquire(name: string, options: AcquireOptions = {}): Promise<Lease> {
-    const waitMs = options.waitMs ?? 30_000;
+    const waitMs = checkWait(options.waitMs ?? 30_000);
     const body: Record<string, unknown> = {};
-    if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
+    if (options.ttlMs !== undefined) body.ttl_ms = checkTTL(options.ttlMs);
     if (waitMs) body.wait_ms = waitMs;
     if (options.holder !== undefined) body.holder = options.holder;
     if (options.owner !== undefined) body.owner = checkLabel("owner", options.owner);
@@ -568,9 +600,9 @@ export class Client {
    * as in acquire.
    */
   async elect(name: string, options: ElectOptions = {}): Promise<Lease> {
-    const waitMs = options.waitMs ?? 30_000;
+    const waitMs = checkWait(options.waitMs ?? 30_000);
     const body: Record<string, unknown> = {};
-    if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
+    if (options.ttlMs !== undefined) body.ttl_ms = checkTTL(options.ttlMs);
     if (waitMs) body.wait_ms = waitMs;
     if (options.value !== undefined) body.value = options.value;
     return this.#take(name, "/campaign", body, waitMs, options.signal, "elections");
@@ -649,7 +681,10 @@ export class Client {
   async leader(name: string, options: LeaderOptions = {}): Promise<Leader> {
     let query = "";
     let waitEnd: number | undefined;
-    const waitMs = options.waitMs ?? 0;
+    const waitMs = checkWait(options.waitMs ?? 0);
+    if (waitMs && options.afterToken === undefined) {
+      throw invalid("wait_ms", `waitMs ${waitMs}: a long poll needs afterToken, the term to wait past (0n: wait until someone leads)`);
+    }
     if (options.afterToken !== undefined) {
       const q = new URLSearchParams({ after_token: options.afterToken.toString() });
       if (waitMs) {
@@ -783,7 +818,7 @@ export class Client {
    */
   async refreshID(name: string, leaseID: string, ttlMs?: number, options: CallOptions = {}): Promise<Record<string, unknown>> {
     const body: Record<string, unknown> = { lease_id: leaseID };
-    if (ttlMs !== undefined) body.ttl_ms = ttlMs;
+    if (ttlMs !== undefined) body.ttl_ms = checkTTL(ttlMs);
     return this.call("POST", name, "/refresh", body, { resendLost: true, ...options });
   }
 

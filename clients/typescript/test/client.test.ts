@@ -1075,6 +1075,45 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("refuses a bad waitMs, ttlMs or client setting without sending", async () => {
+    // 1.5 went out as it was, "5" and true were taken as numbers, NaN failed
+    // in a timer with Node's RangeError, leader() dropped a waitMs without
+    // afterToken, and a ttlMs NaN went out as null. Nothing listens on
+    // port 9: a request sent would reject with TransportError.
+    const c = new Client("http://127.0.0.1:9", { timeoutMs: 2000 });
+    for (const bad of [1.5, -1, NaN, Infinity, "5", true]) {
+      for (const call of [
+        () => c.acquire(unique(), { waitMs: bad as number }),
+        () => c.lock(unique(), { waitMs: bad as number }),
+        () => c.elect(unique(), { waitMs: bad as number }),
+        () => c.leader(unique(), { afterToken: 0n, waitMs: bad as number }),
+      ]) {
+        await assert.rejects(call(), (e: unknown) =>
+          e instanceof InvalidArgumentError && e.field === "wait_ms" && e.status === 0 &&
+          e.message.includes("want a whole number of milliseconds, 0 or more"), String(bad));
+      }
+      if (bad === -1) continue; // a range the server says
+      for (const call of [
+        () => c.acquire(unique(), { ttlMs: bad as number, waitMs: 0 }),
+        () => c.refreshID(unique(), "0".repeat(32), bad as number),
+      ]) {
+        await assert.rejects(call(), (e: unknown) =>
+          e instanceof InvalidArgumentError && e.field === "ttl_ms" && e.status === 0, String(bad));
+      }
+    }
+    await assert.rejects(c.leader(unique(), { waitMs: 1000 }), (e: unknown) =>
+      e instanceof InvalidArgumentError && e.message.includes("needs afterToken"));
+    // A bad setting fails where it is made, not at the first call (as a
+    // retryable TransportError, for a line break in the token).
+    for (const [options, want] of [
+      [{ timeoutMs: "10" }, /timeoutMs/], [{ timeoutMs: Infinity }, /timeoutMs/],
+      [{ bearerToken: 5 }, /bearerToken/], [{ bearerToken: "tok\r\nX-Evil: 1" }, /bearerToken/],
+    ] as const) {
+      assert.throws(() => new Client("http://127.0.0.1:9", options as object), want, JSON.stringify(options));
+    }
+    new Client("http://127.0.0.1:9", { bearerToken: "" }); // "" sends none, as before
+  });
+
   it("waits unfair with no place in the queue, and sends no unfair with one attempt", async () => {
     // An unfair acquire sends no waiter (the server refuses the two
     // together): inspect counts no waiter while it waits, and it takes the
