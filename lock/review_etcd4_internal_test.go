@@ -59,7 +59,7 @@ func TestEtcdLateJoinLeavesNoPlace(t *testing.T) {
 	// The store deletes the orphaned place off the caller's path; let it
 	// (or let it wait for the join in flight) before the join commits.
 	sk := slotKey{name, 0}
-	waitUntil(t, 10*time.Second, "the orphaned place dealt with", func() bool {
+	testenv.WaitUntil(t, 10*time.Second, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return !s.cleaning && (!s.orphans[sk] || s.joining[sk] > 0)
@@ -74,7 +74,7 @@ func TestEtcdLateJoinLeavesNoPlace(t *testing.T) {
 		}
 		return r.Count
 	}
-	waitUntil(t, 10*time.Second, "no queue key left by the late join", func() bool { return queue() == 0 })
+	testenv.WaitUntil(t, 10*time.Second, func() bool { return queue() == 0 })
 
 	// What a user sees: once the holder releases, another process's fair
 	// waiter takes the lock at its first attempt.
@@ -147,21 +147,6 @@ func (t *holdingTxn) Commit() (*clientv3.TxnResponse, error) {
 		err = t.ctx.Err() // what etcd's client tells a caller that gave up
 	}
 	return resp, err
-}
-
-// waitUntil polls cond until it holds, or fails the test after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(timeout)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-	}
 }
 
 // TestEtcdJoinOfALeftCallerIsNotSent: a batch sent again (split in halves
