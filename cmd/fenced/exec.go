@@ -28,7 +28,7 @@ secrets: FENCED_CLIENT_TOKEN, the passwords, FENCED_DATABASE_URL, and the
 token and TLS key files), and release the lock
 when CMD exits. Pass $FENCED_TOKEN to the protected resource with every
 write. Without a command, print the token and hold the lock until
-interrupted (SIGINT or SIGTERM).
+interrupted (SIGINT, SIGTERM, or SIGHUP when its terminal closes).
 
 --url takes several fenced servers, separated by commas: a request goes to
 the next when one cannot be reached or answers 503.
@@ -418,11 +418,18 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 }
 
 // holdUntilInterrupted holds the lease with no command: it prints the token
-// and waits for SIGINT or SIGTERM (exit 0, released) or the loss of the
-// lease (exit 1).
+// and waits for SIGINT, SIGTERM or SIGHUP (exit 0, released) or the loss of
+// the lease (exit 1). SIGHUP, the terminal closing, killed it and left the
+// lock held by nobody until its TTL ran out.
 func holdUntilInterrupted(ctx context.Context, prog, banner, what string, lease *client.Lease, release func(), stdout io.Writer) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fmt.Fprintln(stdout, banner)
 	select {
+	case <-hup:
+		release()
+		return nil
 	case <-ctx.Done():
 		release()
 		if isSignalCause(ctx) {

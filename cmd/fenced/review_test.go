@@ -179,6 +179,29 @@ echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; sleep 300 & wait`
 	}
 }
 
+// TestExecHoldReleasesOnSIGHUP: fenced exec with no command holds the lock
+// until interrupted. SIGHUP, its terminal closing, killed it (Go's
+// default) and left the lock held by nobody until its TTL ran out; it now
+// releases the lock and exits 0, as on SIGINT. fenced elect shares the
+// code.
+func TestExecHoldReleasesOnSIGHUP(t *testing.T) {
+	t.Parallel()
+	_, url := startDev(t, nil)
+	a := newAPI(t, url)
+	name := testenv.Name(t)
+	p := start(t, nil, "exec", "--url", url, "--ttl", "60s", name)
+	if l := p.line(20 * time.Second); !strings.HasPrefix(l, "holding lock") {
+		t.Fatalf("first line %q, want holding lock ...", l)
+	}
+	p.signal(syscall.SIGHUP)
+	if code := p.wait(20 * time.Second); code != 0 {
+		t.Errorf("exit %d, want 0: released on SIGHUP", code)
+	}
+	if a.held(name) {
+		t.Fatal("the lock is still held after fenced exec exited on SIGHUP")
+	}
+}
+
 // TestSIGHUPWhileStarting: fenced caught SIGHUP (a reload of the token
 // file: the systemd unit's ExecReload) only once it served, and Go's
 // default for an uncaught SIGHUP ended it. fenced serve waits for etcd at
