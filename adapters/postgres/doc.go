@@ -110,7 +110,11 @@
 // InTx methods do not retry: the function may have done things outside the
 // database that must not be done twice. They roll back and return the error
 // wrapped; [IsRetryable] reports whether running the whole transaction
-// again may succeed.
+// again may succeed. A COMMIT that was sent and got no answer (the
+// connection lost, the context ended) matches [ErrCommitUnknown]: the server
+// may have applied it, and the fence, which admits a holder's token again,
+// cannot stop the write from being applied twice if it is run again. Read
+// what it changed first, or make it idempotent.
 //
 // # Migrations
 //

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fenced/fenced/fence"
@@ -53,11 +54,28 @@ var (
 	// or otherwise unusable schema, table or column name.
 	ErrInvalidName = errors.New("postgres: invalid name")
 
+	// ErrCommitUnknown is matched by the error of a transaction whose COMMIT
+	// was sent and got no answer (the connection was lost, or the context
+	// ended): the server may have committed it. Do not run the write again
+	// blindly; the fence admits the same token again, so it cannot tell.
+	// Read what the write changed first, or make the write idempotent.
+	ErrCommitUnknown = errors.New("postgres: the commit's outcome is unknown: the write may have been applied")
+
 	// ErrInvalidOption is returned by the constructors for an option that is
 	// invalid or does not apply, and by Migrate when a schema already holds a
 	// different fence table.
 	ErrInvalidOption = errors.New("postgres: invalid option")
 )
+
+// commitUnknown reports whether a failed COMMIT may have been applied: the
+// server did not answer it (a *pgconn.PgError or pgx.ErrTxCommitRollback
+// means it rolled back). pgconn.SafeToRetry is no guide here: a COMMIT the
+// server applied, its answer lost with the connection, came back as pgx's
+// "conn closed", which it calls safe to retry.
+func commitUnknown(err error) bool {
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr) && !errors.Is(err, pgx.ErrTxCommitRollback)
+}
 
 // hasCode reports whether err is a PostgreSQL error with SQLSTATE code.
 func hasCode(err error, code string) bool {

@@ -159,9 +159,10 @@ func (f *Fence) admit(ctx context.Context, q querier, resource string, t fence.T
 // admit, fn or the commit, it rolls back and returns the error: a stale token
 // as a [*fence.StaleError] (fn is not called), an error raised by the SQL
 // function fence_admit inside fn mapped by [MapError], and a serialization
-// failure wrapped so that [IsRetryable] reports it. InTx does not retry;
-// retrying is the caller's choice because fn may have effects outside the
-// database.
+// failure wrapped so that [IsRetryable] reports it. A COMMIT sent that got
+// no answer matches [ErrCommitUnknown]: it may have been applied. InTx does
+// not retry; retrying is the caller's choice because fn may have effects
+// outside the database.
 func (f *Fence) InTx(ctx context.Context, resource string, t fence.Token, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if _, err := pgToken(t); err != nil {
 		return err
@@ -220,6 +221,9 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, admit, fn func(c
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
+		if commitUnknown(err) {
+			return withCtx(ctx, fmt.Errorf("postgres: commit: %w: %w", ErrCommitUnknown, err))
+		}
 		return withCtx(ctx, fmt.Errorf("postgres: commit: %w", err))
 	}
 	return nil
