@@ -30,17 +30,8 @@ func TestEtcdLateJoinLeavesNoPlace(t *testing.T) {
 	kv := &holdingKV{KV: cli.KV, held: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
 	cli.KV = kv
 	prefix := "/" + testenv.Name(t) + "/"
-	s, err := NewEtcdStore(cli, WithEtcdPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s, name, holder := storeHolding(t, cli, prefix)
 	ctx := t.Context()
-	name := testenv.Name(t)
-	holder, _ := newLeaseID()
-	if _, err := s.Acquire(ctx, AcquireRequest{Name: name, LeaseID: holder, TTL: 30 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
 
 	// A fair waiter's first attempt: the store holds the lock, so it joins
 	// the queue at once; its Txn is held in flight.
@@ -157,17 +148,8 @@ func (t *holdingTxn) Commit() (*clientv3.TxnResponse, error) {
 // join whose place is no longer its caller's is not sent.
 func TestEtcdJoinOfALeftCallerIsNotSent(t *testing.T) {
 	_, cli := testenv.Etcd(t)
-	s, err := NewEtcdStore(cli, WithEtcdPrefix("/"+testenv.Name(t)+"/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s, name, _ := storeHolding(t, cli, "/"+testenv.Name(t)+"/")
 	ctx := t.Context()
-	name := testenv.Name(t)
-	holder, _ := newLeaseID()
-	if _, err := s.Acquire(ctx, AcquireRequest{Name: name, LeaseID: holder, TTL: 30 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
 	req := AcquireRequest{Name: name, TTL: 30 * time.Second, WaiterTTL: DefaultWaiterTTL}
 	req.LeaseID, _ = newLeaseID()
 	req.Waiter, _ = newLeaseID()
@@ -190,4 +172,21 @@ func TestEtcdJoinOfALeftCallerIsNotSent(t *testing.T) {
 	if hr := v.(heldResult); hr.joinedRev != 0 {
 		t.Fatalf("the join of a caller that left was sent: its key made at revision %d", hr.joinedRev)
 	}
+}
+
+// storeHolding is a store on cli under prefix that holds a lock (name) by
+// lease id holder: a fair attempt of the same store joins its queue at once.
+func storeHolding(t *testing.T, cli *clientv3.Client, prefix string) (s *EtcdStore, name, holder string) {
+	t.Helper()
+	s, err := NewEtcdStore(cli, WithEtcdPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	name = testenv.Name(t)
+	holder, _ = newLeaseID()
+	if _, err := s.Acquire(t.Context(), AcquireRequest{Name: name, LeaseID: holder, TTL: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	return s, name, holder
 }

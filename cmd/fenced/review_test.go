@@ -115,15 +115,7 @@ func TestExecStopsWhatCMDStarted(t *testing.T) {
 			name, pidFile := testenv.Name(t), filepath.Join(t.TempDir(), "pid")
 			p := start(t, nil, "exec", "--url", url, "--ttl", "3s", "--grace", "1s", name, "--",
 				"sh", "-c", `sleep 300 & echo $! > "$0.tmp" && mv "$0.tmp" "$0"; wait`, pidFile)
-			var pid int
-			eventually(t, 20*time.Second, "the job's pid", func() bool {
-				b, err := os.ReadFile(pidFile)
-				if err != nil {
-					return false
-				}
-				pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-				return err == nil
-			})
+			pid := readPID(t, pidFile, "the job's pid")
 			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 			c.end(p, name)
 			if code := p.wait(20 * time.Second); code != c.code {
@@ -134,6 +126,22 @@ func TestExecStopsWhatCMDStarted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readPID waits for file to hold a pid, written whole (a rename), and
+// returns it.
+func readPID(t *testing.T, file, what string) int {
+	t.Helper()
+	var pid int
+	eventually(t, 20*time.Second, what, func() bool {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	return pid
 }
 
 // TestExecPassesOnSignals: a signal fenced exec did not catch killed it
@@ -155,15 +163,7 @@ echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; sleep 300 & wait`
 			t.Parallel()
 			name, started := testenv.Name(t), filepath.Join(t.TempDir(), "started")
 			p := start(t, nil, "exec", "--url", url, "--ttl", "3s", name, "--", "sh", "-c", script, started)
-			var pid int
-			eventually(t, 20*time.Second, "CMD's pid", func() bool {
-				b, err := os.ReadFile(started)
-				if err != nil {
-					return false
-				}
-				pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-				return err == nil
-			})
+			pid := readPID(t, started, "CMD's pid")
 			t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
 			p.signal(sig)
 			if code := p.wait(20 * time.Second); code != 100+int(sig) {
