@@ -486,6 +486,11 @@ func (s *EtcdStore) deleteOrphans(keys []slotKey) {
 	s.cleaning = false
 	if err == nil {
 		s.cleanGap = 0
+		if len(s.orphans) > 0 {
+			// Orphaned while this ran: their pokes found it running, and
+			// an idle store has nothing else to wake it.
+			s.poke()
+		}
 		return
 	}
 	s.cleanGap = min(max(2*s.cleanGap, 100*time.Millisecond), 5*time.Second)
@@ -1952,7 +1957,8 @@ func (s *EtcdStore) sessionLostLocked(sess *session) {
 // commitTxn sends the batch and answers its requests, or returns the error
 // of the whole Txn without answering them.
 func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[etcdOp]) error {
-	defer s.joinsEnded(s.joinsSent(batch))
+	joins := s.joinsSent(batch)
+	defer func() { s.joinsEnded(joins) }()
 	creates := false
 	for _, r := range batch {
 		creates = creates || r.Arg.kind == opCreate
@@ -1994,6 +2000,10 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 	} else {
 		resp, err = s.cli.Txn(ctx).Then(then(0)...).Commit()
 	}
+	// Ended before anyone is answered: a caller told "held" that leaves at
+	// once must find its place deletable, not held back by its own join.
+	s.joinsEnded(joins)
+	joins = nil
 	if err != nil && !errors.Is(err, sequencer.ErrRestored) {
 		return err
 	}

@@ -190,3 +190,51 @@ func storeHolding(t *testing.T, cli *clientv3.Client, prefix string) (s *EtcdSto
 	}
 	return s, name, holder
 }
+
+// TestEtcdOrphanedWhileDeletingIsDeleted: a place orphaned while the store
+// was deleting other orphans poked a store that was busy, and when that
+// delete ended nothing woke the store again: the place's key stood, ahead
+// of every fair waiter, until some other event (a session's renewal, a
+// lock's deadline) came, if any. The end of a delete now looks again.
+func TestEtcdOrphanedWhileDeletingIsDeleted(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	s, name, _ := storeHolding(t, cli, "/"+testenv.Name(t)+"/")
+	ctx := t.Context()
+	var waiters [2]string
+	for i := range waiters {
+		req := AcquireRequest{Name: name, TTL: time.Minute, WaiterTTL: DefaultWaiterTTL}
+		req.LeaseID, _ = newLeaseID()
+		req.Waiter, _ = newLeaseID()
+		if _, err := s.Acquire(ctx, req); !errors.As(err, new(*HeldError)) {
+			t.Fatalf("waiter %d: %v, want a HeldError", i, err)
+		}
+		waiters[i] = req.Waiter
+	}
+	// A delete of orphans runs (cleaning), and both places are orphaned
+	// meanwhile (their Leaves fail); the running delete took the first.
+	s.mu.Lock()
+	s.cleaning = true
+	s.mu.Unlock()
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, w := range waiters {
+		if err := s.Leave(gone, name, w); err == nil {
+			t.Fatal("Leave with a cancelled context succeeded")
+		}
+	}
+	s.mu.Lock()
+	first := slotKey{name, 0}
+	if !s.orphans[first] || len(s.orphans) != 2 {
+		s.mu.Unlock()
+		t.Fatalf("orphans %v, want slots 0 and 1", s.orphans)
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.deleteOrphans([]slotKey{first})
+
+	// The holder's session (30 s TTL) is renewed every 10 s: after this.
+	testenv.WaitUntil(t, 5*time.Second, func() bool {
+		r, err := cli.Get(ctx, s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && r.Count == 0
+	})
+}
