@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -321,15 +322,29 @@ func TestMemberWithoutItsPeersGivesUp(t *testing.T) {
 		})
 		done <- err
 	}()
+	var startErr error
 	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "not ready after 6s: are the other members") {
-			t.Fatalf("start without peers: %v", err)
+	case startErr = <-done:
+		if startErr == nil || !strings.Contains(startErr.Error(), "not ready after 6s: are the other members") {
+			t.Fatalf("start without peers: %v", startErr)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("StartEmbedded without its peers did not return in a minute")
 	}
 	if !strings.Contains(logs.String(), "waits for a quorum of its cluster") {
 		t.Fatalf("no warning while it waited; logs: %s", logs.String())
+	}
+	// The member is stopped, not left running: its close ended, and its
+	// ports are free. Left running, it exited the process 30 s after its
+	// start, once its data dir was gone (defect 88).
+	if strings.Contains(startErr.Error(), "did not end") {
+		t.Fatalf("the member that gave up was not closed: %v", startErr)
+	}
+	for _, u := range urls[:2] {
+		l, err := net.Listen("tcp", strings.TrimPrefix(u, "http://"))
+		if err != nil {
+			t.Fatalf("the member that gave up still holds %s: %v", u, err)
+		}
+		l.Close()
 	}
 }
