@@ -96,6 +96,8 @@ type Embedded struct {
 // Members of one cluster must therefore be started concurrently. When it
 // picks the ports itself (no ClientURL or PeerURL) and another process takes
 // one before etcd binds it, it tries again with new ports, up to 3 times.
+// A member that does not start (StartTimeout, ctx, an error) is stopped and
+// its ports freed before the error returns.
 func StartEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	auto := c.ClientURL == "" || c.PeerURL == ""
 	for attempt := 1; ; attempt++ {
@@ -235,16 +237,14 @@ const startWaitLog = 5 * time.Second
 // failStart closes a member that did not start, and returns err. etcd's
 // Close waits for the member to serve clients, which a member that never
 // had a quorum never did, unless its server is stopping: so the server is
-// stopped first. Before, Close blocked for ever (not even SIGTERM ended
-// fenced serve), and the member it left running, Raft and all, killed the
-// process 30 s after its start with a log.Fatal of etcd's once its data
-// dir was gone (docs/design.md, defect 88). The close is still waited for
-// only so long, then left to finish or not as the process exits.
+// stopped first, or the member runs on, its ports bound (defect 88). The
+// close is still waited for only so long, then left to finish or not as
+// the process exits.
 func (e *Embedded) failStart(err error) error {
 	closed := make(chan error, 1)
 	go func() { // owned by nobody once abandoned: see above
 		if e.etcd != nil && e.etcd.Server != nil {
-			e.closing.Store(true)
+			e.closing.Store(true) // the stop fails etcd's serving, which it logs as an error
 			e.etcd.Server.HardStop()
 		}
 		closed <- e.Close()
