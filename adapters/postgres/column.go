@@ -99,7 +99,7 @@ func (c *Column) AddColumn(ctx context.Context) error {
 		return nil
 	}, nil)
 	if err != nil {
-		return withCtx(ctx, fmt.Errorf("postgres: add fence column to %q: %w", c.table, err))
+		return dbError(ctx, fmt.Errorf("postgres: add fence column to %q: %w", c.table, err))
 	}
 	return nil
 }
@@ -133,7 +133,7 @@ func (c *Column) AdmitTx(ctx context.Context, tx pgx.Tx, key any, t fence.Token)
 			return c.invalidKey(key, err)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return withCtx(ctx, fmt.Errorf("postgres: admit token %d for %s: %w", t, c.resource(key), err))
+			return dbError(ctx, fmt.Errorf("postgres: admit token %d for %s: %w", t, c.resource(key), err))
 		}
 		err = c.rejected(ctx, tx, key, t, tok)
 		if !errors.Is(err, errAdmissible) {
@@ -179,7 +179,7 @@ func (c *Column) rejected(ctx context.Context, tx pgx.Tx, key any, t fence.Token
 	case hasCode(err, sqlStateCharacterNotInRepertoire):
 		return c.invalidKey(key, err)
 	case err != nil:
-		return withCtx(ctx, fmt.Errorf("postgres: read fence token of %s: %w", c.resource(key), err))
+		return dbError(ctx, fmt.Errorf("postgres: read fence token of %s: %w", c.resource(key), err))
 	case highest == nil:
 		// NULL <= t is never true: no token can be admitted for the row.
 		return fmt.Errorf("postgres: the fence column %q of %s is NULL, which admits no token; set it to 0 and make the column NOT NULL (AddColumn checks it)",

@@ -31,13 +31,13 @@ func TestConcurrentReadModifyWrite(t *testing.T) {
 		for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.Serializable} {
 			t.Run(fmt.Sprintf("%s/%s", mode, iso), func(t *testing.T) {
 				t.Parallel()
-				testReadModifyWrite(t, mode, iso)
+				testReadModifyWrite(t, testDSN(), mode, iso)
 			})
 		}
 	}
 }
 
-func testReadModifyWrite(t *testing.T, mode string, iso pgx.TxIsoLevel) {
+func testReadModifyWrite(t *testing.T, dsn string, mode string, iso pgx.TxIsoLevel) {
 	const (
 		workers   = 16
 		perWorker = 40
@@ -46,7 +46,7 @@ func testReadModifyWrite(t *testing.T, mode string, iso pgx.TxIsoLevel) {
 	)
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second) // a deadlock fails here
 	defer cancel()
-	pool := testPool(t)
+	pool := poolAt(t, dsn)
 	schema := testSchema(t, pool)
 	opts := []postgres.Option{postgres.WithSchema(schema), postgres.WithTxOptions(pgx.TxOptions{IsoLevel: iso})}
 

@@ -29,7 +29,12 @@ func testDSN() string {
 // when it is unreachable: these tests are the adapter's proof.
 func testPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	dsn := testDSN()
+	return poolAt(t, testDSN())
+}
+
+// poolAt connects to the database at dsn, as testPool does.
+func poolAt(t *testing.T, dsn string) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("test database DSN %q: %v", dsn, err)

@@ -116,6 +116,20 @@
 // cannot stop the write from being applied twice if it is run again. Read
 // what it changed first, or make it idempotent.
 //
+// # Connection poolers
+//
+// A pooler in transaction mode, such as PgBouncer with pool_mode =
+// transaction, hands each transaction whichever server connection is free,
+// so nothing session-scoped carries from one transaction to the next. The
+// guard needs nothing of the kind: the admit, its row lock and the
+// migrations' advisory lock (pg_advisory_xact_lock) all live and end in
+// their transaction. pgx's default query mode does not: its statement cache
+// prepares named statements per connection, which the server connection
+// then has twice or not at all (SQLSTATE 42P05 or 26000). Add
+// default_query_exec_mode=exec, or simple_protocol, to the DSN (or set
+// DefaultQueryExecMode in pgx's ConnConfig); this package's errors carry
+// that advice when they meet those SQLSTATEs.
+//
 // # Migrations
 //
 // [Fence.Migrate] applies the versioned SQL files embedded in this package,

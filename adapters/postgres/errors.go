@@ -36,6 +36,19 @@ const sqlStateCharacterNotInRepertoire = "22021"
 // entry holds at most 2704 bytes, after compression.
 const sqlStateProgramLimitExceeded = "54000"
 
+// A named prepared statement that the server connection already has, or
+// does not have: pgx's statement cache (its default query mode) prepares
+// statements per connection, and a pooler in transaction mode hands each
+// transaction whichever server connection is free.
+const (
+	sqlStateDuplicatePreparedStatement = "42P05"
+	sqlStateInvalidStatementName       = "26000"
+)
+
+// poolerAdvice says what to do about those errors.
+const poolerAdvice = "a connection pooler in transaction mode (such as PgBouncer) shares server connections between transactions, and pgx's default statement cache cannot work there: " +
+	"add default_query_exec_mode=exec (or simple_protocol) to the DSN, or set DefaultQueryExecMode in pgx's ConnConfig"
+
 // indexLimitAdvice says what a name too long for the fence table may be.
 // The limit is not a fixed number of bytes: a name that compresses well
 // fits in more.
@@ -180,11 +193,15 @@ func IsRetryable(err error) bool {
 	return pe.Code == sqlStateSerializationFailure || pe.Code == sqlStateDeadlockDetected
 }
 
-// withCtx makes sure that an error caused by the end of ctx matches
-// ctx.Err(), whatever form the driver gave it.
-func withCtx(ctx context.Context, err error) error {
+// dbError finishes an error from the database for the caller: one caused
+// by the end of ctx matches ctx.Err(), whatever form the driver gave it,
+// and one that a transaction pooler causes says what to change.
+func dbError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
+	}
+	if hasCode(err, sqlStateDuplicatePreparedStatement) || hasCode(err, sqlStateInvalidStatementName) {
+		err = fmt.Errorf("%w; %s", err, poolerAdvice)
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%w (%w)", err, cerr)

@@ -136,7 +136,7 @@ func (f *Fence) admit(ctx context.Context, q querier, resource string, t fence.T
 			return e
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return withCtx(ctx, fmt.Errorf("postgres: admit token %d for %q: %w", t, resource, err))
+			return dbError(ctx, fmt.Errorf("postgres: admit token %d for %q: %w", t, resource, err))
 		}
 		// A higher token is there. In READ COMMITTED this statement sees the
 		// latest committed token; in REPEATABLE READ and SERIALIZABLE the
@@ -147,7 +147,7 @@ func (f *Fence) admit(ctx context.Context, q querier, resource string, t fence.T
 		case err == nil && highest > tok:
 			return &fence.StaleError{Resource: resource, Token: t, Highest: fence.Token(highest)}
 		case err != nil && !errors.Is(err, pgx.ErrNoRows):
-			return withCtx(ctx, fmt.Errorf("postgres: read highest token for %q: %w", resource, err))
+			return dbError(ctx, fmt.Errorf("postgres: read highest token for %q: %w", resource, err))
 		}
 		// The row was deleted or lowered in between: admit again.
 	}
@@ -196,7 +196,7 @@ func (f *Fence) Highest(ctx context.Context, resource string) (fence.Token, erro
 		err = inTx(ctx, f.db, f.txOptions, func(ctx context.Context, tx pgx.Tx) error { return read(ctx, tx) }, nil)
 	}
 	if err != nil {
-		return 0, withCtx(ctx, fmt.Errorf("postgres: read highest token for %q: %w", resource, err))
+		return 0, dbError(ctx, fmt.Errorf("postgres: read highest token for %q: %w", resource, err))
 	}
 	return fence.Token(highest), nil
 }
@@ -206,7 +206,7 @@ func (f *Fence) Highest(ctx context.Context, resource string) (fence.Token, erro
 func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, admit, fn func(context.Context, pgx.Tx) error) error {
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
-		return withCtx(ctx, fmt.Errorf("postgres: begin: %w", err))
+		return dbError(ctx, fmt.Errorf("postgres: begin: %w", err))
 	}
 	// After a commit this does nothing; after an error or a panic in fn it
 	// rolls back. With ctx ended the rollback fails and pgx closes the
@@ -217,14 +217,14 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, admit, fn func(c
 	}
 	if fn != nil {
 		if err := fn(ctx, tx); err != nil {
-			return withCtx(ctx, MapError(err))
+			return dbError(ctx, MapError(err))
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		if commitUnknown(err) {
-			return withCtx(ctx, fmt.Errorf("postgres: commit: %w: %w", ErrCommitUnknown, err))
+			return dbError(ctx, fmt.Errorf("postgres: commit: %w: %w", ErrCommitUnknown, err))
 		}
-		return withCtx(ctx, fmt.Errorf("postgres: commit: %w", err))
+		return dbError(ctx, fmt.Errorf("postgres: commit: %w", err))
 	}
 	return nil
 }

@@ -94,7 +94,7 @@ func (f *Fence) Migrate(ctx context.Context) error {
 		return f.migrateTx(ctx, tx)
 	}, nil)
 	if err != nil {
-		return withCtx(ctx, fmt.Errorf("postgres: migrate schema %q: %w", f.schema, err))
+		return dbError(ctx, fmt.Errorf("postgres: migrate schema %q: %w", f.schema, err))
 	}
 	return nil
 }

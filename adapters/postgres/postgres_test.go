@@ -50,8 +50,12 @@ func (b beginOnly) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, err
 
 func TestFenceAdmit(t *testing.T) {
 	t.Parallel()
+	testFenceAdmit(t, testDSN())
+}
+
+func testFenceAdmit(t *testing.T, dsn string) {
 	ctx := t.Context()
-	pool := testPool(t)
+	pool := poolAt(t, dsn)
 	f, schema := newFence(t, pool)
 
 	if err := f.Admit(ctx, "r", 5); err != nil {
@@ -126,8 +130,12 @@ func TestFenceAdmit(t *testing.T) {
 
 func TestColumnAdmit(t *testing.T) {
 	t.Parallel()
+	testColumnAdmit(t, testDSN())
+}
+
+func testColumnAdmit(t *testing.T, dsn string) {
 	ctx := t.Context()
-	pool := testPool(t)
+	pool := poolAt(t, dsn)
 	schema := testSchema(t, pool)
 	mustExec(t, pool, "CREATE SCHEMA "+ident(schema))
 	mustExec(t, pool, "CREATE TABLE "+ident(schema, "accounts")+" (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0)")
@@ -199,8 +207,12 @@ func TestColumnAdmit(t *testing.T) {
 
 func TestSQLFunction(t *testing.T) {
 	t.Parallel()
+	testSQLFunction(t, testDSN())
+}
+
+func testSQLFunction(t *testing.T, dsn string) {
 	ctx := t.Context()
-	pool := testPool(t)
+	pool := poolAt(t, dsn)
 	f, schema := newFence(t, pool)
 
 	// sqlAdmit calls fence_admit from plain SQL, as a client in another
@@ -259,8 +271,12 @@ func TestSQLFunction(t *testing.T) {
 
 func TestMigrateConcurrent(t *testing.T) {
 	t.Parallel()
+	testMigrateConcurrent(t, testDSN())
+}
+
+func testMigrateConcurrent(t *testing.T, dsn string) {
 	ctx := t.Context()
-	pool := testPool(t)
+	pool := poolAt(t, dsn)
 	schema := testSchema(t, pool)
 	const migrators = 8
 	for round := range 2 {
@@ -269,7 +285,7 @@ func TestMigrateConcurrent(t *testing.T) {
 		for i := range migrators {
 			wg.Go(func() {
 				// A connection of its own, as another process would have.
-				conn, err := pgx.Connect(ctx, testDSN())
+				conn, err := pgx.Connect(ctx, dsn)
 				if err != nil {
 					errs[i] = err
 					return
