@@ -110,6 +110,12 @@ type tokenEntry struct {
 // NewTokens checks ts and returns them as a set. Errors name the token by
 // its Name or position, never by its secret.
 func NewTokens(ts ...Token) (*Tokens, error) {
+	return newTokens(ts, func(i int) string { return fmt.Sprintf("token %d", i+1) })
+}
+
+// newTokens is NewTokens with where(i) saying where ts[i] came from (its
+// argument, or its line in a file), for errors about two tokens.
+func newTokens(ts []Token, where func(i int) string) (*Tokens, error) {
 	if len(ts) == 0 {
 		return nil, errors.New("server: no token")
 	}
@@ -139,12 +145,12 @@ func NewTokens(ts ...Token) (*Tokens, error) {
 			}
 		}
 		if j, dup := names[e.name]; dup {
-			return nil, fmt.Errorf("server: tokens %d and %d are both named %q", j+1, i+1, e.name)
+			return nil, fmt.Errorf("server: %s and %s are both named %q", where(j), where(i), e.name)
 		}
 		names[e.name] = i
 		e.digest = sha256.Sum256(tok.Secret)
 		if j, dup := digests[e.digest]; dup {
-			return nil, fmt.Errorf("server: token %q repeats the secret of token %q", e.name, t.entries[j].name)
+			return nil, fmt.Errorf("server: %s (token %q) repeats the secret of %s (token %q)", where(i), e.name, where(j), t.entries[j].name)
 		}
 		digests[e.digest] = i
 		t.entries = append(t.entries, e)
@@ -163,7 +169,7 @@ func LoadTokens(path string) (*Tokens, error) {
 	}
 	t, err := ParseTokens(data)
 	if err != nil {
-		return nil, fmt.Errorf("server: auth tokens: %s %w", path, err)
+		return nil, fmt.Errorf("server: auth tokens: %s: %w", path, err)
 	}
 	return t, nil
 }
@@ -219,7 +225,7 @@ func ParseTokens(data []byte) (*Tokens, error) {
 				tok.Prefixes = strings.Split(v, ",")
 				for _, p := range tok.Prefixes {
 					if err := lock.ValidateNamePrefix(p); err != nil || p == "" {
-						return nil, fmt.Errorf("line %d: prefixes=: %q: want the start of a lock name, 1 to 200 characters of A-Z a-z 0-9 . _ - :", n, excerpt([]byte(p)))
+						return nil, fmt.Errorf("line %d: prefixes=: %q: want the start of a lock name, 1 to %d characters of A-Z a-z 0-9 . _ - :", n, excerpt([]byte(p)), lock.MaxNameLen)
 					}
 				}
 			case "allow":
@@ -241,7 +247,7 @@ func ParseTokens(data []byte) (*Tokens, error) {
 	if len(ts) == 0 {
 		return nil, errors.New("has no token (one per line; # starts a comment)")
 	}
-	t, err := NewTokens(ts...)
+	t, err := newTokens(ts, func(i int) string { return fmt.Sprintf("line %d", lines[i]) })
 	if err != nil {
 		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "server: "))
 	}

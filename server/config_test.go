@@ -102,6 +102,10 @@ func TestLoadTokens(t *testing.T) {
 		{"first-token-0123456789 name=a name=b\n", "name= appears twice"},
 		{"first-token-0123456789 name=a\nsecond-token-abcdefgh name=a\n", `both named "a"`},
 		{"first-token-0123456789\nfirst-token-0123456789\n", "repeats the secret"},
+		// Errors about two tokens name both by their lines in the file,
+		// comments and blank lines counted, not by their rank among tokens.
+		{"# ops\nfirst-token-0123456789 name=a\n\n# ci\nsecond-token-abcdefgh name=a\n", `line 2 and line 5 are both named "a"`},
+		{"# ops\nfirst-token-0123456789 name=a\n# again\nfirst-token-0123456789 name=b\n", `line 4 (token "b") repeats the secret of line 2 (token "a")`},
 	} {
 		_, err := LoadTokens(write("bad", c.content))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
