@@ -46,14 +46,12 @@ type cell struct {
 	redisProx [][]*faultproxy.Proxy
 	etcdProx  [][]*faultproxy.Proxy
 
-	j       *journal
-	ws      map[int]*workerProc // by worker id
-	nextID  int
-	transN  int
-	rng     *rand.Rand
-	notes   []string
-	marks   map[string]int64 // phase times, ns
-	spanEnd int64
+	j      *journal
+	ws     map[int]*workerProc // by worker id
+	transN int
+	rng    *rand.Rand
+	notes  []string
+	marks  map[string]int64 // phase times, ns
 }
 
 func (c *cell) note(format string, args ...any) {
@@ -246,8 +244,6 @@ func seen(w int, id, what string, ok func(event) bool) func([]event) bool {
 		return false
 	}
 }
-
-func granted(e event) bool { return e.Outcome == outOK }
 
 func (c *cell) waitDone(ctx context.Context, w int, id string, timeout time.Duration) (bool, error) {
 	return c.j.waitFor(ctx, timeout, seen(w, id, evDone, nil))

@@ -2,8 +2,6 @@ package compare
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -67,12 +65,6 @@ func keepAlive(period time.Duration, refresh func(context.Context) error) (stop 
 		}
 	})
 	return func() { cancel(); wg.Wait() }
-}
-
-func randomValue() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails, per crypto/rand
-	return hex.EncodeToString(b[:])
 }
 
 // naive: SET NX PX, polled; PEXPIRE to keep it; DEL to release. It never
