@@ -1,5 +1,6 @@
 # Targets:
 #   test           the README's test command
+#   lint           staticcheck (pinned) over the three modules, with staticcheck.conf
 #   install        go install ./cmd/fenced with the version stamped in
 #   dist           static binaries (CGO_ENABLED=0) of fenced for PLATFORMS into
 #                  DIST, named fenced-VERSION-OS-ARCH, with SHA256SUMS;
@@ -20,15 +21,22 @@
 # VERSION defaults to git describe (a tag, or the commit), else "dev"; fenced
 # version and the startup log say it.
 
+STATICCHECK := go run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST      ?= dist
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 
-.PHONY: test install dist bench bench-http bench-pg bench-scaling compare compare-short
+.PHONY: test lint install dist bench bench-http bench-pg bench-scaling compare compare-short
 
 test:
 	go test -race ./...
+
+lint:
+	$(STATICCHECK) ./...
+	cd bench && $(STATICCHECK) ./...
+	cd tools/oapi && $(STATICCHECK) ./...
 
 install:
 	go install -trimpath -ldflags "$(LDFLAGS)" ./cmd/fenced

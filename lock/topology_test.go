@@ -199,7 +199,7 @@ func TestRedisFailoverLosesLease(t *testing.T) {
 	}
 	master.Kill()
 	replica.Cont()
-	if err := rc.SlaveOf(t.Context(), "NO", "ONE").Err(); err != nil {
+	if err := rc.ReplicaOf(t.Context(), "NO", "ONE").Err(); err != nil {
 		t.Fatalf("promote the replica: %v", err)
 	}
 	after := newClient(t, newRedisStore(t, rc, seq))
