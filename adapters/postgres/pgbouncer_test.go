@@ -75,14 +75,10 @@ func testStatementCacheAdvice(t *testing.T, dsn string) {
 		t.Fatalf("first client's admit: %v", errs[0])
 	}
 	err := errs[1]
-	if !hasSQLState(err, "42P05") || !strings.Contains(err.Error(), "default_query_exec_mode=exec") {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42P05" || !strings.Contains(err.Error(), "default_query_exec_mode=exec") {
 		t.Fatalf("second client's admit = %v, want SQLSTATE 42P05 with the advice to set default_query_exec_mode", err)
 	}
-}
-
-func hasSQLState(err error, code string) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == code
 }
 
 // startPgBouncer starts pgbouncer in transaction pooling mode in front of
