@@ -28,13 +28,15 @@ type AcquireRequest struct {
 	// Unfair takes a free lock whoever waits longer, rather than joining
 	// the queue (wait_ms > 0 only; one attempt is always unfair).
 	Unfair bool `json:"unfair,omitempty"`
-	// Waiter is the caller's place in the queue, the same in every
-	// request of one acquisition (32 hex digits, new for each), so that a
-	// wait longer than one request keeps its place (wait_ms > 0 only).
+	// Waiter names one acquisition, the same in every request of it (32
+	// hex digits, new for each): a request sent again after a lost answer
+	// gets the grant the first one made. A fair waiting one's is also its
+	// place in the queue, so that a wait longer than one request keeps it.
 	Waiter string `json:"waiter,omitempty"`
 	// Final says this request is the acquisition's last (its wait ends
 	// the caller's): if it ends held, the place is given up at once, not
-	// kept 3 s for a next request (with waiter only).
+	// kept 3 s for a next request (with waiter, on a fair waiting
+	// request only).
 	Final bool `json:"final,omitempty"`
 }
 
@@ -172,7 +174,7 @@ const (
 	FieldOwner     = "owner"      // the owner label
 	FieldHolder    = "holder"     // the reentrant holder identity
 	FieldUnfair    = "unfair"     // the unfair flag
-	FieldWaiter    = "waiter"     // the place in the queue across requests
+	FieldWaiter    = "waiter"     // the acquisition, and its place in the queue, across requests
 	FieldFinal     = "final"      // the last request of a waiter
 	FieldReleaseID = "release_id" // a release's id across its retries
 	FieldPrefix    = "prefix"     // list: the name prefix

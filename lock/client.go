@@ -94,8 +94,8 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 		req.WaiterTTL = DefaultWaiterTTL
 	}
-	kept := o.Waiter != "" // the place outlives this call (WithWaiter)
-	req.Rejoins = kept     // and the caller may ask again after a lost answer
+	req.Rejoin = o.Waiter                 // the caller may ask again after a lost answer (WithWaiter)
+	kept := req.Rejoin != "" && !o.Unfair // and a fair one's place outlives this call
 	// pause is the retry strategy's next backoff, 0 to give up; a fair
 	// waiter's stays under a third of its place's TTL, so that it keeps it.
 	pause := func() time.Duration {

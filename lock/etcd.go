@@ -150,7 +150,7 @@ type etcdOp struct {
 	owner    string        // create
 	holder   string        // create: reentrant holder
 	waiter   string        // create: fair waiter
-	rejoinAs string        // create: the waiter the grant records (AcquireRequest.Rejoins), or ""
+	rejoinAs string        // create: the id the grant records (AcquireRequest.Rejoin), or ""
 	// create: the waiter's queue key (see place), and its slot.
 	waiterKey  string
 	waiterSlot int
@@ -566,7 +566,7 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 			s.mu.Unlock()
 		}
 		if op.rejoinAs != "" && hr.curHeld && hr.cur.Waiter == op.rejoinAs {
-			// Granted to this waiter already, the answer lost on its way
+			// Granted to this acquisition already, the answer lost on its way
 			// to the caller: the same lease again, its count unchanged.
 			g, err := s.Refresh(ctx, req.Name, hr.cur.LeaseID, req.TTL)
 			if err != nil {
@@ -627,12 +627,12 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 // on etcd lasts as long as its store's session, ahead of every later fair
 // waiter of the lock, in every process (defect 12). A place an earlier
 // attempt joined is the caller's, who got that attempt's held answer; and
-// a waiter that rejoins (Rejoins) keeps its place across calls, given up
+// a waiter that rejoins (Rejoin) keeps its place across calls, given up
 // by the lock client when no call used it for the waiter TTL. The delete
 // does not depend on ctx, which may be what ended, and waits at most 1 s:
 // if etcd does not answer, the store's goroutine deletes the key later.
 func (s *EtcdStore) leaveJoined(ctx context.Context, req AcquireRequest, hr heldResult) {
-	if req.Waiter == "" || req.Rejoins || hr.joinedRev == 0 {
+	if req.Waiter == "" || req.Rejoin != "" || hr.joinedRev == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -644,7 +644,7 @@ func (s *EtcdStore) leaveJoined(ctx context.Context, req AcquireRequest, hr held
 // queue, if it has one or joins now.
 func (s *EtcdStore) createOp(req AcquireRequest, sess *session, start time.Time) etcdOp {
 	op := etcdOp{kind: opCreate, name: req.Name, id: req.LeaseID, sess: sess, start: start, ttl: req.TTL,
-		owner: req.Owner, holder: req.Holder, waiter: req.Waiter, rejoinAs: req.rejoinWaiter()}
+		owner: req.Owner, holder: req.Holder, waiter: req.Waiter, rejoinAs: req.Rejoin}
 	if req.Waiter == "" {
 		return op
 	}
@@ -698,15 +698,12 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 	// the count key on the lock's new etcd lease. Read it again and count
 	// on what is there, as a release does.
 	//
-	// An acquisition's waiter marks its hold in the count's record, so that
-	// a request sent again after a lost answer (a new attempt, with the
-	// same waiter) finds it counted (defect 42); an attempt without one
-	// marks it with its own lease id, as on Redis leases. The mark is what
+	// An acquisition's id (WithWaiter's, or its place's) marks its hold in
+	// the count's record, so that a request sent again after a lost answer
+	// (a new attempt, with the same id) finds it counted (defect 42); an
+	// attempt without one marks it with its own lease id, as on Redis leases. The mark is what
 	// a failed attempt takes off again (unreenter).
-	op := req.LeaseID
-	if req.Waiter != "" {
-		op = "w" + req.Waiter
-	}
+	op := req.mark()
 	for range 8 {
 		ops := cur.Ops
 		if op != "" {

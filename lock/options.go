@@ -97,7 +97,10 @@ func WithUnfair() Option { return func(o *acquireOpts) { o.unfair = true } }
 // who came meanwhile. The id names one acquisition: a call that finds the
 // lock granted, or a reentry (WithHolder) counted, under it gets that grant
 // again, its count unchanged, so a request sent again after a lost answer
-// takes one hold, not two. Acquire and Elect only; not with WithUnfair.
+// takes one hold, not two. With TryAcquire or WithUnfair the id names the
+// acquisition only: it has no place in the queue, and a request sent again
+// after a lost answer gets the grant the first one made instead of finding
+// the lock held, by a lease nobody knows of, until its TTL.
 func WithWaiter(id string) Option {
 	return func(o *acquireOpts) { o.waiter, o.waiterSet = id, true }
 }
@@ -106,7 +109,8 @@ func WithWaiter(id string) Option {
 // (the API's "final": the remote waiter's wait ends with it): if it ends
 // without the lock, the place is given up at once rather than kept for a
 // next call that will not come, which would hold a free lock from those
-// behind it for DefaultWaiterTTL. Only with WithWaiter.
+// behind it for DefaultWaiterTTL. Only with WithWaiter, on a fair
+// acquisition.
 func WithFinal() Option {
 	return func(o *acquireOpts) { o.final = true }
 }
@@ -170,8 +174,8 @@ type AcquireOptions struct {
 
 // ResolveOptions applies opts for Acquire (try false) or TryAcquire (try
 // true). It returns an error matching ErrInvalidOption for an option that
-// does not apply (WithWait, WithRetry or WithWaiter with TryAcquire), for
-// WithDetached with WithKeepAlive and WithWaiter with WithUnfair, and for
+// does not apply (WithWait or WithRetry with TryAcquire, WithFinal without
+// a place in the queue), for WithDetached with WithKeepAlive, and for
 // invalid values (a negative wait, a nil strategy, a waiter id that is not
 // 32 hex digits, a nil Option).
 func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
@@ -202,10 +206,8 @@ func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 		return r, fmt.Errorf("%w: WithOwner: %v", ErrInvalidOption, ValidateLabel(o.owner))
 	case o.holderSet && ValidateLabel(o.holder) != nil:
 		return r, fmt.Errorf("%w: WithHolder: %v", ErrInvalidOption, ValidateLabel(o.holder))
-	case try && o.waiterSet:
-		return r, fmt.Errorf("%w: WithWaiter does not apply to TryAcquire, which takes a free lock whoever waits and has no place in the queue", ErrInvalidOption)
-	case o.unfair && o.waiterSet:
-		return r, fmt.Errorf("%w: WithWaiter and WithUnfair together: an unfair acquisition has no place in the queue. Give one of them", ErrInvalidOption)
+	case o.final && r.Unfair:
+		return r, fmt.Errorf("%w: WithFinal applies to a fair acquisition with WithWaiter: an unfair one (TryAcquire, WithUnfair) has no place in the queue to give up", ErrInvalidOption)
 	case o.final && !o.waiterSet:
 		return r, fmt.Errorf("%w: WithFinal applies with WithWaiter: a call without it has a place of its own, given up when the call ends", ErrInvalidOption)
 	case o.waiterSet && ValidateWaiter(o.waiter) != nil:

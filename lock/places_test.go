@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,6 +130,64 @@ func TestLostGrantIsFoundAgain(t *testing.T) {
 			defer next.Release(ctx)
 			if l, err := c.Acquire(ctx, name, time.Second, lock.WithWaiter(w), lock.WithWait(100*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
 				t.Fatalf("the waiter after its lease was released and the lock taken by another: %v (%v), want ErrNotAcquired", err, l)
+			}
+		})
+	}
+}
+
+// TestLostOneAttemptGrantIsFoundAgain: WithWaiter on an acquisition with
+// no place in the queue (TryAcquire, WithUnfair) names it, so that a
+// request sent again after a lost answer gets the grant the first one
+// made: its lease id and token, one release frees it. Before, the id was
+// refused there, and a remote TryAcquire whose answer was lost left its
+// lease holding the lock, known to nobody, until its TTL. It joins no
+// queue, and a reentrant one (WithHolder) counts one hold, not two.
+func TestLostOneAttemptGrantIsFoundAgain(t *testing.T) {
+	for _, b := range everyStore(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := newClient(t, b.store)
+			ctx := t.Context()
+			const w = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+			for _, k := range []struct {
+				name string
+				try  bool
+				opts []lock.Option
+			}{
+				{"TryAcquire", true, nil},
+				{"unfair", false, []lock.Option{lock.WithUnfair(), lock.WithWait(time.Second)}},
+				{"reentrant TryAcquire", true, []lock.Option{lock.WithHolder("job-7")}},
+			} {
+				name := testenv.Name(t) + "-" + strings.ReplaceAll(k.name, " ", "-")
+				get := func(opts ...lock.Option) (*lock.Lease, error) {
+					opts = append(append(opts, k.opts...), lock.WithDetached())
+					if k.try {
+						return c.TryAcquire(ctx, name, 30*time.Second, opts...)
+					}
+					return c.Acquire(ctx, name, 30*time.Second, opts...)
+				}
+				lost, err := get(lock.WithWaiter(w))
+				if err != nil {
+					t.Fatalf("%s: %v", k.name, err)
+				}
+				again, err := get(lock.WithWaiter(w))
+				if err != nil {
+					t.Fatalf("%s: the same id asking again: %v, want its lease", k.name, err)
+				}
+				if again.ID() != lost.ID() || again.Token() != lost.Token() || !again.Reused() {
+					t.Fatalf("%s: asked again: lease %s token %d (reused %v); want the lost grant's %s token %d", k.name, again.ID(), again.Token(), again.Reused(), lost.ID(), lost.Token())
+				}
+				if st, err := c.Inspect(ctx, name); err != nil || st.Waiters != 0 || st.Count != 1 {
+					t.Fatalf("%s: %+v, %v; want no waiter and one hold", k.name, st, err)
+				}
+				if _, err := c.TryAcquire(ctx, name, time.Second, lock.WithWaiter("ffeeddccbbaa99887766554433221100")); !errors.Is(err, lock.ErrNotAcquired) {
+					t.Fatalf("%s: another id: %v, want ErrNotAcquired", k.name, err)
+				}
+				if err := again.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if st, err := c.Inspect(ctx, name); err != nil || st.Held {
+					t.Fatalf("%s: after one release: %+v, %v; want the lock free", k.name, st, err)
+				}
 			}
 		})
 	}

@@ -185,7 +185,7 @@ type taken struct {
 func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error) {
 	k := s.keys(req.Name)
 	v, err := s.run(ctx, acquireScript, []string{k[kLease], k[kToken], k[kQueue], k[kPlaces]}, req.LeaseID, req.TTL.Milliseconds(),
-		req.Waiter, req.WaiterTTL.Milliseconds(), req.Holder).Slice()
+		req.Waiter, req.WaiterTTL.Milliseconds(), req.Holder, req.Rejoin).Slice()
 	if err != nil {
 		return taken{}, err
 	}
@@ -205,7 +205,7 @@ func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error
 
 // confirm is step 4: record the token if the lease is still leaseID's.
 func (s *RedisStore) confirm(ctx context.Context, req AcquireRequest, tok fence.Token) (ok bool, err error) {
-	pttl, err := s.run(ctx, confirmScript, s.keys(req.Name)[:2], req.LeaseID, uint64(tok), req.Owner, req.Holder, req.rejoinWaiter()).Int64()
+	pttl, err := s.run(ctx, confirmScript, s.keys(req.Name)[:2], req.LeaseID, uint64(tok), req.Owner, req.Holder, req.Rejoin).Int64()
 	return err == nil && pttl >= 0, err
 }
 
@@ -272,14 +272,9 @@ func (s *RedisStore) unreenter(ctx context.Context, req AcquireRequest) {
 	if req.Holder == "" {
 		return
 	}
-	// The op the acquire script marks a reentry with.
-	op := req.LeaseID
-	if req.Waiter != "" {
-		op = "w" + req.Waiter
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_ = s.run(ctx, unreenterScript, s.keys(req.Name)[kToken:kToken+1], op).Err() // it expires anyway
+	_ = s.run(ctx, unreenterScript, s.keys(req.Name)[kToken:kToken+1], req.mark()).Err() // it expires anyway
 }
 
 // Refresh implements LeaseStore.

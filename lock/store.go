@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -58,13 +59,14 @@ type AcquireRequest struct {
 	// waiter leaves (the store deletes it later if etcd does not answer
 	// then) or the process dies and the session expires.
 	WaiterTTL time.Duration
-	// Rejoins says the waiter may ask again after a grant whose answer it
-	// never got (a fenced server's caller, WithWaiter): the grant records
-	// the waiter, and an attempt by that waiter that finds it gets the same
-	// lease again (its lease id and token, extended to TTL, its count
+	// Rejoin is the id a grant records for a caller that may ask again
+	// after a grant whose answer it never got (a fenced server's caller,
+	// WithWaiter): an attempt with that id that finds the grant gets the
+	// same lease again (its lease id and token, extended to TTL, its count
 	// unchanged) instead of waiting behind it (docs/design.md, "A lost
-	// answer").
-	Rejoins bool
+	// answer"). A fair waiter's is its Waiter, which then keeps its place
+	// across calls; an unfair attempt's names it alone. "" records none.
+	Rejoin string
 	// Holder is the holder's identity for reentrancy: an attempt by the
 	// holder that holds the lock now gets its lease and token again, and
 	// the lock counts one more release to go. "" is not reentrant.
@@ -104,12 +106,14 @@ type State struct {
 	OldestWait time.Duration
 }
 
-// rejoinWaiter is the waiter a grant records (see Rejoins), or "".
-func (r AcquireRequest) rejoinWaiter() string {
-	if r.Rejoins {
-		return r.Waiter
+// mark is what a reentry's count records the hold under, so that a
+// request sent again finds it counted (defect 42): the acquisition's id
+// (Rejoin, else its Waiter) with a "w", or the attempt's lease id.
+func (r AcquireRequest) mark() string {
+	if id := cmp.Or(r.Rejoin, r.Waiter); id != "" {
+		return "w" + id
 	}
-	return ""
+	return r.LeaseID
 }
 
 // ListRequest asks for one page of held locks.

@@ -26,7 +26,7 @@ type acquireRequest struct {
 	wait          time.Duration
 	owner, holder string
 	unfair        bool
-	waiter        string // the place across requests; "" for one of this request's own
+	waiter        string // the acquisition across requests, and a fair one's place; "" for none
 	final         bool   // the waiter's last request: its place goes with it
 }
 
@@ -84,7 +84,7 @@ func (l limits) decodeAcquire(body []byte) (acquireRequest, *apiError) {
 	if req.unfair && req.wait == 0 {
 		return acquireRequest{}, invalid(fieldUnfair, "unfair applies to a waiting acquire (wait_ms > 0): one attempt always takes a free lock, whoever waits")
 	}
-	if req.waiter, aerr = waiter(fields, req); aerr != nil {
+	if req.waiter, aerr = waiter(fields); aerr != nil {
 		return acquireRequest{}, aerr
 	}
 	if req.final, aerr = final(fields, req); aerr != nil {
@@ -112,26 +112,26 @@ func final(fields map[string]json.RawMessage, req acquireRequest) (bool, *apiErr
 	if aerr != nil {
 		return false, aerr
 	}
-	if v && req.waiter == "" {
+	switch {
+	case v && req.waiter == "":
 		return false, invalid(fieldFinal, "final applies with a waiter: a request without one has a place of its own, given up when it ends")
+	case v && (req.wait == 0 || req.unfair):
+		return false, invalid(fieldFinal, "final applies to a fair waiting request (wait_ms > 0, not unfair): one attempt or an unfair acquire has no place in the queue to give up")
 	}
 	return v, nil
 }
 
-// waiter returns the optional waiter of a waiting, fair acquire or
-// campaign, checked by lock.ValidateWaiter; "" when it is absent.
-func waiter(fields map[string]json.RawMessage, req acquireRequest) (string, *apiError) {
+// waiter returns the optional waiter of an acquire or campaign, checked
+// by lock.ValidateWaiter; "" when it is absent. It names the acquisition,
+// so that a request sent again after a lost answer gets its grant; a
+// waiting, fair one's is also its place in the queue.
+func waiter(fields map[string]json.RawMessage) (string, *apiError) {
 	v, ok, aerr := stringField(fields, fieldWaiter, "a string of 32 hex digits")
 	if !ok || aerr != nil {
 		return "", aerr
 	}
-	switch err := lock.ValidateWaiter(v); {
-	case err != nil:
+	if err := lock.ValidateWaiter(v); err != nil {
 		return "", invalid(fieldWaiter, fmt.Sprintf("waiter: %v", err))
-	case req.wait == 0:
-		return "", invalid(fieldWaiter, "waiter applies to a waiting request (wait_ms > 0): one attempt has no place in the queue")
-	case req.unfair:
-		return "", invalid(fieldWaiter, "waiter and unfair together: an unfair acquire has no place in the queue; give one of them")
 	}
 	return v, nil
 }
@@ -150,7 +150,7 @@ func (l limits) decodeCampaign(body []byte) (acquireRequest, *apiError) {
 	if req.owner, aerr = label(fields, fieldValue); aerr != nil {
 		return acquireRequest{}, aerr
 	}
-	if req.waiter, aerr = waiter(fields, req); aerr != nil {
+	if req.waiter, aerr = waiter(fields); aerr != nil {
 		return acquireRequest{}, aerr
 	}
 	if req.final, aerr = final(fields, req); aerr != nil {

@@ -257,8 +257,8 @@ func TestAcquireLabelsChecked(t *testing.T) {
 		{`{"wait_ms":100,"waiter":"abc"}`, fieldWaiter},
 		{`{"wait_ms":100,"waiter":12}`, fieldWaiter},
 		{`{"wait_ms":100,"waiter":"0123456789abcdef0123456789abcdeX"}`, fieldWaiter},
-		{`{"waiter":"0123456789abcdef0123456789abcdef"}`, fieldWaiter}, // without wait_ms
-		{`{"wait_ms":100,"unfair":true,"waiter":"0123456789abcdef0123456789abcdef"}`, fieldWaiter},
+		{`{"waiter":"0123456789abcdef0123456789abcdef","final":true}`, fieldFinal},                             // one attempt: no place
+		{`{"wait_ms":100,"unfair":true,"waiter":"0123456789abcdef0123456789abcdef","final":true}`, fieldFinal}, // unfair: no place
 		// encoding/json turns these into U+FFFD, so that two holders
 		// differing only there were one (a holder is a credential).
 		{`{"holder":"worker-A-\ud800"}`, fieldHolder},

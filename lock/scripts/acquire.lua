@@ -2,13 +2,15 @@
 -- KEYS: 1 lease, 2 token (hash: t token, o owner, h holder, c count),
 --       3 queue (zset: waiter by arrival), 4 places (zset: waiter by expiry).
 -- ARGV: 1 lease id, 2 ttl ms, 3 waiter ('' takes a free lock whatever the
---       queue: unfair), 4 a place's ttl ms, 5 holder ('' not reentrant).
+--       queue: unfair), 4 a place's ttl ms, 5 holder ('' not reentrant),
+--       6 the id of a remote acquisition ('' for none; a fair one's is its
+--       waiter), which its grant records (confirm.lua).
 -- Returns {0} when this lease id now holds the lease (to be confirmed);
 -- {1, lease id, token, count} when the holder already held it (reentry,
 -- the lease extended to ttl ms unless it had longer);
 -- {2, holder's remaining ms (at least 1), or 0 if unknown or free, place in
--- the queue or -1} when not. A waiter that finds the lease granted to it
--- already (a remote acquisition whose answer was lost, see confirm.lua) gets
+-- the queue or -1} when not. An acquisition that finds the lease granted to
+-- its id already (a remote one whose answer was lost, see confirm.lua) gets
 -- {1, lease id, token, count}, as a reentry with the count unchanged, the
 -- lease extended to ttl ms (not shortened while held more than once).
 -- Safe to run twice: a retry after a lost reply finds its own lease id
@@ -21,13 +23,15 @@ local now = now_ms()
 drop_expired(KEYS[3], KEYS[4], now)
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then return {0} end
-if cur and ARGV[3] ~= '' then
+if cur and ARGV[6] ~= '' then
   -- Bound to the lease id, so that a record left by an earlier lease of
   -- this name can never hand over a later one.
   local g = redis.call('HMGET', KEYS[2], 'w', 't', 'c')
-  if g[1] == cur .. ' ' .. ARGV[3] and g[2] then
-    redis.call('ZREM', KEYS[3], ARGV[3])
-    redis.call('ZREM', KEYS[4], ARGV[3])
+  if g[1] == cur .. ' ' .. ARGV[6] and g[2] then
+    if ARGV[3] ~= '' then
+      redis.call('ZREM', KEYS[3], ARGV[3])
+      redis.call('ZREM', KEYS[4], ARGV[3])
+    end
     -- Extended to the TTL asked for, which the caller counts from this
     -- attempt, as a refresh does (never shortened under reentrant holds).
     local c = tonumber(g[3] or '1')
@@ -42,13 +46,14 @@ if cur and ARGV[5] ~= '' then
   local h = redis.call('HMGET', KEYS[2], 'h', 't', 'c', 'ops')
   if h[1] == ARGV[5] and h[2] then
     -- A reentry: one more hold, counted once even if this runs twice (the
-    -- acquisition's waiter marks it, which a request sent again after a
-    -- lost answer carries too, defect 42; else the attempt's own lease
-    -- id), its place in the queue given up, and the lease extended to the
-    -- new TTL but never shortened under the holds before it (defect 19).
+    -- acquisition's id or waiter marks it, which a request sent again
+    -- after a lost answer carries too, defect 42; else the attempt's own
+    -- lease id, as AcquireRequest.mark), its place in the queue given up,
+    -- and the lease extended to the new TTL but never shortened under the
+    -- holds before it (defect 19).
     local c = tonumber(h[3] or '1')
     local op = ARGV[1]
-    if ARGV[3] ~= '' then op = 'w' .. ARGV[3] end
+    if ARGV[6] ~= '' then op = 'w' .. ARGV[6] elseif ARGV[3] ~= '' then op = 'w' .. ARGV[3] end
     if not seen(h[4], op) then
       record(KEYS[2], h[4], op)
       c = redis.call('HINCRBY', KEYS[2], 'c', 1)

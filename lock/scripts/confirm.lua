@@ -2,7 +2,7 @@
 -- holder) beside it with the same expiry and return the remaining ttl in
 -- ms; -1 if the lease was lost while the token was being taken.
 -- KEYS: 1 lease, 2 token (hash). ARGV: 1 lease id, 2 token, 3 owner,
--- 4 holder, 5 the waiter of a remote acquisition ('' for none), recorded
+-- 4 holder, 5 the id of a remote acquisition ('' for none), recorded
 -- with the lease id (w) so that its next request finds this grant if its
 -- answer is lost (see acquire.lua).
 -- A lease's token never changes: a second confirm with the same token (a
