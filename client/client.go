@@ -309,23 +309,23 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if o.Wait > 0 {
 		budgetEnd = began.Add(o.Wait)
 	}
-	// One place in the queue for all the requests of a fair wait, so that
-	// a wait longer than one request does not queue anew with each
-	// (API field waiter).
+	// One id for all the requests of an acquisition (API field waiter):
+	// a request sent again after a lost answer gets the grant the first
+	// one made, rather than finding the lock held by a lease nobody knows
+	// until its TTL; and a fair wait longer than one request keeps its
+	// place in the queue instead of queueing anew with each. So every
+	// acquisition may be sent again (package documentation, "Several
+	// servers"): a TryAcquire as a short request, round the servers up to
+	// WithRetries times; a wait within its budget, by the loop below.
 	waiter := o.Waiter
-	if waiter == "" && !o.Try && !o.Unfair {
+	if waiter == "" {
 		if waiter, err = lock.NewWaiterID(); err != nil {
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 		}
 	}
-	// A waiting Acquire is sent again after a lost answer, as its waiter
-	// finds a grant whose answer was lost. A request without one (a
-	// TryAcquire, an unfair wait) is sent again only if it cannot have
-	// reached the server: a grant it lost would hold the lock, by a lease
-	// nobody knows, until its TTL (package documentation, "Several servers").
-	mode := resendUnsent
-	if waiter != "" {
-		mode = resendAlways
+	mode := resendAlways
+	if o.Try {
+		mode = resendShared
 	}
 	// until is when the wait ends: its budget or the context's deadline,
 	// whichever comes first; zero when it has neither.
@@ -369,19 +369,16 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			}
 			start, asked = time.Now(), wait
 			ttlMs, waitMs := ttl.Milliseconds(), wait.Milliseconds()
-			w := waiter
-			if waitMs == 0 {
-				w = "" // one attempt has no place
-			}
 			// A final request's place goes when it ends held, so that it
-			// does not keep a free lock from those behind it.
-			// A waiter of the caller's own (WithWaiter) may come back with
-			// another call, unless it said this is the last (WithFinal).
-			final = final && w != "" && (o.Waiter == "" || o.Final)
+			// does not keep a free lock from those behind it. Only a fair
+			// wait has one (one attempt, wait_ms 0, has none), and a waiter
+			// of the caller's own (WithWaiter) may come back with another
+			// call, unless it said this is the last (WithFinal).
+			final = final && waitMs > 0 && !o.Unfair && (o.Waiter == "" || o.Final)
 			if campaign {
-				return attempt{api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: w, Final: final}, within}, true
+				return attempt{api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: waiter, Final: final}, within}, true
 			}
-			return attempt{api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0, Waiter: w, Final: final}, within}, true
+			return attempt{api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Unfair: o.Unfair && waitMs > 0, Waiter: waiter, Final: final}, within}, true
 		})
 		var a api.Lease
 		err := c.do(ctx, http.MethodPost, path, body, &a, mode)
@@ -404,7 +401,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			// backends; the waiter id makes a grant whose answer was lost
 			// come back with the next request (package documentation,
 			// "Several servers").
-			if o.Try || until.IsZero() || !unanswered(err) || errors.Is(err, errMaybeGranted) || !time.Now().Before(until) {
+			if o.Try || until.IsZero() || !unanswered(err) || !time.Now().Before(until) {
 				return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 			}
 			if !clock.Sleep(ctx, min(backoff, time.Until(until))) {
@@ -642,14 +639,9 @@ func apiPath(under, name, action string) string {
 // maxAnswer bounds how much of an answer the client reads.
 const maxAnswer = 1 << 20
 
-// errMaybeGranted marks the error of a request that may have reached its
-// server but lost its answer, sent without a waiter (resendUnsent): what it
-// asked for may have been done, and it must not be asked for again.
-var errMaybeGranted = errors.New("the request was sent and its answer lost, so it may have taken the lock; it is not sent again")
-
-// errMaybeForced is errMaybeGranted for a force-release: sent again, it
-// would delete whatever holds the lock by then, most often the waiter the
-// first one woke.
+// errMaybeForced marks the error of a force-release that may have reached
+// its server but lost its answer: sent again, it would delete whatever
+// holds the lock by then, most often the waiter the first one woke.
 var errMaybeForced = errors.New("the request was sent and its answer lost, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now, and force-release with the holder's token (lock.IfToken), which is safe to send again")
 
 // errMaybeForced503 is errMaybeForced for a 503: the server may have
@@ -664,10 +656,6 @@ const (
 	// resendAlways: after a 503 or any failure to get an answer. For
 	// requests that are safe to repeat.
 	resendAlways resend = iota
-	// resendUnsent: after a 503, or when the request was not written to
-	// the connection: it cannot have reached the server. For requests that
-	// must not be done twice: an acquire without a waiter.
-	resendUnsent
 	// resendUnwritten: only when the request was not written to the
 	// connection; not after a 503, which a server may answer after its
 	// backend applied the request. For an unconditional force-release,
@@ -800,14 +788,12 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 		if errors.As(err, &ae) {
 			next = ae.Status == http.StatusServiceUnavailable && mode != resendUnwritten
 		} else {
-			next = !sent || (mode != resendUnsent && mode != resendUnwritten)
+			next = !sent || mode != resendUnwritten
 		}
 		if !next {
 			switch {
-			case sent && ae == nil && method == http.MethodDelete:
-				err = fmt.Errorf("%w: %w", errMaybeForced, err)
 			case sent && ae == nil:
-				err = fmt.Errorf("%w: %w", errMaybeGranted, err)
+				err = fmt.Errorf("%w: %w", errMaybeForced, err)
 			case ae != nil && ae.Status == http.StatusServiceUnavailable:
 				err = fmt.Errorf("%w: %w", errMaybeForced503, err)
 			}

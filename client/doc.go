@@ -26,7 +26,10 @@
 // too, so the two settings need not be matched by hand. An Acquire's
 // requests carry one waiter id (the API's "waiter", drawn once per
 // acquisition, or [lock.WithWaiter]'s), so the wait keeps its place in the
-// lock's queue from one request to the next.
+// lock's queue from one request to the next. A TryAcquire's and an unfair
+// Acquire's requests carry one too, with no place in the queue: it names
+// the acquisition, so that a request sent again after a lost answer gets
+// the grant the first one made (see "Several servers").
 // [Client.TryAcquire] makes one attempt. An option that does not apply is
 // an error matching [lock.ErrInvalidOption], as with lock.Client; so is
 // [lock.WithRetry], since the server, not the client, waits.
@@ -61,12 +64,13 @@
 //     answered 410 lost, and Release returns ErrLost for a lease its first
 //     request may have released. Take it as "may have been lost", which
 //     is what ErrLost asks of a holder anyway.
-//   - TryAcquire moves on only when its request cannot have reached the
-//     server: it was never written to a connection, or the server answered
-//     503. When the connection failed after the request was written, the
-//     server may have granted a lease whose answer was lost; TryAcquire
-//     returns that error rather than report "held" because of its own
-//     lease.
+//   - TryAcquire is a short request, repeated as a refresh is: after any
+//     failure to get an answer it moves on, and round the servers again up
+//     to [WithRetries] times. Its waiter id makes a request sent again
+//     after a lost answer get the grant the first one made, from any
+//     server over the same Redis or etcd: the same lease id and token.
+//     (Before, it returned the lost answer's error, and the lease it may
+//     have taken held the lock, known to nobody, until its TTL.)
 //   - ForceRelease without options moves on only when its request was
 //     never written to a connection: not after a lost answer, and not
 //     after a 503 either, which a server answers too when its backend
@@ -86,9 +90,9 @@
 //     a deadline, Acquire returns the error at once. Each request asks
 //     only for the wait that is left, the next server's too, and none is
 //     sent once the wait is over: a wait over several servers lasts no
-//     longer than its budget. An unfair Acquire ([lock.WithUnfair]) has no
-//     waiter id and goes as TryAcquire does: after a lost answer it returns
-//     the error, which says the request may have taken the lock.
+//     longer than its budget. An unfair Acquire ([lock.WithUnfair]) goes
+//     the same way: its waiter id has no place in the queue, but finds its
+//     grant.
 //
 // When every server failed, the error joins a [*ServerError] per server.
 //
@@ -99,10 +103,10 @@
 // 1s) or 100ms, then 200ms, each with jitter, all within the context.
 // This holds for a single server too, or a load balancer in front of
 // several, where a node that drains or a backend that fails over answers
-// 503 for a moment. It applies to TryAcquire (after a 503 or an unsent
-// request only, as above), Refresh, Release, Inspect, List, ForceRelease
-// (with [lock.IfToken] only; without, an unsent request only) and Leader. A waiting Acquire or Elect and Observe's long polls ride out
-// failures within their wait instead, as above.
+// 503 for a moment. It applies to TryAcquire, Refresh, Release, Inspect,
+// List, ForceRelease (with [lock.IfToken] only; without, an unsent request
+// only) and Leader. A waiting Acquire or Elect and Observe's long polls
+// ride out failures within their wait instead, as above.
 //
 // # Servers that stop answering
 //

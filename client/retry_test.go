@@ -120,21 +120,6 @@ func TestOneServerRetries(t *testing.T) {
 		}
 	})
 
-	t.Run("NotAfterAGrantCouldBeLost", func(t *testing.T) {
-		// A TryAcquire whose answer was lost may have been granted: it is
-		// not sent again, or it would find its own lease and say held.
-		pr, c := f.proxied(t)
-		name := testenv.Name(t)
-		pr.LoseReply([]byte("/acquire"))
-		_, err := c.TryAcquire(ctx, name, time.Second)
-		if err == nil || errors.Is(err, lock.ErrNotAcquired) {
-			t.Fatalf("TryAcquire whose answer was lost: %v; want the transport error", err)
-		}
-		if st, err := f.locks.Inspect(ctx, name); err != nil || !st.Held {
-			t.Fatalf("the lease granted unseen: %+v, %v; want held", st, err)
-		}
-	})
-
 	t.Run("RefusesANegativeCount", func(t *testing.T) {
 		_, err := client.New(f.url, client.WithRetries(-1))
 		if err == nil || !strings.Contains(err.Error(), "want 0 or more") {
@@ -300,24 +285,43 @@ func TestLostReentryAnswerTakesOneHold(t *testing.T) {
 	f.wantFree(t, name, "after both releases")
 }
 
-// TestLostUnfairAnswerIsNotSentAgain: an unfair waiting Acquire sends no
-// waiter, so the server cannot find its grant again. Its request whose
-// answer was lost was sent again, found the lock held by the lease the
-// first had taken, which nobody could release, and waited out that lease's
-// TTL. It now ends as a TryAcquire does, with the lost answer's error, and
-// the lease it may have taken frees at its TTL.
-func TestLostUnfairAnswerIsNotSentAgain(t *testing.T) {
+// TestLostOneAttemptAnswerFindsItsGrant: a TryAcquire and an unfair
+// Acquire carry a waiter id too, with no place in the queue, so a request
+// sent again after a lost answer gets the grant the first one made: the
+// same lease and token, and one release frees the lock. Before, neither
+// had an id: the request was not sent again, the call failed with the lost
+// answer's error, and the lease it had taken held the lock, known to
+// nobody, until its TTL.
+func TestLostOneAttemptAnswerFindsItsGrant(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
 	pr, c := f.proxied(t)
-	name := testenv.Name(t)
-	fired := pr.LoseReply([]byte("/acquire"))
-	l, err := c.Acquire(ctx, name, 2*time.Second, lock.WithUnfair(), lock.WithWait(10*time.Second))
-	<-fired
-	if err == nil {
-		t.Fatalf("acquired token %d: the request whose answer was lost was sent again and waited out the TTL of the lease it had taken", l.Token())
-	}
-	if st, err := f.locks.Inspect(ctx, name); err != nil || !st.Held {
-		t.Fatalf("after the lost answer: %+v, %v; want held by the lease it granted", st, err)
+	for _, k := range []struct {
+		name string
+		get  func(name string) (*client.Lease, error)
+	}{
+		{"TryAcquire", func(name string) (*client.Lease, error) { return c.TryAcquire(ctx, name, 30*time.Second) }},
+		{"unfair", func(name string) (*client.Lease, error) {
+			return c.Acquire(ctx, name, 30*time.Second, lock.WithUnfair(), lock.WithWait(10*time.Second))
+		}},
+	} {
+		name := testenv.Name(t) + "-" + k.name
+		before := len(f.granted())
+		fired := pr.LoseReply([]byte("/acquire"))
+		l, err := k.get(name)
+		<-fired
+		if err != nil {
+			t.Fatalf("%s whose first answer was lost: %v, want the grant it made", k.name, err)
+		}
+		if st, err := f.locks.Inspect(ctx, name); err != nil || st.LeaseID != l.ID() || st.Token != l.Token() || st.Waiters != 0 {
+			t.Fatalf("%s: the store holds %+v (%v); the client got lease %s token %d: want the same, and no waiter", k.name, st, err, l.ID(), l.Token())
+		}
+		if answers := f.granted()[before:]; len(answers) != 2 || !strings.Contains(answers[1], l.ID()) || !strings.Contains(answers[0], l.ID()) {
+			t.Fatalf("%s: answers %q, want the lost grant's lease %s twice", k.name, answers, l.ID())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.wantFree(t, name, k.name+" after one release")
 	}
 }
