@@ -17,9 +17,10 @@ Errors are typed by the API's error code (never by message text): HeldError
 subclasses of FencedError. UnavailableError (503) and TransportError (no
 answer) are retryable.
 
-A waiting acquire or campaign (wait_ms > 0) sends a waiter, 32 hex digits
-drawn once per call: its place in the server's queue, and the key to a
-grant whose answer was lost. Such a call is asked again, with the same
+Every acquire or campaign sends a waiter, 32 hex digits drawn once per
+call: the key to a grant whose answer was lost, and a fair waiting call's
+place in the server's queue (one attempt, wait_ms 0, and an unfair acquire
+have none). Such a call is asked again, with the same
 waiter, after a 503 or after its answer was lost (the connection closed or
 reset once the request was sent): the server hands back the grant it made
 for that waiter, the same lease id and token, instead of leaving a lease
@@ -405,7 +406,10 @@ class Client:
         """One attempt to take the lock: a Lease, or None if another holder has it.
         ttl_ms None means the server's default TTL (30 s unless configured);
         holder and owner as in acquire. One attempt takes a free lock
-        whoever waits, so it takes no unfair."""
+        whoever waits, so it takes no unfair. Its request carries a waiter
+        with no place in the queue: one whose answer was lost is sent
+        again, up to retries times, and gets the grant the first one made
+        (the same lease id and token)."""
         try:
             return self.acquire(name, ttl_ms=ttl_ms, wait_ms=0, holder=holder, owner=owner)
         except HeldError:
@@ -440,21 +444,21 @@ class Client:
 
         unfair (API field unfair; default False) waits without a place in
         the lock's queue: the lock goes to this call whenever it finds it
-        free, whoever has waited longer. Such a call sends no waiter (the
-        server refuses one with unfair), so a lost answer is not asked
-        again: it raises TransportError, as with wait_ms 0. With wait_ms 0
-        it changes nothing, and is not sent: one attempt takes a free lock
-        whoever waits.
+        free, whoever has waited longer. Its waiter has no place in the
+        queue, but finds its grant after a lost answer as below. With
+        wait_ms 0 it changes nothing, and is not sent: one attempt takes a
+        free lock whoever waits.
 
-        With wait_ms > 0 (and not unfair) the request carries a waiter (32 hex digits, new
-        for each call), and a request whose answer was lost after it was
+        The request carries a waiter (32 hex digits, new for each call; a
+        place in the queue when the call waits and is fair), and a request
+        whose answer was lost after it was
         sent (the connection closed or reset: TransportError) is sent again,
         as a 503 is, up to retries times while wait_ms has time left (each
         such request waits what is left of it), and once more, at once and
         with wait_ms 1, if the wait is over: the server answers it with
         the grant it made for the lost one, the same lease id and token. With
-        wait_ms 0 (try_acquire) a lost answer raises TransportError, and the
-        lease it may have taken holds the lock until its TTL."""
+        wait_ms 0 (try_acquire) it is sent again at once, up to retries
+        times."""
         body: dict[str, Any] = {}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
@@ -656,16 +660,15 @@ class Client:
         on wait_ms, max_wait_ms) is asked for in requests of that length,
         in one place in the queue; the client remembers the maximum."""
         sent: list[float] = []
+        # The key to this call's grant if an answer is lost, and one place
+        # in the queue for every request of a fair wait (API field waiter).
+        # One attempt and an unfair wait have no place, but find their
+        # grant all the same.
+        body["waiter"] = secrets.token_hex(16)
         if wait_ms <= 0:
-            doc = self._call("POST", name, action, body, kind=kind, sent=sent)
+            doc = self._call("POST", name, action, body, kind=kind, sent=sent, resend_lost=True)
             return Lease(self, doc, sent[-1])
-        # One place in the queue for every request of this call, and the
-        # key to its grant if an answer is lost (API field waiter). A
-        # request without a wait has no place (the server refuses one),
-        # nor has an unfair one: its lost answer cannot be asked again.
         fair = not body.get("unfair")
-        if fair:
-            body["waiter"] = secrets.token_hex(16)
         end = time.monotonic() + wait_ms / 1000.0
         while True:
             left_ms = max(1, math.ceil((end - time.monotonic()) * 1000))
@@ -680,7 +683,7 @@ class Client:
             sent = []
             try:
                 doc = self._call("POST", name, action, body, extra_timeout=ask_ms / 1000.0, kind=kind,
-                                 resend_lost=fair, sent=sent, wait_end=time.monotonic() + ask_ms / 1000.0)
+                                 resend_lost=True, sent=sent, wait_end=time.monotonic() + ask_ms / 1000.0)
             except InvalidArgumentError as e:
                 if e.field == "wait_ms" and e.max_wait_ms and e.max_wait_ms < ask_ms:
                     self._max_wait_ms = min(e.max_wait_ms, self._max_wait_ms or e.max_wait_ms)
@@ -754,8 +757,8 @@ class Client:
                         # 503 is not asked again; but a lost answer may be a
                         # grant made for this waiter, which only another
                         # request with the waiter finds again: ask once
-                        # more, now, waiting what is left or 1 ms (the least
-                        # the API takes with a waiter), rather than leave
+                        # more, now, waiting what is left or 1 ms (still
+                        # a waiting request, as its final says), rather than leave
                         # that lease to hold the lock until its TTL.
                         if isinstance(e, UnavailableError) or asked_past_wait:
                             raise
@@ -806,9 +809,10 @@ class Client:
             headers["Content-Type"] = "application/json"
         if self._bearer:
             headers["Authorization"] = "Bearer " + self._bearer
-        # A new lease's request is not sent twice: if it reached the server,
-        # the lease would be held by nobody until its TTL. With a waiter it
-        # may be: the server hands that lease back to the same waiter.
+        # A new lease's request is sent twice only with a waiter (the client
+        # sends one with every acquire): the server hands a lease it granted
+        # back to the same waiter. Without, a lease granted to a request
+        # whose answer was lost would be held by nobody until its TTL.
         # Nor is a force-release without a token: sent twice, it releases
         # the next holder too.
         resend = ((not path.endswith(("/acquire", "/campaign")) or "waiter" in (body or {}))

@@ -380,9 +380,9 @@ class DevTest(unittest.TestCase):
         return proxy, c
 
     def test_waiting_acquire_sends_a_waiter(self) -> None:
-        # A waiting acquire (and campaign) carries a new 32-hex waiter,
-        # which the server takes (it refuses a malformed one, or one with
-        # wait_ms 0): the waiter queued behind a holder gets the lock.
+        # Every acquire (and campaign) carries a new 32-hex waiter, which
+        # the server takes (it refuses a malformed one): the waiter queued
+        # behind a holder gets the lock, and one attempt sends one too.
         proxy, c = self.proxy()
         name = unique()
         holder = self.client.acquire(name, ttl_ms=10_000, wait_ms=0)
@@ -401,15 +401,15 @@ class DevTest(unittest.TestCase):
         self.assertEqual(len(got), 1, "the waiting acquire did not get the lock")
         self.addCleanup(got[0].release)
         self.assertGreater(got[0].token, holder.token)
-        self.assertIsNone(c.try_acquire(name, ttl_ms=10_000))  # wait_ms 0: no waiter
+        self.assertIsNone(c.try_acquire(name, ttl_ms=10_000))  # wait_ms 0: a waiter, no place
         with self.assertRaises(fenced.HeldError):
             c.acquire(name, ttl_ms=10_000, wait_ms=100)
         waits = proxy.bodies(b"/acquire")
         self.assertEqual([b.get("wait_ms", 0) for b in waits], [10_000, 0, 100])
         self.assertRegex(waits[0]["waiter"], WAITER)
-        self.assertNotIn("waiter", waits[1])
+        self.assertRegex(waits[1]["waiter"], WAITER)
         self.assertRegex(waits[2]["waiter"], WAITER)
-        self.assertNotEqual(waits[0]["waiter"], waits[2]["waiter"])  # one per call
+        self.assertEqual(len({b["waiter"] for b in waits}), 3)  # one per call
         # Each call is one wait: its request is the last, and says so.
         self.assertEqual([b.get("final") for b in waits], [True, None, True])
 
@@ -499,17 +499,25 @@ class DevTest(unittest.TestCase):
         term.release()
         self.assertFalse(self.client.leader(name).leading)
 
-    def test_one_attempt_lost_answer_raises(self) -> None:
-        # Without a wait there is no waiter: a lost answer is not asked
-        # again (it could take a second lease), and the lease it took
-        # holds the lock until its TTL, as documented.
-        proxy, c = self.proxy(cut_on=b"/acquire")
-        name = unique()
-        with self.assertRaises(fenced.TransportError):
-            c.acquire(name, ttl_ms=2000, wait_ms=0)
-        self.assertTrue(proxy.cut.is_set())
-        self.assertEqual(len(proxy.bodies(b"/acquire")), 1)
-        self.assertTrue(self.client.inspect(name).held)
+    def test_one_attempt_lost_answer_finds_its_grant(self) -> None:
+        # One attempt and an unfair wait send a waiter too, with no place
+        # in the queue: a lost answer is asked again with it and gets the
+        # grant the first request made. Before, they sent none, the lost
+        # answer raised TransportError, and the lease the request took held
+        # the lock, known to nobody, until its TTL.
+        for wait_ms, unfair in ((0, False), (5000, True)):
+            proxy, c = self.proxy(cut_on=b"/acquire")
+            name = unique()
+            lease = c.acquire(name, ttl_ms=30_000, wait_ms=wait_ms, unfair=unfair)
+            self.assertTrue(proxy.cut.is_set(), "the proxy cut no answer")
+            sent = proxy.bodies(b"/acquire")
+            self.assertEqual(len(sent), 2)
+            self.assertRegex(sent[0]["waiter"], WAITER)
+            self.assertEqual(sent[1]["waiter"], sent[0]["waiter"])
+            st = self.client.inspect(name)
+            self.assertEqual((st.held, st.token, st.waiters), (True, lease.token, 0))
+            lease.release()  # a lease id other than the holder's would answer lost
+            self.assertFalse(self.client.inspect(name).held)
 
     def test_context_manager_releases(self) -> None:
         name = unique()
@@ -1173,8 +1181,9 @@ class RedisTest(unittest.TestCase):
 
     def test_unfair_acquire_waits_without_a_place(self) -> None:
         # An unfair acquire waits with no place in the lock's queue: it
-        # sends unfair and no waiter (the server refuses the two together),
-        # inspect counts no waiter while it waits, and it takes the lock
+        # sends unfair, and a waiter that finds its grant after a lost
+        # answer but gives it no place (nor final), so inspect counts no
+        # waiter while it waits, and it takes the lock
         # once it is free. With wait_ms 0 it sends no unfair, which the
         # server refuses there (one attempt is unfair anyway).
         proxy = FaultProxy(self.daemon.url)
@@ -1209,7 +1218,7 @@ class RedisTest(unittest.TestCase):
             pass
         bodies = proxy.bodies(b"/acquire")
         self.assertEqual([(b.get("unfair"), "waiter" in b, "final" in b) for b in bodies],
-                         [(True, False, False), (None, False, False), (True, False, False)])
+                         [(True, True, False), (None, True, False), (True, True, False)])
 
     def test_list_pages_through_cursors(self) -> None:
         # Five locks under one prefix, listed two a page: following

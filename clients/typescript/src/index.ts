@@ -19,9 +19,10 @@
  * all FencedError. UnavailableError (503) and TransportError (no answer) are
  * retryable.
  *
- * A waiting acquire or campaign (waitMs > 0) sends a waiter, 32 hex digits
- * drawn once per call: its place in the server's queue, and the key to a
- * grant whose answer was lost. Such a call is asked again, with the same
+ * Every acquire or campaign sends a waiter, 32 hex digits drawn once per
+ * call: the key to a grant whose answer was lost, and a fair waiting call's
+ * place in the server's queue (one attempt, waitMs 0, and an unfair acquire
+ * have none). Such a call is asked again, with the same
  * waiter, after a 503 or after its answer was lost (the connection closed or
  * reset once the request was sent): the server hands back the grant it made
  * for that waiter, the same lease id and token, instead of leaving a lease
@@ -426,10 +427,9 @@ export interface AcquireOptions {
   /**
    * Wait with no place in the lock's queue (API field unfair): take the
    * lock whenever it is found free, whoever has waited longer. Default
-   * false: waiters are served in arrival order. Such a call sends no waiter
-   * (the server refuses one with unfair), so a lost answer is not asked
-   * again: it rejects with TransportError, as with waitMs 0. With waitMs 0
-   * it changes nothing and is not sent: one attempt takes a free lock
+   * false: waiters are served in arrival order. Its waiter has no place in
+   * the queue, but finds its grant after a lost answer, as in acquire.
+   * With waitMs 0 it changes nothing and is not sent: one attempt takes a free lock
    * whoever waits (tryAcquire takes none).
    */
   unfair?: boolean;
@@ -524,7 +524,13 @@ export class Client {
     this.#bearer = options.bearerToken;
   }
 
-  /** One attempt to take the lock: a Lease, or null if another holder has it. It takes a free lock whoever waits, so it takes no unfair. */
+  /**
+   * One attempt to take the lock: a Lease, or null if another holder has
+   * it. It takes a free lock whoever waits, so it takes no unfair. Its
+   * request carries a waiter with no place in the queue: one whose answer
+   * was lost is sent again, up to `retries` times, and gets the grant the
+   * first one made (the same lease id and token).
+   */
   async tryAcquire(name: string, options: Omit<AcquireOptions, "waitMs" | "unfair"> = {}): Promise<Lease | null> {
     try {
       return await this.acquire(name, { ...options, waitMs: 0 });
@@ -539,15 +545,15 @@ export class Client {
    * release it or for its lease to expire. Rejects with HeldError if it is
    * still held then.
    *
-   * With waitMs > 0 (and not unfair) the request carries a waiter (32 hex digits, new for
-   * each call), and a request whose answer was lost after it was sent (the
+   * The request carries a waiter (32 hex digits, new for each call; a place
+   * in the queue when the call waits and is fair), and a request whose
+   * answer was lost after it was sent (the
    * connection closed or reset: TransportError) is sent again, as a 503 is,
    * up to `retries` times while waitMs has time left (each such request
    * waits what is left of it), and once more, at once and with wait_ms 1, if
    * the wait is over: the server answers it with the grant it made
-   * for the lost one, the same lease id and token. With waitMs 0 (tryAcquire) a
-   * lost answer rejects with TransportError, and the lease it may have
-   * taken holds the lock until its TTL.
+   * for the lost one, the same lease id and token. With waitMs 0
+   * (tryAcquire) it is sent again at once, up to `retries` times.
    *
    * With options.holder the acquisition is reentrant: see
    * AcquireOptions.holder and Lease.count. options.owner labels the lease
@@ -622,20 +628,20 @@ export class Client {
     signal: AbortSignal | undefined,
     kind: "locks" | "elections",
   ): Promise<Lease> {
-    // One place in the queue for every request of this call, and the key
-    // to its grant if an answer is lost (API field waiter). A request
-    // without a wait has no place (the server refuses one), nor has an
-    // unfair one: its lost answer cannot be asked again.
+    // The key to this call's grant if an answer is lost, and one place in
+    // the queue for every request of a fair wait (API field waiter). One
+    // attempt and an unfair wait have no place, but find their grant all
+    // the same.
+    body.waiter = randomBytes(16).toString("hex");
     let started = performance.now();
     // The validity runs from the request that answered: a grant found
     // again is extended to ttl_ms by that request.
     const onSend = () => (started = performance.now());
     if (waitMs <= 0) {
-      const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs, signal, onSend }, kind);
+      const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs, signal, onSend, resendLost: true }, kind);
       return new Lease(this, doc, started);
     }
     const fair = body.unfair !== true;
-    if (fair) body.waiter = randomBytes(16).toString("hex");
     const end = performance.now() + waitMs;
     for (;;) {
       const leftMs = Math.max(1, Math.ceil(end - performance.now()));
@@ -650,7 +656,7 @@ export class Client {
         const doc = await this.call("POST", name, action, body, {
           timeoutMs: this.timeoutMs + askMs,
           signal,
-          resendLost: fair,
+          resendLost: true,
           waitEnd: performance.now() + askMs,
           onSend,
         }, kind);
@@ -884,8 +890,8 @@ export class Client {
             // The wait is over (or will be after the pause). A 503 is not
             // asked again; but a lost answer may be a grant made for this
             // waiter, which only another request with the waiter finds
-            // again: ask once more, now, waiting what is left or 1 ms (the
-            // least the API takes with a waiter), rather than leave that
+            // again: ask once more, now, waiting what is left or 1 ms (still
+            // a waiting request, as its final says), rather than leave that
             // lease to hold the lock until its TTL.
             if (e instanceof UnavailableError || askedPastWait) throw e;
             askedPastWait = true;
