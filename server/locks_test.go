@@ -143,6 +143,39 @@ func TestInspectShowsOwnerWaitersAndLastToken(t *testing.T) {
 	}
 }
 
+// TestOneAttemptWaiterFindsItsGrant: the API takes a waiter with one
+// attempt (wait_ms 0) and with unfair, where it names the acquisition and
+// has no place in the queue: the same request sent again (after a lost
+// answer) gets the grant the first made, and another waiter gets 409.
+// Before, both were a 400 on waiter, and a client could not ask again.
+func TestOneAttemptWaiterFindsItsGrant(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b.store, nil)
+			for i, body := range []string{
+				`{"ttl_ms":10000,"waiter":"%s"}`,
+				`{"ttl_ms":10000,"wait_ms":100,"unfair":true,"waiter":"%s"}`,
+			} {
+				name := fmt.Sprintf("%s-%d", testenv.Name(t), i)
+				w := strings.Repeat(fmt.Sprintf("c%d", i), 16)
+				first := e.mustAcquire(name, fmt.Sprintf(body, w))
+				again := e.mustAcquire(name, fmt.Sprintf(body, w))
+				if again.LeaseID != first.LeaseID || again.Token != first.Token {
+					t.Fatalf("%s sent again: lease %s token %d, want the first grant's %s token %d", body, again.LeaseID, again.Token, first.LeaseID, first.Token)
+				}
+				if st := e.state(name); st.Waiters != 0 {
+					t.Fatalf("%s: %d waiters, want none: it has no place", body, st.Waiters)
+				}
+				e.do("POST", "/v1/locks/"+name+"/acquire", fmt.Sprintf(body, strings.Repeat(fmt.Sprintf("d%d", i), 16))).errCode(t, http.StatusConflict, codeHeld)
+				e.release(name, first.LeaseID)
+				if st := e.state(name); st.Held {
+					t.Fatalf("%s: held after one release", body)
+				}
+			}
+		})
+	}
+}
+
 // A waiter's final request gives its place up when it ends held: a client
 // whose wait is over does not come back, and its place kept 3 s held a
 // free lock from everyone behind it (a 409 "held" on a free lock, and
