@@ -336,6 +336,16 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	const minBackoff, maxBackoff = 50 * time.Millisecond, time.Second
 	backoff := minBackoff
 	position := 0 // in the queue, as the last 409 that had one said
+	// budgetOver is the error once the wait budget is over, as lock.Client
+	// says it: how long, and the place in the queue the last request that
+	// queued had when the server gave up (a last request of under a
+	// millisecond makes one attempt); nil before.
+	budgetOver := func() error {
+		if budgetEnd.IsZero() || time.Now().Before(budgetEnd) {
+			return nil
+		}
+		return fmt.Errorf("client: %s %q: %w", verb, name, &lock.WaitError{Name: name, Waited: time.Since(began), Position: position})
+	}
 	path := lockPath(name, "acquire")
 	if campaign {
 		path = electionPath(name, "campaign")
@@ -407,6 +417,12 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			if !clock.Sleep(ctx, min(backoff, time.Until(until))) {
 				return nil, fmt.Errorf("client: %s %q: %w", verb, name, c.ctxErr(ctx))
 			}
+			if !time.Now().Before(until) {
+				// The wait ended in the pause: no request once it is over
+				// (a next one would make one attempt, wait_ms 0, and its
+				// "held" hide why the wait failed).
+				return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
+			}
 			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
@@ -417,11 +433,8 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if errors.As(err, &ae) && ae.Position > 0 {
 			position = ae.Position
 		}
-		if !budgetEnd.IsZero() && !time.Now().Before(budgetEnd) {
-			// As lock.Client says it: how long, and the place in the queue
-			// the last request that queued had when the server gave up (a
-			// last request of under a millisecond makes one attempt).
-			return nil, fmt.Errorf("client: %s %q: %w", verb, name, &lock.WaitError{Name: name, Waited: time.Since(began), Position: position})
+		if err := budgetOver(); err != nil {
+			return nil, err
 		}
 		// A server that answers held well before the wait it was asked for
 		// (a shorter --max-wait, a context deadline) must not be polled in
@@ -430,8 +443,15 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			backoff = minBackoff
 			continue
 		}
-		if !clock.Sleep(ctx, backoff) {
+		pause := backoff
+		if !budgetEnd.IsZero() {
+			pause = min(pause, time.Until(budgetEnd))
+		}
+		if !clock.Sleep(ctx, pause) {
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, c.ctxErr(ctx))
+		}
+		if err := budgetOver(); err != nil { // it ended in the back-off: no request once it is over
+			return nil, err
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}

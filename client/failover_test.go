@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -240,4 +241,40 @@ func TestFailoverAsksForTheWaitLeft(t *testing.T) {
 			t.Fatalf("requests: %d to the first server, %d to the second (asked to wait %v); want 1 and 0: the budget was over", n1, n2, second)
 		}
 	})
+}
+
+// TestEarlyHeldAnswersEndWithTheWait: a server that answers 409 held at
+// once, well before the wait it was asked for, is asked again after a
+// back-off, and the back-offs stop at the end of the wait: no request is
+// sent once it is over. A back-off that ran past the budget (50, 100, then
+// 200 ms against a 300 ms wait) was followed by one more request, a single
+// attempt with wait_ms 0 after the wait had ended, which could take a lock
+// the caller had stopped waiting for. Same for a server that answers 503
+// (TestFailoverAsksForTheWaitLeft).
+func TestEarlyHeldAnswersEndWithTheWait(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		waits []time.Duration
+	)
+	u, _ := counted(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		waits = append(waits, waitAsked(t, r))
+		mu.Unlock()
+		injected(w, http.StatusConflict, "held", "injected")
+	})
+	c := newClient(t, u)
+	_, err := c.Acquire(t.Context(), testenv.Name(t), time.Second, lock.WithWait(300*time.Millisecond))
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("acquire: %v, want ErrNotAcquired", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(waits) < 2 {
+		t.Fatalf("waits asked %v: want the request sent again within the wait", waits)
+	}
+	for i, w := range waits {
+		if w <= 0 {
+			t.Fatalf("waits asked %v: request %d asked for %v, sent after the wait was over", waits, i+1, w)
+		}
+	}
 }
