@@ -690,8 +690,8 @@ class Client:
                     continue  # at once, in requests the server allows
                 raise
             except HeldError:
-                if last:
-                    raise
+                if last or time.monotonic() >= end:
+                    raise  # no request once the wait is over
                 continue
             # The validity runs from the request that answered: a grant
             # found again is extended to ttl_ms by that request.

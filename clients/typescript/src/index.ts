@@ -666,7 +666,7 @@ export class Client {
           this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
           continue; // at once, in requests the server allows
         }
-        if (e instanceof HeldError && !last) continue;
+        if (e instanceof HeldError && !last && performance.now() < end) continue; // no request once the wait is over
         throw e;
       }
     }
