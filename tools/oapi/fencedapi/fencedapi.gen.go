@@ -145,7 +145,8 @@ type AcquireRequest struct {
 	// given up before the answer, rather than kept 3 s for a next request
 	// that will not come, during which it would keep a free lock from
 	// those behind it. Send it on the request whose wait_ms is all the
-	// caller has left. Only with waiter.
+	// caller has left. Only with waiter, on a fair request with
+	// wait_ms > 0 (the others have no place to give up).
 	Final *Final `json:"final,omitempty"`
 
 	// Holder The holder's identity, for reentrancy (never a thread id). A secret, like the lease id, which an acquire with it returns while the lock is held; never shown by GET or list. Pick an unguessable value (128 random bits per process, say).
@@ -173,7 +174,10 @@ type AcquireRequest struct {
 	// after the server granted it (a cut connection, a server gone) is
 	// found again by the next request with the same waiter: the answer
 	// is that grant, the same lease_id and token, extended to ttl_ms.
-	// Only with wait_ms > 0, and not with unfair.
+	// One attempt (wait_ms 0) and an unfair acquire have no place in the
+	// queue: for them the waiter only names the acquisition, so that a
+	// request sent again after a lost answer gets its grant instead of
+	// finding the lock held, by a lease nobody knows of, until its TTL.
 	Waiter *Waiter `json:"waiter,omitempty"`
 }
 
@@ -184,7 +188,8 @@ type CampaignRequest struct {
 	// given up before the answer, rather than kept 3 s for a next request
 	// that will not come, during which it would keep a free lock from
 	// those behind it. Send it on the request whose wait_ms is all the
-	// caller has left. Only with waiter.
+	// caller has left. Only with waiter, on a fair request with
+	// wait_ms > 0 (the others have no place to give up).
 	Final *Final `json:"final,omitempty"`
 
 	// TtlMs The lease's TTL in milliseconds.
@@ -206,7 +211,10 @@ type CampaignRequest struct {
 	// after the server granted it (a cut connection, a server gone) is
 	// found again by the next request with the same waiter: the answer
 	// is that grant, the same lease_id and token, extended to ttl_ms.
-	// Only with wait_ms > 0, and not with unfair.
+	// One attempt (wait_ms 0) and an unfair acquire have no place in the
+	// queue: for them the waiter only names the acquisition, so that a
+	// request sent again after a lost answer gets its grant instead of
+	// finding the lock held, by a lease nobody knows of, until its TTL.
 	Waiter *Waiter `json:"waiter,omitempty"`
 }
 
@@ -271,7 +279,8 @@ type ErrorCode string
 // given up before the answer, rather than kept 3 s for a next request
 // that will not come, during which it would keep a free lock from
 // those behind it. Send it on the request whose wait_ms is all the
-// caller has left. Only with waiter.
+// caller has left. Only with waiter, on a fair request with
+// wait_ms > 0 (the others have no place to give up).
 type Final = bool
 
 // Label A label for people (owner) or a holder identity, 1 to 128 bytes of printable UTF-8.
@@ -405,7 +414,10 @@ type Token = int64
 // after the server granted it (a cut connection, a server gone) is
 // found again by the next request with the same waiter: the answer
 // is that grant, the same lease_id and token, extended to ttl_ms.
-// Only with wait_ms > 0, and not with unfair.
+// One attempt (wait_ms 0) and an unfair acquire have no place in the
+// queue: for them the waiter only names the acquisition, so that a
+// request sent again after a lost answer gets its grant instead of
+// finding the lock held, by a lease nobody knows of, until its TTL.
 type Waiter = string
 
 // Name defines model for Name.
