@@ -106,31 +106,33 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 	)
 	// Every call's: the acquisition across requests (one sent again after
 	// a lost answer gets its grant, and a fair waiter keeps its place).
-	opts := []lock.Option{lock.WithDetached()}
+	opts := make([]lock.Option, 1, 7)
+	opts[0] = lock.WithDetached()
 	if req.waiter != "" {
 		opts = append(opts, lock.WithWaiter(req.waiter))
 	}
 	if req.final {
 		opts = append(opts, lock.WithFinal())
 	}
-	// An acquisition's, and a campaign's one attempt's: who holds it.
-	var holding []lock.Option
-	if req.owner != "" {
-		holding = append(holding, lock.WithOwner(req.owner))
-	}
-	if req.holder != "" {
-		holding = append(holding, lock.WithHolder(req.holder))
-	}
-	if req.unfair {
-		holding = append(holding, lock.WithUnfair())
-	}
-	switch {
-	case req.wait == 0: // a campaign's one attempt is an unfair one, as ever
-		l, err = s.locks.TryAcquire(ctx, name, req.ttl, append(opts, holding...)...)
-	case campaign:
+	if campaign && req.wait > 0 {
 		l, err = s.locks.Elect(ctx, name, req.owner, req.ttl, append(opts, lock.WithWait(req.wait))...)
-	default:
-		l, err = s.locks.Acquire(ctx, name, req.ttl, append(append(opts, holding...), lock.WithWait(req.wait))...)
+	} else {
+		// An acquisition's, and a campaign's one attempt's (an unfair
+		// one, as ever): who holds it.
+		if req.owner != "" {
+			opts = append(opts, lock.WithOwner(req.owner))
+		}
+		if req.holder != "" {
+			opts = append(opts, lock.WithHolder(req.holder))
+		}
+		if req.unfair {
+			opts = append(opts, lock.WithUnfair())
+		}
+		if req.wait == 0 {
+			l, err = s.locks.TryAcquire(ctx, name, req.ttl, opts...)
+		} else {
+			l, err = s.locks.Acquire(ctx, name, req.ttl, append(opts, lock.WithWait(req.wait))...)
+		}
 	}
 	s.metrics.acquireDuration.Observe(time.Since(start).Seconds())
 	if errors.Is(err, lock.ErrNotAcquired) {
