@@ -670,6 +670,7 @@ class Client:
             return Lease(self, doc, sent[-1])
         fair = not body.get("unfair")
         end = time.monotonic() + wait_ms / 1000.0
+        backoff = _MIN_HELD_BACKOFF
         while True:
             left_ms = max(1, math.ceil((end - time.monotonic()) * 1000))
             ask_ms = min(left_ms, self._max_wait_ms or left_ms)
@@ -690,8 +691,19 @@ class Client:
                     continue  # at once, in requests the server allows
                 raise
             except HeldError:
-                if last or time.monotonic() >= end:
+                now = time.monotonic()
+                if last or now >= end:
                     raise  # no request once the wait is over
+                if now - sent[-1] >= ask_ms / 2000.0:
+                    backoff = _MIN_HELD_BACKOFF
+                    continue
+                # Held well before the wait asked for (a server's shorter
+                # limit, a proxy's timeout): back off rather than poll it
+                # in a busy loop, as the Go client does.
+                time.sleep(min(backoff, end - now))
+                backoff = min(2 * backoff, _MAX_HELD_BACKOFF)
+                if time.monotonic() >= end:
+                    raise  # it ended in the back-off
                 continue
             # The validity runs from the request that answered: a grant
             # found again is extended to ttl_ms by that request.
@@ -846,6 +858,10 @@ class Client:
             raise FencedError(f"{method} {path}: answer is not a JSON object: {raw[:80]!r}", status)
         return doc
 
+
+# The pauses between the requests of a wait after a 409 that came well
+# before the wait asked for (seconds): doubled each time, as the Go client's.
+_MIN_HELD_BACKOFF, _MAX_HELD_BACKOFF = 0.05, 1.0
 
 # The connection closed or was reset while the request went out or its
 # answer was awaited: the server may have acted on it.

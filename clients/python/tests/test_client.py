@@ -174,6 +174,7 @@ class ScriptedProxy:
     suffix ("/refresh", "/release") to a list of actions, used up in order,
     one per request whose path ends with it: "503" answers 503 unavailable
     with Retry-After: 1 itself, as fenced does when its backend blips;
+    "409" answers 409 held itself at once, whatever wait was asked for;
     "drop" closes the connection without an answer and without forwarding
     (the server never sees the request); "late" forwards the request at
     once and holds the answer until the event late is set. Every other
@@ -206,11 +207,13 @@ class ScriptedProxy:
                 if action == "drop":
                     self.close_connection = True
                     return
-                if action == "503":
-                    msg = b'{"error":{"code":"unavailable","message":"injected by the proxy"}}'
-                    self.send_response(503)
+                if action in ("503", "409"):
+                    code = "unavailable" if action == "503" else "held"
+                    msg = b'{"error":{"code":"%s","message":"injected by the proxy"}}' % code.encode()
+                    self.send_response(int(action))
                     self.send_header("Content-Type", "application/json")
-                    self.send_header("Retry-After", "1")
+                    if action == "503":
+                        self.send_header("Retry-After", "1")
                     self.send_header("Content-Length", str(len(msg)))
                     self.end_headers()
                     self.wfile.write(msg)
@@ -1394,6 +1397,26 @@ class ShortMaxWaitTest(unittest.TestCase):
         with self.assertRaises(fenced.InvalidArgumentError) as cm:
             c._call("POST", name, "/acquire", {"wait_ms": 1000, "waiter": "0" * 32})
         self.assertEqual((cm.exception.field, cm.exception.max_wait_ms), ("wait_ms", 400))
+
+
+    def test_early_held_answers_are_not_polled_in_a_busy_loop(self) -> None:
+        # The server's 400 teaches the client its 400 ms requests; then a
+        # proxy answers each at once with 409, long before the 400 ms it
+        # asked for. The client backs off between them (50 ms, doubling)
+        # rather than send hundreds in the 1.2 s wait, and sends none once
+        # the wait is over.
+        proxy = ScriptedProxy(self.daemon.url, {"/acquire": ["forward"] + ["409"] * 10_000})
+        self.addCleanup(proxy.stop)
+        c = fenced.Client(proxy.url)
+        self.addCleanup(c.close)
+        started = time.monotonic()
+        with self.assertRaises(fenced.HeldError):
+            c.acquire(unique(), ttl_ms=5000, wait_ms=1200)
+        took = time.monotonic() - started
+        sent = proxy.actions("/acquire")
+        self.assertEqual(sent[0], "forward")
+        self.assertTrue(3 <= sent.count("409") <= 10, f"{len(sent)} requests in a 1.2 s wait: {sent[:12]}")
+        self.assertGreaterEqual(took, 0.8, "HeldError came before the wait was (nearly) over")
 
 
 class KeptConnectionTest(unittest.TestCase):

@@ -643,6 +643,7 @@ export class Client {
     }
     const fair = body.unfair !== true;
     const end = performance.now() + waitMs;
+    let backoffMs = MIN_HELD_BACKOFF_MS;
     for (;;) {
       const leftMs = Math.max(1, Math.ceil(end - performance.now()));
       const askMs = Math.min(leftMs, this.#maxWaitMs ?? leftMs);
@@ -666,8 +667,17 @@ export class Client {
           this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
           continue; // at once, in requests the server allows
         }
-        if (e instanceof HeldError && !last && performance.now() < end) continue; // no request once the wait is over
-        throw e;
+        if (!(e instanceof HeldError) || last || performance.now() >= end) throw e; // no request once the wait is over
+        if (performance.now() - started >= askMs / 2) {
+          backoffMs = MIN_HELD_BACKOFF_MS;
+          continue;
+        }
+        // Held well before the wait asked for (a server's shorter limit, a
+        // proxy's timeout): back off rather than poll it in a busy loop, as
+        // the Go client does.
+        await sleep(Math.min(backoffMs, end - performance.now()), undefined, { signal });
+        backoffMs = Math.min(2 * backoffMs, MAX_HELD_BACKOFF_MS);
+        if (performance.now() >= end) throw e; // it ended in the back-off
       }
     }
   }
@@ -948,6 +958,10 @@ export class Client {
     throw apiError(resp.status, resp.headers, text);
   }
 }
+
+/** The pauses between the requests of a wait after a 409 that came well before the wait asked for: doubled each time, as the Go client's. */
+const MIN_HELD_BACKOFF_MS = 50;
+const MAX_HELD_BACKOFF_MS = 1000;
 
 /**
  * The error codes of a connection that closed or was reset after the

@@ -125,7 +125,8 @@ async function startCuttingProxy(
 /**
  * An HTTP reverse proxy to target. script maps a path suffix to actions,
  * used up in order, one per request whose path ends with it: "503" answers
- * 503 unavailable with Retry-After: 1 itself (as fenced does); "drop"
+ * 503 unavailable with Retry-After: 1 itself (as fenced does); "409"
+ * answers 409 held itself at once, whatever wait was asked for; "drop"
  * destroys the connection without forwarding (fenced never sees it); "cut"
  * forwards, then destroys the connection instead of answering (fenced
  * acted, the client never hears); "late" forwards, then holds the answer
@@ -150,6 +151,11 @@ async function startScriptedProxy(target: string, script: Record<string, string[
     if (action === "503") {
       res.writeHead(503, { "Content-Type": "application/json", "Retry-After": "1" });
       res.end('{"error":{"code":"unavailable","message":"injected by the proxy"}}');
+      return;
+    }
+    if (action === "409") {
+      res.writeHead(409, { "Content-Type": "application/json" });
+      res.end('{"error":{"code":"held","message":"injected by the proxy"}}');
       return;
     }
     const headers: Record<string, string> = {};
@@ -1305,6 +1311,26 @@ describe("fenced dev with --max-wait 400ms", () => {
     assert.equal(refused.status, 400);
     const body = (await refused.json()) as { error: { field?: string; max_wait_ms?: number } };
     assert.deepEqual([body.error.field, body.error.max_wait_ms], ["wait_ms", 400]);
+  });
+
+  it("does not poll held answers that come early in a busy loop", async () => {
+    // The server's 400 teaches the client its 400 ms requests; then a proxy
+    // answers each at once with 409, long before the 400 ms it asked for.
+    // The client backs off between them (50 ms, doubling) rather than send
+    // hundreds in the 1.2 s wait, and sends none once the wait is over.
+    const proxy = await startScriptedProxy(daemon.url, { "/acquire": ["forward", ...Array(10_000).fill("409")] });
+    try {
+      const started = performance.now();
+      await assert.rejects(new Client(proxy.url).acquire(unique(), { ttlMs: 5000, waitMs: 1200 }), HeldError);
+      const took = performance.now() - started;
+      const sent = proxy.actions("/acquire");
+      assert.equal(sent[0], "forward");
+      const held = sent.filter((a) => a === "409").length;
+      assert.ok(held >= 3 && held <= 10, `${sent.length} requests in a 1.2 s wait: ${sent.slice(0, 12)}`);
+      assert.ok(took >= 800, `HeldError after ${took} ms, before the wait was (nearly) over`);
+    } finally {
+      await proxy.close();
+    }
   });
 });
 
