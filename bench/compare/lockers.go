@@ -311,6 +311,7 @@ func newFencedLocker(id, name string, ttl time.Duration, rdbs []*redis.Client, c
 		if err != nil {
 			return nil, err
 		}
+		closers = append(closers, func() { s.Close() })
 		store = s
 	case FencedRedis, FencedRedlk:
 		seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix(etcdPrefix))

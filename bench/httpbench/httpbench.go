@@ -407,6 +407,7 @@ func start(ctx context.Context, cfg Config, run string) (_ *env, err error) {
 		if err != nil {
 			return nil, err
 		}
+		e.closers = append(e.closers, es.Close)
 		store = es
 		e.desc = "leases and tokens in etcd"
 	}

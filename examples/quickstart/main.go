@@ -84,9 +84,12 @@ func withSDK(ctx context.Context, etcdURL, etcdPrefix, redisAddr, redisPrefix st
 	var store lock.LeaseStore
 	if redisAddr == "" {
 		// Leases in etcd too: nothing else to run.
-		if store, err = lock.NewEtcdStore(etcd, lock.WithEtcdPrefix(etcdPrefix)); err != nil {
+		es, err := lock.NewEtcdStore(etcd, lock.WithEtcdPrefix(etcdPrefix))
+		if err != nil {
 			return err
 		}
+		defer es.Close() // its session, watch and timers
+		store = es
 	} else {
 		seq, err := sequencer.NewEtcd(etcd, sequencer.WithPrefix(etcdPrefix)) // tokens: etcd revisions
 		if err != nil {
