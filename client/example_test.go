@@ -31,9 +31,20 @@ func Example() {
 		panic(err)
 	}
 	defer cli.Close()
-	store, _ := lock.NewEtcdStore(cli)
-	locks, _ := lock.New(store)
-	srv, _ := server.New(server.Config{Locks: locks})
+	store, err := lock.NewEtcdStore(cli)
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	locks, err := lock.New(store)
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close(ctx)
+	srv, err := server.New(server.Config{Locks: locks})
+	if err != nil {
+		panic(err)
+	}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
 

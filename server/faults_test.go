@@ -29,6 +29,7 @@ func TestEtcdWithoutLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close() })
 	var logs testenv.SyncBuffer
 	e := newEnv(t, store, func(c *Config) {
 		c.BackendTimeout = time.Hour // a hang would show as a hung test, not a 503
@@ -66,6 +67,7 @@ func TestEtcdHangsBackendTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close() })
 	var logs testenv.SyncBuffer
 	env := newEnv(t, store, func(c *Config) {
 		c.BackendTimeout = 300 * time.Millisecond
@@ -163,6 +165,7 @@ func TestEtcdOutOfSpace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close() })
 	var logs testenv.SyncBuffer
 	env := newEnv(t, store, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	st, err := cli.Status(t.Context(), e.ClientURL())

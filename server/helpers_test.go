@@ -53,6 +53,7 @@ func backends(t *testing.T) []backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { es.Close() })
 	return []backend{
 		{name: "redis", store: rs, shortTTL: 100},
 		{name: "etcd", store: es, shortTTL: 1000},

@@ -483,6 +483,7 @@ func TestBackendDown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { es.Close() })
 		e := newEnv(t, es, func(c *Config) { c.BackendTimeout = 300 * time.Millisecond })
 		checkDown(t, e, "did not answer")
 	})

@@ -45,7 +45,7 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "go build fenced:", err)
 		return 1
 	}
-	return m.Run()
+	return testenv.CheckGoroutines(m.Run()) // and every goroutine the tests start ends with them
 }
 
 // proc is a fenced process of the test, killed in t.Cleanup.

@@ -1,0 +1,62 @@
+package testenv
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// ownPackages marks a goroutine as fenced's: a frame of the module's code
+// other than the test harness that looks for them.
+const ownPackages = "github.com/fenced/fenced/"
+
+// CheckGoroutines is a test binary's exit code: code, m.Run's result, or 1
+// if a goroutine of fenced's own code outlives the tests. Every goroutine
+// must have an owner that stops it (a Close, a context, a Cleanup), and one
+// still running once every test and its cleanups are done had none. A
+// package's TestMain passes it to os.Exit. Goroutines get a while to end,
+// since a stopped one may still be on its way out.
+func CheckGoroutines(code int) int {
+	if code != 0 {
+		return code
+	}
+	var left []string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if left = ownGoroutines(); len(left) == 0 {
+			return 0
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling: nothing tells us when they end
+	}
+	fmt.Fprintf(os.Stderr, "FAIL: %d goroutine(s) of fenced's code outlived the tests (each needs an owner that stops it):\n\n%s\n",
+		len(left), strings.Join(left, "\n\n"))
+	return 1
+}
+
+// ownGoroutines is the stack of every goroutine running fenced's code,
+// other than this check's.
+func ownGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var own []string
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		s := string(g)
+		if !strings.Contains(s, ownPackages) || strings.Contains(s, "testenv.ownGoroutines") {
+			continue
+		}
+		own = append(own, s)
+	}
+	return own
+}
