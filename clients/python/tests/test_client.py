@@ -1369,14 +1369,16 @@ class ShortMaxWaitTest(unittest.TestCase):
         got: list[fenced.Lease] = []
         errors: list[BaseException] = []
 
+        w = fenced.Client(self.daemon.url)
+        self.addCleanup(w.close)  # the connection its lease's release opens on this thread
+
         def wait() -> None:
-            w = fenced.Client(self.daemon.url)
             try:
                 got.append(w.acquire(name, ttl_ms=30_000, wait_ms=20_000))
             except BaseException as e:  # reported by the test's thread
                 errors.append(e)
             finally:
-                w.close()
+                w.close()  # this thread's connection
         t = threading.Thread(target=wait)
         t.start()
         # Release once the waiter has waited in its place across several
