@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -59,4 +60,45 @@ func ownGoroutines() []string {
 		own = append(own, s)
 	}
 	return own
+}
+
+// Goroutines is the set of goroutines running fenced's code now, by their
+// first line ("goroutine 7 [...]" without the state), for
+// WaitGoroutinesEnd.
+func Goroutines() map[string]bool {
+	set := make(map[string]bool)
+	for _, g := range ownGoroutines() {
+		set[goroutineID(g)] = true
+	}
+	return set
+}
+
+// WaitGoroutinesEnd fails the test unless every goroutine of fenced's code
+// that is not in before ends within the given time: what a component the
+// test started and stopped must leave behind is nothing.
+func WaitGoroutinesEnd(t testing.TB, before map[string]bool, within time.Duration) {
+	t.Helper()
+	var left []string
+	for deadline := time.Now().Add(within); ; {
+		left = left[:0]
+		for _, g := range ownGoroutines() {
+			if !before[goroutineID(g)] {
+				left = append(left, g)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling: nothing tells us when they end
+	}
+	t.Fatalf("%d goroutine(s) of fenced's code still running %s after it stopped:\n\n%s", len(left), within, strings.Join(left, "\n\n"))
+}
+
+// goroutineID is "goroutine N" of a goroutine's stack.
+func goroutineID(stack string) string {
+	id, _, _ := strings.Cut(stack, " [")
+	return id
 }

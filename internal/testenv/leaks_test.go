@@ -16,6 +16,7 @@ func parked(release <-chan struct{}, done chan<- struct{}) {
 // and no longer once it has ended; a failed run's code is passed on
 // without waiting.
 func TestOwnGoroutines(t *testing.T) {
+	before := Goroutines()
 	release, done := make(chan struct{}), make(chan struct{})
 	go parked(release, done)
 	found := func() bool {
@@ -30,10 +31,25 @@ func TestOwnGoroutines(t *testing.T) {
 		return false
 	}
 	WaitUntil(t, 5*time.Second, found)
+	if before[goroutineID(stackOf(t, "testenv.parked"))] {
+		t.Fatal("Goroutines had the goroutine before it started")
+	}
 	close(release)
 	<-done
 	WaitUntil(t, 5*time.Second, func() bool { return !found() })
+	WaitGoroutinesEnd(t, before, 5*time.Second)
 	if code := CheckGoroutines(3); code != 3 {
 		t.Fatalf("CheckGoroutines(3) = %d: a failed run's code must pass through", code)
 	}
+}
+
+// stackOf is the stack of the goroutine of fenced's code whose stack has frame.
+func stackOf(t *testing.T, frame string) string {
+	for _, g := range ownGoroutines() {
+		if strings.Contains(g, frame) {
+			return g
+		}
+	}
+	t.Fatalf("no goroutine in %s", frame)
+	return ""
 }
