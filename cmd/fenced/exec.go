@@ -39,7 +39,9 @@ fenced exec exits 1. SIGTERM and SIGINT sent to fenced exec are passed on to
 CMD, and so are SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 while CMD runs. CMD runs in a process group of its
 own, which these signals go to, so that what it started stops with it; what
 it leaves running there when it exits gets SIGTERM, then SIGKILL after
---grace, before the lock is released. (In a terminal's foreground CMD stays
+--grace, before the lock is released. On Linux so does what it detached
+from that group (setsid, a daemon's double fork), which fenced exec adopts
+as its parent exits. (In a terminal's foreground CMD stays
 in fenced exec's group, where the terminal signals every process itself:
 Ctrl-C and Ctrl-\ reach CMD once, from the terminal, and a SIGINT or SIGQUIT
 sent to fenced exec alone is not passed on; send it to the group, kill -INT
@@ -236,6 +238,9 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 	others := make(chan os.Signal, 4)
 	signal.Notify(others, passedOn...)
 	defer signal.Stop(others)
+	// What CMD detaches from its group (setsid, a daemon's double fork) is
+	// part of the work too: adopted, it is stopped with the rest.
+	adopted := adoptOrphans()
 	if err := child.Start(); err != nil {
 		release()
 		return &ExitError{Code: 127, Err: fmt.Errorf("%s: start %s: %w", prog, argv[0], err)}
@@ -281,6 +286,11 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 			if group {
 				endGroup(child.Process.Pid, grace, func() {
 					fmt.Fprintf(stderr, "%s: %s exited and left processes running in its process group; stopping them before %s ends: SIGTERM, SIGKILL after %s\n", prog, argv[0], what, grace)
+				})
+			}
+			if adopted {
+				endDetached(grace, func(n int) {
+					fmt.Fprintf(stderr, "%s: %s exited and left %d process(es) running outside its process group (detached: setsid, a daemon); stopping them before %s ends: SIGTERM, SIGKILL after %s\n", prog, argv[0], n, what, grace)
 				})
 			}
 			release() // after a loss too: an expired lease may still be held on the server

@@ -128,6 +128,37 @@ func TestExecStopsWhatCMDStarted(t *testing.T) {
 	}
 }
 
+// TestExecStopsWhatCMDDetached: a process CMD started in a session of its
+// own (setsid, as a daemon's double fork does) left CMD's process group,
+// so ending the group missed it, and when CMD exited it became init's: it
+// ran on after fenced exec released the lock, beside the next holder.
+// fenced exec now adopts CMD's orphans (Linux: PR_SET_CHILD_SUBREAPER) and
+// stops them, SIGTERM then SIGKILL after --grace, before it releases.
+func TestExecStopsWhatCMDDetached(t *testing.T) {
+	t.Parallel()
+	_, url := startDev(t, nil)
+	a := newAPI(t, url)
+	name, pidFile := testenv.Name(t), filepath.Join(t.TempDir(), "pid")
+	// CMD exits as soon as the detached process has written its pid.
+	script := `setsid sh -c 'echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; exec sleep 300' "$0" </dev/null >/dev/null 2>&1 &
+while [ ! -f "$0" ]; do sleep 0.01; done`
+	code, _, stderr := run(t, nil, "exec", "--url", url, "--grace", "5s", name, "--", "sh", "-c", script, pidFile)
+	pid := readPID(t, pidFile, "the detached process's pid")
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if code != 0 {
+		t.Fatalf("exit %d, want 0; stderr:\n%s", code, stderr)
+	}
+	if !gone(pid) {
+		t.Fatalf("the process CMD detached (pid %d) still runs after fenced exec exited; the lock is held: %v", pid, a.held(name))
+	}
+	if !strings.Contains(stderr, "outside its process group") {
+		t.Errorf("stderr does not say what it stopped:\n%s", stderr)
+	}
+	if a.held(name) {
+		t.Fatal("the lock is still held after fenced exec exited")
+	}
+}
+
 // readPID waits for file to hold a pid, written whole (a rename), and
 // returns it.
 func readPID(t *testing.T, file, what string) int {

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package main
+
+import "time"
+
+// adoptOrphans: only Linux lets a process adopt its orphaned descendants
+// (PR_SET_CHILD_SUBREAPER); elsewhere what CMD detached from its process
+// group is init's, and outlives it.
+func adoptOrphans() bool { return false }
+
+// endDetached has nothing to do where adoptOrphans cannot adopt.
+func endDetached(time.Duration, func(int)) {}
