@@ -24,15 +24,9 @@ func CheckGoroutines(code int) int {
 	if code != 0 {
 		return code
 	}
-	var left []string
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if left = ownGoroutines(); len(left) == 0 {
-			return 0
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling: nothing tells us when they end
+	left := outliving(nil, 10*time.Second)
+	if len(left) == 0 {
+		return 0
 	}
 	fmt.Fprintf(os.Stderr, "FAIL: %d goroutine(s) of fenced's code outlived the tests (each needs an owner that stops it):\n\n%s\n",
 		len(left), strings.Join(left, "\n\n"))
@@ -78,23 +72,30 @@ func Goroutines() map[string]bool {
 // test started and stopped must leave behind is nothing.
 func WaitGoroutinesEnd(t testing.TB, before map[string]bool, within time.Duration) {
 	t.Helper()
-	var left []string
-	for deadline := time.Now().Add(within); ; {
-		left = left[:0]
+	left := outliving(before, within)
+	if len(left) == 0 {
+		return
+	}
+	t.Fatalf("%d goroutine(s) of fenced's code still running %s after it stopped:\n\n%s", len(left), within, strings.Join(left, "\n\n"))
+}
+
+// outliving waits until every goroutine of fenced's code not in before has
+// ended, or within has passed, and returns the stacks of those left.
+// Polling: nothing tells when a goroutine ends.
+func outliving(before map[string]bool, within time.Duration) []string {
+	deadline := time.Now().Add(within)
+	for {
+		var left []string
 		for _, g := range ownGoroutines() {
 			if !before[goroutineID(g)] {
 				left = append(left, g)
 			}
 		}
-		if len(left) == 0 {
-			return
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
 		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling: nothing tells us when they end
+		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("%d goroutine(s) of fenced's code still running %s after it stopped:\n\n%s", len(left), within, strings.Join(left, "\n\n"))
 }
 
 // goroutineID is "goroutine N" of a goroutine's stack.
