@@ -126,12 +126,18 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			c.places.end(name, req.Waiter, acquired, o.Final && busy != nil)
 			return
 		}
-		if req.Waiter != "" && !acquired && busy != nil {
+		switch {
+		case req.Waiter == "" || acquired:
+		case busy != nil:
 			// Give up the place, so that those behind need not wait for it
 			// to expire.
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
 			_ = c.store.Leave(lctx, name, req.Waiter)
+		default:
+			// No answer said whether the last attempt joined the queue:
+			// give up a place it may have, without holding up the error.
+			c.places.leaveLater(name, req.Waiter)
 		}
 	}()
 	for {

@@ -207,3 +207,50 @@ func TestAcquireDoesNotRetryWhatWaitingCannotFix(t *testing.T) {
 		t.Fatalf("%d attempts, want 1", n)
 	}
 }
+
+// TestLostJoinLeavesTheQueue: a fair acquisition whose attempt joined a
+// held lock's queue in Redis and never heard so (the reply lost, Redis then
+// refusing connections) ended with the connection's error, and its place
+// stayed ahead of every later waiter until it expired (the waiter TTL,
+// 3 s): once released, the lock went to nobody meanwhile. The client now
+// gives such a place up off the caller's path, trying until Redis answers
+// or the place would have expired anyway.
+func TestLostJoinLeavesTheQueue(t *testing.T) {
+	t.Parallel()
+	pr, err := faultproxy.New(testenv.RedisAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pr.Close() })
+	proxied := redis.NewClient(&redis.Options{Addr: pr.Addr()})
+	t.Cleanup(func() { proxied.Close() })
+	seq := newSequencer(t) // both stores on the default prefix: one lock
+	lost := newClient(t, newRedisStore(t, proxied, seq))
+	direct := newClient(t, newRedisStore(t, testenv.Redis(t), seq))
+	ctx, name := t.Context(), testenv.Name(t)
+	holder, err := direct.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := pr.LoseReplyAndRefuse([]byte(name))
+	if _, err := lost.Acquire(ctx, name, 30*time.Second); err == nil || errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("acquire whose reply was lost: %v, want the connection's error", err)
+	}
+	<-cut
+	if st, err := direct.Inspect(ctx, name); err != nil || st.Waiters != 1 {
+		t.Fatalf("queue after the lost join: %+v, %v; want its place (1 waiter)", st, err)
+	}
+	pr.Refuse(false) // Redis answers again, well within the place's 3 s
+	testenv.WaitUntil(t, 2*time.Second, func() bool {
+		st, err := direct.Inspect(ctx, name)
+		return err == nil && st.Waiters == 0
+	})
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := direct.Acquire(ctx, name, 30*time.Second, lock.WithWait(2*time.Second))
+	if err != nil {
+		t.Fatalf("a waiter after the release: %v; the lost join's place kept the lock from it", err)
+	}
+	next.Release(ctx)
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/fenced/fenced/internal/clock"
 )
 
 // keptPlaces are the queue places of acquisitions made of several calls,
@@ -16,9 +18,13 @@ type keptPlaces struct {
 	store LeaseStore
 	ttl   time.Duration
 
+	life context.Context // ends at close: leaves after a failure stop trying
+	stop context.CancelFunc
+
 	mu     sync.Mutex
 	m      map[placeID]*keptPlace
 	closed bool
+	later  int            // leaveLater's goroutines running
 	wg     sync.WaitGroup // leaves in progress
 }
 
@@ -30,7 +36,8 @@ type keptPlace struct {
 }
 
 func newKeptPlaces(store LeaseStore, ttl time.Duration) *keptPlaces {
-	return &keptPlaces{store: store, ttl: ttl, m: map[placeID]*keptPlace{}}
+	life, stop := context.WithCancel(context.Background())
+	return &keptPlaces{store: store, ttl: ttl, life: life, stop: stop, m: map[placeID]*keptPlace{}}
 }
 
 // begin marks a call using the place: it is not given up meanwhile.
@@ -99,6 +106,44 @@ func (k *keptPlaces) leave(ctx context.Context, id placeID) {
 	_ = k.store.Leave(ctx, id.name, id.waiter)
 }
 
+// maxLeavesLater bounds leaveLater's goroutines: in an outage every failed
+// acquisition asks for one, and past this many the places are left to
+// expire.
+const maxLeavesLater = 64
+
+// leaveLater gives up, off the caller's path, the place of an acquisition
+// that ended with neither the lock nor a "held" answer: its last attempt
+// may have joined the queue with no answer to say so (a reply lost, the
+// call cut off), and the store would keep that place ahead of every later
+// waiter, a free lock going to nobody, until it expired (docs/design.md,
+// defect 95). It tries until the store answers or the place would have
+// expired anyway.
+func (k *keptPlaces) leaveLater(name, waiter string) {
+	k.mu.Lock()
+	if k.closed || k.later >= maxLeavesLater {
+		k.mu.Unlock()
+		return
+	}
+	k.later++
+	k.wg.Add(1)
+	k.mu.Unlock()
+	go func() { // owned by close, which stops k.life and waits
+		defer k.wg.Done()
+		defer func() {
+			k.mu.Lock()
+			k.later--
+			k.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(k.life, k.ttl)
+		defer cancel()
+		for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+			if k.store.Leave(ctx, name, waiter) == nil || !clock.Sleep(ctx, pause) {
+				return
+			}
+		}
+	}()
+}
+
 // close gives up every idle place and waits for leaves in progress.
 func (k *keptPlaces) close(ctx context.Context) {
 	k.mu.Lock()
@@ -115,5 +160,6 @@ func (k *keptPlaces) close(ctx context.Context) {
 	for _, id := range idle {
 		k.leave(ctx, id)
 	}
+	k.stop()
 	k.wg.Wait()
 }
