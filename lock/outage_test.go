@@ -217,22 +217,20 @@ func TestAcquireDoesNotRetryWhatWaitingCannotFix(t *testing.T) {
 // or the place would have expired anyway.
 func TestLostJoinLeavesTheQueue(t *testing.T) {
 	t.Parallel()
-	pr, err := faultproxy.New(testenv.RedisAddr())
+	pr := newProxiedRedis(t)
+	lost := newClient(t, pr.store)
+	ds, err := lock.NewRedisStore(pr.direct, pr.seq, lock.WithRedisPrefix(pr.prefix)) // the same locks, straight
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pr.Close() })
-	proxied := redis.NewClient(&redis.Options{Addr: pr.Addr()})
-	t.Cleanup(func() { proxied.Close() })
-	seq := newSequencer(t) // both stores on the default prefix: one lock
-	lost := newClient(t, newRedisStore(t, proxied, seq))
-	direct := newClient(t, newRedisStore(t, testenv.Redis(t), seq))
+	t.Cleanup(func() { ds.Close() })
+	direct := newClient(t, ds)
 	ctx, name := t.Context(), testenv.Name(t)
 	holder, err := direct.TryAcquire(ctx, name, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cut := pr.LoseReplyAndRefuse([]byte(name))
+	cut := pr.proxy.LoseReplyAndRefuse([]byte(name))
 	if _, err := lost.Acquire(ctx, name, 30*time.Second); err == nil || errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("acquire whose reply was lost: %v, want the connection's error", err)
 	}
@@ -240,7 +238,7 @@ func TestLostJoinLeavesTheQueue(t *testing.T) {
 	if st, err := direct.Inspect(ctx, name); err != nil || st.Waiters != 1 {
 		t.Fatalf("queue after the lost join: %+v, %v; want its place (1 waiter)", st, err)
 	}
-	pr.Refuse(false) // Redis answers again, well within the place's 3 s
+	pr.proxy.Refuse(false) // Redis answers again, well within the place's 3 s
 	testenv.WaitUntil(t, 2*time.Second, func() bool {
 		st, err := direct.Inspect(ctx, name)
 		return err == nil && st.Waiters == 0
