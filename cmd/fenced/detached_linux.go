@@ -11,6 +11,12 @@ import (
 // prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER (linux/prctl.h).
 const prSetChildSubreaper = 36
 
+// dieWithUs has the kernel send CMD SIGTERM if this process dies first
+// (SIGKILL, the OOM killer): nobody would refresh its lease then. Linux
+// sends it when the thread that started CMD exits, so the caller keeps that
+// thread, locked, until CMD has exited (golang/go#27505).
+func dieWithUs(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGTERM }
+
 // adoptOrphans makes this process the reaper of its descendants: one that
 // CMD started and detached from its process group (setsid, a daemon's
 // double fork) becomes this process's child when its parent exits, rather

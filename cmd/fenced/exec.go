@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -41,7 +42,8 @@ own, which these signals go to, so that what it started stops with it; what
 it leaves running there when it exits gets SIGTERM, then SIGKILL after
 --grace, before the lock is released. On Linux so does what it detached
 from that group (setsid, a daemon's double fork), which fenced exec adopts
-as its parent exits. (In a terminal's foreground CMD stays
+as its parent exits, and CMD gets SIGTERM from the kernel if fenced exec
+itself is killed outright (SIGKILL, the OOM killer). (In a terminal's foreground CMD stays
 in fenced exec's group, where the terminal signals every process itself:
 Ctrl-C and Ctrl-\ reach CMD once, from the terminal, and a SIGINT or SIGQUIT
 sent to fenced exec alone is not passed on; send it to the group, kill -INT
@@ -226,9 +228,13 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 	// terminal and Ctrl-C and Ctrl-Z reach the whole group from the
 	// terminal itself.
 	group := !terminalForeground()
-	if group {
-		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
+	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: group}
+	// A fenced exec that is killed outright refreshes the lease no more:
+	// CMD gets SIGTERM then (Linux), from the kernel, on the thread that
+	// started it, which this goroutine keeps until CMD has exited.
+	dieWithUs(child.SysProcAttr)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	// While the child runs, the other signals an operator or a shell sends
 	// are passed on too: uncaught, Go's default ended this process and left
 	// the child running under a lease nobody refreshed. A shell sends

@@ -159,6 +159,23 @@ while [ ! -f "$0" ]; do sleep 0.01; done`
 	}
 }
 
+// TestExecKilledStopsCMD: fenced exec killed outright (SIGKILL, the OOM
+// killer) refreshes the lease no more, and CMD ran on until the lease
+// expired and beyond, beside the next holder. CMD now gets SIGTERM from
+// the kernel when fenced exec dies (Linux: PR_SET_PDEATHSIG).
+func TestExecKilledStopsCMD(t *testing.T) {
+	t.Parallel()
+	_, url := startDev(t, nil)
+	name, pidFile := testenv.Name(t), filepath.Join(t.TempDir(), "pid")
+	p := start(t, nil, "exec", "--url", url, "--ttl", "30s", name, "--",
+		"sh", "-c", `echo $$ > "$0.tmp" && mv "$0.tmp" "$0" && exec sleep 300`, pidFile)
+	pid := readPID(t, pidFile, "CMD's pid")
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	p.signal(syscall.SIGKILL)
+	p.wait(20 * time.Second)
+	eventually(t, 10*time.Second, "CMD stops after fenced exec was killed", func() bool { return gone(pid) })
+}
+
 // readPID waits for file to hold a pid, written whole (a rename), and
 // returns it.
 func readPID(t *testing.T, file, what string) int {
