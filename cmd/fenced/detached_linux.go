@@ -72,12 +72,7 @@ func endDetached(grace time.Duration, saying func(n int)) {
 // detachedChildren reaps this process's exited children and returns the
 // others, each with its process group.
 func detachedChildren() map[int]int {
-	for {
-		var ws syscall.WaitStatus
-		if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
-			break // none exited (0), or no child at all (ECHILD)
-		}
-	}
+	reap(-1)
 	self := os.Getpid()
 	// /proc must be this PID namespace's: one made without mounting its own
 	// (unshare --pid, a bare clone) still shows the parent namespace's,

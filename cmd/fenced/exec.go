@@ -369,13 +369,19 @@ func endGroup(pgid int, grace time.Duration, saying func()) {
 // group never emptied and fenced exec waited out --grace before it
 // released the lock. CMD itself was reaped by its Wait already.
 func groupLeft(pgid int) bool {
+	reap(-pgid)
+	return syscall.Kill(-pgid, 0) == nil // ESRCH: nobody left
+}
+
+// reap reaps, without waiting, the exited children that wait4's pid
+// selects (-pgid: that group's; -1: any).
+func reap(pid int) {
 	for {
 		var ws syscall.WaitStatus
-		if pid, err := syscall.Wait4(-pgid, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
-			break // none exited (0), or none is our child (ECHILD)
+		if p, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); p <= 0 || err != nil {
+			return // none exited (0), or none is our child (ECHILD)
 		}
 	}
-	return syscall.Kill(-pgid, 0) == nil // ESRCH: nobody left
 }
 
 // terminalForeground reports whether this process's group is the
