@@ -159,6 +159,16 @@ func distinctURLs(t testing.TB, n int) []string {
 // one meanwhile, which fails the test (the peers know these URLs only).
 func Restart(t testing.TB, members []*sequencer.Embedded, i int) *sequencer.Embedded {
 	t.Helper()
+	again, err := RestartMember(t, members, i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return again
+}
+
+// RestartMember is Restart returning its error, for a goroutine other than
+// the test's.
+func RestartMember(t testing.TB, members []*sequencer.Embedded, i int) (*sequencer.Embedded, error) {
 	var initial []string
 	for _, m := range members {
 		initial = append(initial, m.Name()+"="+m.PeerURL())
@@ -171,9 +181,9 @@ func Restart(t testing.TB, members []*sequencer.Embedded, i int) *sequencer.Embe
 		InitialCluster: strings.Join(initial, ","), TickMs: 50, ElectionMs: 500, UnsafeNoFsync: true,
 	})
 	if err != nil {
-		t.Fatalf("restart etcd member %s: %v", m.Name(), err)
+		return nil, fmt.Errorf("restart etcd member %s: %w", m.Name(), err)
 	}
 	t.Cleanup(func() { again.Close() })
 	members[i] = again
-	return again
+	return again, nil
 }
