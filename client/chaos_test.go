@@ -1,0 +1,55 @@
+package client_test
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/chaos"
+	"github.com/fenced/fenced/internal/faultproxy"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/server"
+)
+
+// TestChaos runs the randomized fault test of internal/chaos through the
+// API: two fenced servers, each over a process of the lock package's setup
+// (its own store and links to Redis or etcd), and two client processes,
+// each a Client of both servers through proxies of its own, whose answers
+// the nemesis loses, delays and cuts off as it does the servers' links.
+func TestChaos(t *testing.T) {
+	t.Parallel()
+	for kind, setup := range map[string]func(*testing.T) chaos.Setup{"redis": chaos.Redis, "etcd": chaos.Etcd} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := setup(t)
+			var urls []string
+			for _, l := range s.Lockers {
+				srv, err := server.New(server.Config{Locks: l.(*lock.Client), MaxTTL: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				hs := httptest.NewServer(srv)
+				t.Cleanup(hs.Close)
+				urls = append(urls, hs.URL)
+			}
+			if s.Lossy == nil {
+				s.Lossy = map[*faultproxy.Proxy][]byte{}
+			}
+			s.Lockers = nil
+			for range 2 { // client processes
+				var links []*faultproxy.Proxy
+				var through []string
+				for _, u := range urls {
+					p, pu := behindProxy(t, u)
+					links = append(links, p)
+					through = append(through, pu)
+					s.Lossy[p] = []byte("/v1/locks/")
+				}
+				s.Lockers = append(s.Lockers, newClient(t, strings.Join(through, ",")))
+				s.Links = append(s.Links, links)
+			}
+			chaos.Run(t, s)
+		})
+	}
+}

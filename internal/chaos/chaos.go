@@ -1,0 +1,574 @@
+// Package chaos is a randomized fault test of lock takers: workers take,
+// refresh, reenter and release locks on a few names through the Lockers of
+// a Setup (each a process with links of its own) while a nemesis breaks
+// the links at random (cuts, refused connections, partitions longer than a
+// TTL, latency, lost replies) and the servers (a paused Redis, a restarted
+// etcd leader). The history is then checked against guarantees 1 and 2 of
+// docs/design.md, and every name must be free and the store empty once the
+// faults end. The hand-picked fault tests put one fault at one moment; this
+// looks for the interleavings nobody thought of (docs/design.md, "Under
+// random faults").
+//
+// FENCED_CHAOS=5m runs each setup that long (default 8s, as CI runs it);
+// FENCED_CHAOS_SEED=n repeats a run's choices (the scheduler's are its own).
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/faultproxy"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+const (
+	workers   = 3 // per Locker
+	nameCount = 2
+	maxTTL    = 2 * time.Second
+)
+
+var ttls = []time.Duration{300 * time.Millisecond, 700 * time.Millisecond, time.Second, maxTTL}
+
+// Setup is what a run works on.
+type Setup struct {
+	// Lockers take the locks, each as a process of its own would.
+	Lockers []lock.Locker
+	// Links are the proxies the nemesis breaks, in groups it may break
+	// together (a process's links to its servers).
+	Links [][]*faultproxy.Proxy
+	// Lossy are the proxies whose replies the nemesis may lose, each with
+	// bytes that mark a request of the store or API.
+	Lossy map[*faultproxy.Proxy][]byte
+	// Direct takes every name after the faults, through no proxy.
+	Direct lock.Locker
+	// Keys lists the store's keys of the locks (not those it keeps for
+	// good, such as the token's counter).
+	Keys func() []string
+	// Etcd are the members of a cluster the nemesis restarts the leader
+	// of; nil: none. Redis is a server it pauses; nil: none.
+	Etcd  []*sequencer.Embedded
+	Redis *testenv.RedisProc
+}
+
+// etcdLink is a client of every member of an etcd cluster, each
+// reached through a proxy of its own.
+func etcdLink(t *testing.T, members []*sequencer.Embedded) ([]*faultproxy.Proxy, *clientv3.Client) {
+	var ps []*faultproxy.Proxy
+	var eps []string
+	for _, m := range members {
+		p, err := faultproxy.New(strings.TrimPrefix(m.ClientURL(), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		ps = append(ps, p)
+		eps = append(eps, p.Addr())
+	}
+	return ps, testenv.EtcdClient(t, eps...)
+}
+
+// Redis is two processes taking locks with Redis leases, on a Redis of
+// the test's own (the nemesis pauses it), with tokens from a three-member
+// etcd cluster; each process reaches Redis and every member through
+// proxies of its own.
+func Redis(t *testing.T) Setup {
+	s := Setup{Etcd: testenv.EtcdCluster(t, 3), Redis: testenv.StartRedis(t), Lossy: map[*faultproxy.Proxy][]byte{}}
+	addr := fmt.Sprint("127.0.0.1:", s.Redis.Port())
+	direct := s.Redis.Client()
+	prefix := testenv.Name(t) + ":"
+	newStore := func(rdb *redis.Client, ecli *clientv3.Client) *lock.Client {
+		seq, err := sequencer.NewEtcd(ecli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { seq.Close() })
+		st, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return newClient(t, st)
+	}
+	for range 2 { // processes
+		rp, err := faultproxy.New(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rp.Close() })
+		// As fenced serve builds it: a call ends at its context's deadline.
+		rdb := redis.NewClient(&redis.Options{Addr: rp.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { rdb.Close() })
+		eps, ecli := etcdLink(t, s.Etcd)
+		s.Lockers = append(s.Lockers, newStore(rdb, ecli))
+		s.Links = append(s.Links, append([]*faultproxy.Proxy{rp}, eps...))
+		s.Lossy[rp] = []byte("EVALSHA")
+	}
+	s.Direct = newStore(direct, testenv.ClusterClient(t, s.Etcd))
+	s.Keys = func() []string {
+		keys, err := direct.Keys(context.Background(), prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	return s
+}
+
+// Etcd is two processes taking locks with etcd leases on a three-member
+// cluster; each process reaches every member through a proxy of its own.
+func Etcd(t *testing.T) Setup {
+	s := Setup{Etcd: testenv.EtcdCluster(t, 3)}
+	prefix := "/" + testenv.Name(t) + "/"
+	newStore := func(ecli *clientv3.Client) *lock.Client {
+		st, err := lock.NewEtcdStore(ecli, lock.WithEtcdPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return newClient(t, st)
+	}
+	for range 2 { // processes
+		eps, ecli := etcdLink(t, s.Etcd)
+		s.Lockers = append(s.Lockers, newStore(ecli))
+		s.Links = append(s.Links, eps)
+	}
+	cli := testenv.ClusterClient(t, s.Etcd)
+	s.Direct = newStore(cli)
+	s.Keys = func() []string {
+		r, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, kv := range r.Kvs {
+			// The token's counter and floor stay, one each per store.
+			if k := string(kv.Key); k != prefix+"counter" && k != prefix+"floor" {
+				keys = append(keys, k)
+			}
+		}
+		return keys
+	}
+	return s
+}
+
+func newClient(t *testing.T, s lock.LeaseStore) *lock.Client {
+	c, err := lock.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		c.Close(ctx)
+	})
+	return c
+}
+
+// Duration is FENCED_CHAOS, default 8s.
+func Duration(t *testing.T) time.Duration {
+	d := 8 * time.Second
+	if v := os.Getenv("FENCED_CHAOS"); v != "" {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil || d <= 0 {
+			t.Fatalf("FENCED_CHAOS=%q: want a duration such as 5m", v)
+		}
+	}
+	return d
+}
+
+// Seed is FENCED_CHAOS_SEED, default the clock; logged to repeat a run.
+func Seed(t *testing.T) int64 {
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("FENCED_CHAOS_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatalf("FENCED_CHAOS_SEED=%q: want an integer", v)
+		}
+	}
+	t.Logf("seed %d (FENCED_CHAOS_SEED=%d repeats the choices)", seed, seed)
+	return seed
+}
+
+// grant is one grant (one lease id) as its holder saw it.
+type grant struct {
+	name    string
+	who     string // process and worker
+	id      string
+	token   fence.Token
+	invoked time.Time // the Acquire call that granted it began
+	granted time.Time // and returned
+	// believed is the last instant the holder checked that it held the
+	// lock (its deadline ahead, not lost) and found it did: the end of the
+	// span in which it would have written. Zero: never.
+	first, believed time.Time
+}
+
+// history collects grants by lease id.
+type history struct {
+	mu     sync.Mutex
+	grants map[string]*grant
+	ops    map[string]int // outcomes by kind, for the log and the sanity check
+}
+
+func (h *history) count(what string) {
+	h.mu.Lock()
+	h.ops[what]++
+	h.mu.Unlock()
+}
+
+// granted records a grant, or a reentry of one (same id).
+func (h *history) granted(t *testing.T, who, name string, l *lock.Lease, invoked, granted time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if g, ok := h.grants[l.ID()]; ok {
+		if g.token != l.Token() || g.name != name {
+			t.Errorf("lease %s granted again as %s token %d, first %s token %d", l.ID(), name, l.Token(), g.name, g.token)
+		}
+		return
+	}
+	h.grants[l.ID()] = &grant{name: name, who: who, id: l.ID(), token: l.Token(), invoked: invoked, granted: granted}
+}
+
+// holds is the holder's check before it would write: the lease is not
+// lost and its deadline is ahead.
+func (h *history) holds(l *lock.Lease) {
+	dl := l.Deadline()
+	now := time.Now()
+	if !now.Before(dl) || l.Err() != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.grants[l.ID()]
+	if g.first.IsZero() {
+		g.first = now
+	}
+	g.believed = now
+}
+
+// Run runs the workload under the nemesis for FENCED_CHAOS (default 8s),
+// then checks the history and that every name is free and the store
+// empty once the faults end.
+func Run(t *testing.T, s Setup) {
+	d, seed := Duration(t), Seed(t)
+	h := &history{grants: map[string]*grant{}, ops: map[string]int{}}
+	names := make([]string, nameCount)
+	for i := range names {
+		names[i] = testenv.Name(t)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	done := make(chan string, len(s.Lockers)*workers+1)
+	for p, c := range s.Lockers {
+		for w := range workers {
+			who := fmt.Sprintf("p%dw%d", p, w)
+			r := rand.New(rand.NewPCG(uint64(seed), uint64(p*workers+w+1)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					step(t, ctx, h, c, who, names[r.IntN(len(names))], r)
+				}
+				done <- who
+			}()
+		}
+	}
+	faults := map[string]int{}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		nemesis(ctx, t, s, rand.New(rand.NewPCG(uint64(seed), 0)), faults)
+		done <- "nemesis"
+	}()
+	// Every worker ends its step after the faults end: an acquisition's
+	// wait, a hold and its release are bounded (step), so one that
+	// does not return in a minute is stuck.
+	stuck := time.After(d + time.Minute)
+	for left := len(s.Lockers)*workers + 1; left > 0; left-- {
+		select {
+		case <-done:
+		case <-stuck:
+			t.Fatalf("%d of the workers and nemesis still running a minute after the faults ended: a call did not return", left)
+		}
+	}
+	wg.Wait()
+	t.Logf("%s of faults: %v; outcomes: %v; %d grants", d, faults, h.ops, len(h.grants))
+	for what := range h.ops {
+		if strings.Contains(what, " other: ") {
+			t.Errorf("an outcome no fault explains: %s", what)
+		}
+	}
+	if len(h.grants) < 5 {
+		t.Fatalf("only %d grants in %s: the workload made no progress to check", len(h.grants), d)
+	}
+	for _, w := range checkHistory(h) {
+		t.Error(w)
+	}
+
+	// Once the faults are over, every name is free within the longest TTL
+	// and a queue place's life (a release or leave whose reply was lost),
+	// and nothing of the locks is left in the store after that.
+	for _, name := range names {
+		l, err := s.Direct.Acquire(t.Context(), name, time.Second, lock.WithWait(maxTTL+lock.DefaultWaiterTTL+3*time.Second))
+		if err != nil {
+			t.Fatalf("%s after the faults: %v", name, err)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := s.Keys()
+	t.Logf("keys of the locks in the store once every name was free: %q", keys)
+	deadline := time.Now().Add(maxTTL + lock.DefaultWaiterTTL + 10*time.Second)
+	for ; len(keys) > 0; keys = s.Keys() {
+		if time.Now().After(deadline) {
+			t.Fatalf("keys of the locks still in the store after every lease and queue place expired: %q", keys)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the store, which says nothing when a key expires
+	}
+}
+
+// step is one worker's acquisition, hold and release of name, each
+// choice random: a try or a wait, fair or not, reentrant or not, refreshed
+// or kept alive or neither.
+func step(t *testing.T, ctx context.Context, h *history, c lock.Locker, who, name string, r *rand.Rand) {
+	ttl := ttls[r.IntN(len(ttls))]
+	var opts []lock.Option
+	if r.IntN(3) == 0 {
+		opts = append(opts, lock.WithUnfair())
+	}
+	reentrant := r.IntN(4) == 0
+	if reentrant {
+		opts = append(opts, lock.WithHolder(who))
+	}
+	// A long hold works past its TTL, looking before each write whether it
+	// still holds the lock: with a keep-alive that a fault can stop, or
+	// without, where only the deadline ends it.
+	long := r.IntN(3) == 0
+	if r.IntN(4) == 0 || long && r.IntN(3) != 0 {
+		opts = append(opts, lock.WithKeepAlive())
+	}
+	wait := time.Duration(r.IntN(1000)) * time.Millisecond
+	if r.IntN(4) != 0 {
+		opts = append(opts, lock.WithWait(wait))
+	}
+	// The call's context bounds it where a partition would hold it.
+	actx, cancel := context.WithTimeout(ctx, wait+2*time.Second)
+	defer cancel()
+	invoked := time.Now()
+	l, err := c.Acquire(actx, name, ttl, opts...)
+	if err != nil {
+		h.count(outcome("acquire", err))
+		return
+	}
+	h.granted(t, who, name, l, invoked, time.Now())
+	h.count("granted")
+	held := []*lock.Lease{l}
+	if long {
+		for end := time.Now().Add(ttl/2 + time.Duration(r.Int64N(int64(3*ttl/2)))); time.Now().Before(end); {
+			h.holds(l)
+			time.Sleep(ttl / 10)
+		}
+	}
+	for range 1 + r.IntN(3) {
+		h.holds(l)
+		time.Sleep(time.Duration(r.Int64N(int64(ttl / 3)))) // the work under the lock
+		h.holds(l)
+		switch r.IntN(3) {
+		case 0:
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := l.Refresh(rctx, ttls[r.IntN(len(ttls))])
+			cancel()
+			h.count(outcome("refresh", err))
+		case 1:
+			if reentrant {
+				invoked := time.Now()
+				actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				again, err := c.TryAcquire(actx, name, ttl, lock.WithHolder(who))
+				cancel()
+				h.count(outcome("reenter", err))
+				if err == nil {
+					h.granted(t, who, name, again, invoked, time.Now())
+					held = append(held, again)
+				}
+			}
+		}
+	}
+	h.holds(l)
+	for i := len(held) - 1; i >= 0; i-- {
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := held[i].Release(rctx)
+		cancel()
+		h.count(outcome("release", err))
+	}
+}
+
+// outcome names an outcome for the log: op and the error's kind,
+// "other: ..." for an error none of the kinds a fault explains.
+func outcome(op string, err error) string {
+	var held *lock.HeldError
+	var be *lock.BackendError
+	switch {
+	case err == nil:
+		return op + " ok"
+	case errors.As(err, &held), errors.Is(err, lock.ErrNotAcquired):
+		return op + " held"
+	case errors.Is(err, lock.ErrLost):
+		return op + " lost"
+	case errors.As(err, &be):
+		return op + " backend"
+	case errors.Is(err, context.DeadlineExceeded):
+		return op + " deadline"
+	default:
+		return op + " other: " + err.Error()
+	}
+}
+
+// nemesis breaks a random group of links, or the servers, one fault at a
+// time, until ctx ends, and heals everything at the end.
+func nemesis(ctx context.Context, t *testing.T, s Setup, r *rand.Rand, faults map[string]int) {
+	defer func() {
+		for _, links := range s.Links {
+			for _, p := range links {
+				p.Hold(false)
+				p.Refuse(false)
+				p.SetLatency(0)
+			}
+		}
+	}()
+	pause := func(max time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Duration(r.Int64N(int64(max)))):
+			return true
+		}
+	}
+	kinds := []string{"cut", "refuse", "partition", "latency", "none"}
+	if len(s.Lossy) > 0 {
+		kinds = append(kinds, "lost reply")
+	}
+	if s.Redis != nil {
+		kinds = append(kinds, "redis paused")
+	}
+	if s.Etcd != nil {
+		kinds = append(kinds, "etcd leader restarted")
+	}
+	for pause(400 * time.Millisecond) {
+		// One link of a group, or all of them (a process cut off).
+		links := s.Links[r.IntN(len(s.Links))]
+		if i := r.IntN(len(links) + 1); i < len(links) {
+			links = links[i : i+1]
+		}
+		each := func(f func(*faultproxy.Proxy)) {
+			for _, p := range links {
+				f(p)
+			}
+		}
+		kind := kinds[r.IntN(len(kinds))]
+		switch kind {
+		case "cut":
+			each((*faultproxy.Proxy).CutAll)
+		case "refuse":
+			each(func(p *faultproxy.Proxy) { p.CutAll(); p.Refuse(true) })
+			pause(time.Second)
+			each(func(p *faultproxy.Proxy) { p.Refuse(false) })
+		case "partition":
+			// Longer than the shorter TTLs: holders must stop believing
+			// before another is granted.
+			each(func(p *faultproxy.Proxy) { p.Hold(true) })
+			pause(3 * time.Second)
+			each(func(p *faultproxy.Proxy) { p.Hold(false) })
+		case "latency":
+			d := time.Duration(1+r.IntN(50)) * time.Millisecond
+			each(func(p *faultproxy.Proxy) { p.SetLatency(d) })
+			pause(time.Second)
+			each(func(p *faultproxy.Proxy) { p.SetLatency(0) })
+		case "lost reply":
+			p := links[r.IntN(len(links))]
+			pattern, ok := s.Lossy[p]
+			if !ok {
+				kind = "none"
+				break
+			}
+			p.LoseReply(pattern)
+		case "redis paused":
+			s.Redis.Stop()
+			pause(3 * time.Second)
+			s.Redis.Cont()
+		case "etcd leader restarted":
+			i := slices.IndexFunc(s.Etcd, (*sequencer.Embedded).IsLeader)
+			if i < 0 {
+				kind = "none"
+				break
+			}
+			s.Etcd[i].Close()
+			pause(2 * time.Second)
+			if _, err := testenv.RestartMember(t, s.Etcd, i); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		faults[kind]++
+	}
+}
+
+// checkHistory checks guarantees 1 and 2 of docs/design.md over the
+// grants: per name, distinct grants have distinct tokens; a grant that
+// began after another was granted has a higher token; and no two holders
+// believed they held the same lock at the same time (guarantee 2 holds
+// under the faults here: they cut, slow or pause the links and servers,
+// but no holder is paused, no Redis fails over and no clock jumps). It
+// returns what it found wrong.
+func checkHistory(h *history) (wrong []string) {
+	byName := map[string][]*grant{}
+	for _, g := range h.grants {
+		byName[g.name] = append(byName[g.name], g)
+	}
+	for name, gs := range byName {
+		sort.Slice(gs, func(i, j int) bool { return gs[i].granted.Before(gs[j].granted) })
+		tokens := map[fence.Token]*grant{}
+		for _, g := range gs {
+			if o, ok := tokens[g.token]; ok {
+				wrong = append(wrong, fmt.Sprintf("%s: token %d granted twice: to %s (lease %s) and %s (lease %s)", name, g.token, o.who, o.id, g.who, g.id))
+			}
+			tokens[g.token] = g
+		}
+		for _, a := range gs {
+			for _, b := range gs {
+				if a == b {
+					continue
+				}
+				if a.granted.Before(b.invoked) && a.token >= b.token {
+					wrong = append(wrong, fmt.Sprintf("%s: %s was granted token %d at %s, and %s, asking after that (%s), got %d",
+						name, a.who, a.token, a.granted.Format(timeFormat), b.who, b.invoked.Format(timeFormat), b.token))
+				}
+				if !a.first.IsZero() && !b.first.IsZero() && a.token < b.token &&
+					!a.believed.Before(b.first) && !b.believed.Before(a.first) {
+					wrong = append(wrong, fmt.Sprintf("%s: two holders at once: %s (token %d) believed it held it until %s, %s (token %d) from %s",
+						name, a.who, a.token, a.believed.Format(timeFormat), b.who, b.token, b.first.Format(timeFormat)))
+				}
+			}
+		}
+	}
+	return wrong
+}
+
+const timeFormat = "15:04:05.000000"
