@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -27,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
@@ -223,6 +226,23 @@ type history struct {
 	mu     sync.Mutex
 	grants map[string]*grant
 	ops    map[string]int // outcomes by kind, for the log and the sanity check
+	wrong  []string       // what the workers saw that must not happen
+}
+
+// answered counts the outcome of op on l, begun while l's deadline was
+// dl. A "lost" answered before that deadline says the store let the
+// lease go while its holder was told it held it: the store keeps a lease
+// at least until the deadline it granted, and a request sent again after
+// a lost answer must not find its own earlier success "lost".
+func (h *history) answered(op string, l *lock.Lease, dl time.Time, err error) {
+	now := time.Now()
+	h.count(outcome(op, err))
+	if errors.Is(err, lock.ErrLost) && now.Before(dl) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.wrong = append(h.wrong, fmt.Sprintf("%s of %s (token %d) answered %q at %s, before its deadline %s",
+			op, l.Name(), l.Token(), err, now.Format(timeFormat), dl.Format(timeFormat)))
+	}
 }
 
 func (h *history) count(what string) {
@@ -318,7 +338,7 @@ func Run(t *testing.T, s Setup) {
 	if len(h.grants) < 5 {
 		t.Fatalf("only %d grants in %s: the workload made no progress to check", len(h.grants), d)
 	}
-	for _, w := range checkHistory(h) {
+	for _, w := range append(h.wrong, checkHistory(h)...) {
 		t.Error(w)
 	}
 
@@ -394,9 +414,16 @@ func step(t *testing.T, ctx context.Context, h *history, c lock.Locker, who, nam
 		switch r.IntN(3) {
 		case 0:
 			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			dl, start := believed(l, len(held)), time.Now()
 			err := l.Refresh(rctx, ttls[r.IntN(len(ttls))])
 			cancel()
-			h.count(outcome("refresh", err))
+			// A refresh to a shorter TTL (asked, or all the store could
+			// vouch for) ends the lease sooner, and lost if its answer
+			// came after that.
+			if granted := l.TTL(); start.Add(granted - lock.Drift(granted)).Before(dl) {
+				dl = start.Add(granted - lock.Drift(granted))
+			}
+			h.answered("refresh", l, dl, err)
 		case 1:
 			if reentrant {
 				invoked := time.Now()
@@ -414,17 +441,36 @@ func step(t *testing.T, ctx context.Context, h *history, c lock.Locker, who, nam
 	h.holds(l)
 	for i := len(held) - 1; i >= 0; i-- {
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		dl := believed(held[i], len(held))
 		err := held[i].Release(rctx)
 		cancel()
-		h.count(outcome("release", err))
+		h.answered("release", held[i], dl, err)
 	}
 }
 
+// believed is l's deadline if its holder believes it holds l now, else
+// zero. With a reentry, one lease id has two Leases whose deadlines a
+// refresh of one does not move in the other (a shorter one leaves the
+// other's too late): no deadline is believed then.
+func believed(l *lock.Lease, leases int) time.Time {
+	dl := l.Deadline()
+	if leases > 1 || l.Err() != nil || !time.Now().Before(dl) {
+		return time.Time{}
+	}
+	return dl
+}
+
 // outcome names an outcome for the log: op and the error's kind,
-// "other: ..." for an error none of the kinds a fault explains.
+// "other: ..." for an error none of the kinds a fault explains. Through
+// the API a fault may also be a 503 (the server's store failed), no
+// answer in time, or a connection that failed.
 func outcome(op string, err error) string {
-	var held *lock.HeldError
-	var be *lock.BackendError
+	var (
+		held *lock.HeldError
+		be   *lock.BackendError
+		ae   *client.APIError
+		ue   *url.Error
+	)
 	switch {
 	case err == nil:
 		return op + " ok"
@@ -436,6 +482,12 @@ func outcome(op string, err error) string {
 		return op + " backend"
 	case errors.Is(err, context.DeadlineExceeded):
 		return op + " deadline"
+	case errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable:
+		return op + " unavailable"
+	case errors.Is(err, client.ErrNoAnswer):
+		return op + " no answer"
+	case errors.As(err, &ue):
+		return op + " connection"
 	default:
 		return op + " other: " + err.Error()
 	}
