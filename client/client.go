@@ -711,12 +711,19 @@ type rebuilt func() (attempt, bool)
 // caller rides out failures within its wait. The error is the last
 // round's.
 func (c *Client) do(ctx context.Context, method, path string, in, out any, mode resend) error {
+	return c.doNoting(ctx, method, path, in, out, mode, nil)
+}
+
+// doNoting is do, and sets *unanswered (if not nil) when an attempt that
+// was sent got no answer or a 503, and so may have been applied, before
+// the attempt that decided it.
+func (c *Client) doNoting(ctx context.Context, method, path string, in, out any, mode resend, unanswered *bool) error {
 	retries := c.retries
 	if mode == resendAlways {
 		retries = 0
 	}
 	for tries := 1; ; tries++ {
-		undecided, err := c.round(ctx, method, path, in, out, mode)
+		undecided, err := c.round(ctx, method, path, in, out, mode, unanswered)
 		if err == nil || !undecided || tries > retries {
 			if err != nil && tries > 1 {
 				err = fmt.Errorf("%w (tried %d times)", err, tries)
@@ -753,7 +760,7 @@ func retryPause(err error, tries int) time.Duration {
 // be sent again. With several servers, the error after every server
 // failed joins a *ServerError for each; a rebuilt that returns false ends
 // the round with the last server's error.
-func (c *Client) round(ctx context.Context, method, path string, in, out any, mode resend) (undecided bool, err error) {
+func (c *Client) round(ctx context.Context, method, path string, in, out any, mode resend, unanswered *bool) (undecided bool, err error) {
 	n := len(c.urls)
 	first := int(c.cur.Load())
 	var (
@@ -809,6 +816,9 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 			next = ae.Status == http.StatusServiceUnavailable && mode != resendUnwritten
 		} else {
 			next = !sent || mode != resendUnwritten
+		}
+		if unanswered != nil && sent && (ae == nil || ae.Status == http.StatusServiceUnavailable) {
+			*unanswered = true
 		}
 		if !next {
 			switch {

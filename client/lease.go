@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -44,8 +45,12 @@ func (k keeper) Refresh(ctx context.Context, name, leaseID string, ttl time.Dura
 }
 
 // Release asks the server to release the lease. A release sent again by
-// the lease id that released it succeeds, and with its release id takes
-// off no second hold of a reentrant lock, so a lost answer is safe.
+// the lease id that released it succeeds on the server that released it,
+// and with its release id takes off no second hold of a reentrant lock, so
+// a lost answer is safe. Another server may know nothing of the release
+// (with leases in etcd, each remembers its own): its "lost", after an
+// attempt that got no answer, comes with lock.ErrSentAgain, which
+// Lease.Release counts as released before the lease's deadline.
 func (k keeper) Release(ctx context.Context, name, leaseID, op string) error {
 	if op == "" {
 		var err error
@@ -54,7 +59,11 @@ func (k keeper) Release(ctx context.Context, name, leaseID, op string) error {
 		}
 	}
 	body := api.ReleaseRequest{LeaseID: leaseID, ReleaseID: op}
-	if err := k.c.do(ctx, http.MethodPost, lockPath(name, "release"), body, nil, resendShared); err != nil {
+	var unanswered bool
+	if err := k.c.doNoting(ctx, http.MethodPost, lockPath(name, "release"), body, nil, resendShared, &unanswered); err != nil {
+		if unanswered && errors.Is(err, lock.ErrLost) {
+			return fmt.Errorf("client: release %q: %w: %w", name, lock.ErrSentAgain, err)
+		}
 		return fmt.Errorf("client: release %q: %w", name, err)
 	}
 	return nil

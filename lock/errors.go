@@ -29,6 +29,14 @@ var (
 	ErrClosed = errors.New("lock: client closed")
 	// ErrInvalidCursor: a List cursor this store did not return.
 	ErrInvalidCursor = errors.New("lock: invalid list cursor")
+	// ErrSentAgain marks an error of a LeaseKeeper's Release that answers
+	// the request sent again after an earlier attempt got no answer, and
+	// so may have been applied (package client's, when one fenced server
+	// released the lease and lost its answer and another found it gone).
+	// Lease.Release counts ErrLost with it, answered before the lease's
+	// deadline, as released: before its deadline nothing but a release or
+	// a force-release takes a lease away (docs/design.md, defect 97).
+	ErrSentAgain = errors.New("lock: sent again after an attempt that got no answer")
 )
 
 // HeldError is returned by a LeaseStore's Acquire when another holder has

@@ -42,6 +42,7 @@ type Lease struct {
 	lostBefore error
 	released   bool
 	releaseID  string // drawn by the first Release, sent by every one
+	unanswered bool   // a Release failed without an answer: it may have been applied
 
 	// refreshing serialises refreshes, so that the deadline set last is
 	// that of the refresh Redis applied last.
@@ -217,6 +218,14 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.releaseID = id
 	}
 	err := l.set.keeper.Release(ctx, l.name, l.id, l.releaseID)
+	if errors.Is(err, ErrLost) && (l.unanswered || errors.Is(err, ErrSentAgain)) && time.Now().Before(l.Deadline()) {
+		// An earlier attempt got no answer, and before the deadline
+		// nothing but it (or a force-release) took the lease away: a
+		// store that did not release it, another fenced node behind the
+		// same URL or the next of a client's, knows nothing of it.
+		err = nil
+	}
+	l.unanswered = l.unanswered || err != nil && !errors.Is(err, ErrLost)
 	l.lose(ErrReleased)
 	l.set.forget(l)
 	if lb := l.lostBefore; lb != nil && !errors.Is(lb, ErrReleased) {
