@@ -58,12 +58,14 @@
 //
 //   - Refresh, release, inspect and list are safe to repeat (a release
 //     repeated by its own lease id succeeds), so they move on after any
-//     failure to get an answer. One exception: on etcd leases
-//     only the server that released a lease remembers it, so a release
-//     whose answer was lost and that is sent again to another server is
-//     answered 410 lost, and Release returns ErrLost for a lease its first
-//     request may have released. Take it as "may have been lost", which
-//     is what ErrLost asks of a holder anyway.
+//     failure to get an answer. On etcd leases only the server that
+//     released a lease remembers it, so a release whose answer was lost and
+//     that is sent again to another server is answered 410 lost. Before the
+//     lease's deadline nothing but a release or a force-release takes a
+//     lease away, so Release counts that answer as released (the error it
+//     would be carries [lock.ErrSentAgain]); after the deadline it returns
+//     ErrLost. (Before, it returned ErrLost for a lease its first request
+//     had released, docs/design.md defect 97.)
 //   - TryAcquire is a short request, repeated as a refresh is: after any
 //     failure to get an answer it moves on, and round the servers again up
 //     to [WithRetries] times. Its waiter id makes a request sent again

@@ -651,7 +651,11 @@ class Client:
         The server refuses a malformed one (InvalidArgumentError)."""
         if release_id is None:
             release_id = secrets.token_hex(16)
-        self._call("POST", name, "/release", {"lease_id": lease_id, "release_id": release_id}, resend_lost=True)
+        self._release(name, lease_id, release_id)
+
+    def _release(self, name: str, lease_id: str, release_id: str, sent: Optional[list[float]] = None) -> None:
+        self._call("POST", name, "/release", {"lease_id": lease_id, "release_id": release_id},
+                   resend_lost=True, sent=sent)
 
     def _take(self, name: str, action: str, body: dict[str, Any], wait_ms: int, kind: str) -> "Lease":
         """POST an acquire or campaign body and make its answer a Lease.
@@ -753,7 +757,7 @@ class Client:
             if sent is not None:
                 sent.append(time.monotonic())
             try:
-                return self._request(method, path, body, (timeout or self.timeout) + extra_timeout)
+                return self._request(method, path, body, (timeout or self.timeout) + extra_timeout, sent)
             except (UnavailableError, TransportError) as e:
                 if isinstance(e, TransportError) and not (resend_lost and _lost_answer(e)):
                     raise
@@ -813,7 +817,11 @@ class Client:
         conn.sock.settimeout(timeout)
         return conn, True
 
-    def _request(self, method: str, path: str, body: Optional[dict[str, Any]], timeout: float) -> dict[str, Any]:
+    def _request(self, method: str, path: str, body: Optional[dict[str, Any]], timeout: float,
+                 sent: Optional[list[float]] = None) -> dict[str, Any]:
+        """One request, sent again once on a fresh connection when a kept
+        one was closed as it went out; sent, if given, gets the
+        time.monotonic() before that second one."""
         data = None
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -843,6 +851,8 @@ class Client:
                 # The server closed a kept connection as the request went out.
                 self.close()
                 if reused and attempt == 0 and resend:
+                    if sent is not None:
+                        sent.append(time.monotonic())
                     continue
                 raise TransportError(f"{method} {self.base_url}{path}: {e}") from e
             except (OSError, http.client.HTTPException) as e:
@@ -957,6 +967,7 @@ class Lease:
         # its holder holds more than once.
         self._release_id: Optional[str] = None
         self._release_done = False  # the server released it: no longer held
+        self._unanswered = False  # a release got no answer: it may have been applied
         self._on_lost: Optional[Callable[[Lease, FencedError], None]] = None
         self._stop = threading.Event()
         # Set by stop_keep_alive and by every successful refresh, which
@@ -1077,14 +1088,28 @@ class Lease:
         # so say so even though the server answers a release of an already
         # released lease id with success (a retry after a lost reply).
         lost_before = self.lost_reason if self.lost.is_set() else None
+        sent: list[float] = []
         try:
-            self._client.release_id(self.name, self.lease_id, release_id)
+            self._client._release(self.name, self.lease_id, release_id, sent)
         except LostError as e:
-            self._signal_lost(e)
+            # Sent again after an attempt that got no answer (or a 503),
+            # by this call or an earlier one, and answered before the
+            # deadline: released, by that attempt. Another fenced node
+            # behind the same URL knows nothing of it (with leases in etcd,
+            # each remembers its own releases), and before its deadline
+            # nothing but a release or a force-release takes a lease away
+            # (docs/design.md, defect 97).
+            if not ((len(sent) > 1 or self._unanswered) and time.monotonic() < self.deadline):
+                self._signal_lost(e)
+                raise
+        except (TransportError, UnavailableError):
+            with self._mu:
+                self._released = False  # maybe still held: a later release() sends again
+                self._unanswered = True  # and maybe released: see LostError above
             raise
         except BaseException:
             with self._mu:
-                self._released = False  # maybe still held: a later release() sends again
+                self._released = False
             raise
         self._release_done = True
         if lost_before is not None:

@@ -175,10 +175,13 @@ class ScriptedProxy:
     one per request whose path ends with it: "503" answers 503 unavailable
     with Retry-After: 1 itself, as fenced does when its backend blips;
     "409" answers 409 held itself at once, whatever wait was asked for;
-    "drop" closes the connection without an answer and without forwarding
-    (the server never sees the request); "late" forwards the request at
-    once and holds the answer until the event late is set. Every other
-    request is forwarded. seen lists (path, action) for every request."""
+    "410" answers 410 lost itself, as a fenced node that never saw the
+    lease would; "drop" closes the connection without an answer and
+    without forwarding (the server never sees the request); "lose"
+    forwards it and closes the connection without its answer (the server
+    acted on it); "late" forwards the request at once and holds the
+    answer until the event late is set. Every other request is forwarded.
+    seen lists (path, action) for every request."""
 
     def __init__(self, target_url: str, script: dict[str, list[str]]):
         u = urllib.parse.urlsplit(target_url)
@@ -207,8 +210,8 @@ class ScriptedProxy:
                 if action == "drop":
                     self.close_connection = True
                     return
-                if action in ("503", "409"):
-                    code = "unavailable" if action == "503" else "held"
+                if action in ("503", "409", "410"):
+                    code = {"503": "unavailable", "409": "held", "410": "lost"}[action]
                     msg = b'{"error":{"code":"%s","message":"injected by the proxy"}}' % code.encode()
                     self.send_response(int(action))
                     self.send_header("Content-Type", "application/json")
@@ -226,6 +229,9 @@ class ScriptedProxy:
                     data = r.read()
                 finally:
                     up.close()
+                if action == "lose":
+                    self.close_connection = True
+                    return
                 if action == "late":
                     outer.late.wait(timeout=30)
                 self.send_response(r.status)
@@ -726,6 +732,40 @@ class RedisTest(unittest.TestCase):
         c = fenced.Client(proxy.url, bearer_token=self.bearer)
         self.addCleanup(c.close)
         return proxy, c
+
+    def test_release_sent_again_to_a_node_that_never_saw_it(self) -> None:
+        # The release reaches the server, which releases the lease, and its
+        # answer is lost; sent again, it reaches another fenced node behind
+        # the same URL, which (with leases in etcd) knows nothing of it and
+        # answers 410 lost. Before the lease's deadline only a release or a
+        # force-release takes a lease away: released, not lost
+        # (docs/design.md, defect 97), within one call and in a second.
+        for script, calls in (({"/release": ["lose", "410"]}, 1),
+                              ({"/release": ["lose", "lose", "410"]}, 2)):
+            want = list(script["/release"])  # the proxy uses the script up
+            # With no retries the first of two calls ends unanswered (the
+            # request goes out twice: once more on a fresh connection).
+            proxy, c = self.scripted(script, retries=2 if calls == 1 else 0)
+            name = unique()
+            lease = c.acquire(name, ttl_ms=30_000)
+            if calls == 2:
+                with self.assertRaises(fenced.TransportError):
+                    lease.release()
+            lease.release()
+            self.assertEqual(proxy.actions("/release"), want)
+            self.assertFalse(lease.lost.is_set(), "the lease was released, not lost")
+            self.assertFalse(c.inspect(name).held)
+        # A 410 with no attempt before it is lost, and so is one after the
+        # deadline, which may be the lease's expiry.
+        _, c = self.scripted({"/release": ["410"]})
+        with self.assertRaises(fenced.LostError):
+            c.acquire(unique(), ttl_ms=30_000).release()
+        _, c = self.scripted({"/release": ["lose", "410"]})
+        lease = c.acquire(unique(), ttl_ms=100)
+        while time.monotonic() < lease.deadline:
+            time.sleep(0.01)  # the deadline is the clock's: nothing to wait on
+        with self.assertRaises(fenced.LostError):
+            lease.release()
 
     def test_refresh_answered_after_its_validity_is_a_loss(self) -> None:
         # A refresh to 10 ms whose answer comes after the server let the

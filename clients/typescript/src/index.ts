@@ -437,6 +437,9 @@ export interface AcquireOptions {
   signal?: AbortSignal;
 }
 
+/** Lease.release's own option of releaseID: called before each request sent. */
+const countSends = Symbol("countSends");
+
 export interface ReleaseOptions {
   /**
    * This release's id across its retries (API field release_id): 32 hex
@@ -847,9 +850,9 @@ export class Client {
    * for this call), so a resend takes off no second hold of a lock held
    * more than once by its holder.
    */
-  async releaseID(name: string, leaseID: string, options: ReleaseOptions = {}): Promise<void> {
+  async releaseID(name: string, leaseID: string, options: ReleaseOptions & { [countSends]?: () => void } = {}): Promise<void> {
     const body = { lease_id: leaseID, release_id: options.releaseID ?? randomBytes(16).toString("hex") };
-    await this.call("POST", name, "/release", body, { resendLost: true });
+    await this.call("POST", name, "/release", body, { resendLost: true, onSend: options[countSends] });
   }
 
   private async call(
@@ -1055,6 +1058,8 @@ export class Lease {
   #released = false;
   /** The server released it: no longer held. */
   #releaseDone = false;
+  /** A release got no answer (or a 503): it may have been applied. */
+  #unanswered = false;
   /**
    * Drawn by the first release(), sent by every one and by their resends: a
    * release sent again takes off no second hold of a lock its holder holds
@@ -1207,12 +1212,27 @@ export class Lease {
     // released lease id with success (a retry after a lost reply).
     const lostBefore = this.#lost.signal.aborted ? (this.#lost.signal.reason as LostError) : undefined;
     this.#releaseID ??= randomBytes(16).toString("hex");
+    let sends = 0;
     try {
-      await this.#client.releaseID(this.name, this.leaseID, { releaseID: this.#releaseID });
+      await this.#client.releaseID(this.name, this.leaseID, { releaseID: this.#releaseID, [countSends]: () => sends++ });
     } catch (e) {
-      if (e instanceof LostError) this.#signalLost(e);
-      else this.#released = false; // maybe still held: a later release() sends again
-      throw e;
+      // Lost, answering a release sent again after an attempt that got no
+      // answer (or a 503), by this call or an earlier one, before the
+      // deadline: released, by that attempt. Another fenced node behind
+      // the same URL knows nothing of it (with leases in etcd, each
+      // remembers its own releases), and before its deadline nothing but
+      // a release or a force-release takes a lease away (docs/design.md,
+      // defect 97).
+      const released = e instanceof LostError && (sends > 1 || this.#unanswered) && performance.now() < this.deadline;
+      if (!released) {
+        if (e instanceof LostError) this.#signalLost(e);
+        else {
+          this.#released = false; // maybe still held: a later release() sends again
+          // and maybe released: see above
+          if (e instanceof TransportError || e instanceof UnavailableError) this.#unanswered = true;
+        }
+        throw e;
+      }
     }
     this.#releaseDone = true;
     if (lostBefore) throw lostBefore;
