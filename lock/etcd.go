@@ -943,8 +943,12 @@ func (s *EtcdStore) refresh(ctx context.Context, name, leaseID string, ttl time.
 	h := s.held[name]
 	if h != nil && h.id == leaseID {
 		if h.expiring || !start.Before(h.deadline) {
+			// Its deadline here passed: lost, unless another store took
+			// the lock over since (a refresh through another fenced
+			// node), whose deadline is the lock's now. Only etcd knows
+			// (defect 98).
 			s.mu.Unlock()
-			return Grant{}, ErrLost // too late: its deadline passed
+			return s.refreshPast(ctx, name, h, sess, start, ttl)
 		}
 		keep = keep || h.holds > 1
 		// A refresh that keeps a later deadline stays on its session,
@@ -961,6 +965,28 @@ func (s *EtcdStore) refresh(ctx context.Context, name, leaseID string, ttl time.
 	}
 	s.mu.Unlock()
 	return s.takeOver(ctx, name, leaseID, sess, start, ttl)
+}
+
+// refreshPast is the refresh of a lock whose deadline on this store
+// passed: lost if etcd has it as this store wrote it (its delete is
+// coming), or gone; taken back if another store moved it, as a refresh of
+// a lock this store does not hold.
+func (s *EtcdStore) refreshPast(ctx context.Context, name string, h *holding, sess *session, start time.Time, ttl time.Duration) (Grant, error) {
+	v, err := s.checks.Do(ctx, name, name)
+	if err != nil {
+		return Grant{}, backendErr("etcd", "refresh", err)
+	}
+	kv, _ := v.(*mvccpb.KeyValue)
+	s.mu.Lock()
+	// A take-over whose reply was lost wrote it onto this store's session,
+	// or left it as written before (holdUnsure).
+	asWritten := kv != nil && (kv.ModRevision == h.modRev ||
+		h.unsure && (kv.ModRevision == h.prevModRev || kv.Lease == int64(h.sess.id)))
+	s.mu.Unlock()
+	if kv == nil || sequencer.LeaseIDOf(kv.Value) != h.id || asWritten {
+		return Grant{}, ErrLost
+	}
+	return s.takeOver(ctx, name, h.id, sess, start, ttl)
 }
 
 // errMoved is refreshHeld's answer when the lock is still held by the

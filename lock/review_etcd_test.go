@@ -270,3 +270,50 @@ func TestEtcdLostTakeOverReplyStillExpires(t *testing.T) {
 	c := newClient(t, newEtcdStore(t, direct, lock.WithEtcdPrefix(prefix)))
 	getsIt(t, c, name, lock.WithWait(10*time.Second), "the lock taken over with its reply lost, refreshed by nobody since")
 }
+
+// TestEtcdRefreshAfterAMoveIsNotLostOnAStaleDeadline: a lock granted by
+// store a is refreshed through store b (another fenced node), which moves
+// it onto its session and enforces a later deadline. a still has its own
+// record, whose deadline passes while it is cut off from etcd, so that
+// its delete of the lock (which would find it moved) waits to be tried
+// again, up to seconds after etcd answers again. A refresh through a
+// meanwhile was answered "lost" at once, from a's stale record, while the
+// lock was held by that lease on b (docs/design.md, defect 98; found by
+// internal/chaos through the API). a must ask etcd: cut off, it cannot
+// tell; once it can, it takes the lock back.
+func TestEtcdRefreshAfterAMoveIsNotLostOnAStaleDeadline(t *testing.T) {
+	t.Parallel()
+	e, direct := testenv.Etcd(t)
+	pr, cli := testenv.EtcdThroughProxy(t, e)
+	prefix := "/" + testenv.Name(t) + "/"
+	a := newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix))
+	b := newEtcdStore(t, direct, lock.WithEtcdPrefix(prefix))
+	name, id := testenv.Name(t), "0123456789abcdef0123456789abcdef"
+	if _, err := a.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: id, TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	aDeadline := time.Now().Add(time.Second) // a's own is a little earlier: it began before
+	if _, err := b.Refresh(t.Context(), name, id, 10*time.Second); err != nil {
+		t.Fatalf("refresh through b: %v", err)
+	}
+	pr.Hold(true)
+	// a's deadline passes; its delete waits for etcd.
+	testenv.WaitUntil(t, 5*time.Second, func() bool { return time.Now().After(aDeadline.Add(100 * time.Millisecond)) })
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	_, err := a.Refresh(ctx, name, id, time.Second) // a's session of that class: no grant to wait for
+	cancel()
+	if errors.Is(err, lock.ErrLost) {
+		t.Fatalf("refresh through a, cut off from etcd, while b holds the lock for this lease for 9 s more: %v; want an error that says a cannot tell", err)
+	}
+	pr.Hold(false)
+	g, err := a.Refresh(t.Context(), name, id, time.Second)
+	if err != nil {
+		t.Fatalf("refresh through a once it reaches etcd again: %v; want it to take the lock back", err)
+	}
+	if g.TTL <= 0 {
+		t.Fatalf("granted %+v", g)
+	}
+	if _, err := b.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: "fedcba9876543210fedcba9876543210", TTL: time.Second}); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("another lease while the refreshed one holds it: %v; want held", err)
+	}
+}

@@ -240,8 +240,8 @@ func (h *history) answered(op string, l *lock.Lease, dl time.Time, err error) {
 	if errors.Is(err, lock.ErrLost) && now.Before(dl) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		h.wrong = append(h.wrong, fmt.Sprintf("%s of %s (token %d) answered %q at %s, before its deadline %s",
-			op, l.Name(), l.Token(), err, now.Format(timeFormat), dl.Format(timeFormat)))
+		h.wrong = append(h.wrong, fmt.Sprintf("%s of %s (token %d, lease %s, granted or refreshed at %s for %s) answered %q at %s, before its deadline %s",
+			op, l.Name(), l.Token(), l.ID(), l.Started().Format(timeFormat), l.TTL(), err, now.Format(timeFormat), dl.Format(timeFormat)))
 	}
 }
 
@@ -414,14 +414,15 @@ func step(t *testing.T, ctx context.Context, h *history, c lock.Locker, who, nam
 		switch r.IntN(3) {
 		case 0:
 			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			dl, start := believed(l, len(held)), time.Now()
-			err := l.Refresh(rctx, ttls[r.IntN(len(ttls))])
+			dl, start, ask := believed(l, len(held)), time.Now(), ttls[r.IntN(len(ttls))]
+			err := l.Refresh(rctx, ask)
 			cancel()
-			// A refresh to a shorter TTL (asked, or all the store could
-			// vouch for) ends the lease sooner, and lost if its answer
-			// came after that.
-			if granted := l.TTL(); start.Add(granted - lock.Drift(granted)).Before(dl) {
-				dl = start.Add(granted - lock.Drift(granted))
+			// A refresh to a shorter TTL ends the lease sooner, and then
+			// lost is its answer if it came after that, or if an attempt
+			// of it applied and lost its answer, and one sent again came
+			// after that.
+			if end := start.Add(ask - lock.Drift(ask)); end.Before(dl) {
+				dl = end
 			}
 			h.answered("refresh", l, dl, err)
 		case 1:
