@@ -13,6 +13,7 @@ import (
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/server"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // etcdServer is a fenced API server in this process whose leases are in a
@@ -27,6 +28,13 @@ func etcdServer(t *testing.T) string {
 func etcdFixture(t *testing.T) *fixture {
 	t.Helper()
 	_, cli := testenv.Etcd(t)
+	return etcdFixtureOn(t, cli)
+}
+
+// etcdFixtureOn is etcdFixture with a store of its own on cli's etcd, as
+// one of several fenced nodes is.
+func etcdFixtureOn(t *testing.T, cli *clientv3.Client) *fixture {
+	t.Helper()
 	store, err := lock.NewEtcdStore(cli)
 	if err != nil {
 		t.Fatal(err)

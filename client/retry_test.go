@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/http/httputil"
@@ -345,17 +344,7 @@ func TestReleaseSentToAnotherServerAfterALostAnswer(t *testing.T) {
 	var urls []string
 	var proxies []*faultproxy.Proxy
 	for range 2 {
-		store, err := lock.NewEtcdStore(cli)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { store.Close() })
-		locks, err := lock.New(store)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { locks.Close(context.Background()) })
-		p, u := behindProxy(t, (&fixture{locks: locks}).serve(t, server.Config{}))
+		p, u := behindProxy(t, etcdFixtureOn(t, cli).serve(t, server.Config{}))
 		proxies = append(proxies, p)
 		urls = append(urls, u)
 	}

@@ -9,7 +9,8 @@
 // looks for the interleavings nobody thought of (docs/design.md, "Under
 // random faults").
 //
-// FENCED_CHAOS=5m runs each setup that long (default 8s, as CI runs it);
+// FENCED_CHAOS=5m runs each setup that long (default 8s, as CI runs it;
+// past 10m give go test a -timeout);
 // FENCED_CHAOS_SEED=n repeats a run's choices (the scheduler's are its own).
 package chaos
 
