@@ -9,7 +9,7 @@ import (
 // TestChaos runs the randomized fault test of internal/chaos on each lease
 // store: two processes, each with its own store, lock client and links,
 // over a three-member etcd cluster (and, for Redis leases, a Redis of the
-// test's own).
+// test's own; for Redlock, three).
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	t.Run("redis", func(t *testing.T) {
@@ -19,5 +19,9 @@ func TestChaos(t *testing.T) {
 	t.Run("etcd", func(t *testing.T) {
 		t.Parallel()
 		chaos.Run(t, chaos.Etcd(t))
+	})
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		chaos.Run(t, chaos.Redlock(t))
 	})
 }

@@ -178,15 +178,24 @@ func (o outcome) nodeFailed() bool {
 	return false
 }
 
+// errNotOnNode is a node's answer that the lease is not held there. It is
+// not ErrLost, which a minority of such answers does not decide: the lease
+// may be on a majority that did not all answer (defect 99).
+var errNotOnNode = errors.New("the lease is not held on this node")
+
 // quorumErr is the error of an operation that did not reach a majority
-// for lack of answers.
+// for lack of answers. It matches none of the nodes' answers that the
+// lease is lost there: undecided, it is not ErrLost.
 func (s *RedlockStore) quorumErr(o outcome) error {
 	ok, _ := o.count(nil)
 	q := &QuorumError{Op: o.op, OK: ok, Need: s.quorum, N: len(s.nodes)}
 	for i, e := range o.errs {
 		if e != nil {
 			var ne *NodeError
-			if !errors.As(e, &ne) {
+			switch {
+			case errors.Is(e, ErrLost):
+				ne = &NodeError{Node: i, Err: errNotOnNode}
+			case !errors.As(e, &ne):
 				ne = &NodeError{Node: i, Err: e}
 			}
 			q.Nodes = append(q.Nodes, ne)

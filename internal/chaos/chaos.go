@@ -64,9 +64,9 @@ type Setup struct {
 	// good, such as the token's counter).
 	Keys func() []string
 	// Etcd are the members of a cluster the nemesis restarts the leader
-	// of; nil: none. Redis is a server it pauses; nil: none.
+	// of; nil: none. Redis are servers it pauses, one at a time.
 	Etcd  []*sequencer.Embedded
-	Redis *testenv.RedisProc
+	Redis []*testenv.RedisProc
 }
 
 // etcdLink is a client of every member of an etcd cluster, each
@@ -90,18 +90,43 @@ func etcdLink(t *testing.T, members []*sequencer.Embedded) ([]*faultproxy.Proxy,
 // the test's own (the nemesis pauses it), with tokens from a three-member
 // etcd cluster; each process reaches Redis and every member through
 // proxies of its own.
-func Redis(t *testing.T) Setup {
-	s := Setup{Etcd: testenv.EtcdCluster(t, 3), Redis: testenv.StartRedis(t), Lossy: map[*faultproxy.Proxy][]byte{}}
-	addr := fmt.Sprint("127.0.0.1:", s.Redis.Port())
-	direct := s.Redis.Client()
+func Redis(t *testing.T) Setup { return redisNodes(t, 1) }
+
+// Redlock is Redis with leases on three Redis nodes of the test's own
+// (lock.RedlockStore); the nemesis pauses one at a time, a minority.
+func Redlock(t *testing.T) Setup { return redisNodes(t, 3) }
+
+func redisNodes(t *testing.T, n int) Setup {
+	s := Setup{Etcd: testenv.EtcdCluster(t, 3), Lossy: map[*faultproxy.Proxy][]byte{}}
 	prefix := testenv.Name(t) + ":"
-	newStore := func(rdb *redis.Client, ecli *clientv3.Client) *lock.Client {
+	if n > 1 {
+		prefix = "fenced:" // a RedlockStore's, on Redis servers of this test's own
+	}
+	var direct []*redis.Client
+	for range n {
+		p := testenv.StartRedis(t)
+		s.Redis = append(s.Redis, p)
+		direct = append(direct, p.Client())
+	}
+	newStore := func(rdbs []*redis.Client, ecli *clientv3.Client) *lock.Client {
 		seq, err := sequencer.NewEtcd(ecli)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { seq.Close() })
-		st, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
+		if n == 1 {
+			st, err := lock.NewRedisStore(rdbs[0], seq, lock.WithRedisPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return newClient(t, st)
+		}
+		nodes := make([]redis.UniversalClient, len(rdbs))
+		for i, rdb := range rdbs {
+			nodes[i] = rdb
+		}
+		st, err := lock.NewRedlockStore(nodes, seq)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,26 +134,35 @@ func Redis(t *testing.T) Setup {
 		return newClient(t, st)
 	}
 	for range 2 { // processes
-		rp, err := faultproxy.New(addr)
-		if err != nil {
-			t.Fatal(err)
+		var links []*faultproxy.Proxy
+		var rdbs []*redis.Client
+		for _, node := range s.Redis {
+			rp, err := faultproxy.New(node.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rp.Close() })
+			// As fenced serve builds it: a call ends at its context's deadline.
+			rdb := redis.NewClient(&redis.Options{Addr: rp.Addr(), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { rdb.Close() })
+			links, rdbs = append(links, rp), append(rdbs, rdb)
+			s.Lossy[rp] = []byte("EVALSHA")
 		}
-		t.Cleanup(func() { rp.Close() })
-		// As fenced serve builds it: a call ends at its context's deadline.
-		rdb := redis.NewClient(&redis.Options{Addr: rp.Addr(), ContextTimeoutEnabled: true})
-		t.Cleanup(func() { rdb.Close() })
 		eps, ecli := etcdLink(t, s.Etcd)
-		s.Lockers = append(s.Lockers, newStore(rdb, ecli))
-		s.Links = append(s.Links, append([]*faultproxy.Proxy{rp}, eps...))
-		s.Lossy[rp] = []byte("EVALSHA")
+		s.Lockers = append(s.Lockers, newStore(rdbs, ecli))
+		s.Links = append(s.Links, append(links, eps...))
 	}
 	s.Direct = newStore(direct, testenv.ClusterClient(t, s.Etcd))
 	s.Keys = func() []string {
-		keys, err := direct.Keys(context.Background(), prefix+"*").Result()
-		if err != nil {
-			t.Fatal(err)
+		var all []string
+		for _, rdb := range direct {
+			keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, keys...)
 		}
-		return keys
+		return all
 	}
 	return s
 }
@@ -519,7 +553,7 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, r *rand.Rand, faults ma
 	if len(s.Lossy) > 0 {
 		kinds = append(kinds, "lost reply")
 	}
-	if s.Redis != nil {
+	if len(s.Redis) > 0 {
 		kinds = append(kinds, "redis paused")
 	}
 	if s.Etcd != nil {
@@ -564,9 +598,10 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, r *rand.Rand, faults ma
 			}
 			p.LoseReply(pattern)
 		case "redis paused":
-			s.Redis.Stop()
+			node := s.Redis[r.IntN(len(s.Redis))]
+			node.Stop()
 			pause(3 * time.Second)
-			s.Redis.Cont()
+			node.Cont()
 		case "etcd leader restarted":
 			i := slices.IndexFunc(s.Etcd, (*sequencer.Embedded).IsLeader)
 			if i < 0 {
