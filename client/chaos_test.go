@@ -19,7 +19,7 @@ import (
 // the nemesis loses, delays and cuts off as it does the servers' links.
 func TestChaos(t *testing.T) {
 	t.Parallel()
-	for kind, setup := range map[string]func(*testing.T) chaos.Setup{"redis": chaos.Redis, "etcd": chaos.Etcd} {
+	for kind, setup := range map[string]func(*testing.T) chaos.Setup{"redis": chaos.Redis, "etcd": chaos.Etcd, "redlock": chaos.Redlock} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			s := setup(t)
