@@ -250,9 +250,9 @@ type grant struct {
 	token   fence.Token
 	invoked time.Time // the Acquire call that granted it began
 	granted time.Time // and returned
-	// believed is the last instant the holder checked that it held the
-	// lock (its deadline ahead, not lost) and found it did: the end of the
-	// span in which it would have written. Zero: never.
+	// first and believed are the first and the last instant the holder
+	// checked that it held the lock (its deadline ahead, not lost) and
+	// found it did: the span in which it would have written. Zero: never.
 	first, believed time.Time
 }
 
