@@ -21,6 +21,7 @@ func TestChaos(t *testing.T) {
 		chaos.Run(t, chaos.Etcd(t))
 	})
 	t.Run("redlock", func(t *testing.T) {
+		chaos.SkipUnlessLong(t)
 		t.Parallel()
 		chaos.Run(t, chaos.Redlock(t))
 	})
