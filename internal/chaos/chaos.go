@@ -10,7 +10,8 @@
 // random faults").
 //
 // FENCED_CHAOS=5m runs each setup that long, every setup (default 4s and
-// three setups, as CI runs it; past 10m give go test a -timeout);
+// three setups, as CI runs it): give go test -parallel 3, or a package's
+// three run two at a time, and past 10m a -timeout;
 // FENCED_CHAOS_SEED=n repeats a run's choices (the scheduler's are its own).
 package chaos
 
