@@ -343,28 +343,24 @@ func Run(t *testing.T, s Setup) {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
 
-	var wg sync.WaitGroup
-	done := make(chan string, len(s.Lockers)*workers+1)
+	// Each worker and the nemesis say when they are done.
+	done := make(chan struct{}, len(s.Lockers)*workers+1)
 	for p, c := range s.Lockers {
 		for w := range workers {
 			who := fmt.Sprintf("p%dw%d", p, w)
 			r := rand.New(rand.NewPCG(uint64(seed), uint64(p*workers+w+1)))
-			wg.Add(1)
 			go func() {
-				defer wg.Done()
 				for ctx.Err() == nil {
 					step(t, ctx, h, c, who, names[r.IntN(len(names))], r)
 				}
-				done <- who
+				done <- struct{}{}
 			}()
 		}
 	}
 	faults := map[string]int{}
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
 		nemesis(ctx, t, s, rand.New(rand.NewPCG(uint64(seed), 0)), faults)
-		done <- "nemesis"
+		done <- struct{}{}
 	}()
 	// Every worker ends its step after the faults end: an acquisition's
 	// wait, a hold and its release are bounded (step), so one that
@@ -377,7 +373,6 @@ func Run(t *testing.T, s Setup) {
 			t.Fatalf("%d of the workers and nemesis still running a minute after the faults ended: a call did not return", left)
 		}
 	}
-	wg.Wait()
 	t.Logf("%s of faults: %v; outcomes: %v; %d grants", d, faults, h.ops, len(h.grants))
 	for what := range h.ops {
 		if strings.Contains(what, " other: ") {
