@@ -145,7 +145,11 @@ func (l *Lease) Err() error {
 // new TTL (docs/design.md, defect 1). A refresh answered after the lease
 // was lost (its deadline passed while the refresh was on its way, or it
 // was released) returns Err: the lease stays lost, though the store may
-// have extended it; Release frees it there.
+// have extended it; Release frees it there. A refresh that fails for
+// another reason than ErrLost (no answer, a backend error) may still have
+// been applied: the validity then ends no later than the refresh would
+// have made it end, so a shorter one that failed shortens it too (defect
+// 100), and a longer one leaves it as it was.
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl == 0 {
 		ttl = l.TTL()
@@ -163,6 +167,19 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		if errors.Is(err, ErrLost) {
 			l.lose(ErrLost)
+			return err
+		}
+		// The store may have applied it and the answer been lost: a
+		// shorter TTL then ends the lease sooner there (defect 100).
+		l.mu.Lock()
+		if dl := start.Add(ttl - Drift(ttl)); dl.Before(l.deadline) {
+			l.deadline = dl
+			l.rearmLocked()
+		}
+		deadline := l.deadline
+		l.mu.Unlock()
+		if !time.Now().Before(deadline) {
+			l.lose(ErrExpired)
 		}
 		return err
 	}

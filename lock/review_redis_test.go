@@ -300,3 +300,49 @@ func TestRedlockFailedReentryLeavesNoHold(t *testing.T) {
 	}
 	l.Release(ctx)
 }
+
+// Defect 100: a refresh to a shorter TTL that Redis applied but whose
+// reply never came back left the holder believing its old, later
+// deadline, while Redis freed the lock at the shorter one: another client
+// took it and both believed they held it. A refresh that fails for any
+// reason but "lost" may have been applied, so the holder's deadline now
+// moves as far as it would have (never later).
+func TestUnansweredShorterRefreshShortensValidity(t *testing.T) {
+	pr := newProxiedRedis(t)
+	other, err := lock.NewRedisStore(pr.direct, pr.seq, lock.WithRedisPrefix(pr.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	c1, c2 := newClient(t, pr.store), newClient(t, other)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	a, err := c1.Acquire(ctx, name, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const short = 200 * time.Millisecond
+	lost := pr.proxy.LoseReplyAndRefuse([]byte(scriptSHA(t, pr.direct, "scripts/refresh.lua")))
+	sent := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	err = a.Refresh(rctx, short)
+	cancel()
+	<-lost
+	pr.proxy.Refuse(false)
+	if err == nil || errors.Is(err, lock.ErrLost) {
+		t.Fatalf("refresh whose reply was lost and whose store refused to reconnect: %v; want an error that is not ErrLost", err)
+	}
+	if d := a.Deadline(); d.After(sent.Add(short)) {
+		t.Fatalf("after an unanswered Refresh(%s) the holder's deadline is %s away; want at most %s from before it was sent",
+			short, time.Until(d).Round(time.Millisecond), short)
+	}
+	// Redis applied it: the lock is free after the shorter TTL.
+	b, err := c2.Acquire(ctx, name, time.Second, lock.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(ctx)
+	if time.Now().Before(a.Deadline()) && a.Err() == nil {
+		t.Fatalf("two holders: token %d granted while the holder of token %d believes it holds the lock until %s", b.Token(), a.Token(), a.Deadline())
+	}
+}
