@@ -1020,7 +1020,13 @@ class Lease:
         validity before: a lease lost stays lost, even if the server still
         holds it (release() frees that). So does one whose refresh is
         answered after the validity the refresh granted, or after the
-        keep-alive saw the validity run out."""
+        keep-alive saw the validity run out.
+
+        A refresh that fails without an answer (TransportError) or with
+        UnavailableError may have been applied all the same: the validity
+        then ends no later than this refresh would have made it end, so a
+        shorter ttl_ms that failed shortens it too (with ttl_ms None the
+        client does not know the server's default, and cannot)."""
         self._refresh(ttl_ms, None)
 
     def _refresh(self, ttl_ms: Optional[int], retries: Optional[int]) -> None:
@@ -1046,6 +1052,16 @@ class Lease:
                                      timeout=timeout, retries=retries, resend_lost=True)
         except LostError as e:
             self._signal_lost(e)
+            raise
+        except Exception as e:
+            # No answer, or the server's store failed: the refresh may have
+            # been applied, and a shorter TTL then ends the lease sooner
+            # there. A refusal (another 4xx) was not applied.
+            maybe_applied = not isinstance(e, FencedError) or isinstance(e, (UnavailableError, TransportError))
+            if maybe_applied and ttl_ms is not None:
+                with self._mu:
+                    self._deadline = min(self._deadline, started + validity(ttl_ms, started, started))
+                self._wake.set()  # the keep-alive sees the deadline
             raise
         if doc.get("token") != self.token:  # a lease's token never changes
             err = LostError(f"refresh of {self.name!r} answered token {doc.get('token')}, not {self.token}", 0)

@@ -767,6 +767,32 @@ class RedisTest(unittest.TestCase):
         with self.assertRaises(fenced.LostError):
             lease.release()
 
+    def test_unanswered_shorter_refresh_shortens_validity(self) -> None:
+        # A refresh to 200 ms that the server applied but whose answer was
+        # lost (and the request sent again not let through) left the lease
+        # valid for its old 30 s while the server freed the lock at 200 ms:
+        # another client took it, and both believed they held it
+        # (docs/design.md, defect 100). The validity now ends no later than
+        # the refresh would have made it end.
+        proxy, c = self.scripted({"/refresh": ["lose", "drop"]}, retries=0)
+        name = unique()
+        lease = c.acquire(name, ttl_ms=30_000)
+        started = time.monotonic()
+        with self.assertRaises(fenced.TransportError):
+            lease.refresh(200)
+        self.assertEqual(proxy.actions("/refresh"), ["lose", "drop"])
+        self.assertLessEqual(lease.deadline, started + 0.2, "the validity outlasts the unanswered shorter refresh")
+        other = self.client.acquire(name, ttl_ms=1000, wait_ms=5000)  # the server applied it
+        self.addCleanup(other.release)
+        self.assertEqual(lease.valid_for(), 0, "two holders: the lock was granted again while the lease looked valid")
+        # A refusal was not applied: the validity stays.
+        proxy, c = self.scripted({"/refresh": ["409"]}, retries=0)
+        lease = c.acquire(unique(), ttl_ms=30_000)
+        with self.assertRaises(fenced.HeldError):
+            lease.refresh(200)
+        self.assertGreater(lease.valid_for(), 20)
+        lease.release()
+
     def test_refresh_answered_after_its_validity_is_a_loss(self) -> None:
         # A refresh to 10 ms whose answer comes after the server let the
         # lease expire: the lease is lost, not held again for a moment, as

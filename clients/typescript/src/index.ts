@@ -1146,6 +1146,12 @@ export class Lease {
    * holds it (release() frees that). So does one whose refresh is answered
    * after the validity the refresh granted, or after the keep-alive saw the
    * validity run out.
+   *
+   * A refresh that fails without an answer (TransportError) or with
+   * UnavailableError may have been applied all the same: the validity then
+   * ends no later than this refresh would have made it end, so a shorter
+   * ttlMs that failed shortens it too (without ttlMs the client does not
+   * know the server's default, and cannot).
    */
   async refresh(ttlMs?: number): Promise<void> {
     await this.#refresh(ttlMs, {});
@@ -1171,6 +1177,14 @@ export class Lease {
       doc = await this.#client.refreshID(this.name, this.leaseID, ttlMs, { ...options, timeoutMs });
     } catch (e) {
       if (e instanceof LostError) this.#signalLost(e);
+      // No answer, or the server's store failed: the refresh may have been
+      // applied, and a shorter TTL then ends the lease sooner there. A
+      // refusal (another 4xx) was not applied.
+      const maybeApplied = !(e instanceof FencedError) || e instanceof UnavailableError || e instanceof TransportError;
+      if (maybeApplied && ttlMs !== undefined) {
+        this.#deadline = Math.min(this.#deadline, started + validityMs(ttlMs, started, started));
+        this.#wakeKeepAlive?.(); // it sees the deadline
+      }
       throw e;
     }
     if (doc.token !== this.token) {

@@ -708,6 +708,33 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("shortens the validity to an unanswered shorter refresh", async () => {
+    // A refresh to 200 ms that fenced applied but whose answer was cut left the lease valid for its old 30 s
+    // while fenced freed the lock at 200 ms: another client took it, and
+    // both believed they held it (docs/design.md, defect 100). The validity
+    // now ends no later than the refresh would have made it end; a refusal
+    // was not applied and leaves it.
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["cut", "409"] });
+    try {
+      const c = new Client(proxy.url, { bearerToken: bearer, retries: 0 });
+      const name = unique();
+      const lease = await c.acquire(name, { ttlMs: 30_000, waitMs: 0 });
+      const started = performance.now();
+      await assert.rejects(lease.refresh(200), (e: unknown) => e instanceof TransportError);
+      assert.deepEqual(proxy.actions("/refresh"), ["cut"]);
+      assert.ok(lease.deadline <= started + 200, `the validity outlasts the unanswered shorter refresh by ${lease.deadline - started - 200} ms`);
+      const other = await client.acquire(name, { ttlMs: 1000, waitMs: 5000 }); // fenced applied it
+      assert.equal(lease.validForMs(), 0, "two holders: the lock was granted again while the lease looked valid");
+      await other.release();
+      const kept = await c.acquire(unique(), { ttlMs: 30_000, waitMs: 0 });
+      await assert.rejects(kept.refresh(200), (e: unknown) => e instanceof HeldError);
+      assert.ok(kept.validForMs() > 20_000, "a refused refresh shortened the validity");
+      await kept.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("sends a release again when its answer is lost", async () => {
     // fenced released the lease, and the answer was cut. Releasing again
     // by the same lease id answers success, so the client asks again, as
