@@ -47,7 +47,7 @@ func TestChaos(t *testing.T) {
 					p, pu := behindProxy(t, u)
 					links = append(links, p)
 					through = append(through, pu)
-					s.Lossy[p] = []byte("/v1/locks/")
+					s.Lossy[p] = []byte("/v1/") // locks and elections
 				}
 				s.Lockers = append(s.Lockers, newClient(t, strings.Join(through, ",")))
 				s.Links = append(s.Links, links)

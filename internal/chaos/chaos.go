@@ -5,9 +5,12 @@
 // TTL, latency, lost replies) and the servers (a paused Redis, a restarted
 // etcd leader). The history is then checked against guarantees 1 and 2 of
 // docs/design.md, and every name must be free and the store empty once the
-// faults end. The hand-picked fault tests put one fault at one moment; this
-// looks for the interleavings nobody thought of (docs/design.md, "Under
-// random faults").
+// faults end. With etcd leases, candidates campaign in an election and
+// observers watch it under the same faults (elect.go); an operator in each
+// process force-releases holders with IfToken (force.go). The hand-picked
+// fault tests put one fault at one moment; this looks for the
+// interleavings nobody thought of (docs/design.md, "Under random
+// faults").
 //
 // FENCED_CHAOS=5m runs each setup that long, every setup (default 4s and
 // three setups, as CI runs it): give go test -parallel 3, or a package's
@@ -68,6 +71,10 @@ type Setup struct {
 	// of; nil: none. Redis are servers it pauses, one at a time.
 	Etcd  []*sequencer.Embedded
 	Redis []*testenv.RedisProc
+	// Elect: the Lockers and Direct hold elections too (lock.Elector,
+	// leases in etcd), and candidates and observers of one run with the
+	// workers.
+	Elect bool
 }
 
 // etcdLink is a client of every member of an etcd cluster, each
@@ -171,7 +178,7 @@ func redisNodes(t *testing.T, n int) Setup {
 // Etcd is two processes taking locks with etcd leases on a three-member
 // cluster; each process reaches every member through a proxy of its own.
 func Etcd(t *testing.T) Setup {
-	s := Setup{Etcd: testenv.EtcdCluster(t, 3)}
+	s := Setup{Etcd: testenv.EtcdCluster(t, 3), Elect: true}
 	prefix := "/" + testenv.Name(t) + "/"
 	newStore := func(ecli *clientv3.Client) *lock.Client {
 		st, err := lock.NewEtcdStore(ecli, lock.WithEtcdPrefix(prefix))
@@ -276,6 +283,17 @@ type history struct {
 	grants map[string]*grant
 	ops    map[string]int // outcomes by kind, for the log and the sanity check
 	wrong  []string       // what the workers saw that must not happen
+	forces []forced       // the operators' force-releases
+	early  []lostEarly    // "lost" answers before the holder's deadline
+}
+
+// lostEarly is a "lost" answered before the deadline its holder believed:
+// wrong unless a force-release of that grant was sent before it.
+type lostEarly struct {
+	name  string
+	token fence.Token
+	at    time.Time
+	what  string
 }
 
 // answered counts the outcome of op on l, begun while l's deadline was
@@ -289,8 +307,8 @@ func (h *history) answered(op string, l *lock.Lease, dl time.Time, err error) {
 	if errors.Is(err, lock.ErrLost) && now.Before(dl) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		h.wrong = append(h.wrong, fmt.Sprintf("%s of %s (token %d, lease %s, granted or refreshed at %s for %s) answered %q at %s, before its deadline %s",
-			op, l.Name(), l.Token(), l.ID(), l.Started().Format(timeFormat), l.TTL(), err, now.Format(timeFormat), dl.Format(timeFormat)))
+		h.early = append(h.early, lostEarly{name: l.Name(), token: l.Token(), at: now, what: fmt.Sprintf("%s of %s (token %d, lease %s, granted or refreshed at %s for %s) answered %q at %s, before its deadline %s",
+			op, l.Name(), l.Token(), l.ID(), l.Started().Format(timeFormat), l.TTL(), err, now.Format(timeFormat), dl.Format(timeFormat))})
 	}
 }
 
@@ -343,16 +361,55 @@ func Run(t *testing.T, s Setup) {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
 
-	// Each worker and the nemesis say when they are done.
-	done := make(chan struct{}, len(s.Lockers)*workers+1)
+	// Each worker, candidate, operator and the nemesis say when they are
+	// done.
+	perProcess := workers + 1
+	if s.Elect {
+		perProcess += candidates
+	}
+	done := make(chan struct{}, len(s.Lockers)*perProcess+1)
+	var election string
+	var observers []*observer
+	if s.Elect {
+		election = testenv.Name(t)
+		// Observers watch past the faults, until checkElection is done.
+		octx, stop := context.WithCancel(context.Background())
+		var watching sync.WaitGroup
+		t.Cleanup(func() { stop(); watching.Wait() })
+		for p, c := range s.Lockers {
+			o := newObserver(fmt.Sprintf("p%do", p))
+			observers = append(observers, o)
+			watching.Go(func() { observe(octx, h, c.(lock.Elector), election, o) })
+		}
+	}
 	for p, c := range s.Lockers {
-		for w := range workers {
-			who := fmt.Sprintf("p%dw%d", p, w)
-			r := rand.New(rand.NewPCG(uint64(seed), uint64(p*workers+w+1)))
-			go func() {
+		for w := range perProcess {
+			r := rand.New(rand.NewPCG(uint64(seed), uint64(p*perProcess+w+1)))
+			work := func() {
+				who := fmt.Sprintf("p%dw%d", p, w)
 				for ctx.Err() == nil {
 					step(t, ctx, h, c, who, names[r.IntN(len(names))], r)
 				}
+			}
+			switch {
+			case w == workers:
+				work = func() {
+					forceable := names
+					if s.Elect {
+						forceable = append(slices.Clone(names), election)
+					}
+					operate(ctx, h, c.(forcer), forceable, r)
+				}
+			case w > workers:
+				work = func() {
+					who := fmt.Sprintf("p%dc%d", p, w-workers-1)
+					for ctx.Err() == nil {
+						campaign(t, ctx, h, c.(lock.Elector), who, election, r)
+					}
+				}
+			}
+			go func() {
+				work()
 				done <- struct{}{}
 			}()
 		}
@@ -363,10 +420,10 @@ func Run(t *testing.T, s Setup) {
 		done <- struct{}{}
 	}()
 	// Every worker ends its step after the faults end: an acquisition's
-	// wait, a hold and its release are bounded (step), so one that
-	// does not return in a minute is stuck.
+	// wait, a hold and its release are bounded (step, campaign), so one
+	// that does not return in a minute is stuck.
 	stuck := time.After(d + time.Minute)
-	for left := len(s.Lockers)*workers + 1; left > 0; left-- {
+	for left := cap(done); left > 0; left-- {
 		select {
 		case <-done:
 		case <-stuck:
@@ -397,6 +454,9 @@ func Run(t *testing.T, s Setup) {
 		if err := l.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if s.Elect {
+		checkElection(t, s, h, election, observers)
 	}
 	keys := s.Keys()
 	t.Logf("keys of the locks in the store once every name was free: %q", keys)
@@ -519,7 +579,7 @@ func outcome(op string, err error) string {
 	switch {
 	case err == nil:
 		return op + " ok"
-	case errors.As(err, &held), errors.Is(err, lock.ErrNotAcquired):
+	case errors.As(err, &held), errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrHeldByOther):
 		return op + " held"
 	case errors.Is(err, lock.ErrLost):
 		return op + " lost"
@@ -633,8 +693,9 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, r *rand.Rand, faults ma
 // began after another was granted has a higher token; and no two holders
 // believed they held the same lock at the same time (guarantee 2 holds
 // under the faults here: they cut, slow or pause the links and servers,
-// but no holder is paused, no Redis fails over and no clock jumps). It
-// returns what it found wrong.
+// but no holder is paused, no Redis fails over and no clock jumps), nor
+// was told "lost" before its deadline, each but for a grant an operator
+// force-released. It returns what it found wrong.
 func checkHistory(h *history) (wrong []string) {
 	byName := map[string][]*grant{}
 	for _, g := range h.grants {
@@ -658,15 +719,32 @@ func checkHistory(h *history) (wrong []string) {
 					wrong = append(wrong, fmt.Sprintf("%s: %s was granted token %d at %s, and %s, asking after that (%s), got %d",
 						name, a.who, a.token, a.granted.Format(timeFormat), b.who, b.invoked.Format(timeFormat), b.token))
 				}
-				if !a.first.IsZero() && !b.first.IsZero() && a.token < b.token &&
-					!a.believed.Before(b.first) && !b.believed.Before(a.first) {
+				aFrom, aUntil, aOK := h.span(a)
+				bFrom, bUntil, bOK := h.span(b)
+				if aOK && bOK && a.token < b.token && !aUntil.Before(bFrom) && !bUntil.Before(aFrom) {
 					wrong = append(wrong, fmt.Sprintf("%s: two holders at once: %s (token %d) believed it held it until %s, %s (token %d) from %s",
-						name, a.who, a.token, a.believed.Format(timeFormat), b.who, b.token, b.first.Format(timeFormat)))
+						name, a.who, a.token, aUntil.Format(timeFormat), b.who, b.token, bFrom.Format(timeFormat)))
 				}
 			}
 		}
 	}
+	for _, e := range h.early {
+		if d := h.deposed(e.name, e.token); d.IsZero() || !d.Before(e.at) {
+			wrong = append(wrong, e.what)
+		}
+	}
 	return wrong
+}
+
+// span is when g's holder believed it held the lock, as far as it
+// counts: a force-release of g deposes it when first sent, whatever its
+// holder believed after that. ok false: never.
+func (h *history) span(g *grant) (from, until time.Time, ok bool) {
+	until = g.believed
+	if d := h.deposed(g.name, g.token); !d.IsZero() && d.Before(until) {
+		until = d
+	}
+	return g.first, until, !g.first.IsZero() && !until.Before(g.first)
 }
 
 const timeFormat = "15:04:05.000000"

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/lock"
 )
 
 // The checker finds each violation planted in a history, and nothing in
@@ -27,9 +28,13 @@ func TestCheckHistory(t *testing.T) {
 		{"a token going back", []*grant{g("a", 7, 0, 10, 10, 50), g("b", 5, 60, 70, 70, 90)}, "asking after that"},
 		{"two holders at once", []*grant{g("a", 5, 0, 10, 10, 75), g("b", 7, 60, 70, 70, 90)}, "two holders at once"},
 		{"two holders, the later with the lower token", []*grant{g("a", 7, 0, 10, 10, 95), g("b", 5, 5, 70, 70, 90)}, "two holders at once"},
+		{"two holders, the earlier deposed", []*grant{g("a", 3, 0, 10, 10, 75), g("b", 7, 60, 70, 70, 90)}, ""},
+		{"two holders, another deposed", []*grant{g("a", 4, 0, 10, 10, 75), g("b", 7, 60, 70, 70, 90)}, "two holders at once"},
+		{"two holders, deposed too late", []*grant{g("a", 3, 0, 10, 10, 95), g("b", 7, 5, 50, 50, 90)}, "two holders at once"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := &history{grants: map[string]*grant{}}
+			// An operator force-released token 3 at 65 ms.
+			h := &history{grants: map[string]*grant{}, forces: []forced{{name: "n", token: 3, sent: at(65)}}}
 			for _, gr := range c.grants {
 				h.grants[gr.id] = gr
 			}
@@ -37,6 +42,64 @@ func TestCheckHistory(t *testing.T) {
 			switch {
 			case c.want == "" && len(wrong) > 0:
 				t.Fatalf("found %q in a correct history", wrong)
+			case c.want != "" && (len(wrong) != 1 || !strings.Contains(wrong[0], c.want)):
+				t.Fatalf("found %q, want one thing, %q", wrong, c.want)
+			}
+		})
+	}
+}
+
+// A "lost" before the holder's deadline is wrong unless an operator sent a
+// force-release of that very grant before it.
+func TestCheckLostEarly(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
+	for _, c := range []struct {
+		name   string
+		forced []forced
+		wrong  bool
+	}{
+		{"no force-release", nil, true},
+		{"its own, sent before", []forced{{name: "n", token: 5, sent: at(10)}}, false},
+		{"its own, sent after", []forced{{name: "n", token: 5, sent: at(30)}}, true},
+		{"another token's", []forced{{name: "n", token: 6, sent: at(10)}}, true},
+		{"another name's", []forced{{name: "m", token: 5, sent: at(10)}}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := &history{grants: map[string]*grant{}, forces: c.forced,
+				early: []lostEarly{{name: "n", token: 5, at: at(20), what: "lost early"}}}
+			if wrong := checkHistory(h); (len(wrong) > 0) != c.wrong {
+				t.Fatalf("found %q; want something wrong: %v", wrong, c.wrong)
+			}
+		})
+	}
+}
+
+// checkObserved finds a term going back and a leader shown with another's
+// value, and passes a correct sequence with nobody leading in between.
+func TestCheckObserved(t *testing.T) {
+	h := &history{grants: map[string]*grant{
+		"a": {name: "e", who: "p0c0", id: "a", token: 5},
+		"b": {name: "e", who: "p1c1", id: "b", token: 7},
+		"c": {name: "other", who: "p1c0", id: "c", token: 6},
+	}}
+	lead := func(token fence.Token, value string) lock.Leader {
+		return lock.Leader{Name: "e", Leading: true, Value: value, Token: token}
+	}
+	nobody := lock.Leader{Name: "e"}
+	for _, c := range []struct {
+		name string
+		seen []lock.Leader
+		want string
+	}{
+		{"terms in order", []lock.Leader{nobody, lead(5, "p0c0"), nobody, lead(7, "p1c1"), lead(9, "final")}, ""},
+		{"a term going back", []lock.Leader{lead(7, "p1c1"), nobody, lead(5, "p0c0")}, "showed term 5 after term 7"},
+		{"another's value", []lock.Leader{lead(5, "p1c1")}, "that term is p0c0's"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			wrong := checkObserved(h, "e", "p0o", c.seen)
+			switch {
+			case c.want == "" && len(wrong) > 0:
+				t.Fatalf("found %q in a correct sequence", wrong)
 			case c.want != "" && (len(wrong) != 1 || !strings.Contains(wrong[0], c.want)):
 				t.Fatalf("found %q, want one thing, %q", wrong, c.want)
 			}
