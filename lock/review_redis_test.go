@@ -308,12 +308,7 @@ func TestRedlockFailedReentryLeavesNoHold(t *testing.T) {
 // reason but "lost" may have been applied, so the holder's deadline now
 // moves as far as it would have (never later).
 func TestUnansweredShorterRefreshShortensValidity(t *testing.T) {
-	pr := newProxiedRedis(t)
-	other, err := lock.NewRedisStore(pr.direct, pr.seq, lock.WithRedisPrefix(pr.prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
+	pr, other := newSlowRetryProxiedRedis(t)
 	c1, c2 := newClient(t, pr.store), newClient(t, other)
 	ctx := t.Context()
 	name := testenv.Name(t)
