@@ -497,3 +497,39 @@ func TestShorterRefreshThroughTheAPI(t *testing.T) {
 		t.Fatal("a second holder acquired while the first still believes it holds the lock")
 	}
 }
+
+// Defect 100 through the API: a shorter refresh that the server applied
+// but whose answer was lost, and that could not be sent again (the
+// server's address refused connections), shortens the validity all the
+// same: the lock the server freed at the shorter TTL is not believed held.
+func TestUnansweredShorterRefreshThroughTheAPI(t *testing.T) {
+	f := newFixture(t)
+	p, c := f.proxied(t)
+	name := testenv.Name(t)
+	a, err := c.Acquire(t.Context(), name, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const short = 200 * time.Millisecond
+	lost := p.LoseReplyAndRefuse([]byte("/refresh"))
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	err = a.Refresh(ctx, short)
+	cancel()
+	<-lost
+	p.Refuse(false)
+	if err == nil || errors.Is(err, lock.ErrLost) {
+		t.Fatalf("refresh whose answer was lost and that could not be sent again: %v; want an error that is not ErrLost", err)
+	}
+	if d := a.Deadline(); d.After(sent.Add(short)) {
+		t.Fatalf("deadline %s away after an unanswered Refresh(%s)", time.Until(d).Round(time.Millisecond), short)
+	}
+	b, err := newClient(t, f.url).Acquire(t.Context(), name, time.Second, lock.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(t.Context())
+	if time.Now().Before(a.Deadline()) && a.Err() == nil {
+		t.Fatal("a second holder acquired while the first still believes it holds the lock")
+	}
+}
