@@ -392,6 +392,13 @@ class Client:
         self.base_url = base_url.rstrip("/")
         self._url = u
         self._local = threading.local()  # .conn: this thread's connection
+        # Every thread's connection, for close(): those a call is using
+        # (busy) close as it returns, the others at once; a connection of an
+        # older generation than the client's was closed by close().
+        self._conns_mu = threading.Lock()
+        self._conns: set[http.client.HTTPConnection] = set()
+        self._busy: set[http.client.HTTPConnection] = set()
+        self._gen = 0
         self._bearer = bearer_token
         self.timeout = timeout
         self.retries = retries
@@ -788,34 +795,68 @@ class Client:
                 time.sleep(pause)
 
     def close(self) -> None:
-        """Close the calling thread's connection, if it has one; the next call opens another."""
+        """Close every connection the client keeps, every thread's: an idle
+        one at once, one that a call in another thread is using as that
+        call returns. The client stays usable: the next call opens another."""
+        with self._conns_mu:
+            self._gen += 1
+            idle = [c for c in self._conns if c not in self._busy]
+            self._conns.difference_update(idle)
+        for c in idle:
+            c.close()
+
+    def _drop(self) -> None:
+        """Close the calling thread's connection (the server closed it, or
+        it failed), if it has one; its next call opens another."""
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:
+            with self._conns_mu:
+                self._conns.discard(conn)
+            conn.close()
+
+    def _done(self, conn: http.client.HTTPConnection) -> None:
+        """A call is done with conn: closed if close() came meanwhile."""
+        with self._conns_mu:
+            self._busy.discard(conn)
+            stale = getattr(conn, "_fenced_gen", self._gen) != self._gen
+            if stale:
+                self._conns.discard(conn)
+        if stale:
             conn.close()
 
     def _conn(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
         """This thread's connection, and whether it was used before. A kept
         connection that the server closed while idle is replaced."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and conn.sock is not None:
-            try:
-                readable, _, _ = select.select([conn.sock], [], [], 0)
-            except (OSError, ValueError):
-                readable = [conn.sock]
-            if readable:  # idle, so readable means closed (or a stray byte): do not reuse
-                self.close()
-                conn = None
-        if conn is None or conn.sock is None:
-            if conn is not None:
+        # Under the lock, so that close() in another thread cannot close
+        # it between this look and the call marking it busy.
+        with self._conns_mu:
+            conn = getattr(self._local, "conn", None)
+            if conn is not None and (conn.sock is None or getattr(conn, "_fenced_gen", -1) != self._gen):
+                self._conns.discard(conn)  # closed, by close() or a failure
                 conn.close()
-            cls = http.client.HTTPSConnection if self._url.scheme == "https" else http.client.HTTPConnection
-            conn = cls(self._url.hostname or "", self._url.port, timeout=timeout)
-            self._local.conn = conn
-            return conn, False
-        conn.timeout = timeout
-        conn.sock.settimeout(timeout)
-        return conn, True
+                conn = None
+            if conn is not None:
+                try:
+                    readable, _, _ = select.select([conn.sock], [], [], 0)
+                except (OSError, ValueError):
+                    readable = [conn.sock]
+                if readable:  # idle, so readable means closed (or a stray byte): do not reuse
+                    self._conns.discard(conn)
+                    conn.close()
+                    conn = None
+            reused = conn is not None
+            if conn is None:
+                cls = http.client.HTTPSConnection if self._url.scheme == "https" else http.client.HTTPConnection
+                conn = cls(self._url.hostname or "", self._url.port, timeout=timeout)
+                conn._fenced_gen = self._gen  # type: ignore[attr-defined]
+                self._local.conn = conn
+                self._conns.add(conn)
+            else:
+                conn.timeout = timeout
+                conn.sock.settimeout(timeout)
+            self._busy.add(conn)
+            return conn, reused
 
     def _request(self, method: str, path: str, body: Optional[dict[str, Any]], timeout: float,
                  sent: Optional[list[float]] = None) -> dict[str, Any]:
@@ -845,19 +886,21 @@ class Client:
                 raw = resp.read()
                 status, rheaders = resp.status, resp.headers
                 if resp.will_close:
-                    self.close()
+                    self._drop()
                 break
             except (http.client.RemoteDisconnected, BrokenPipeError) as e:
                 # The server closed a kept connection as the request went out.
-                self.close()
+                self._drop()
                 if reused and attempt == 0 and resend:
                     if sent is not None:
                         sent.append(time.monotonic())
                     continue
                 raise TransportError(f"{method} {self.base_url}{path}: {e}") from e
             except (OSError, http.client.HTTPException) as e:
-                self.close()
+                self._drop()
                 raise TransportError(f"{method} {self.base_url}{path}: {e}") from e
+            finally:
+                self._done(conn)
         if status >= 400:
             raise _api_error(status, rheaders, raw)
         try:
@@ -1179,7 +1222,7 @@ class Lease:
         try:
             self._keep_alive_loop()
         finally:
-            self._client.close()  # this thread's connection
+            self._client._drop()  # this thread's connection
 
     def _keep_alive_loop(self) -> None:
         with self._mu:

@@ -169,6 +169,23 @@ class FaultProxy:
             raise AssertionError(f"proxy threads still running: {alive}")
 
 
+def established_to(port: int) -> int:
+    """How many TCP connections of this machine to port (on any address)
+    are established: the client's side of its connections to a server."""
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
+                n += 1
+    return n
+
+
 class ScriptedProxy:
     """An HTTP/1.1 reverse proxy in front of a fenced. script maps a path
     suffix ("/refresh", "/release") to a list of actions, used up in order,
@@ -348,14 +365,16 @@ class DevTest(unittest.TestCase):
         self.assertIs(self.client._local.conn.sock, sock)
         self.assertEqual(self.client._local.conn.sock.getsockname()[1], port)
         # Another thread has its own.
-        other: list[int] = []
-        t = threading.Thread(target=lambda: (self.client.inspect(name), other.append(self.client._local.conn.sock.getsockname()[1])))
+        other: list[Any] = []
+        t = threading.Thread(target=lambda: (self.client.inspect(name), other.append(self.client._local.conn)))
         t.start()
         t.join()
         self.assertEqual(len(other), 1)
-        self.assertNotEqual(other[0], port)
+        self.assertNotEqual(other[0].sock.getsockname()[1], port)
+        # close() closes both (test_close_closes_every_threads_connection).
         self.client.close()
-        self.assertIsNone(self.client._local.conn)
+        self.assertIsNone(self.client._local.conn.sock)
+        self.assertIsNone(other[0].sock)
 
     def test_election(self) -> None:
         # One leads, another waits and is refused at its wait_ms, a long
@@ -388,6 +407,50 @@ class DevTest(unittest.TestCase):
         self.addCleanup(c.close)
         return proxy, c
 
+    def test_close_closes_every_threads_connection(self) -> None:
+        # Each thread keeps a connection. close() closed only the calling
+        # thread's, so a pool of threads kept its connections open after it.
+        # Now it closes every idle one at once, and one a call is using (a
+        # long poll) as that call returns; the client stays usable.
+        port = urllib.parse.urlsplit(self.daemon.url).port
+        assert port is not None
+        c = fenced.Client(self.daemon.url)
+        self.addCleanup(c.close)
+        before = established_to(port)
+        called, done = threading.Barrier(5), threading.Event()
+        name = unique()
+        polled: list[fenced.Leader] = []
+
+        def idle() -> None:
+            c.inspect(name)
+            called.wait(timeout=10)
+            done.wait(timeout=30)
+
+        def poll() -> None:
+            c.inspect(name)
+            called.wait(timeout=10)
+            polled.append(c.leader(name, after_token=0, wait_ms=1000))  # nobody leads: waits it out
+        threads = [threading.Thread(target=idle) for _ in range(3)] + [threading.Thread(target=poll)]
+        for t in threads:
+            t.start()
+        self.addCleanup(done.set)
+        called.wait(timeout=10)
+        self.assertGreaterEqual(established_to(port), before + 4, "each thread keeps a connection")
+        deadline = time.monotonic() + 10
+        while not c._busy:  # the poll's request is on its way: its connection busy
+            self.assertLess(time.monotonic(), deadline, "the long poll never started")
+            time.sleep(0.001)
+        c.close()
+        self.assertEqual(established_to(port), before + 1, "close() left idle connections open (or closed the poll's)")
+        threads[3].join(timeout=10)
+        self.assertEqual(len(polled), 1, "the long poll failed: close() closed the connection under it")
+        self.assertFalse(polled[0].leading)
+        self.assertEqual(established_to(port), before, "the poll's connection stayed open after its call returned")
+        self.assertFalse(c.inspect(name).held)  # still usable
+        done.set()
+        for t in threads[:3]:
+            t.join(timeout=10)
+
     def test_waiting_acquire_sends_a_waiter(self) -> None:
         # Every acquire (and campaign) carries a new 32-hex waiter, which
         # the server takes (it refuses a malformed one): the waiter queued
@@ -401,7 +464,7 @@ class DevTest(unittest.TestCase):
             try:
                 got.append(c.acquire(name, ttl_ms=10_000, wait_ms=10_000))
             finally:
-                c.close()  # this thread's connection
+                c.close()
         t = threading.Thread(target=wait)
         t.start()
         self.assertTrue(proxy.request_seen.wait(timeout=10))
