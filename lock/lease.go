@@ -151,16 +151,20 @@ func (l *Lease) Err() error {
 // have made it end, so a shorter one that failed shortens it too (defect
 // 100), and a longer one leaves it as it was.
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	if ttl == 0 {
-		ttl = l.TTL()
-	}
-	if err := ValidateTTL(ttl); err != nil {
-		return err
+	if ttl != 0 {
+		if err := ValidateTTL(ttl); err != nil {
+			return err
+		}
 	}
 	l.refreshing.Lock()
 	defer l.refreshing.Unlock()
 	if err := l.Err(); err != nil {
 		return err
+	}
+	if ttl == 0 {
+		// Read after the refresh before this one is done: one to another
+		// TTL in flight would be undone by the TTL of before (defect 101).
+		ttl = l.TTL()
 	}
 	start := time.Now()
 	g, err := l.set.keeper.Refresh(ctx, l.name, l.id, ttl)
