@@ -999,6 +999,11 @@ class Lease:
         #: Why the lease was lost (a LostError), once lost is set.
         self.lost_reason: Optional[FencedError] = None
         self._mu = threading.Lock()
+        # One refresh at a time, the caller's or the keep-alive's: each
+        # answer sets the validity from its own start and TTL, so two in
+        # flight with different TTLs could leave the one the server did not
+        # apply last (as the Go client's Lease does).
+        self._refreshing = threading.RLock()
         # The grant's attempt began waited_ms after the server had the
         # request, so never before started + waited_ms: the validity runs
         # from there (a wait longer than the TTL must not void the grant).
@@ -1072,7 +1077,13 @@ class Lease:
         client does not know the server's default, and cannot)."""
         self._refresh(ttl_ms, None)
 
-    def _refresh(self, ttl_ms: Optional[int], retries: Optional[int]) -> None:
+    def _refresh(self, ttl_ms: Optional[int], retries: Optional[int], current_ttl: bool = False) -> None:
+        with self._refreshing:
+            if current_ttl:  # read once the refresh before is done: it may have changed it
+                ttl_ms = self.ttl_ms
+            self._refresh_one(ttl_ms, retries)
+
+    def _refresh_one(self, ttl_ms: Optional[int], retries: Optional[int]) -> None:
         started = time.monotonic()
         # A lease lost, released or out of validity stays so: a refresh
         # that the server still answers does not make it held again.
@@ -1258,7 +1269,7 @@ class Lease:
             if now < next_refresh:
                 continue
             try:
-                self._refresh(self.ttl_ms, 0)  # this loop retries, within the validity
+                self._refresh(None, 0, current_ttl=True)  # this loop retries, within the validity
             except LostError:
                 return  # refresh signalled it
             except FencedError as e:

@@ -856,6 +856,41 @@ class RedisTest(unittest.TestCase):
         self.assertGreater(lease.valid_for(), 20)
         lease.release()
 
+    def test_refreshes_of_a_lease_go_one_at_a_time(self) -> None:
+        # A refresh to 30 s whose answer is slow, and one to 300 ms from
+        # another thread meanwhile: fenced applied the 30 s first and the
+        # 300 ms last, but the client took the slow answer last and kept
+        # its 30 s validity (two holders possible). Refreshes now go one at
+        # a time, as the Go client's do, so the last sent is the last taken.
+        proxy, c = self.scripted({"/refresh": ["late"]})
+        name = unique()
+        lease = c.acquire(name, ttl_ms=5000)
+        errs: list[BaseException] = []
+
+        def refresh(ttl_ms: int) -> None:
+            try:
+                lease.refresh(ttl_ms)
+            except BaseException as e:
+                errs.append(e)
+        slow = threading.Thread(target=refresh, args=(30_000,))
+        slow.start()
+        deadline = time.monotonic() + 10
+        while proxy.actions("/refresh") != ["late"]:  # the slow one reached fenced
+            self.assertLess(time.monotonic(), deadline, "the slow refresh never reached the proxy")
+            time.sleep(0.001)
+        fast = threading.Thread(target=refresh, args=(300,))
+        fast_started = time.monotonic()
+        fast.start()
+        fast.join(timeout=1)  # before: it went past the slow one and returned
+        proxy.late.set()
+        slow.join(timeout=30)
+        fast.join(timeout=30)
+        self.assertEqual(errs, [])
+        self.assertEqual(lease.ttl_ms, 300)
+        self.assertLessEqual(lease.deadline, time.monotonic() + 0.3)
+        self.assertGreater(lease.deadline, fast_started)
+        lease.release()
+
     def test_refresh_answered_after_its_validity_is_a_loss(self) -> None:
         # A refresh to 10 ms whose answer comes after the server let the
         # lease expire: the lease is lost, not held again for a moment, as

@@ -1054,6 +1054,7 @@ export class Lease {
   readonly count: number;
   #ttlMs: number;
   #deadline: number;
+  #refreshing: Promise<void> = Promise.resolve();
   /** A release was begun (or done); reset if it failed. */
   #released = false;
   /** The server released it: no longer held. */
@@ -1154,7 +1155,19 @@ export class Lease {
    * know the server's default, and cannot).
    */
   async refresh(ttlMs?: number): Promise<void> {
-    await this.#refresh(ttlMs, {});
+    await this.#oneAtATime(() => this.#refresh(ttlMs, {}));
+  }
+
+  /**
+   * Runs f after every refresh begun before it: each answer sets the
+   * validity from its own start and TTL, so two in flight with different
+   * TTLs could leave the one fenced did not apply last (as the Go client's
+   * Lease does).
+   */
+  #oneAtATime(f: () => Promise<void>): Promise<void> {
+    const run = this.#refreshing.then(f, f);
+    this.#refreshing = run.catch(() => {});
+    return run;
   }
 
   async #refresh(ttlMs: number | undefined, options: CallOptions): Promise<void> {
@@ -1313,7 +1326,8 @@ export class Lease {
       }
       if (now < next) continue;
       try {
-        await this.#refresh(this.#ttlMs, { retries: 0, signal: stop }); // this loop retries, within the validity
+        // The TTL is read when its turn comes: a refresh before it may change it.
+        await this.#oneAtATime(() => this.#refresh(this.#ttlMs, { retries: 0, signal: stop })); // this loop retries, within the validity
       } catch (e) {
         if (stop.aborted || e instanceof LostError) return;
         if (e instanceof FencedError && e.retryable) {

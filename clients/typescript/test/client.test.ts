@@ -708,6 +708,33 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("sends a lease's refreshes one at a time", async () => {
+    // A refresh to 30 s whose answer is slow, and one to 300 ms meanwhile:
+    // fenced applied the 30 s first and the 300 ms last, but the client
+    // took the slow answer last and kept its 30 s validity (two holders
+    // possible). Refreshes now go one at a time, as the Go client's do, so
+    // the last sent is the last taken.
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["late"] });
+    try {
+      const c = new Client(proxy.url, { bearerToken: bearer });
+      const lease = await c.acquire(unique(), { ttlMs: 5000, waitMs: 0 });
+      const slow = lease.refresh(30_000);
+      while (proxy.actions("/refresh").length === 0) await sleep(1); // the slow one reached fenced
+      const fastStarted = performance.now();
+      const fast = lease.refresh(300);
+      await Promise.race([fast, sleep(1000)]); // before: it went past the slow one and resolved
+      proxy.answerLate();
+      await slow;
+      await fast;
+      assert.equal(lease.ttlMs, 300);
+      assert.ok(lease.deadline <= performance.now() + 300, `validity ${lease.deadline - performance.now()} ms after a refresh to 300 ms`);
+      assert.ok(lease.deadline > fastStarted);
+      await lease.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("shortens the validity to an unanswered shorter refresh", async () => {
     // A refresh to 200 ms that fenced applied but whose answer was cut left the lease valid for its old 30 s
     // while fenced freed the lock at 200 ms: another client took it, and
