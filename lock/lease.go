@@ -305,10 +305,17 @@ func (l *Lease) wakeInLocked() time.Duration {
 	return time.Until(wake)
 }
 
-// rearmLocked moves the timer to a schedule that changed, unless a
-// callback runs (it rearms as it ends) or the lease is stopped.
+// rearmLocked moves the timer to a schedule that changed, unless the lease
+// is stopped; while a callback runs (it rearms as it ends), to the deadline.
 func (l *Lease) rearmLocked() {
-	if l.timer != nil && !l.ticking && !l.stopped {
+	switch {
+	case l.timer == nil || l.stopped:
+	case l.ticking:
+		// The callback's refresh waits, and the timer with it waits for
+		// the deadline (step): one that moved sooner (a refresh to a
+		// shorter TTL, or a failed one, defect 100) must end the lease then.
+		l.timer.Reset(time.Until(l.deadline))
+	default:
 		l.timer.Reset(l.wakeInLocked())
 	}
 }

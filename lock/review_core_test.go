@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,5 +212,57 @@ func TestKeepAliveRefreshesWithTheTTLOfTheRefreshBefore(t *testing.T) {
 	}
 	if l.TTL() != longer {
 		t.Fatalf("TTL %s after Refresh(%s) and a keep-alive refresh", l.TTL(), longer)
+	}
+}
+
+// stalledRefresh fails its first Refresh once fail is closed, without
+// sending it, and holds every later one until its context ends, as a
+// store that stopped answering would.
+type stalledRefresh struct {
+	lock.LeaseStore
+	fail  chan struct{}
+	calls atomic.Int64
+}
+
+func (s *stalledRefresh) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (lock.Grant, error) {
+	if s.calls.Add(1) == 1 {
+		<-s.fail
+		return lock.Grant{}, errors.New("injected: no answer")
+	}
+	<-ctx.Done()
+	return lock.Grant{}, ctx.Err()
+}
+
+// A refresh to a shorter TTL that failed shortens the deadline (defect
+// 100). Done must close at that deadline even when the keep-alive's
+// refresh, come due meanwhile, waits behind it and then for a store that
+// does not answer: its timer was set to the deadline of before. The holder
+// watches Done to stop writing.
+func TestDoneClosesAtADeadlineAFailedRefreshShortened(t *testing.T) {
+	s := &stalledRefresh{LeaseStore: redisBackend(t).store, fail: make(chan struct{})}
+	c := newClient(t, s)
+	const ttl, shorter = 3 * time.Second, 1500 * time.Millisecond
+	l, err := c.Acquire(t.Context(), testenv.Name(t), ttl, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+	// The keep-alive comes due at a third of the TTL, while this refresh
+	// is in the store; it fails after that.
+	time.AfterFunc(time.Until(l.Started().Add(ttl/3+300*time.Millisecond)), func() { close(s.fail) })
+	if err := l.Refresh(t.Context(), shorter); err == nil {
+		t.Fatal("refresh through a store that does not answer succeeded")
+	}
+	dl := l.Deadline()
+	if !dl.Before(l.Started().Add(ttl - lock.Drift(ttl))) {
+		t.Fatalf("deadline %s after a failed Refresh(%s): not shortened", dl, shorter)
+	}
+	select {
+	case <-l.Done():
+		if late := time.Since(dl); late > 200*time.Millisecond {
+			t.Fatalf("Done closed %s after the deadline a failed Refresh(%s) set", late.Round(time.Millisecond), shorter)
+		}
+	case <-time.After(time.Until(dl) + 500*time.Millisecond):
+		t.Fatalf("Done still open half a second after the deadline %s, which a failed Refresh(%s) set", dl, shorter)
 	}
 }
