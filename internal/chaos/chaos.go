@@ -697,6 +697,7 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, r *rand.Rand, faults ma
 // was told "lost" before its deadline, each but for a grant an operator
 // force-released. It returns what it found wrong.
 func checkHistory(h *history) (wrong []string) {
+	deposed := firstForced(h.forces)
 	byName := map[string][]*grant{}
 	for _, g := range h.grants {
 		byName[g.name] = append(byName[g.name], g)
@@ -710,8 +711,12 @@ func checkHistory(h *history) (wrong []string) {
 			}
 			tokens[g.token] = g
 		}
-		for _, a := range gs {
-			for _, b := range gs {
+		spans := make([]span, len(gs))
+		for i, g := range gs {
+			spans[i] = spanOf(g, deposed[forcedGrant{g.name, g.token}])
+		}
+		for i, a := range gs {
+			for j, b := range gs {
 				if a == b {
 					continue
 				}
@@ -719,32 +724,37 @@ func checkHistory(h *history) (wrong []string) {
 					wrong = append(wrong, fmt.Sprintf("%s: %s was granted token %d at %s, and %s, asking after that (%s), got %d",
 						name, a.who, a.token, a.granted.Format(timeFormat), b.who, b.invoked.Format(timeFormat), b.token))
 				}
-				aFrom, aUntil, aOK := h.span(a)
-				bFrom, bUntil, bOK := h.span(b)
-				if aOK && bOK && a.token < b.token && !aUntil.Before(bFrom) && !bUntil.Before(aFrom) {
+				sa, sb := spans[i], spans[j]
+				if sa.ok && sb.ok && a.token < b.token && !sa.until.Before(sb.from) && !sb.until.Before(sa.from) {
 					wrong = append(wrong, fmt.Sprintf("%s: two holders at once: %s (token %d) believed it held it until %s, %s (token %d) from %s",
-						name, a.who, a.token, aUntil.Format(timeFormat), b.who, b.token, bFrom.Format(timeFormat)))
+						name, a.who, a.token, sa.until.Format(timeFormat), b.who, b.token, sb.from.Format(timeFormat)))
 				}
 			}
 		}
 	}
 	for _, e := range h.early {
-		if d := h.deposed(e.name, e.token); d.IsZero() || !d.Before(e.at) {
+		if d := deposed[forcedGrant{e.name, e.token}]; d.IsZero() || !d.Before(e.at) {
 			wrong = append(wrong, e.what)
 		}
 	}
 	return wrong
 }
 
-// span is when g's holder believed it held the lock, as far as it
-// counts: a force-release of g deposes it when first sent, whatever its
-// holder believed after that. ok false: never.
-func (h *history) span(g *grant) (from, until time.Time, ok bool) {
-	until = g.believed
-	if d := h.deposed(g.name, g.token); !d.IsZero() && d.Before(until) {
-		until = d
+// span is when a grant's holder believed it held the lock, as far as it
+// counts; ok false: never.
+type span struct {
+	from, until time.Time
+	ok          bool
+}
+
+// spanOf is g's span: a force-release of g (first sent at deposed, zero
+// if none) deposes it then, whatever its holder believed after that.
+func spanOf(g *grant, deposed time.Time) span {
+	until := g.believed
+	if !deposed.IsZero() && deposed.Before(until) {
+		until = deposed
 	}
-	return g.first, until, !g.first.IsZero() && !until.Before(g.first)
+	return span{g.first, until, !g.first.IsZero() && !until.Before(g.first)}
 }
 
 const timeFormat = "15:04:05.000000"

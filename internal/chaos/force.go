@@ -60,13 +60,21 @@ func operate(ctx context.Context, h *history, f forcer, names []string, r *rand.
 	}
 }
 
-// deposed is when a force-release of name's grant with token was first
-// sent; zero if never.
-func (h *history) deposed(name string, token fence.Token) (at time.Time) {
-	for _, f := range h.forces {
-		if f.name == name && f.token == token && (at.IsZero() || f.sent.Before(at)) {
-			at = f.sent
+// forcedGrant names a grant an operator force-released.
+type forcedGrant struct {
+	name  string
+	token fence.Token
+}
+
+// firstForced is when the first force-release of each grant named was
+// sent.
+func firstForced(forces []forced) map[forcedGrant]time.Time {
+	first := map[forcedGrant]time.Time{}
+	for _, f := range forces {
+		k := forcedGrant{f.name, f.token}
+		if at, ok := first[k]; !ok || f.sent.Before(at) {
+			first[k] = f.sent
 		}
 	}
-	return at
+	return first
 }
