@@ -54,6 +54,16 @@ func (o *observer) sightings() []lock.Leader {
 	return slices.Clone(o.seen)
 }
 
+// latest is o's last sighting; ok false: none yet.
+func (o *observer) latest() (l lock.Leader, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.seen) == 0 {
+		return l, false
+	}
+	return o.seen[len(o.seen)-1], true
+}
+
 // observe watches election name through e until ctx ends, observing again
 // when Observe fails (its first read met a fault) or its channel closes.
 func observe(ctx context.Context, h *history, e lock.Elector, name string, o *observer) {
@@ -189,18 +199,14 @@ func shows(t *testing.T, o *observer, what string, ok func(lock.Leader) bool) {
 	timeout := time.NewTimer(observeWithin)
 	defer timeout.Stop()
 	for {
-		seen := o.sightings()
-		if len(seen) > 0 && ok(seen[len(seen)-1]) {
+		latest, seen := o.latest()
+		if seen && ok(latest) {
 			return
 		}
 		select {
 		case <-o.changed:
 		case <-timeout.C:
-			var latest any = "nothing"
-			if len(seen) > 0 {
-				latest = seen[len(seen)-1]
-			}
-			t.Errorf("observer %s did not show %s within %s; it shows %+v", o.who, what, observeWithin, latest)
+			t.Errorf("observer %s did not show %s within %s; its latest sighting (if any: %v) is %+v", o.who, what, observeWithin, seen, latest)
 			return
 		}
 	}
