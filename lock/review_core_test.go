@@ -157,6 +157,18 @@ func TestWaitBudgetShorterThanAnAttempt(t *testing.T) {
 	}
 }
 
+// keptAlive is a lease of a new name on s, kept alive, released when the
+// test ends.
+func keptAlive(t *testing.T, s lock.LeaseStore, ttl time.Duration) *lock.Lease {
+	t.Helper()
+	l, err := newClient(t, s).Acquire(t.Context(), testenv.Name(t), ttl, lock.WithKeepAlive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Release(context.Background()) })
+	return l
+}
+
 // gatedRefresh holds its first Refresh until open is closed, and records
 // the TTL of every Refresh it is asked for.
 type gatedRefresh struct {
@@ -182,13 +194,8 @@ func (g *gatedRefresh) Refresh(ctx context.Context, name, leaseID string, ttl ti
 // TTL once the refresh before it is done.
 func TestKeepAliveRefreshesWithTheTTLOfTheRefreshBefore(t *testing.T) {
 	g := &gatedRefresh{LeaseStore: redisBackend(t).store, open: make(chan struct{}), held: make(chan struct{})}
-	c := newClient(t, g)
 	const ttl, longer = 3 * time.Second, 10 * time.Second
-	l, err := c.Acquire(t.Context(), testenv.Name(t), ttl, lock.WithKeepAlive())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(t.Context())
+	l := keptAlive(t, g, ttl)
 	refreshed := make(chan error, 1)
 	go func() { refreshed <- l.Refresh(t.Context(), longer) }()
 	<-g.held
@@ -240,13 +247,8 @@ func (s *stalledRefresh) Refresh(ctx context.Context, name, leaseID string, ttl 
 // watches Done to stop writing.
 func TestDoneClosesAtADeadlineAFailedRefreshShortened(t *testing.T) {
 	s := &stalledRefresh{LeaseStore: redisBackend(t).store, fail: make(chan struct{})}
-	c := newClient(t, s)
 	const ttl, shorter = 3 * time.Second, 1500 * time.Millisecond
-	l, err := c.Acquire(t.Context(), testenv.Name(t), ttl, lock.WithKeepAlive())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(t.Context())
+	l := keptAlive(t, s, ttl)
 	// The keep-alive comes due at a third of the TTL, while this refresh
 	// is in the store; it fails after that.
 	time.AfterFunc(time.Until(l.Started().Add(ttl/3+300*time.Millisecond)), func() { close(s.fail) })
