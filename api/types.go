@@ -70,7 +70,17 @@ type Leader struct {
 type RefreshRequest struct {
 	LeaseID string `json:"lease_id"`
 	TTLMs   *int64 `json:"ttl_ms,omitempty"`
+	// Seq orders the lease's refreshes: 1 to MaxSeq, higher with each
+	// refresh (the same when one is sent again). fenced applies none
+	// below the highest it applied and answers 409 out_of_order: a
+	// refresh delayed on its way cannot shorten a lease a later one
+	// extended. Missing: unordered, as before seq existed.
+	Seq *uint64 `json:"seq,omitempty"`
 }
+
+// MaxSeq is the highest RefreshRequest.Seq: 2^53-1, the highest integer
+// every JSON parser reads exactly.
+const MaxSeq = 1<<53 - 1
 
 // ReleaseRequest is the body of POST /v1/locks/{name}/release.
 type ReleaseRequest struct {
@@ -177,6 +187,7 @@ const (
 	FieldWaiter    = "waiter"     // the acquisition, and its place in the queue, across requests
 	FieldFinal     = "final"      // the last request of a waiter
 	FieldReleaseID = "release_id" // a release's id across its retries
+	FieldSeq       = "seq"        // a refresh's sequence number
 	FieldPrefix    = "prefix"     // list: the name prefix
 	FieldLimit     = "limit"      // list: the page size
 	FieldCursor    = "cursor"     // list: the cursor
@@ -200,6 +211,7 @@ const (
 	CodeNotFound             ErrorCode = "not_found"              // 404: no such path, or force-release of a lock not held
 	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // 405
 	CodeHeld                 ErrorCode = "held"                   // 409: another holder has the lease
+	CodeOutOfOrder           ErrorCode = "out_of_order"           // 409: a refresh with a higher seq was applied first
 	CodeLost                 ErrorCode = "lost"                   // 410: this lease id does not hold the lease
 	CodePayloadTooLarge      ErrorCode = "payload_too_large"      // 413
 	CodeUnsupportedMediaType ErrorCode = "unsupported_media_type" // 415
@@ -209,7 +221,7 @@ const (
 // ErrorCodes lists every code, in the order of their statuses.
 var ErrorCodes = []ErrorCode{
 	CodeInvalidArgument, CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeMethodNotAllowed,
-	CodeHeld, CodeLost, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable,
+	CodeHeld, CodeOutOfOrder, CodeLost, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable,
 }
 
 // Status is the HTTP status of the code; 0 for a code this package does
@@ -226,7 +238,7 @@ func (c ErrorCode) Status() int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeHeld:
+	case CodeHeld, CodeOutOfOrder:
 		return http.StatusConflict
 	case CodeLost:
 		return http.StatusGone

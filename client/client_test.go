@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -444,6 +446,7 @@ func TestAPIErrorMatches(t *testing.T) {
 	}{
 		{&client.APIError{Status: 409, Code: api.CodeHeld}, lock.ErrNotAcquired},
 		{&client.APIError{Status: 410, Code: api.CodeLost}, lock.ErrLost},
+		{&client.APIError{Status: 409, Code: api.CodeOutOfOrder}, lock.ErrOutOfOrder},
 		{&client.APIError{Status: 400, Code: api.CodeInvalidArgument, Field: api.FieldName, Message: "whatever the text"}, lock.ErrInvalidName},
 		{&client.APIError{Status: 400, Code: api.CodeInvalidArgument, Field: api.FieldTTLMs}, lock.ErrInvalidTTL},
 		{&client.APIError{Status: 400, Code: api.CodeInvalidArgument, Field: api.FieldLeaseID}, lock.ErrInvalidLeaseID},
@@ -495,6 +498,97 @@ func TestShorterRefreshThroughTheAPI(t *testing.T) {
 	case <-a.Done():
 	default:
 		t.Fatal("a second holder acquired while the first still believes it holds the lock")
+	}
+}
+
+// A Lease through the API numbers its refreshes (seq), so that fenced
+// refuses one that reaches it after a later one (defect 102): a refresh
+// numbered before the lease's last one is answered out_of_order and
+// leaves the lease as that one made it.
+func TestRefreshesThroughTheAPIAreNumbered(t *testing.T) {
+	f := newFixture(t)
+	c := newClient(t, f.url)
+	name := testenv.Name(t)
+	a, err := c.Acquire(t.Context(), name, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(t.Context())
+	before := lock.NextRefreshSeq()
+	if err := a.Refresh(t.Context(), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"lease_id":%q,"ttl_ms":200,"seq":%d}`, a.ID(), before)
+	resp, err := http.Post(f.url+"/v1/locks/"+name+"/refresh", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict {
+		t.Fatalf("a refresh numbered before the lease's last one: HTTP %d; want 409 out_of_order", resp.StatusCode)
+	}
+	if st, err := c.Inspect(t.Context(), name); err != nil || !st.Held || st.Remaining < 10*time.Second {
+		t.Fatalf("after it: %+v, %v; want held with the lease's own refresh's TTL", st, err)
+	}
+}
+
+// A fenced older than seq refuses the field, as every unknown one: a
+// client upgraded before its servers must not lose its leases. The
+// refresh goes again without seq, and the next one tries seq again.
+func TestRefreshWithoutSeqForAnOlderServer(t *testing.T) {
+	f := newFixture(t)
+	srv, err := server.New(server.Config{Locks: f.locks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var bodies []string // the refreshes the older server got
+	older := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/refresh") {
+			srv.ServeHTTP(w, r)
+			return
+		}
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		if strings.Contains(string(b), `"seq"`) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error":{"code":"invalid_argument","message":"request body: unknown field \"seq\"; allowed are \"lease_id\", \"ttl_ms\""}}`)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(older.Close)
+	c := newClient(t, older.URL)
+	name := testenv.Name(t)
+	a, err := c.Acquire(t.Context(), name, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(t.Context())
+	for range 2 {
+		if err := a.Refresh(t.Context(), 20*time.Second); err != nil {
+			t.Fatalf("refresh through a server that does not know seq: %v", err)
+		}
+	}
+	if a.TTL() != 20*time.Second || time.Until(a.Deadline()) < 19*time.Second {
+		t.Fatalf("after the refreshes: TTL %s, deadline %s away; want 20s", a.TTL(), time.Until(a.Deadline()))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 4 {
+		t.Fatalf("refresh bodies %q; want each refresh with seq, then without", bodies)
+	}
+	for i, b := range bodies {
+		if with := strings.Contains(b, `"seq"`); with != (i%2 == 0) {
+			t.Fatalf("refresh body %d of %q: seq %v", i, bodies, with)
+		}
 	}
 }
 

@@ -68,6 +68,8 @@ func (e *APIError) Unwrap() error {
 		return lock.ErrNotAcquired
 	case api.CodeLost:
 		return lock.ErrLost
+	case api.CodeOutOfOrder:
+		return lock.ErrOutOfOrder
 	case api.CodeInvalidArgument:
 		switch e.Field {
 		case api.FieldName:

@@ -28,14 +28,30 @@ type keeper struct{ c *Client }
 var _ lock.LeaseKeeper = keeper{}
 
 // Refresh asks the server to extend the lease; the TTL must be whole
-// milliseconds, the API's unit.
-func (k keeper) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (lock.Grant, error) {
+// milliseconds, the API's unit. seq goes with it (0: none), the same when
+// it is sent again; to a server that does not know seq, the refresh goes
+// again without it.
+func (k keeper) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (lock.Grant, error) {
 	if ttl%time.Millisecond != 0 {
 		return lock.Grant{}, fmt.Errorf("%w: %s; want whole milliseconds", lock.ErrInvalidTTL, ttl)
 	}
 	var a api.Lease
 	ttlMs := ttl.Milliseconds()
-	if err := k.c.do(ctx, http.MethodPost, lockPath(name, "refresh"), api.RefreshRequest{LeaseID: leaseID, TTLMs: &ttlMs}, &a, resendShared); err != nil {
+	body := api.RefreshRequest{LeaseID: leaseID, TTLMs: &ttlMs}
+	if seq != 0 {
+		body.Seq = &seq
+	}
+	err := k.c.do(ctx, http.MethodPost, lockPath(name, "refresh"), body, &a, resendShared)
+	if ae := (*APIError)(nil); seq != 0 && errors.As(err, &ae) && ae.Code == api.CodeInvalidArgument && ae.Field == "" {
+		// A fenced older than seq refuses the field it does not know (the
+		// body is otherwise valid, and a field of it would be named): a
+		// client upgraded before its servers sends the refresh unordered,
+		// as before, rather than lose its leases. The next one tries seq
+		// again.
+		body.Seq = nil
+		err = k.c.do(ctx, http.MethodPost, lockPath(name, "refresh"), body, &a, resendShared)
+	}
+	if err != nil {
 		return lock.Grant{}, fmt.Errorf("client: refresh %q: %w", name, err)
 	}
 	if a.TTLMs <= 0 || a.Token == 0 {

@@ -405,15 +405,17 @@ func (c *Client) ForceRelease(ctx context.Context, name string, opts ...ForceOpt
 
 // RefreshID refreshes the lease of name held by leaseID, for a holder that
 // has only the lease id (see WithDetached). ttl must be valid. ErrLost if
-// leaseID does not hold the lease.
-func (c *Client) RefreshID(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
+// leaseID does not hold the lease. seq orders the lease's refreshes
+// (NextRefreshSeq, or the caller's own increasing numbers; 0 for none):
+// ErrOutOfOrder if the store applied a higher one first.
+func (c *Client) RefreshID(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (Grant, error) {
 	if err := validateID(name, leaseID); err != nil {
 		return Grant{}, err
 	}
 	if err := ValidateTTL(ttl); err != nil {
 		return Grant{}, err
 	}
-	return c.store.Refresh(ctx, name, leaseID, ttl)
+	return c.store.Refresh(ctx, name, leaseID, ttl, seq)
 }
 
 // ReleaseID releases the lease of name held by leaseID. ErrLost if leaseID

@@ -37,6 +37,13 @@ var (
 	// deadline, as released: before its deadline nothing but a release or
 	// a force-release takes a lease away (docs/design.md, defect 97).
 	ErrSentAgain = errors.New("lock: sent again after an attempt that got no answer")
+	// ErrOutOfOrder: the store did not apply a refresh because it had
+	// applied a later one of the same lease first (a higher sequence
+	// number): the lease stays as the later refresh left it, still held.
+	// A refresh delayed on its way, after its caller gave up on it, must
+	// not shorten a lease a later refresh extended (docs/design.md,
+	// defect 102).
+	ErrOutOfOrder = errors.New("lock: refresh out of order: a later refresh of this lease was applied first")
 )
 
 // HeldError is returned by a LeaseStore's Acquire when another holder has

@@ -129,6 +129,10 @@ type holding struct {
 	// refresh never moves the deadline earlier: the other holds' validity
 	// runs to it (defect 19).
 	holds int
+	// seq is the highest refresh sequence number this store took for it:
+	// a refresh numbered lower arrived late and is not applied (defect
+	// 102).
+	seq uint64
 }
 
 type tombstone struct {
@@ -568,7 +572,7 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		if op.rejoinAs != "" && hr.curHeld && hr.cur.Waiter == op.rejoinAs {
 			// Granted to this acquisition already, the answer lost on its way
 			// to the caller: the same lease again, its count unchanged.
-			g, err := s.Refresh(ctx, req.Name, hr.cur.LeaseID, req.TTL)
+			g, err := s.Refresh(ctx, req.Name, hr.cur.LeaseID, req.TTL, 0)
 			if err != nil {
 				// A place this attempt joined stays (see leaveJoined): a
 				// waiter that rejoins keeps it across calls, and the lock
@@ -685,7 +689,7 @@ func (s *EtcdStore) joinOp(op *etcdOp) {
 // nobody knew of, and the lock held after its holder's last release
 // (defect 19).
 func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequencer.LockState) (Grant, error) {
-	g, err := s.refresh(ctx, req.Name, cur.LeaseID, req.TTL, true)
+	g, err := s.refresh(ctx, req.Name, cur.LeaseID, req.TTL, 0, true)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -816,6 +820,9 @@ func (s *EtcdStore) setHolds(name, leaseID string, n int) {
 	defer s.mu.Unlock()
 	if h := s.held[name]; h != nil && h.id == leaseID {
 		h.holds = n
+		if n == 1 {
+			h.seq = 0 // as refresh.lua: the hold left numbers its own
+		}
 	}
 }
 
@@ -865,18 +872,29 @@ func (s *EtcdStore) untilAnswered(timeout time.Duration, try func(ctx context.Co
 // hold records a lock this store now enforces, held holds times, and
 // returns the TTL it grants: ttl, or less if the session is not known to
 // live that long.
-func (s *EtcdStore) hold(name, leaseID string, tok fence.Token, modRev int64, sess *session, start time.Time, ttl time.Duration, plain bool, holds int) time.Duration {
+//
+// seq is a take-over's refresh sequence number (0 for none). When a later
+// refresh of the lease was taken meanwhile, the lock stays on sess, where
+// the take-over moved it, but keeps that refresh's deadline, and late
+// reports it (defect 102).
+func (s *EtcdStore) hold(name, leaseID string, tok fence.Token, modRev int64, sess *session, start time.Time, ttl time.Duration, plain bool, holds int, seq uint64) (granted time.Duration, late bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	granted := min(ttl, sess.validUntil.Sub(start))
+	granted = min(ttl, sess.validUntil.Sub(start))
+	h := &holding{id: leaseID, token: tok, modRev: modRev, sess: sess, deadline: start.Add(granted), plain: plain, holds: holds, seq: seq}
 	if old := s.held[name]; old != nil {
 		old.sess.users--
+		if old.id == leaseID && old.seq > seq {
+			h.seq = old.seq
+			if late = seq != 0 && holds <= 1; late {
+				h.deadline = old.deadline
+			}
+		}
 	}
-	h := &holding{id: leaseID, token: tok, modRev: modRev, sess: sess, deadline: start.Add(granted), plain: plain, holds: holds}
 	sess.users++
 	s.held[name] = h
 	s.scheduleLocked(name, h)
-	return granted
+	return granted, late
 }
 
 // holdUnsure records a take-over whose reply was lost, so that the lock
@@ -894,7 +912,7 @@ func (s *EtcdStore) holdUnsure(name, leaseID string, sess *session, start time.T
 	h := &holding{id: leaseID, sess: sess, deadline: start.Add(max(min(ttl, sess.validUntil.Sub(start)), 0)), unsure: true}
 	if old := s.held[name]; old != nil {
 		if old.id == leaseID {
-			h.token, h.prevModRev, h.deadline = old.token, old.modRev, later(h.deadline, old.deadline)
+			h.token, h.prevModRev, h.deadline, h.seq = old.token, old.modRev, later(h.deadline, old.deadline), old.seq
 		}
 		s.dropLocked(name, old)
 	}
@@ -926,13 +944,19 @@ func (s *EtcdStore) remaining(name string) time.Duration {
 // that did not grant it (another fenced node, or this one restarted) takes
 // it over: it moves the keys onto its own session, one Raft write, and
 // enforces the deadline from then on.
-func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
-	return s.refresh(ctx, name, leaseID, ttl, false)
+//
+// The refreshes of a lease are ordered by seq on each store: one whose
+// seq is below the highest this store took is not applied
+// (ErrOutOfOrder). Refreshes of one lease through several fenced nodes are
+// ordered on each node only: ordering them across nodes would take a Raft
+// write per refresh (docs/design.md, defect 102).
+func (s *EtcdStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (Grant, error) {
+	return s.refresh(ctx, name, leaseID, ttl, seq, false)
 }
 
 // refresh is Refresh; with keep (or a lock held more than once) it never
 // moves the deadline earlier.
-func (s *EtcdStore) refresh(ctx context.Context, name, leaseID string, ttl time.Duration, keep bool) (Grant, error) {
+func (s *EtcdStore) refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64, keep bool) (Grant, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
 	start := time.Now()
 	sess, err := s.sessionFor(ctx, ttl, start)
@@ -942,13 +966,18 @@ func (s *EtcdStore) refresh(ctx context.Context, name, leaseID string, ttl time.
 	s.mu.Lock()
 	h := s.held[name]
 	if h != nil && h.id == leaseID {
+		if seq != 0 && seq < h.seq && !keep && h.holds <= 1 {
+			s.mu.Unlock()
+			return Grant{}, ErrOutOfOrder
+		}
+		h.seq = max(h.seq, seq)
 		if h.expiring || !start.Before(h.deadline) {
 			// Its deadline here passed: lost, unless another store took
 			// the lock over since (a refresh through another fenced
 			// node), whose deadline is the lock's now. Only etcd knows
 			// (defect 98).
 			s.mu.Unlock()
-			return s.refreshPast(ctx, name, h, sess, start, ttl)
+			return s.refreshPast(ctx, name, h, sess, start, ttl, seq)
 		}
 		keep = keep || h.holds > 1
 		// A refresh that keeps a later deadline stays on its session,
@@ -956,22 +985,22 @@ func (s *EtcdStore) refresh(ctx context.Context, name, leaseID string, ttl time.
 		if h.sess == sess || (keep && !h.sess.dead && !h.sess.validUntil.Before(start.Add(ttl))) {
 			h.refreshing++
 			s.mu.Unlock()
-			g, err := s.refreshHeld(ctx, name, h, start, ttl, keep)
+			g, err := s.refreshHeld(ctx, name, h, start, ttl, seq, keep)
 			if !errors.Is(err, errMoved) {
 				return g, err
 			}
-			return s.takeOver(ctx, name, leaseID, sess, start, ttl)
+			return s.takeOver(ctx, name, leaseID, sess, start, ttl, seq)
 		}
 	}
 	s.mu.Unlock()
-	return s.takeOver(ctx, name, leaseID, sess, start, ttl)
+	return s.takeOver(ctx, name, leaseID, sess, start, ttl, seq)
 }
 
 // refreshPast is the refresh of a lock whose deadline on this store
 // passed: lost if etcd has it as this store wrote it (its delete is
 // coming), or gone; taken back if another store moved it, as a refresh of
 // a lock this store does not hold.
-func (s *EtcdStore) refreshPast(ctx context.Context, name string, h *holding, sess *session, start time.Time, ttl time.Duration) (Grant, error) {
+func (s *EtcdStore) refreshPast(ctx context.Context, name string, h *holding, sess *session, start time.Time, ttl time.Duration, seq uint64) (Grant, error) {
 	v, err := s.checks.Do(ctx, name, name)
 	if err != nil {
 		return Grant{}, backendErr("etcd", "refresh", err)
@@ -986,7 +1015,7 @@ func (s *EtcdStore) refreshPast(ctx context.Context, name string, h *holding, se
 	if kv == nil || sequencer.LeaseIDOf(kv.Value) != h.id || asWritten {
 		return Grant{}, ErrLost
 	}
-	return s.takeOver(ctx, name, h.id, sess, start, ttl)
+	return s.takeOver(ctx, name, h.id, sess, start, ttl, seq)
 }
 
 // errMoved is refreshHeld's answer when the lock is still held by the
@@ -995,8 +1024,9 @@ func (s *EtcdStore) refreshPast(ctx context.Context, name string, h *holding, se
 var errMoved = errors.New("lock: moved to another store")
 
 // refreshHeld checks that the lock is still as this store wrote it and
-// moves its deadline.
-func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, start time.Time, ttl time.Duration, keep bool) (Grant, error) {
+// moves its deadline, unless a later refresh (a higher seq) came while it
+// read.
+func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, start time.Time, ttl time.Duration, seq uint64, keep bool) (Grant, error) {
 	v, err := s.checks.Do(ctx, name, name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1015,6 +1045,10 @@ func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, st
 		// forget this store's deadline and take the lock back.
 		s.dropLocked(name, h)
 		return Grant{}, errMoved
+	}
+	if seq != 0 && seq < h.seq && !keep {
+		s.scheduleLocked(name, h)
+		return Grant{}, ErrOutOfOrder
 	}
 	granted := min(ttl, h.sess.validUntil.Sub(start))
 	if granted <= 0 {
@@ -1065,7 +1099,7 @@ func (s *EtcdStore) check(batch []*groupcommit.Request[string]) {
 // takeOver moves a lock held by leaseID onto this store's session, keeping
 // its value and token, and enforces its deadline from now on. The store
 // that enforced it before finds its mod revision changed and lets it be.
-func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *session, start time.Time, ttl time.Duration) (Grant, error) {
+func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *session, start time.Time, ttl time.Duration, seq uint64) (Grant, error) {
 	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)...).
 		Then(append(s.ks.MoveLock(name, sess.id), s.ks.GetLock(name)...)...).Commit()
 	if err != nil {
@@ -1093,7 +1127,10 @@ func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *se
 	// The holding keeps the lock's reentrancy count as read: a lock held
 	// more than once is never shortened by a refresh of one hold, here as
 	// on the store that granted it (defect 19).
-	granted := s.hold(name, leaseID, st.Token, resp.Header.Revision, sess, start, ttl, st.Holder == "", st.Count)
+	granted, late := s.hold(name, leaseID, st.Token, resp.Header.Revision, sess, start, ttl, st.Holder == "", st.Count, seq)
+	if late {
+		return Grant{}, ErrOutOfOrder
+	}
 	return Grant{Token: st.Token, TTL: granted, LeaseID: leaseID}, nil
 }
 
@@ -2207,7 +2244,7 @@ func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], 
 		_, _ = s.cli.Txn(ctx).If(s.ks.LockHeldBy(op.name, op.id)...).Then(s.ks.DeleteLock(op.name)...).Commit()
 		r.Done(nil, sequencer.ErrRestored)
 	default:
-		granted := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl, op.holder == "", 1)
+		granted, _ := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl, op.holder == "", 1, 0)
 		r.Done(createResult{token: tok, modRev: rev, granted: granted}, nil)
 	}
 }

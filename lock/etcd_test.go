@@ -91,7 +91,7 @@ func TestEtcdRefreshThroughAnotherStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := a.Stats().Txns
-	g2, err := b.Refresh(t.Context(), name, id, 5*time.Second)
+	g2, err := b.Refresh(t.Context(), name, id, 5*time.Second, 0)
 	if err != nil || g2.Token != g.Token || g2.TTL != 5*time.Second {
 		t.Fatalf("refresh through the other store: %+v, %v; granted %+v", g2, err, g)
 	}
@@ -124,7 +124,7 @@ func TestEtcdRefreshesAlternateBetweenStores(t *testing.T) {
 		if i == 3 {
 			ttl = 300 * time.Millisecond
 		}
-		g2, err := s.Refresh(t.Context(), name, id, ttl)
+		g2, err := s.Refresh(t.Context(), name, id, ttl, 0)
 		if err != nil || g2.Token != g.Token {
 			st, _ := a.Inspect(t.Context(), name)
 			t.Fatalf("refresh %d: %+v, %v; the lock: %+v", i+1, g2, err, st)
@@ -215,7 +215,7 @@ func TestEtcdReleaseAfterExpiry(t *testing.T) {
 	if err := s.Release(t.Context(), name, id, ""); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("release after the lock expired: %v, want ErrLost", err)
 	}
-	if _, err := s.Refresh(t.Context(), name, id, time.Second); !errors.Is(err, lock.ErrLost) {
+	if _, err := s.Refresh(t.Context(), name, id, time.Second, 0); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("refresh after the lock expired: %v, want ErrLost", err)
 	}
 }
@@ -416,7 +416,7 @@ func TestEtcdCallsEndWithTheirContextWhileEtcdHangs(t *testing.T) {
 			_, err := s.Acquire(ctx, lock.AcquireRequest{Name: testenv.Name(t), LeaseID: "1123456789abcdef0123456789abcdef", TTL: 30 * time.Second})
 			return err
 		}},
-		{"refresh", func(ctx context.Context) error { _, err := s.Refresh(ctx, name, id, 30*time.Second); return err }},
+		{"refresh", func(ctx context.Context) error { _, err := s.Refresh(ctx, name, id, 30*time.Second, 0); return err }},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		t0 := time.Now()

@@ -292,7 +292,7 @@ func TestListAndForceRelease(t *testing.T) {
 			if st, err := c.Inspect(t.Context(), victim); err != nil || st.Held {
 				t.Fatalf("after force-release: %+v, %v", st, err)
 			}
-			if _, err := c.RefreshID(t.Context(), victim, held[victim].ID(), time.Second); !errors.Is(err, lock.ErrLost) {
+			if _, err := c.RefreshID(t.Context(), victim, held[victim].ID(), time.Second, 0); !errors.Is(err, lock.ErrLost) {
 				t.Fatalf("the holder's refresh after a force-release: %v, want ErrLost", err)
 			}
 			if st, err := c.ForceRelease(t.Context(), victim); err != nil || st.Held {

@@ -53,7 +53,7 @@ func TestForceReleaseIfToken(t *testing.T) {
 			if err != nil || !st.Held || st.LeaseID != first.ID() || st.Token != first.Token() || st.Owner != "stuck-job" {
 				t.Fatalf("ForceRelease(IfToken(%d)) of the lock it holds: %+v, %v; want the holder removed", first.Token(), st, err)
 			}
-			if _, err := c.RefreshID(ctx, name, first.ID(), time.Second); !errors.Is(err, lock.ErrLost) {
+			if _, err := c.RefreshID(ctx, name, first.ID(), time.Second, 0); !errors.Is(err, lock.ErrLost) {
 				t.Fatalf("the removed holder's refresh: %v, want ErrLost", err)
 			}
 

@@ -134,8 +134,8 @@ type refreshLog struct {
 	results chan error
 }
 
-func (r *refreshLog) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
-	g, err := r.LeaseStore.Refresh(ctx, name, id, ttl)
+func (r *refreshLog) Refresh(ctx context.Context, name, id string, ttl time.Duration, seq uint64) (lock.Grant, error) {
+	g, err := r.LeaseStore.Refresh(ctx, name, id, ttl, seq)
 	r.results <- err
 	return g, err
 }
@@ -320,7 +320,7 @@ func TestRefreshNeedsAConfirmedToken(t *testing.T) {
 	if err := pr.direct.Set(t.Context(), key, id, 5*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pr.store.Refresh(t.Context(), name, id, time.Hour); !errors.Is(err, lock.ErrLost) {
+	if _, err := pr.store.Refresh(t.Context(), name, id, time.Hour, 0); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("refresh of a lease without a token: %v, want ErrLost", err)
 	}
 	if ttl, err := pr.direct.PTTL(t.Context(), key).Result(); err != nil || ttl > 5*time.Second {
@@ -364,7 +364,7 @@ func TestTokenSurvivesRaiseFloor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, err := c.RefreshID(t.Context(), name, l.ID(), 5*time.Second)
+			g, err := c.RefreshID(t.Context(), name, l.ID(), 5*time.Second, 0)
 			if err != nil || g.Token != l.Token() {
 				t.Fatalf("refresh after RaiseFloor: token %d, %v; granted %d", g.Token, err, l.Token())
 			}
@@ -439,7 +439,7 @@ func TestReleaseTwiceSucceeds(t *testing.T) {
 			if err := c.ReleaseID(t.Context(), name, "0123456789abcdef0123456789abcdef", ""); !errors.Is(err, lock.ErrLost) {
 				t.Fatalf("release by a stranger: %v, want ErrLost", err)
 			}
-			if _, err := c.RefreshID(t.Context(), name, l.ID(), b.ttl); !errors.Is(err, lock.ErrLost) {
+			if _, err := c.RefreshID(t.Context(), name, l.ID(), b.ttl, 0); !errors.Is(err, lock.ErrLost) {
 				t.Fatalf("refresh after release: %v, want ErrLost", err)
 			}
 		})

@@ -149,7 +149,11 @@ func (l *Lease) Err() error {
 // another reason than ErrLost (no answer, a backend error) may still have
 // been applied: the validity then ends no later than the refresh would
 // have made it end, so a shorter one that failed shortens it too (defect
-// 100), and a longer one leaves it as it was.
+// 100), and a longer one leaves it as it was. Each refresh carries a
+// sequence number (NextRefreshSeq): one that reaches the store after a
+// later one was applied is not applied (ErrOutOfOrder), so a refresh that
+// failed cannot shorten the lease after a later one extended it (defect
+// 102).
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl != 0 {
 		if err := ValidateTTL(ttl); err != nil {
@@ -167,7 +171,9 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		ttl = l.TTL()
 	}
 	start := time.Now()
-	g, err := l.set.keeper.Refresh(ctx, l.name, l.id, ttl)
+	// Numbered, so that the store never applies it after a later one if
+	// it is delayed on its way past its caller's giving up (defect 102).
+	g, err := l.set.keeper.Refresh(ctx, l.name, l.id, ttl, NextRefreshSeq())
 	if err != nil {
 		if errors.Is(err, ErrLost) {
 			l.lose(ErrLost)

@@ -13,8 +13,12 @@ import (
 // client's keeper goes through a fenced server's API.
 type LeaseKeeper interface {
 	// Refresh extends the lease if leaseID still holds it, and returns its
-	// token and the TTL it now has. ErrLost if not held.
-	Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error)
+	// token and the TTL it now has. ErrLost if not held. seq orders the
+	// refreshes of one lease (NextRefreshSeq; 0 for none): the store
+	// applies none below the highest it applied and answers
+	// ErrOutOfOrder instead, so a refresh that arrives late cannot undo a
+	// later one. The same seq sent again applies again.
+	Refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (Grant, error)
 	// Release deletes the lease if leaseID holds it; a reentrant holder's
 	// lease loses one hold, and is deleted by its last. ErrLost if not
 	// held; releasing again by the lease id that released it succeeds. op

@@ -228,7 +228,7 @@ func TestWrongLeaseIDCannotRefreshOrRelease(t *testing.T) {
 				t.Fatal(err)
 			}
 			wrong := strings.Repeat("0", 32)
-			if _, err := b.store.Refresh(t.Context(), name, wrong, b.ttl); !errors.Is(err, lock.ErrLost) {
+			if _, err := b.store.Refresh(t.Context(), name, wrong, b.ttl, 0); !errors.Is(err, lock.ErrLost) {
 				t.Fatalf("refresh with a wrong lease id: %v, want ErrLost", err)
 			}
 			if err := b.store.Release(t.Context(), name, wrong, ""); !errors.Is(err, lock.ErrLost) {
@@ -620,11 +620,11 @@ func TestDetachedLeaseByID(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := 3 * b.ttl
-			g, err := c.RefreshID(t.Context(), name, l.ID(), 3*b.ttl)
+			g, err := c.RefreshID(t.Context(), name, l.ID(), 3*b.ttl, 0)
 			if err != nil || g.Token != l.Token() || g.TTL != want {
 				t.Fatalf("RefreshID: %+v, %v; want token %d, ttl %s", g, err, l.Token(), want)
 			}
-			if _, err := c.RefreshID(t.Context(), name, "xyz", b.ttl); !errors.Is(err, lock.ErrInvalidLeaseID) {
+			if _, err := c.RefreshID(t.Context(), name, "xyz", b.ttl, 0); !errors.Is(err, lock.ErrInvalidLeaseID) {
 				t.Fatalf("malformed lease id: %v", err)
 			}
 			if err := c.ReleaseID(t.Context(), name, strings.Repeat("a", 32), ""); !errors.Is(err, lock.ErrLost) {
@@ -633,7 +633,7 @@ func TestDetachedLeaseByID(t *testing.T) {
 			if err := c.ReleaseID(t.Context(), name, l.ID(), ""); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.RefreshID(t.Context(), name, l.ID(), b.ttl); !errors.Is(err, lock.ErrLost) {
+			if _, err := c.RefreshID(t.Context(), name, l.ID(), b.ttl, 0); !errors.Is(err, lock.ErrLost) {
 				t.Fatalf("RefreshID after release: %v", err)
 			}
 		})
@@ -717,7 +717,7 @@ type hangingRefresh struct {
 	ended   chan error
 }
 
-func (h *hangingRefresh) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+func (h *hangingRefresh) Refresh(ctx context.Context, name, id string, ttl time.Duration, seq uint64) (lock.Grant, error) {
 	d, _ := ctx.Deadline()
 	h.entered <- d
 	<-ctx.Done()
@@ -757,7 +757,7 @@ type deafRefresh struct {
 	unblock chan struct{}
 }
 
-func (d *deafRefresh) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+func (d *deafRefresh) Refresh(ctx context.Context, name, id string, ttl time.Duration, seq uint64) (lock.Grant, error) {
 	select {
 	case d.entered <- struct{}{}:
 	default:

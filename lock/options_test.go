@@ -91,8 +91,8 @@ func TestResolveOptions(t *testing.T) {
 // keeperOnly is a LeaseKeeper and nothing more: what a Lease needs.
 type keeperOnly struct{ k lock.LeaseKeeper }
 
-func (k keeperOnly) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
-	return k.k.Refresh(ctx, name, id, ttl)
+func (k keeperOnly) Refresh(ctx context.Context, name, id string, ttl time.Duration, seq uint64) (lock.Grant, error) {
+	return k.k.Refresh(ctx, name, id, ttl, seq)
 }
 
 func (k keeperOnly) Release(ctx context.Context, name, id, op string) error {

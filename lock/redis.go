@@ -278,13 +278,16 @@ func (s *RedisStore) unreenter(ctx context.Context, req AcquireRequest) {
 }
 
 // Refresh implements LeaseStore.
-func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
-	tok, err := s.run(ctx, refreshScript, s.keys(name)[:2], leaseID, ttl.Milliseconds()).Uint64()
+func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (Grant, error) {
+	tok, err := s.run(ctx, refreshScript, s.keys(name)[:2], leaseID, ttl.Milliseconds(), seq).Int64()
 	if errors.Is(err, redis.Nil) {
 		return Grant{}, ErrLost
 	}
 	if err != nil {
 		return Grant{}, backendErr("redis", "refresh", err)
+	}
+	if tok < 0 {
+		return Grant{}, ErrOutOfOrder
 	}
 	return Grant{Token: fence.Token(tok), TTL: ttl, LeaseID: leaseID}, nil
 }

@@ -138,7 +138,7 @@ func TestRedisCallsEndWithTheirContextWhileRedisHangs(t *testing.T) {
 					ctx, cancel := context.WithTimeout(t.Context(), d)
 					defer cancel()
 					t0 := time.Now()
-					_, err := s.Refresh(ctx, base, id, 30*time.Second)
+					_, err := s.Refresh(ctx, base, id, 30*time.Second, 0)
 					if took := time.Since(t0); err == nil || took > d+time.Second {
 						t.Errorf("refresh with a %s deadline while Redis hung: %v after %s", d, err, took.Round(time.Millisecond))
 					}
@@ -149,7 +149,7 @@ func TestRedisCallsEndWithTheirContextWhileRedisHangs(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 			defer cancel()
 			t0 := time.Now()
-			if _, err := s.Refresh(ctx, base, id, 30*time.Second); err == nil || time.Since(t0) > 1200*time.Millisecond {
+			if _, err := s.Refresh(ctx, base, id, 30*time.Second, 0); err == nil || time.Since(t0) > 1200*time.Millisecond {
 				t.Errorf("a lone refresh with a 200ms deadline while Redis hung: %v after %s", err, time.Since(t0).Round(time.Millisecond))
 			}
 		})

@@ -323,17 +323,22 @@ func (s *RedlockStore) lostOrQuorum(o outcome) error {
 }
 
 // Refresh implements LeaseStore: the lease must still be on a majority.
-func (s *RedlockStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (Grant, error) {
+// A node that applied a later refresh first answers ErrOutOfOrder, which
+// counts against the majority; a majority of them is ErrOutOfOrder.
+func (s *RedlockStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (Grant, error) {
 	toks := make([]fence.Token, len(s.nodes))
 	o := s.each(ctx, "refresh", func(ctx context.Context, i int, n *RedisStore) error {
-		g, err := n.Refresh(ctx, name, leaseID, ttl)
+		g, err := n.Refresh(ctx, name, leaseID, ttl, seq)
 		toks[i] = g.Token
-		if errors.Is(err, ErrLost) {
+		if errors.Is(err, ErrLost) || errors.Is(err, ErrOutOfOrder) {
 			return err
 		}
 		return nodeErr(i, err)
 	})
 	if ok, _ := o.count(nil); ok < s.quorum {
+		if _, late := o.count(ErrOutOfOrder); late >= s.quorum {
+			return Grant{}, ErrOutOfOrder
+		}
 		return Grant{}, s.lostOrQuorum(o)
 	}
 	var tok fence.Token

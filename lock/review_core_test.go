@@ -57,8 +57,8 @@ type lateRefreshReply struct {
 	lease chan *lock.Lease
 }
 
-func (s *lateRefreshReply) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
-	g, err := s.LeaseStore.Refresh(ctx, name, id, ttl)
+func (s *lateRefreshReply) Refresh(ctx context.Context, name, id string, ttl time.Duration, seq uint64) (lock.Grant, error) {
+	g, err := s.LeaseStore.Refresh(ctx, name, id, ttl, seq)
 	l := <-s.lease
 	<-l.Done()
 	return g, err
@@ -179,12 +179,12 @@ type gatedRefresh struct {
 	ttls       []time.Duration
 }
 
-func (g *gatedRefresh) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (lock.Grant, error) {
+func (g *gatedRefresh) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (lock.Grant, error) {
 	g.mu.Lock()
 	g.ttls = append(g.ttls, ttl)
 	g.mu.Unlock()
 	g.first.Do(func() { close(g.held); <-g.open })
-	return g.LeaseStore.Refresh(ctx, name, leaseID, ttl)
+	return g.LeaseStore.Refresh(ctx, name, leaseID, ttl, seq)
 }
 
 // The keep-alive read the lease's TTL before it waited for a refresh in
@@ -231,7 +231,7 @@ type stalledRefresh struct {
 	calls atomic.Int64
 }
 
-func (s *stalledRefresh) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration) (lock.Grant, error) {
+func (s *stalledRefresh) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (lock.Grant, error) {
 	if s.calls.Add(1) == 1 {
 		<-s.fail
 		return lock.Grant{}, errors.New("injected: no answer")

@@ -41,10 +41,10 @@ func TestEtcdLongerRefreshInAnotherClassKeepsTheHolds(t *testing.T) {
 	// The same through another store (another fenced node): it takes the
 	// lock over and must know it is held twice.
 	b := newEtcdStore(t, cli)
-	if _, err := b.Refresh(t.Context(), name, a.ID(), 20*time.Second); err != nil {
+	if _, err := b.Refresh(t.Context(), name, a.ID(), 20*time.Second, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Refresh(t.Context(), name, a.ID(), 2*time.Second); err != nil {
+	if _, err := b.Refresh(t.Context(), name, a.ID(), 2*time.Second, 0); err != nil {
 		t.Fatal(err)
 	}
 	st, err = b.Inspect(t.Context(), name)
@@ -165,7 +165,7 @@ func TestEtcdRefreshBatchOverMaxTxnOps(t *testing.T) {
 	}
 	before := s.Stats().Reads
 	run(func(name, id string) error {
-		_, err := s.Refresh(context.Background(), name, id, 10*time.Second)
+		_, err := s.Refresh(context.Background(), name, id, 10*time.Second, 0)
 		return err
 	})
 	if len(errs) > 0 {
@@ -253,7 +253,7 @@ func TestEtcdLostTakeOverReplyStillExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 		lost := pr.LoseReply([]byte(prefix + "locks/" + name))
-		_, err = b.Refresh(t.Context(), name, id, 2*time.Second)
+		_, err = b.Refresh(t.Context(), name, id, 2*time.Second, 0)
 		<-lost
 		after, gerr := direct.Get(t.Context(), prefix+"locks/"+name)
 		if gerr != nil {
@@ -293,20 +293,20 @@ func TestEtcdRefreshAfterAMoveIsNotLostOnAStaleDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	aDeadline := time.Now().Add(time.Second) // a's own is a little earlier: it began before
-	if _, err := b.Refresh(t.Context(), name, id, 10*time.Second); err != nil {
+	if _, err := b.Refresh(t.Context(), name, id, 10*time.Second, 0); err != nil {
 		t.Fatalf("refresh through b: %v", err)
 	}
 	pr.Hold(true)
 	// a's deadline passes; its delete waits for etcd.
 	testenv.WaitUntil(t, 5*time.Second, func() bool { return time.Now().After(aDeadline.Add(100 * time.Millisecond)) })
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	_, err := a.Refresh(ctx, name, id, time.Second) // a's session of that class: no grant to wait for
+	_, err := a.Refresh(ctx, name, id, time.Second, 0) // a's session of that class: no grant to wait for
 	cancel()
 	if errors.Is(err, lock.ErrLost) {
 		t.Fatalf("refresh through a, cut off from etcd, while b holds the lock for this lease for 9 s more: %v; want an error that says a cannot tell", err)
 	}
 	pr.Hold(false)
-	g, err := a.Refresh(t.Context(), name, id, time.Second)
+	g, err := a.Refresh(t.Context(), name, id, time.Second, 0)
 	if err != nil {
 		t.Fatalf("refresh through a once it reaches etcd again: %v; want it to take the lock back", err)
 	}

@@ -33,6 +33,7 @@ type acquireRequest struct {
 type refreshRequest struct {
 	leaseID string
 	ttl     time.Duration
+	seq     uint64 // 0: none given
 }
 
 type releaseRequest struct {
@@ -253,7 +254,22 @@ func (l limits) decodeRefresh(body []byte) (refreshRequest, *apiError) {
 			return refreshRequest{}, aerr
 		}
 	}
+	if raw, ok := fields[fieldSeq]; ok {
+		if req.seq, aerr = seq(raw); aerr != nil {
+			return refreshRequest{}, aerr
+		}
+	}
 	return req, nil
+}
+
+// seq checks a refresh's sequence number: an integer from 1 to api.MaxSeq.
+func seq(raw json.RawMessage) (uint64, *apiError) {
+	const want = "want an integer from 1 to 9007199254740991 (2^53-1), higher with each refresh of the lease, or no seq for an unordered refresh"
+	n, err := strconv.ParseUint(string(raw), 10, 64)
+	if err != nil || n < 1 || n > api.MaxSeq {
+		return 0, invalid(fieldSeq, fmt.Sprintf("seq %s: %s", excerpt(raw), want))
+	}
+	return n, nil
 }
 
 func (l limits) decodeRelease(body []byte) (releaseRequest, *apiError) {

@@ -5,7 +5,7 @@
 // its timeouts and readiness.
 //
 //	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N}  → {"name","lease_id","token","ttl_ms"}
-//	POST /v1/locks/{name}/refresh  {"lease_id","ttl_ms"}     → {"name","lease_id","token","ttl_ms"}
+//	POST /v1/locks/{name}/refresh  {"lease_id","ttl_ms","seq"} → {"name","lease_id","token","ttl_ms"}
 //	POST /v1/locks/{name}/release  {"lease_id"}              → {}
 //	GET  /v1/locks/{name}                                    → {"name","held","token","ttl_ms",…}
 //	GET  /v1/locks?prefix=&limit=&cursor=                    → {"locks":[…],"next_cursor"}
@@ -62,8 +62,10 @@
 // Every error is {"error":{"code":"…","message":"…","field":"…"}}
 // ([api.ErrorBody]) with one of these codes: invalid_argument (400),
 // unauthenticated (401, with WWW-Authenticate: Bearer), forbidden (403),
-// not_found (404), method_not_allowed (405, with Allow), held (409), lost
-// (410: the lease id does not hold the lease), payload_too_large (413),
+// not_found (404), method_not_allowed (405, with Allow), held (409),
+// out_of_order (409: a refresh whose seq is below one of the same lease
+// fenced applied first; not applied, the lease still held), lost (410:
+// the lease id does not hold the lease), payload_too_large (413),
 // unsupported_media_type (415) and unavailable (503: Redis or etcd failed or
 // did not answer within Config.BackendTimeout, or the server is shutting
 // down). field names the part of the request refused (name, ttl_ms,
@@ -111,7 +113,7 @@
 //	fenced_acquire_duration_seconds          histogram, waiting included
 //	fenced_tokens_issued_total               not a reentry or a grant found again
 //	fenced_active_leases                     gauge, see below
-//	fenced_refreshes_total{result="refreshed|lost|invalid|error|cancelled"}
+//	fenced_refreshes_total{result="refreshed|lost|out_of_order|invalid|error|cancelled"}
 //	fenced_releases_total{result="released|lost|invalid|error|cancelled"}
 //	fenced_leases_lost_total                 refresh or release answered 410
 //	fenced_backend_errors_total{op="acquire|refresh|release|inspect|ready"}

@@ -19,6 +19,7 @@ const (
 	codeMethodNotAllowed     = api.CodeMethodNotAllowed
 	codeHeld                 = api.CodeHeld
 	codeLost                 = api.CodeLost
+	codeOutOfOrder           = api.CodeOutOfOrder
 	codePayloadTooLarge      = api.CodePayloadTooLarge
 	codeUnsupportedMediaType = api.CodeUnsupportedMediaType
 	codeUnavailable          = api.CodeUnavailable
@@ -36,6 +37,7 @@ const (
 	fieldWaiter    = api.FieldWaiter
 	fieldFinal     = api.FieldFinal
 	fieldReleaseID = api.FieldReleaseID
+	fieldSeq       = api.FieldSeq
 	fieldPrefix    = api.FieldPrefix
 	fieldLimit     = api.FieldLimit
 	fieldCursor    = api.FieldCursor

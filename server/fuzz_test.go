@@ -133,7 +133,7 @@ func (s *fakeStore) Acquire(_ context.Context, req lock.AcquireRequest) (lock.Gr
 	return lock.Grant{Token: 7, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil
 }
 
-func (s *fakeStore) Refresh(_ context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+func (s *fakeStore) Refresh(_ context.Context, name, id string, ttl time.Duration, _ uint64) (lock.Grant, error) {
 	s.check(name, id)
 	return lock.Grant{}, lock.ErrLost
 }

@@ -204,7 +204,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
 	defer cancel()
 	start := time.Now()
-	g, err := s.locks.RefreshID(ctx, name, req.leaseID, req.ttl)
+	g, err := s.locks.RefreshID(ctx, name, req.leaseID, req.ttl, req.seq)
 	if err != nil {
 		aerr, result := s.failure(r, ctx, opRefresh, name, start, err)
 		if result == resultLost {
@@ -402,6 +402,9 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 		return invalid(fieldTTLMs, err.Error()), resultInvalid
 	case errors.Is(err, lock.ErrInvalidLeaseID):
 		return invalid(fieldLeaseID, err.Error()), resultInvalid
+	case errors.Is(err, lock.ErrOutOfOrder):
+		return &apiError{status: http.StatusConflict, code: codeOutOfOrder,
+			message: fmt.Sprintf("a refresh of this lease with a higher seq was applied first: this one arrived late and was not applied (lock %q is still held, as the later refresh left it)", name)}, resultOutOfOrder
 	case errors.Is(err, lock.ErrLost):
 		s.metrics.leasesLost.Inc()
 		return &apiError{status: http.StatusGone, code: codeLost,

@@ -253,9 +253,9 @@ func (c *counting) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.G
 	return c.LeaseStore.Acquire(ctx, req)
 }
 
-func (c *counting) Refresh(ctx context.Context, name, id string, ttl time.Duration) (lock.Grant, error) {
+func (c *counting) Refresh(ctx context.Context, name, id string, ttl time.Duration, seq uint64) (lock.Grant, error) {
 	c.calls.Add(1)
-	return c.LeaseStore.Refresh(ctx, name, id, ttl)
+	return c.LeaseStore.Refresh(ctx, name, id, ttl, seq)
 }
 
 func (c *counting) Release(ctx context.Context, name, id, op string) error {

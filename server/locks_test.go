@@ -552,3 +552,48 @@ func TestReleaseIDTakesOffOneHold(t *testing.T) {
 		})
 	}
 }
+
+// Refreshes carry a seq, and fenced applies none below the highest it
+// applied: 409 out_of_order, the lease left as the later refresh made it
+// (docs/design.md, defect 102). The same seq sent again applies; no seq
+// is unordered; a seq outside 1 to 2^53-1 is refused.
+func TestRefreshesApplyInOrderOfSeq(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, b.store, nil)
+			name := testenv.Name(t)
+			l := e.mustAcquire(name, `{"ttl_ms":10000}`)
+			refresh := func(ttlMs int64, seq string) response {
+				body := fmt.Sprintf(`{"lease_id":%q,"ttl_ms":%d`, l.LeaseID, ttlMs)
+				if seq != "" {
+					body += `,"seq":` + seq
+				}
+				return e.do("POST", "/v1/locks/"+name+"/refresh", body+"}")
+			}
+			if r := refresh(10000, "1796516227841705"); r.status != http.StatusOK {
+				t.Fatalf("refresh with seq: %d %s", r.status, r.body)
+			}
+			r := refresh(b.shortTTL, "1796516227841704")
+			if msg := r.errCode(t, http.StatusConflict, codeOutOfOrder); !strings.Contains(msg, "not applied") {
+				t.Fatalf("a refresh below the seq applied: %s", msg)
+			}
+			if st := e.state(name); !st.Held || st.TTLMs <= b.shortTTL {
+				t.Fatalf("after the refused refresh to %d ms: %+v; want held with the later refresh's TTL", b.shortTTL, st)
+			}
+			for _, seq := range []string{"1796516227841705", ""} {
+				if r := refresh(10000, seq); r.status != http.StatusOK {
+					t.Fatalf("refresh with seq %q: %d %s", seq, r.status, r.body)
+				}
+			}
+			for _, bad := range []string{"0", "-1", "1.5", `"7"`, "9007199254740992", "null"} {
+				r := refresh(10000, bad)
+				if msg := r.errCode(t, http.StatusBadRequest, codeInvalidArgument); !strings.Contains(msg, "want an integer from 1 to 9007199254740991") {
+					t.Fatalf("seq %s: %s", bad, msg)
+				}
+			}
+			if got := metric(e.scrape(), "fenced_refreshes_total", "result", "out_of_order"); got != 1 {
+				t.Fatalf("fenced_refreshes_total{result=\"out_of_order\"} %v, want 1", got)
+			}
+		})
+	}
+}

@@ -17,9 +17,11 @@ const (
 	resultReleased  = "released"
 	resultHeld      = "held"
 	resultLost      = "lost"
-	resultInvalid   = "invalid"
-	resultError     = "error"
-	resultCancelled = "cancelled"
+	// A refresh that arrived after a later one of its lease was applied.
+	resultOutOfOrder = "out_of_order"
+	resultInvalid    = "invalid"
+	resultError      = "error"
+	resultCancelled  = "cancelled"
 )
 
 type metrics struct {
@@ -99,7 +101,7 @@ func newMetrics(reg prometheus.Registerer, leases *leaseTracker) (*metrics, erro
 	for _, r := range []string{resultAcquired, resultHeld, resultInvalid, resultError, resultCancelled} {
 		m.acquisitions.WithLabelValues(r)
 	}
-	for _, r := range []string{resultRefreshed, resultLost, resultInvalid, resultError, resultCancelled} {
+	for _, r := range []string{resultRefreshed, resultLost, resultOutOfOrder, resultInvalid, resultError, resultCancelled} {
 		m.refreshes.WithLabelValues(r)
 	}
 	for _, r := range []string{resultReleased, resultLost, resultInvalid, resultError, resultCancelled} {

@@ -16,7 +16,10 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   if seen(h[3], ARGV[3]) then return 2 end
   if c > 1 then
     record(KEYS[2], h[3], ARGV[3])
-    redis.call('HINCRBY', KEYS[2], 'c', -1)
+    -- The one hold left orders its refreshes from here on by its own
+    -- sequence numbers, which another process's clock need not match
+    -- (refresh.lua, defect 102).
+    if redis.call('HINCRBY', KEYS[2], 'c', -1) == 1 then redis.call('HDEL', KEYS[2], 'q') end
     return 2
   end
   local pttl = redis.call('PTTL', KEYS[1])

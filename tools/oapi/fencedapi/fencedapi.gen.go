@@ -31,6 +31,7 @@ const (
 	ErrorErrorFieldPath       ErrorErrorField = "path"
 	ErrorErrorFieldPrefix     ErrorErrorField = "prefix"
 	ErrorErrorFieldReleaseId  ErrorErrorField = "release_id"
+	ErrorErrorFieldSeq        ErrorErrorField = "seq"
 	ErrorErrorFieldToken      ErrorErrorField = "token"
 	ErrorErrorFieldTtlMs      ErrorErrorField = "ttl_ms"
 	ErrorErrorFieldUnfair     ErrorErrorField = "unfair"
@@ -64,6 +65,8 @@ func (e ErrorErrorField) Valid() bool {
 		return true
 	case ErrorErrorFieldReleaseId:
 		return true
+	case ErrorErrorFieldSeq:
+		return true
 	case ErrorErrorFieldToken:
 		return true
 	case ErrorErrorFieldTtlMs:
@@ -89,6 +92,7 @@ const (
 	ErrorCodeLost                 ErrorCode = "lost"
 	ErrorCodeMethodNotAllowed     ErrorCode = "method_not_allowed"
 	ErrorCodeNotFound             ErrorCode = "not_found"
+	ErrorCodeOutOfOrder           ErrorCode = "out_of_order"
 	ErrorCodePayloadTooLarge      ErrorCode = "payload_too_large"
 	ErrorCodeUnauthenticated      ErrorCode = "unauthenticated"
 	ErrorCodeUnavailable          ErrorCode = "unavailable"
@@ -109,6 +113,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeMethodNotAllowed:
 		return true
 	case ErrorCodeNotFound:
+		return true
+	case ErrorCodeOutOfOrder:
 		return true
 	case ErrorCodePayloadTooLarge:
 		return true
@@ -226,7 +232,7 @@ type Error struct {
 	Error struct {
 		// Code invalid_argument 400, unauthenticated 401, forbidden 403,
 		// not_found 404 (any path not listed here), method_not_allowed 405,
-		// held 409, lost 410, payload_too_large 413,
+		// held 409, out_of_order 409, lost 410, payload_too_large 413,
 		// unsupported_media_type 415, unavailable 503.
 		Code ErrorCode `json:"code"`
 
@@ -270,7 +276,7 @@ type ErrorErrorField string
 
 // ErrorCode invalid_argument 400, unauthenticated 401, forbidden 403,
 // not_found 404 (any path not listed here), method_not_allowed 405,
-// held 409, lost 410, payload_too_large 413,
+// held 409, out_of_order 409, lost 410, payload_too_large 413,
 // unsupported_media_type 415, unavailable 503.
 type ErrorCode string
 
@@ -369,6 +375,9 @@ type RefreshRequest struct {
 	// LeaseId The lease id acquire returned (128 random bits in hex). A secret of the holder.
 	LeaseId LeaseID `json:"lease_id"`
 
+	// Seq This refresh's sequence number, higher with each refresh of the lease and the same when this refresh is sent again; the microseconds since the Unix epoch (or the last one plus one) serve. A refresh below the highest applied answers 409 out_of_order. Missing: unordered.
+	Seq *int64 `json:"seq,omitempty"`
+
 	// TtlMs The lease's TTL in milliseconds.
 	TtlMs *TTL `json:"ttl_ms,omitempty"`
 }
@@ -440,6 +449,9 @@ type MethodNotAllowed = Error
 
 // NotFound defines model for NotFound.
 type NotFound = Error
+
+// OutOfOrder defines model for OutOfOrder.
+type OutOfOrder = Error
 
 // PayloadTooLarge defines model for PayloadTooLarge.
 type PayloadTooLarge = Error
@@ -761,6 +773,12 @@ type ClientInterface interface {
 	// Extends the lease to ttl_ms from now (default: the server's default
 	// TTL, 30s) if lease_id still holds it, and returns its token. A lease
 	// in etcd keeps the TTL it was granted: ttl_ms says what it has.
+	// Number each refresh with seq, higher each time (the same when it is
+	// sent again): a refresh that reaches fenced after a later one of the
+	// same lease was applied (it was delayed on its way, its caller gave
+	// up on it) is not applied and answers 409 out_of_order, so it cannot
+	// shorten the lease below what the holder counts on. The order holds
+	// per lease store: with leases in etcd, per fenced server.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -772,6 +790,12 @@ type ClientInterface interface {
 	// Extends the lease to ttl_ms from now (default: the server's default
 	// TTL, 30s) if lease_id still holds it, and returns its token. A lease
 	// in etcd keeps the TTL it was granted: ttl_ms says what it has.
+	// Number each refresh with seq, higher each time (the same when it is
+	// sent again): a refresh that reaches fenced after a later one of the
+	// same lease was applied (it was delayed on its way, its caller gave
+	// up on it) is not applied and answers 409 out_of_order, so it cannot
+	// shorten the lease below what the holder counts on. The order holds
+	// per lease store: with leases in etcd, per fenced server.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1177,6 +1201,12 @@ func (c *Client) Acquire(ctx context.Context, name Name, body AcquireJSONRequest
 // Extends the lease to ttl_ms from now (default: the server's default
 // TTL, 30s) if lease_id still holds it, and returns its token. A lease
 // in etcd keeps the TTL it was granted: ttl_ms says what it has.
+// Number each refresh with seq, higher each time (the same when it is
+// sent again): a refresh that reaches fenced after a later one of the
+// same lease was applied (it was delayed on its way, its caller gave
+// up on it) is not applied and answers 409 out_of_order, so it cannot
+// shorten the lease below what the holder counts on. The order holds
+// per lease store: with leases in etcd, per fenced server.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1198,6 +1228,12 @@ func (c *Client) RefreshWithBody(ctx context.Context, name Name, contentType str
 // Extends the lease to ttl_ms from now (default: the server's default
 // TTL, 30s) if lease_id still holds it, and returns its token. A lease
 // in etcd keeps the TTL it was granted: ttl_ms says what it has.
+// Number each refresh with seq, higher each time (the same when it is
+// sent again): a refresh that reaches fenced after a later one of the
+// same lease was applied (it was delayed on its way, its caller gave
+// up on it) is not applied and answers 409 out_of_order, so it cannot
+// shorten the lease below what the holder counts on. The order holds
+// per lease store: with leases in etcd, per fenced server.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2297,6 +2333,12 @@ type ClientWithResponsesInterface interface {
 	// Extends the lease to ttl_ms from now (default: the server's default
 	// TTL, 30s) if lease_id still holds it, and returns its token. A lease
 	// in etcd keeps the TTL it was granted: ttl_ms says what it has.
+	// Number each refresh with seq, higher each time (the same when it is
+	// sent again): a refresh that reaches fenced after a later one of the
+	// same lease was applied (it was delayed on its way, its caller gave
+	// up on it) is not applied and answers 409 out_of_order, so it cannot
+	// shorten the lease below what the holder counts on. The order holds
+	// per lease store: with leases in etcd, per fenced server.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2308,6 +2350,12 @@ type ClientWithResponsesInterface interface {
 	// Extends the lease to ttl_ms from now (default: the server's default
 	// TTL, 30s) if lease_id still holds it, and returns its token. A lease
 	// in etcd keeps the TTL it was granted: ttl_ms says what it has.
+	// Number each refresh with seq, higher each time (the same when it is
+	// sent again): a refresh that reaches fenced after a later one of the
+	// same lease was applied (it was delayed on its way, its caller gave
+	// up on it) is not applied and answers 409 out_of_order, so it cannot
+	// shorten the lease below what the holder counts on. The order holds
+	// per lease store: with leases in etcd, per fenced server.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3588,6 +3636,8 @@ type RefreshResponse struct {
 	JSON404 *NotFound
 	// JSON405 the response for an HTTP 405 `application/json` response
 	JSON405 *MethodNotAllowed
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *OutOfOrder
 	// JSON410 the response for an HTTP 410 `application/json` response
 	JSON410 *Lost
 	// JSON413 the response for an HTTP 413 `application/json` response
@@ -3632,6 +3682,11 @@ func (r RefreshResponse) GetJSON404() *NotFound {
 // GetJSON405 returns the response for an HTTP 405 `application/json` response
 func (r RefreshResponse) GetJSON405() *MethodNotAllowed {
 	return r.JSON405
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r RefreshResponse) GetJSON409() *OutOfOrder {
+	return r.JSON409
 }
 
 // GetJSON410 returns the response for an HTTP 410 `application/json` response
@@ -4245,6 +4300,12 @@ func (c *ClientWithResponses) AcquireWithResponse(ctx context.Context, name Name
 // Extends the lease to ttl_ms from now (default: the server's default
 // TTL, 30s) if lease_id still holds it, and returns its token. A lease
 // in etcd keeps the TTL it was granted: ttl_ms says what it has.
+// Number each refresh with seq, higher each time (the same when it is
+// sent again): a refresh that reaches fenced after a later one of the
+// same lease was applied (it was delayed on its way, its caller gave
+// up on it) is not applied and answers 409 out_of_order, so it cannot
+// shorten the lease below what the holder counts on. The order holds
+// per lease store: with leases in etcd, per fenced server.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4262,6 +4323,12 @@ func (c *ClientWithResponses) RefreshWithBodyWithResponse(ctx context.Context, n
 // Extends the lease to ttl_ms from now (default: the server's default
 // TTL, 30s) if lease_id still holds it, and returns its token. A lease
 // in etcd keeps the TTL it was granted: ttl_ms says what it has.
+// Number each refresh with seq, higher each time (the same when it is
+// sent again): a refresh that reaches fenced after a later one of the
+// same lease was applied (it was delayed on its way, its caller gave
+// up on it) is not applied and answers 409 out_of_order, so it cannot
+// shorten the lease below what the holder counts on. The order holds
+// per lease store: with leases in etcd, per fenced server.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5551,6 +5618,13 @@ func ParseRefreshResponse(rsp *http.Response) (*RefreshResponse, error) {
 			return nil, err
 		}
 		response.JSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest OutOfOrder
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest Lost
