@@ -28,6 +28,11 @@ nobody knows to hold the lock until its TTL. A request asked again waits
 only what is left of wait_ms: the call as a whole waits no longer than it
 was asked to (but for one last request, at once and with wait_ms 1, after
 an answer lost when the wait is over: it may have been a grant).
+
+Every refresh sends a seq (next_refresh_seq), drawn once per refresh and
+sent again with it: fenced applies no refresh of a lease below the highest
+seq it applied, so a refresh delayed on its way after its caller gave up
+cannot shorten the lease a later refresh extended (OutOfOrderError, 409).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ __all__ = [
     "HeldError",
     "HeldByOtherError",
     "LostError",
+    "OutOfOrderError",
     "PayloadTooLargeError",
     "UnsupportedMediaTypeError",
     "UnavailableError",
@@ -68,6 +74,7 @@ __all__ = [
     "MAX_TOKEN",
     "MAX_LABEL_BYTES",
     "MAX_LIST_LIMIT",
+    "next_refresh_seq",
     "set_fencing_token",
     "validity",
 ]
@@ -176,6 +183,16 @@ class LostError(FencedError):
     code = "lost"
 
 
+class OutOfOrderError(FencedError):
+    """409 out_of_order: a refresh of this lease with a higher seq was
+    applied first, so this one was not applied. The lease is still held,
+    as that later refresh left it: not lost, and the validity stays as it
+    was. A refresh delayed on its way past a later one meets it, and so
+    does one of a Lease whose lease id another refreshed (see
+    next_refresh_seq)."""
+    code = "out_of_order"
+
+
 class PayloadTooLargeError(FencedError):
     """413 payload_too_large."""
     code = "payload_too_large"
@@ -203,7 +220,7 @@ _log = logging.getLogger("fenced")
 
 _ERRORS = {cls.code: cls for cls in (
     InvalidArgumentError, UnauthenticatedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
-    HeldError, LostError, PayloadTooLargeError, UnsupportedMediaTypeError, UnavailableError,
+    HeldError, LostError, OutOfOrderError, PayloadTooLargeError, UnsupportedMediaTypeError, UnavailableError,
 )}
 
 
@@ -272,6 +289,31 @@ def _check_wait(wait_ms: Any) -> int:
         raise _invalid("wait_ms", f"wait_ms {wait_ms!r}: want an int of milliseconds, 0 or more "
                                   "(0 makes one attempt)")
     return wait_ms
+
+
+# ---------------------------------------------------------------------------
+# Refresh sequence numbers
+
+_seq_mu = threading.Lock()
+_last_seq = 0  # the last seq next_refresh_seq returned
+
+
+def next_refresh_seq() -> int:
+    """A refresh sequence number (API field seq) higher than every one this
+    process drew before: the microseconds since the Unix epoch, or the last
+    one plus 1 when the clock has not moved on (or went back), as the Go
+    client's lock.NextRefreshSeq. Every Lease numbers its refreshes with it.
+    From the clock, so that a process that refreshes a lease after another
+    (a restarted one, with its lease id) starts above the other's, as long
+    as their clocks agree better than the time between their refreshes; one
+    counter per process, so that Leases sharing a lease id (a reentrant
+    holder's) are ordered too. Below 2^53-1, the API's maximum, until the
+    year 2255."""
+    global _last_seq
+    now = max(time.time_ns() // 1000, 0)
+    with _seq_mu:
+        _last_seq = max(now, _last_seq + 1)
+        return _last_seq
 
 
 # ---------------------------------------------------------------------------
@@ -634,13 +676,25 @@ class Client:
                           "lock, then force_release it with the token it shows, which is safe to send again",
                           e.status, e.code, e.retry_after) from e
 
-    def refresh_id(self, name: str, lease_id: str, ttl_ms: Optional[int] = None) -> dict[str, Any]:
+    def refresh_id(self, name: str, lease_id: str, ttl_ms: Optional[int] = None,
+                   seq: Optional[int] = None) -> dict[str, Any]:
         """Extend the lease lease_id of name; the raw answer. Lease.refresh is the usual way.
         A refresh whose answer was lost is sent again, as a release's is:
-        a refresh by the same lease id extends it again, from later."""
+        a refresh by the same lease id extends it again, from later.
+
+        seq (API field seq; default None: unordered) numbers this refresh
+        among the lease's: 1 to 2^53-1, higher with each refresh, the same
+        when you send one again (after a TransportError, say), such as
+        next_refresh_seq() drawn once per refresh. fenced applies none below
+        the highest it applied and raises OutOfOrderError instead (not
+        applied; the lease is still held), so a refresh delayed on its way
+        cannot shorten the lease a later one extended. The server refuses
+        anything else (InvalidArgumentError, field "seq")."""
         body: dict[str, Any] = {"lease_id": lease_id}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
+        if seq is not None:
+            body["seq"] = seq
         return self._call("POST", name, "/refresh", body, resend_lost=True)
 
     def release_id(self, name: str, lease_id: str, release_id: Optional[str] = None) -> None:
@@ -1074,7 +1128,16 @@ class Lease:
         UnavailableError may have been applied all the same: the validity
         then ends no later than this refresh would have made it end, so a
         shorter ttl_ms that failed shortens it too (with ttl_ms None the
-        client does not know the server's default, and cannot)."""
+        client does not know the server's default, and cannot).
+
+        Each refresh carries a seq (next_refresh_seq), the same in the
+        client's own resends of it: one that reaches fenced after a later
+        refresh was applied is not applied, so a refresh given up on cannot
+        shorten the lease later. OutOfOrderError says this refresh met a
+        higher seq of the lease (another Lease with its lease id): not
+        applied, the lease is still held and the validity unchanged. A
+        fenced older than seq refuses the field: the refresh is then sent
+        again at once without it (unordered), and the next tries seq again."""
         self._refresh(ttl_ms, None)
 
     def _refresh(self, ttl_ms: Optional[int], retries: Optional[int], current_ttl: bool = False) -> None:
@@ -1095,22 +1158,44 @@ class Lease:
             err = LostError(f"lease of {self.name!r} ran out of validity before this refresh", 0)
             self._signal_lost(err)
             raise err
-        timeout = None
-        remaining = self.deadline - started
-        if remaining > 0:
-            # No point waiting past the validity for an answer.
-            timeout = min(self._client.timeout, max(remaining, 0.001))
+
+        def send(body: dict[str, Any]) -> dict[str, Any]:
+            timeout = None
+            remaining = self.deadline - time.monotonic()
+            if remaining > 0:
+                # No point waiting past the validity for an answer.
+                timeout = min(self._client.timeout, max(remaining, 0.001))
+            return self._client._call("POST", self.name, "/refresh", body,
+                                      timeout=timeout, retries=retries, resend_lost=True)
+        # Drawn once for this refresh, under _refreshing so that the
+        # lease's refreshes go out in the order of their seqs, and sent
+        # again with it: fenced applies none below the highest it applied,
+        # so this one, if delayed on its way past its timeout, cannot
+        # shorten the lease after a later one extended it (defect 102).
+        body: dict[str, Any] = {"lease_id": self.lease_id, "seq": next_refresh_seq()}
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
         try:
-            doc = self._client._call("POST", self.name, "/refresh",
-                                     {"lease_id": self.lease_id, **({"ttl_ms": ttl_ms} if ttl_ms is not None else {})},
-                                     timeout=timeout, retries=retries, resend_lost=True)
+            try:
+                doc = send(body)
+            except InvalidArgumentError as e:
+                if e.field is not None:
+                    raise
+                # A fenced older than seq refuses it as an unknown field
+                # (400, no field; the rest of the body is valid): send this
+                # refresh again at once without it, unordered as before
+                # (docs/design.md, defect 102). Not remembered: the next
+                # refresh carries a seq again, for a server upgraded since.
+                del body["seq"]
+                doc = send(body)
         except LostError as e:
             self._signal_lost(e)
             raise
         except Exception as e:
             # No answer, or the server's store failed: the refresh may have
             # been applied, and a shorter TTL then ends the lease sooner
-            # there. A refusal (another 4xx) was not applied.
+            # there. A refusal (another 4xx, out_of_order too) was not
+            # applied, and leaves the validity as it was.
             maybe_applied = not isinstance(e, FencedError) or isinstance(e, (UnavailableError, TransportError))
             if maybe_applied and ttl_ms is not None:
                 with self._mu:
@@ -1201,13 +1286,13 @@ class Lease:
     def keep_alive(self, on_lost: Optional[Callable[["Lease", FencedError], None]] = None) -> None:
         """Refresh the lease every ttl/3 in a daemon thread of its own, with
         the TTL it was granted. A refresh that answers lost, or a validity
-        that runs out without a successful refresh (retryable errors are
-        retried until then, but never later than a third of the validity
-        left), sets lost and calls on_lost(lease, error) once, from the
-        keep-alive thread; an on_lost that raises is logged (logger
-        "fenced"). The first refresh is a third of the TTL after the grant
-        (or the latest refresh), however late the keep-alive starts: at
-        once if that is past. A refresh() meanwhile counts: the next
+        that runs out without a successful refresh (retryable errors and
+        OutOfOrderError are retried until then, but never later than a
+        third of the validity left), sets lost and calls on_lost(lease,
+        error) once, from the keep-alive thread; an on_lost that raises is
+        logged (logger "fenced"). The first refresh is a third of the TTL
+        after the grant (or the latest refresh), however late the keep-alive
+        starts: at once if that is past. A refresh() meanwhile counts: the next
         refresh is a third of its TTL after it.
         release() or stop_keep_alive() stops the thread and waits for it."""
         with self._mu:
@@ -1273,7 +1358,10 @@ class Lease:
             except LostError:
                 return  # refresh signalled it
             except FencedError as e:
-                if not e.retryable:
+                # Out of order: not applied, but the lease is still held (a
+                # later refresh of its lease id was): refresh again, with a
+                # higher seq, within the validity as after a 503.
+                if not e.retryable and not isinstance(e, OutOfOrderError):
                     self._signal_lost(LostError(f"lease of {self.name!r}: refresh failed: {e}", e.status))
                     return
                 # Retry soon, but not in a busy loop, and well within the

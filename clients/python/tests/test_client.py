@@ -186,26 +186,44 @@ def established_to(port: int) -> int:
     return n
 
 
+# A fenced older than seq refuses the field, as any unknown body field.
+OLD_SERVER_400 = (b'{"error":{"code":"invalid_argument","message":"request body: unknown field \\"seq\\"; '
+                  b'allowed are \\"lease_id\\", \\"ttl_ms\\""}}')
+
+
 class ScriptedProxy:
     """An HTTP/1.1 reverse proxy in front of a fenced. script maps a path
     suffix ("/refresh", "/release") to a list of actions, used up in order,
     one per request whose path ends with it: "503" answers 503 unavailable
     with Retry-After: 1 itself, as fenced does when its backend blips;
     "409" answers 409 held itself at once, whatever wait was asked for;
+    "out_of_order" answers 409 out_of_order itself, as fenced does to a
+    refresh whose seq is below one it applied; "old_server" answers 400
+    as a fenced older than seq does to a body with it (OLD_SERVER_400);
     "410" answers 410 lost itself, as a fenced node that never saw the
     lease would; "drop" closes the connection without an answer and
     without forwarding (the server never sees the request); "lose"
     forwards it and closes the connection without its answer (the server
     acted on it); "late" forwards the request at once and holds the
-    answer until the event late is set. Every other request is forwarded.
-    seen lists (path, action) for every request."""
+    answer until the event late is set; "hold" holds the request itself
+    (holding is set) until the event deliver is set, then forwards it and
+    closes the connection without its answer, as the network delivers a
+    request whose caller gave up on it (delivered lists the server's
+    answers (status, body) to those, and is set once one came). Every
+    other request is forwarded. seen lists (path, action) for every
+    request, and sent (path, JSON body or None)."""
 
     def __init__(self, target_url: str, script: dict[str, list[str]]):
         u = urllib.parse.urlsplit(target_url)
         target = (u.hostname, u.port)
         lock = threading.Lock()
         self.seen: list[tuple[str, str]] = []
+        self.sent: list[tuple[str, Optional[dict]]] = []
         self.late = threading.Event()
+        self.holding = threading.Event()
+        self.deliver = threading.Event()
+        self.delivered: list[tuple[int, bytes]] = []
+        self.delivered_set = threading.Event()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -224,13 +242,21 @@ class ScriptedProxy:
                             action = actions.pop(0)
                             break
                     outer.seen.append((self.path, action))
+                    outer.sent.append((self.path, json.loads(body) if body else None))
                 if action == "drop":
                     self.close_connection = True
                     return
-                if action in ("503", "409", "410"):
-                    code = {"503": "unavailable", "409": "held", "410": "lost"}[action]
+                if action == "old_server":
+                    self.send_response(400)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(OLD_SERVER_400)))
+                    self.end_headers()
+                    self.wfile.write(OLD_SERVER_400)
+                    return
+                if action in ("503", "409", "410", "out_of_order"):
+                    code = {"503": "unavailable", "409": "held", "410": "lost", "out_of_order": "out_of_order"}[action]
                     msg = b'{"error":{"code":"%s","message":"injected by the proxy"}}' % code.encode()
-                    self.send_response(int(action))
+                    self.send_response(409 if action == "out_of_order" else int(action))
                     self.send_header("Content-Type", "application/json")
                     if action == "503":
                         self.send_header("Retry-After", "1")
@@ -238,6 +264,9 @@ class ScriptedProxy:
                     self.end_headers()
                     self.wfile.write(msg)
                     return
+                if action == "hold":
+                    outer.holding.set()
+                    outer.deliver.wait(timeout=30)
                 up = http.client.HTTPConnection(*target, timeout=30)
                 try:
                     hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
@@ -247,6 +276,12 @@ class ScriptedProxy:
                 finally:
                     up.close()
                 if action == "lose":
+                    self.close_connection = True
+                    return
+                if action == "hold":
+                    with lock:
+                        outer.delivered.append((r.status, data))
+                    outer.delivered_set.set()
                     self.close_connection = True
                     return
                 if action == "late":
@@ -270,6 +305,10 @@ class ScriptedProxy:
     def actions(self, suffix: str) -> list[str]:
         """The actions taken on the requests whose path ends with suffix."""
         return [a for p, a in self.seen if p.endswith(suffix)]
+
+    def bodies(self, suffix: str) -> list[Optional[dict]]:
+        """The JSON bodies of the requests whose path ends with suffix."""
+        return [b for p, b in self.sent if p.endswith(suffix)]
 
     def stop(self) -> None:
         self._srv.shutdown()
@@ -779,17 +818,19 @@ class RedisTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 fenced.set_fencing_token({}, bad)  # type: ignore[arg-type]
 
-    def scripted(self, script: dict[str, list[str]], retries: int = 2) -> tuple[ScriptedProxy, fenced.Client]:
+    def scripted(self, script: dict[str, list[str]], retries: int = 2,
+                 timeout: float = 10.0) -> tuple[ScriptedProxy, fenced.Client]:
         """A ScriptedProxy in front of the daemon, and a client through it."""
         p = ScriptedProxy(self.daemon.url, script)
         self.addCleanup(p.stop)
-        c = fenced.Client(p.url, bearer_token=self.bearer, retries=retries)
+        c = fenced.Client(p.url, bearer_token=self.bearer, retries=retries, timeout=timeout)
         self.addCleanup(c.close)
         return p, c
 
-    def cutting(self, cut_on: bytes) -> tuple[FaultProxy, fenced.Client]:
+    def cutting(self, cut_on: Optional[bytes]) -> tuple[FaultProxy, fenced.Client]:
         """A FaultProxy in front of the daemon that cuts the first answer to
-        a request containing cut_on, and a client through it."""
+        a request containing cut_on (None: none, it only records), and a
+        client through it."""
         proxy = FaultProxy(self.daemon.url, cut_on=cut_on)
         self.addCleanup(proxy.stop)
         c = fenced.Client(proxy.url, bearer_token=self.bearer)
@@ -992,15 +1033,168 @@ class RedisTest(unittest.TestCase):
     def test_refresh_resends_after_a_lost_answer(self) -> None:
         # The answer to a refresh is cut after fenced extended the lease. A
         # refresh by the same lease id extends it again, so the client asks
-        # again, as after a 503, and refresh() succeeds.
+        # again, as after a 503, and refresh() succeeds. It is the same
+        # refresh, so it carries the same seq (a higher one would make
+        # fenced refuse the first if it arrived later still).
         proxy, c = self.cutting(b"/refresh")
         name = unique()
         lease = c.acquire(name, ttl_ms=30_000, wait_ms=0)
         c.close()  # a new connection for the refresh, as in the release's test
         lease.refresh(20_000)
         self.assertTrue(proxy.cut.is_set(), "the proxy cut no answer")
-        self.assertEqual([b["ttl_ms"] for b in proxy.bodies(b"/refresh")], [20_000, 20_000])
+        bodies = proxy.bodies(b"/refresh")
+        self.assertEqual([b["ttl_ms"] for b in bodies], [20_000, 20_000])
+        self.assertIsInstance(bodies[0].get("seq"), int)
+        self.assertEqual(bodies[0]["seq"], bodies[1]["seq"], "the refresh sent again carries another seq")
         self.assertEqual(lease.ttl_ms, 20_000)
+        self.assertTrue(self.client.inspect(name).held)
+        lease.release()
+
+    def test_refreshes_carry_increasing_seq(self) -> None:
+        # Every refresh of a lease, refresh()'s and the keep-alive's,
+        # carries a seq above the one before, from the process's clock in
+        # microseconds: fenced applies none below the highest it applied,
+        # so a refresh delayed on its way cannot undo a later one.
+        proxy, c = self.cutting(None)
+        before_us = time.time_ns() // 1000
+        name = unique()
+        lease = c.lock(name, ttl_ms=300)  # the keep-alive refreshes every 100 ms
+        self.addCleanup(lease.stop_keep_alive)
+
+        def refreshes_sent(n: int) -> None:
+            deadline = time.monotonic() + 10
+            while len(proxy.bodies(b"/refresh")) < n:
+                self.assertLess(time.monotonic(), deadline, f"fewer than {n} refreshes sent")
+                time.sleep(0.005)
+        refreshes_sent(2)  # the keep-alive's
+        for _ in range(3):
+            lease.refresh(300)
+        n = len(proxy.bodies(b"/refresh"))
+        refreshes_sent(n + 2)  # the keep-alive's again, after refresh()'s
+        lease.release()
+        self.assertFalse(lease.lost.is_set(), f"lost: {lease.lost_reason}")
+        seqs = [b.get("seq") for b in proxy.bodies(b"/refresh")]
+        self.assertTrue(all(isinstance(s, int) for s in seqs), f"a refresh without a seq: {seqs}")
+        self.assertEqual(seqs, sorted(set(seqs)), "seqs not strictly increasing")
+        self.assertGreaterEqual(seqs[0], before_us, "a seq below the clock's microseconds")
+        self.assertLessEqual(seqs[-1], time.time_ns() // 1000 + len(seqs))
+
+    def test_late_shorter_refresh_is_refused(self) -> None:
+        # A refresh to 600 ms is held on its way until its caller gives up
+        # on it (its 100 ms timeout); a refresh to 30 s succeeds; then the
+        # network delivers the first. fenced applied it last and freed the
+        # lock 600 ms later, while the holder, counting from the 30 s
+        # refresh, believed it held it: two holders (docs/design.md, defect
+        # 102). The late one's seq is below the 30 s one's: refused now.
+        proxy, c = self.scripted({"/refresh": ["hold"]}, retries=0, timeout=0.1)
+        self.addCleanup(proxy.deliver.set)  # a failed test leaves no request held
+        name = unique()
+        lease = c.acquire(name, ttl_ms=30_000)
+        with self.assertRaises(fenced.TransportError):
+            lease.refresh(600)
+        self.assertTrue(proxy.holding.wait(10), "the proxy holds no refresh")
+        c.timeout = 10.0  # the next refresh waits what is left of the validity
+        lease.refresh(30_000)
+        proxy.deliver.set()
+        self.assertTrue(proxy.delivered_set.wait(10), "the held refresh was not delivered")
+        delivered = time.monotonic()
+        st = self.client.inspect(name)
+        self.assertTrue(st.held)
+        self.assertGreater(st.ttl_ms, 20_000, "the late refresh to 600 ms was applied")
+        status, body = proxy.delivered[0]
+        self.assertEqual(status, 409, body)
+        self.assertEqual(json.loads(body)["error"]["code"], "out_of_order")
+        # Past the late refresh's TTL (the wait is the point, not a
+        # synchronisation): still held by the lease, and by nobody else.
+        time.sleep(max(0.0, delivered + 0.8 - time.monotonic()))
+        st = self.client.inspect(name)
+        self.assertTrue(st.held, "the lock was freed 600 ms after the late refresh")
+        self.assertEqual(st.token, lease.token)
+        self.assertIsNone(self.client.try_acquire(name, ttl_ms=1000))
+        self.assertGreater(lease.valid_for(), 20)
+        self.assertFalse(lease.lost.is_set())
+        lease.release()
+
+    def test_refresh_id_seq(self) -> None:
+        # refresh_id sends the caller's seq: a lower one after a higher is
+        # refused (out_of_order) and leaves the lease as the higher left it;
+        # the same one again (a resend) is applied.
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=30_000)
+        self.addCleanup(lease.release)
+        self.assertEqual(self.client.refresh_id(name, lease.lease_id, ttl_ms=20_000, seq=10)["ttl_ms"], 20_000)
+        with self.assertRaises(fenced.OutOfOrderError) as cm:
+            self.client.refresh_id(name, lease.lease_id, ttl_ms=500, seq=9)
+        self.assertEqual((cm.exception.status, cm.exception.code), (409, "out_of_order"))
+        self.assertFalse(cm.exception.retryable)
+        st = self.client.inspect(name)
+        self.assertTrue(st.held)
+        self.assertGreater(st.ttl_ms, 10_000, "the refresh with seq 9 was applied after seq 10")
+        self.assertLessEqual(st.ttl_ms, 20_000)
+        self.assertEqual(self.client.refresh_id(name, lease.lease_id, ttl_ms=20_000, seq=10)["token"], lease.token)
+        with self.assertRaises(fenced.InvalidArgumentError) as cm:
+            self.client.refresh_id(name, lease.lease_id, seq=0)
+        self.assertEqual((cm.exception.status, cm.exception.field), (400, "seq"))
+
+    def test_out_of_order_refresh_keeps_the_lease(self) -> None:
+        # out_of_order is a refusal: the refresh was not applied and the
+        # lease is still held, as the later refresh left it. refresh()
+        # raises it without shortening the validity or losing the lease,
+        # and the keep-alive refreshes again (a higher seq) rather than
+        # give the lease up.
+        proxy, c = self.scripted({"/refresh": ["out_of_order"]}, retries=0)
+        name = unique()
+        lease = c.acquire(name, ttl_ms=30_000)
+        with self.assertRaises(fenced.OutOfOrderError):
+            lease.refresh(200)
+        self.assertGreater(lease.valid_for(), 20, "a refusal shortened the validity")
+        self.assertFalse(lease.lost.is_set())
+        lease.check()
+        lease.refresh(30_000)
+        lease.release()
+        p, c = self.scripted({"/refresh": ["out_of_order", "out_of_order"]})
+        name = unique()
+        lease = c.lock(name, ttl_ms=600)
+        self.addCleanup(lease.stop_keep_alive)
+        self.assertFalse(lease.lost.wait(timeout=1.5), f"lost after out_of_order: {lease.lost_reason}; requests {p.seen}")
+        self.assertEqual(p.actions("/refresh")[:3], ["out_of_order", "out_of_order", "forward"])
+        self.assertTrue(self.client.inspect(name).held)
+        lease.release()
+
+    def test_refresh_without_seq_for_an_older_server(self) -> None:
+        # A fenced older than seq refuses it (400, unknown field, no
+        # field member): a client upgraded before its servers sends the
+        # refresh again without seq, unordered, rather than fail every
+        # refresh and let the keep-alive lose its leases. Not remembered:
+        # the next refresh carries a seq again.
+        proxy, c = self.scripted({"/refresh": ["old_server"]}, retries=0)
+        name = unique()
+        lease = c.acquire(name, ttl_ms=30_000)
+        self.addCleanup(lease.release)
+        lease.refresh(20_000)
+        self.assertEqual(lease.ttl_ms, 20_000)
+        self.assertFalse(lease.lost.is_set())
+        self.assertGreater(lease.valid_for(), 15)
+        self.assertLessEqual(lease.valid_for(), 20)
+        st = self.client.inspect(name)
+        self.assertTrue(st.held)
+        self.assertLessEqual(st.ttl_ms, 20_000, "the refresh sent again was not applied")
+        lease.refresh(25_000)
+        self.assertEqual(proxy.actions("/refresh"), ["old_server", "forward", "forward"])
+        bodies = proxy.bodies("/refresh")
+        self.assertIsInstance(bodies[0]["seq"], int)
+        self.assertEqual(bodies[1], {"lease_id": lease.lease_id, "ttl_ms": 20_000}, "sent again with a seq")
+        self.assertIsInstance(bodies[2]["seq"], int, "the next refresh carries no seq")
+        self.assertGreater(bodies[2]["seq"], bodies[0]["seq"])
+        self.assertEqual(lease.ttl_ms, 25_000)
+        # The keep-alive: every refresh answered as an older server does.
+        p, c = self.scripted({"/refresh": ["old_server", "forward"] * 10})  # forward: the resend
+        name = unique()
+        lease = c.lock(name, ttl_ms=600)  # refreshed every 200 ms
+        self.addCleanup(lease.stop_keep_alive)
+        self.assertFalse(lease.lost.wait(timeout=1.5), f"lost against an older server: {lease.lost_reason}; requests {p.seen}")
+        self.assertEqual(p.actions("/refresh")[:6], ["old_server", "forward"] * 3)
+        self.assertEqual(["seq" in b for b in p.bodies("/refresh")[:6]], [True, False] * 3)
         self.assertTrue(self.client.inspect(name).held)
         lease.release()
 
