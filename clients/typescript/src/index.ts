@@ -15,9 +15,9 @@
  * text, never through a double.
  *
  * Errors are typed by the API's error code, never by message text:
- * HeldError (409 held), LostError (410 lost), InvalidArgumentError (400), …,
- * all FencedError. UnavailableError (503) and TransportError (no answer) are
- * retryable.
+ * HeldError (409 held), OutOfOrderError (409 out_of_order), LostError (410
+ * lost), InvalidArgumentError (400), …, all FencedError. UnavailableError
+ * (503) and TransportError (no answer) are retryable.
  *
  * Every acquire or campaign sends a waiter, 32 hex digits drawn once per
  * call: the key to a grant whose answer was lost, and a fair waiting call's
@@ -111,6 +111,15 @@ export class HeldByOtherError extends HeldError {
   token = 0n;
 }
 /**
+ * 409 out_of_order: a refresh of this lease with a higher seq was applied
+ * first, and this one, arriving late, was not. The lease is still held, as
+ * that later refresh left it. Not retryable as it was sent (the same seq is
+ * refused again); a new refresh, with a new seq, may be sent.
+ */
+export class OutOfOrderError extends FencedError {
+  static override readonly code = "out_of_order";
+}
+/**
  * 410 lost: this lease id no longer holds the lease; stop writing with its
  * token. The keep-alive also reports a validity that ran out without a
  * successful refresh as a LostError (status 0).
@@ -147,6 +156,7 @@ const errorClasses: Record<string, new (m: string, s: number, c: string, r?: num
   not_found: NotFoundError,
   method_not_allowed: MethodNotAllowedError,
   held: HeldError,
+  out_of_order: OutOfOrderError,
   lost: LostError,
   payload_too_large: PayloadTooLargeError,
   unsupported_media_type: UnsupportedMediaTypeError,
@@ -275,6 +285,39 @@ function checkTTL(ttlMs: unknown): number {
     throw invalid("ttl_ms", `ttlMs ${typeof ttlMs === "string" ? JSON.stringify(ttlMs) : String(ttlMs)}: want a whole number of milliseconds`);
   }
   return ttlMs;
+}
+
+/**
+ * seq if it is a whole number, else an InvalidArgumentError before
+ * anything is sent, as checkTTL. Its range is the server's to say.
+ */
+function checkSeq(seq: unknown): number {
+  if (typeof seq !== "number" || !Number.isSafeInteger(seq)) {
+    throw invalid("seq", `seq ${typeof seq === "string" ? JSON.stringify(seq) : String(seq)}: want a whole number from 1 to 2^53−1, higher with each refresh of the lease (nextRefreshSeq() draws one)`);
+  }
+  return seq;
+}
+
+// ---------------------------------------------------------------------------
+// Refresh sequence numbers
+
+/** The last number nextRefreshSeq handed out in this process. */
+let lastRefreshSeq = 0;
+
+/**
+ * A refresh sequence number (API field seq) higher than every one this
+ * process drew before: the microseconds since the Unix epoch, or the last
+ * one plus one when the clock has not moved on (or went back). Every Lease
+ * numbers its refreshes with it, one counter for all of them, as the Go
+ * client's lock.NextRefreshSeq. Taken from the clock, the numbers of a
+ * process that refreshes a lease after another (a restarted one, or
+ * another holder of a reentrant lock) start above the other's, as long as
+ * their clocks agree to better than the time between their refreshes.
+ * Below 2^53 (a number holds it exactly) until the year 2255.
+ */
+export function nextRefreshSeq(): number {
+  lastRefreshSeq = Math.max(Date.now() * 1000, lastRefreshSeq + 1);
+  return lastRefreshSeq;
 }
 
 // ---------------------------------------------------------------------------
@@ -451,6 +494,19 @@ export interface ReleaseOptions {
    * server refuses a malformed one (InvalidArgumentError).
    */
   releaseID?: string;
+}
+
+export interface RefreshOptions {
+  /**
+   * This refresh's sequence number (API field seq): a whole number from 1
+   * to 2^53−1, higher with each refresh of the lease, and the same when
+   * this refresh is sent again (after a TransportError, say).
+   * nextRefreshSeq() draws one. fenced applies no refresh below the
+   * highest it applied for the lease and rejects it with OutOfOrderError,
+   * so a refresh delayed on its way cannot shorten a lease that a later
+   * one extended. Default: none, unordered.
+   */
+  seq?: number;
 }
 
 export interface LockOptions extends AcquireOptions {
@@ -833,11 +889,15 @@ export class Client {
    * Extend the lease leaseID of name; the raw answer. Lease.refresh is the
    * usual way. A refresh whose answer was lost is sent again, as a
    * release's is: a refresh by the same lease id extends it again, from
-   * later.
+   * later. options.seq orders it after the lease's earlier refreshes (see
+   * RefreshOptions): pass increasing numbers, such as nextRefreshSeq()'s,
+   * and the same one when you send a refresh again yourself. A late one
+   * rejects with OutOfOrderError and was not applied.
    */
-  async refreshID(name: string, leaseID: string, ttlMs?: number, options: CallOptions = {}): Promise<Record<string, unknown>> {
+  async refreshID(name: string, leaseID: string, ttlMs?: number, options: RefreshOptions & CallOptions = {}): Promise<Record<string, unknown>> {
     const body: Record<string, unknown> = { lease_id: leaseID };
     if (ttlMs !== undefined) body.ttl_ms = checkTTL(ttlMs);
+    if (options.seq !== undefined) body.seq = checkSeq(options.seq); // in every resend of this call's request
     return this.call("POST", name, "/refresh", body, { resendLost: true, ...options });
   }
 
@@ -1153,6 +1213,15 @@ export class Lease {
    * ends no later than this refresh would have made it end, so a shorter
    * ttlMs that failed shortens it too (without ttlMs the client does not
    * know the server's default, and cannot).
+   *
+   * Each refresh carries a sequence number (nextRefreshSeq()), the same in
+   * its resends, so that fenced never applies it after a later one: one
+   * delayed on its way past its timeout cannot shorten the lease a later
+   * refresh extended (defect 102). Rejects with OutOfOrderError if fenced
+   * applied a later one first (another holder of the same lease): not
+   * applied, the lease still held, the validity unchanged. Against an
+   * older fenced, which refuses the unknown field seq, the refresh is sent
+   * again at once without it (unordered, as before); the next tries seq again.
    */
   async refresh(ttlMs?: number): Promise<void> {
     await this.#oneAtATime(() => this.#refresh(ttlMs, {}));
@@ -1185,14 +1254,28 @@ export class Lease {
     }
     const remaining = this.#deadline - started;
     const timeoutMs = remaining > 0 ? Math.min(this.#client.timeoutMs, Math.max(remaining, 1)) : undefined;
+    // Drawn once for this refresh, in the order refreshes are sent (one at
+    // a time): the client's resends of it carry the same.
+    const seq = nextRefreshSeq();
     let doc: Record<string, unknown>;
     try {
-      doc = await this.#client.refreshID(this.name, this.leaseID, ttlMs, { ...options, timeoutMs });
+      try {
+        doc = await this.#client.refreshID(this.name, this.leaseID, ttlMs, { ...options, timeoutMs, seq });
+      } catch (e) {
+        // An older fenced refuses the unknown field seq (400
+        // invalid_argument, no field; this body is otherwise valid): send
+        // it again at once without seq, unordered as before defect 102
+        // (docs/design.md). Not remembered: the next refresh tries seq
+        // again, so a server upgraded meanwhile orders it.
+        if (!(e instanceof InvalidArgumentError && e.status === 400 && e.field === undefined)) throw e;
+        doc = await this.#client.refreshID(this.name, this.leaseID, ttlMs, { ...options, timeoutMs });
+      }
     } catch (e) {
       if (e instanceof LostError) this.#signalLost(e);
       // No answer, or the server's store failed: the refresh may have been
       // applied, and a shorter TTL then ends the lease sooner there. A
-      // refusal (another 4xx) was not applied.
+      // refusal (another 4xx, out_of_order too: a later refresh was applied
+      // instead) was not applied.
       const maybeApplied = !(e instanceof FencedError) || e instanceof UnavailableError || e instanceof TransportError;
       if (maybeApplied && ttlMs !== undefined) {
         this.#deadline = Math.min(this.#deadline, started + validityMs(ttlMs, started, started));
@@ -1274,7 +1357,9 @@ export class Lease {
    * validity that runs out without a successful refresh (retryable errors
    * are retried until then), aborts signal, resolves lost and calls onLost
    * once. An onLost that throws is reported with console.error and
-   * otherwise ignored. release() or stopKeepAlive() stops it.
+   * otherwise ignored. An out_of_order answer (another holder of the lease
+   * refreshed it later) is retried as a retryable error is: it loses
+   * nothing. release() or stopKeepAlive() stops it.
    */
   keepAlive(options: { onLost?: (lease: Lease, err: LostError) => void } = {}): void {
     if (this.#loop) throw new Error("keepAlive: already running");
@@ -1330,7 +1415,9 @@ export class Lease {
         await this.#oneAtATime(() => this.#refresh(this.#ttlMs, { retries: 0, signal: stop })); // this loop retries, within the validity
       } catch (e) {
         if (stop.aborted || e instanceof LostError) return;
-        if (e instanceof FencedError && e.retryable) {
+        // Out of order: not applied, the lease still held. The next
+        // refresh, with a higher seq, is applied.
+        if ((e instanceof FencedError && e.retryable) || e instanceof OutOfOrderError) {
           // Retry soon, but not in a busy loop, and well within the validity
           // left: fenced's Retry-After (1 s) would outlast a short lease.
           // The deadline still rules.

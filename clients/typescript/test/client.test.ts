@@ -23,10 +23,12 @@ import {
   LostError,
   MAX_TOKEN,
   NotFoundError,
+  OutOfOrderError,
   TransportError,
   UnauthenticatedError,
   UnavailableError,
   ForbiddenError,
+  nextRefreshSeq,
   parseAnswer,
   setFencingToken,
   validityMs,
@@ -127,17 +129,33 @@ async function startCuttingProxy(
  * used up in order, one per request whose path ends with it: "503" answers
  * 503 unavailable with Retry-After: 1 itself (as fenced does); "409"
  * answers 409 held itself at once, whatever wait was asked for; "410"
- * answers 410 lost itself, as a fenced node that never saw the lease would; "drop"
+ * answers 410 lost itself, as a fenced node that never saw the lease would;
+ * "out_of_order" answers 409 out_of_order itself, as fenced does to a
+ * refresh after one with a higher seq; "unknown_seq" answers 400
+ * invalid_argument itself, as a fenced older than seq does to a body with
+ * seq (OLD_SERVER_SEQ_REFUSAL); "drop"
  * destroys the connection without forwarding (fenced never sees it); "cut"
  * forwards, then destroys the connection instead of answering (fenced
  * acted, the client never hears); "late" forwards, then holds the answer
- * until answerLate() is called. Anything else is forwarded. seen() lists
- * "<path> <action>" for every request.
+ * until answerLate() is called; "hold" holds the request itself until
+ * forwardHeld() is called, then forwards it (fenced sees it late, after
+ * its caller may have given up). Anything else is forwarded. seen() lists
+ * "<path> <action>" for every request, bodies(suffix) the JSON bodies of
+ * the requests whose path ends with suffix.
  */
+/** What a fenced older than seq answers a refresh carrying seq (HTTP 400). */
+const OLD_SERVER_SEQ_REFUSAL =
+  '{"error":{"code":"invalid_argument","message":"request body: unknown field \\"seq\\"; allowed are \\"lease_id\\", \\"ttl_ms\\""}}';
+
 async function startScriptedProxy(target: string, script: Record<string, string[]>) {
   const seen: string[] = [];
+  const bodies: { url: string; body: Record<string, unknown> }[] = [];
   let answerLate!: () => void;
   const late = new Promise<void>((resolve) => (answerLate = resolve));
+  let forwardHeld!: () => void;
+  const held = new Promise<void>((resolve) => (forwardHeld = resolve));
+  let heldAnswered!: (status: number) => void;
+  const heldStatus = new Promise<number>((resolve) => (heldAnswered = resolve));
   const server = createHTTPServer(async (req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
@@ -145,6 +163,7 @@ async function startScriptedProxy(target: string, script: Record<string, string[
     const suffix = Object.keys(script).find((s) => (req.url ?? "").endsWith(s) && script[s].length > 0);
     const action = suffix ? script[suffix].shift()! : "forward";
     seen.push(`${req.url} ${action}`);
+    if (body.length) bodies.push({ url: req.url ?? "", body: JSON.parse(body.toString()) as Record<string, unknown> });
     if (action === "drop") {
       req.socket.destroy();
       return;
@@ -159,12 +178,24 @@ async function startScriptedProxy(target: string, script: Record<string, string[
       res.end(`{"error":{"code":"${action === "409" ? "held" : "lost"}","message":"injected by the proxy"}}`);
       return;
     }
+    if (action === "out_of_order") {
+      res.writeHead(409, { "Content-Type": "application/json" });
+      res.end('{"error":{"code":"out_of_order","message":"injected by the proxy"}}');
+      return;
+    }
+    if (action === "unknown_seq") {
+      res.writeHead(400, { "Content-Type": "application/json" });
+      res.end(OLD_SERVER_SEQ_REFUSAL);
+      return;
+    }
+    if (action === "hold") await held;
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(req.headers)) {
       if (typeof v === "string" && !["host", "connection", "content-length"].includes(k)) headers[k] = v;
     }
     const up = await fetch(target + req.url, { method: req.method, headers, body: body.length ? body : undefined });
     const text = await up.text();
+    if (action === "hold") heldAnswered(up.status);
     if (action === "cut") {
       req.socket.destroy();
       return;
@@ -181,8 +212,15 @@ async function startScriptedProxy(target: string, script: Record<string, string[
     seen: () => [...seen],
     /** Lets the answers held by "late" go. */
     answerLate,
+    /** Forwards the request held by "hold" (now, or once it comes); resolves with the status fenced answered it. */
+    forwardHeld: () => {
+      forwardHeld();
+      return heldStatus;
+    },
     /** The actions taken on the requests whose path ends with suffix. */
     actions: (suffix: string) => seen.filter((s) => s.split(" ")[0].endsWith(suffix)).map((s) => s.split(" ")[1]),
+    /** The JSON bodies of the requests whose path ends with suffix, in order. */
+    bodies: (suffix: string) => bodies.filter((b) => b.url.endsWith(suffix)).map((b) => b.body),
     close: async () => {
       server.closeAllConnections();
       server.close();
@@ -757,6 +795,155 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       await assert.rejects(kept.refresh(200), (e: unknown) => e instanceof HeldError);
       assert.ok(kept.validForMs() > 20_000, "a refused refresh shortened the validity");
       await kept.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("numbers its refreshes with increasing seq", async () => {
+    // Each refresh of a lease, refresh()'s and the keep-alive's, carries a
+    // seq above the one before, so that fenced never applies one after a
+    // later one (defect 102). One sent again after its answer was lost
+    // carries the same: fenced applies it again.
+    const proxy = await startCuttingProxy(daemon.url, "/refresh");
+    try {
+      const lease = await new Client(proxy.url, { bearerToken: bearer }).acquire(unique(), { ttlMs: 30_000, waitMs: 0 });
+      const before = nextRefreshSeq();
+      await lease.refresh(20_000); // its answer cut: sent again
+      assert.equal(proxy.cuts(), 1, "the proxy cut no answer");
+      await lease.refresh(300);
+      lease.keepAlive(); // a refresh every 100 ms
+      while (proxy.bodies().length < 6 && !lease.signal.aborted) await sleep(5);
+      await lease.release();
+      assert.equal(lease.signal.aborted, false, "the keep-alive lost the lease");
+      const seqs = proxy.bodies().map((b) => b.seq as number);
+      assert.ok(seqs.every((seq) => Number.isSafeInteger(seq) && seq > before), `seqs ${JSON.stringify(seqs)}: want numbers above ${before}`);
+      assert.equal(seqs[0], seqs[1], "the refresh sent again after a lost answer carried another seq");
+      for (let i = 2; i < seqs.length; i++) {
+        assert.ok(seqs[i] > seqs[i - 1], `seqs ${JSON.stringify(seqs)}: not increasing at ${i}`);
+      }
+      assert.ok(nextRefreshSeq() > seqs[seqs.length - 1]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("refuses a shorter refresh that arrives after a later one", async () => {
+    // A refresh to 500 ms is delayed on its way until its caller gives up
+    // (timeout), then a refresh to 30 s succeeds and the holder counts 30 s
+    // from it. The delayed one reached fenced last and was applied last:
+    // the lock was free 500 ms later, while its holder believed it held it
+    // (defect 102). Numbered, it is refused (out_of_order).
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["hold"] });
+    try {
+      const name = unique();
+      const c = new Client(proxy.url, { bearerToken: bearer, timeoutMs: 200, retries: 0 });
+      const lease = await c.acquire(name, { ttlMs: 30_000, waitMs: 0 });
+      await assert.rejects(lease.refresh(500), (e: unknown) => e instanceof TransportError); // no answer within 200 ms
+      await lease.refresh(30_000);
+      const status = await proxy.forwardHeld(); // the delayed one reaches fenced now
+      assert.deepEqual(proxy.actions("/refresh"), ["hold", "forward"]);
+      await sleep(700); // past the delayed refresh's TTL: only the clock to wait on
+      assert.equal(await client.tryAcquire(name, { ttlMs: 1000 }), null, "the lock was free 700 ms after the delayed refresh to 500 ms: two holders");
+      assert.equal(status, 409, "fenced applied the delayed refresh");
+      const st = await client.inspect(name);
+      assert.equal(st.token, lease.token);
+      assert.ok(st.ttlMs > 25_000, `${st.ttlMs} ms left; want what the refresh to 30 s left`);
+      assert.ok(lease.validForMs() > 25_000);
+      await lease.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("refreshID orders by seq", async () => {
+    // A refresh numbered below one applied is refused and changes nothing;
+    // the same seq again (a refresh sent again) is applied; 0 is no seq.
+    const name = unique();
+    const lease = await client.acquire(name, { ttlMs: 30_000, waitMs: 0 });
+    try {
+      await client.refreshID(name, lease.leaseID, 20_000, { seq: 10 });
+      await assert.rejects(client.refreshID(name, lease.leaseID, 1000, { seq: 9 }), (e: unknown) =>
+        e instanceof OutOfOrderError && e.status === 409 && e.code === "out_of_order" && !e.retryable);
+      const st = await client.inspect(name);
+      assert.equal(st.held, true);
+      assert.ok(st.ttlMs > 15_000, `${st.ttlMs} ms left: the refused refresh to 1 s was applied`);
+      assert.equal((await client.refreshID(name, lease.leaseID, 20_000, { seq: 10 })).ttl_ms, 20_000);
+      await assert.rejects(client.refreshID(name, lease.leaseID, 20_000, { seq: 0 }), (e: unknown) =>
+        e instanceof InvalidArgumentError && e.status === 400 && e.field === "seq");
+      // Not a whole number: refused before sending, as a ttlMs is.
+      await assert.rejects(client.refreshID(name, lease.leaseID, 20_000, { seq: 1.5 }), (e: unknown) =>
+        e instanceof InvalidArgumentError && e.status === 0 && e.field === "seq");
+    } finally {
+      await lease.release();
+    }
+  });
+
+  it("keeps a lease whose refresh is answered out_of_order", async () => {
+    // out_of_order: fenced applied a later refresh of the lease (another
+    // holder's) and not this one; the lease is still held. refresh()
+    // rejects, leaving the validity as it was (a shorter TTL too) and the
+    // lease not lost, and the keep-alive tries again, as after a 503.
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["out_of_order", "out_of_order", "out_of_order"] });
+    try {
+      const name = unique();
+      const lease = await new Client(proxy.url, { bearerToken: bearer }).acquire(name, { ttlMs: 600, waitMs: 0 });
+      const deadline = lease.deadline;
+      await assert.rejects(lease.refresh(100), (e: unknown) => e instanceof OutOfOrderError && !e.retryable);
+      assert.equal(lease.deadline, deadline, "a refused refresh moved the validity");
+      assert.equal(lease.signal.aborted, false, "a refused refresh lost the lease");
+      lease.keepAlive();
+      const err = await within(lease.lost, 1500);
+      assert.equal(err, "timeout", `lost after out_of_order: ${err === "timeout" ? "" : err.message}; ${JSON.stringify(proxy.seen())}`);
+      assert.deepEqual(proxy.actions("/refresh").slice(0, 4), ["out_of_order", "out_of_order", "out_of_order", "forward"]);
+      assert.equal((await client.inspect(name)).held, true);
+      await lease.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("refreshes without seq against an older server", async () => {
+    // A fenced older than seq refuses the unknown field (400, no field):
+    // the refresh is sent again at once without it, unordered, so a client
+    // upgraded before its servers keeps its leases. Not remembered: the
+    // next refresh carries seq again, for a server upgraded meanwhile.
+    const script = { "/refresh": ["unknown_seq", "forward", "unknown_seq", "forward", "unknown_seq"] };
+    const proxy = await startScriptedProxy(daemon.url, script);
+    try {
+      const name = unique();
+      const c = new Client(proxy.url, { bearerToken: bearer });
+      const lease = await c.acquire(name, { ttlMs: 30_000, waitMs: 0 });
+      await lease.refresh(20_000);
+      assert.equal(lease.signal.aborted, false, "the older server's answer lost the lease");
+      assert.ok(lease.validForMs() > 15_000 && lease.validForMs() <= 20_000, `${lease.validForMs()} ms valid; want the refresh's 20 s`);
+      assert.ok((await client.inspect(name)).ttlMs <= 20_000, "the refresh without seq was not applied");
+      assert.deepEqual(proxy.actions("/refresh"), ["unknown_seq", "forward"]);
+      let bodies = proxy.bodies("/refresh");
+      assert.ok(Number.isSafeInteger(bodies[0].seq), `first send ${JSON.stringify(bodies[0])}: want a seq`);
+      assert.deepEqual(bodies[1], { lease_id: lease.leaseID, ttl_ms: 20_000 }, "the refresh sent again carried a seq");
+      await lease.refresh(300); // the next carries seq again: answered by the old server, then sent without
+      assert.ok(lease.validForMs() <= 300);
+      // The keep-alive (every 100 ms) meets the old server too, and keeps the lease.
+      lease.keepAlive();
+      const err = await within(lease.lost, 800);
+      assert.equal(err, "timeout", `lost against the older server: ${err === "timeout" ? "" : err.message}; ${JSON.stringify(proxy.seen())}`);
+      const actions = proxy.actions("/refresh");
+      assert.deepEqual(actions.slice(0, 6), ["unknown_seq", "forward", "unknown_seq", "forward", "unknown_seq", "forward"]);
+      assert.ok(actions.length > 6, "the keep-alive stopped refreshing");
+      bodies = proxy.bodies("/refresh");
+      assert.ok(Number.isSafeInteger(bodies[2].seq) && (bodies[2].seq as number) > (bodies[0].seq as number), `${JSON.stringify(bodies[2])}: the next refresh carried no newer seq`);
+      assert.equal(bodies[3].seq, undefined);
+      assert.ok(Number.isSafeInteger(bodies[4].seq), "the keep-alive's refresh carried no seq first");
+      assert.equal(bodies[5].seq, undefined);
+      assert.equal((await client.inspect(name)).held, true);
+      // refreshID with a seq does not fall back: its caller asked for order.
+      await lease.stopKeepAlive();
+      script["/refresh"].push("unknown_seq");
+      await assert.rejects(c.refreshID(name, lease.leaseID, 20_000, { seq: nextRefreshSeq() }), (e: unknown) =>
+        e instanceof InvalidArgumentError && e.status === 400 && e.field === undefined);
+      assert.equal(proxy.actions("/refresh").at(-1), "unknown_seq", "refreshID sent its refresh again");
+      await lease.release();
     } finally {
       await proxy.close();
     }
