@@ -886,7 +886,7 @@ func (s *EtcdStore) hold(name, leaseID string, tok fence.Token, modRev int64, se
 		old.sess.users--
 		if old.id == leaseID && old.seq > seq {
 			h.seq = old.seq
-			if late = seq != 0 && holds <= 1; late {
+			if late = lateRefresh(seq, old.seq, holds > 1); late {
 				h.deadline = old.deadline
 			}
 		}
@@ -966,7 +966,7 @@ func (s *EtcdStore) refresh(ctx context.Context, name, leaseID string, ttl time.
 	s.mu.Lock()
 	h := s.held[name]
 	if h != nil && h.id == leaseID {
-		if seq != 0 && seq < h.seq && !keep && h.holds <= 1 {
+		if lateRefresh(seq, h.seq, keep || h.holds > 1) {
 			s.mu.Unlock()
 			return Grant{}, ErrOutOfOrder
 		}
@@ -995,6 +995,12 @@ func (s *EtcdStore) refresh(ctx context.Context, name, leaseID string, ttl time.
 	s.mu.Unlock()
 	return s.takeOver(ctx, name, leaseID, sess, start, ttl, seq)
 }
+
+// lateRefresh reports whether a refresh numbered seq must not be applied
+// because one numbered last was taken before it (defect 102). An
+// unnumbered refresh is unordered, and one that keeps the deadline (a
+// lock held more than once) cannot shorten the lease, so neither is late.
+func lateRefresh(seq, last uint64, keep bool) bool { return seq != 0 && seq < last && !keep }
 
 // refreshPast is the refresh of a lock whose deadline on this store
 // passed: lost if etcd has it as this store wrote it (its delete is
@@ -1046,7 +1052,7 @@ func (s *EtcdStore) refreshHeld(ctx context.Context, name string, h *holding, st
 		s.dropLocked(name, h)
 		return Grant{}, errMoved
 	}
-	if seq != 0 && seq < h.seq && !keep {
+	if lateRefresh(seq, h.seq, keep) {
 		s.scheduleLocked(name, h)
 		return Grant{}, ErrOutOfOrder
 	}
