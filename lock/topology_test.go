@@ -166,7 +166,9 @@ func TestRedisRestartForgetsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Restart()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	b, err := c.TryAcquire(t.Context(), "restart", 30*time.Second)
 	if err != nil {
 		t.Fatalf("after the restart the lease should be free: %v", err)

@@ -147,7 +147,9 @@ func TestAcquireWaitRidesOutARedisRestart(t *testing.T) {
 	if err := testenv.Next(t, s.failed); !strings.Contains(err.Error(), "redis") {
 		t.Fatalf("the attempt while Redis was down: %v", err)
 	}
-	r.Restart()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	a := testenv.Next(t, res)
 	if a.err != nil || a.status != http.StatusOK || !strings.Contains(a.body, `"token"`) {
 		t.Fatalf("acquire with wait_ms across a Redis restart: %d %s %v, want 200 with a token", a.status, a.body, a.err)

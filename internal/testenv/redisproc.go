@@ -154,13 +154,11 @@ func (r *RedisProc) Kill() {
 }
 
 // Restart kills the process and starts it again on the same port: with no
-// persistence it comes back empty.
-func (r *RedisProc) Restart() {
-	r.t.Helper()
+// persistence it comes back empty. It returns the error, not t.Fatal, so
+// that a goroutine other than the test's can restart a server.
+func (r *RedisProc) Restart() error {
 	r.Kill()
-	if err := r.start(); err != nil {
-		r.t.Fatal(err)
-	}
+	return r.start()
 }
 
 // StartRedisCluster starts n masters in cluster mode and joins them into one

@@ -31,7 +31,9 @@ func TestStartRedisWhenItsPortIsTaken(t *testing.T) {
 	if want := fmt.Sprintf("process_id:%d", r.cmd.Process.Pid); !strings.Contains(info, want) {
 		t.Fatalf("the server's address answers as another process: want %s in INFO", want)
 	}
-	r.Restart()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Client().Ping(t.Context()).Err(); err != nil {
 		t.Fatalf("after a restart: %v", err)
 	}
