@@ -102,7 +102,9 @@
 // [RedisStore] works with any redis.UniversalClient: a single node, Sentinel
 // or Cluster (a lock's keys share the hash tag {name}). [RedlockStore] holds
 // the lease on a majority of independent Redis nodes, so a minority of them
-// can fail or restart empty without freeing it; [NewRedlockStore] refuses
+// can fail or restart empty without freeing it (a restarted node takes no
+// lease until every lease it may have forgotten is over; a holder whose
+// lease was on a bare majority with it loses it); [NewRedlockStore] refuses
 // two nodes it can tell are one server. [EtcdStore] needs nothing but
 // etcd: it enforces each lock's deadline itself, to the millisecond, and
 // keeps its locks on a session lease per TTL class.

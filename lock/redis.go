@@ -39,6 +39,8 @@ var (
 	readyLua string
 	//go:embed scripts/unreenter.lua
 	unreenterLua string
+	//go:embed scripts/recover.lua
+	recoverLua string
 
 	acquireScript   = redis.NewScript(preludeLua + acquireLua)
 	confirmScript   = redis.NewScript(confirmLua)
@@ -49,6 +51,7 @@ var (
 	leaveScript     = redis.NewScript(preludeLua + leaveLua)
 	readyScript     = redis.NewScript(readyLua)
 	unreenterScript = redis.NewScript(preludeLua + unreenterLua)
+	recoverScript   = redis.NewScript(preludeLua + recoverLua)
 )
 
 // RedisStore keeps leases in Redis and takes tokens from a Sequencer. Any
@@ -77,7 +80,9 @@ var (
 //	        release sent again after the next holder came and went still
 //	        succeeds
 //
-// and <prefix>ready, which Ping writes for a minute (scripts/ready.lua).
+// and <prefix>ready, which Ping writes for a minute (scripts/ready.lua); a
+// Redlock node of one server also keeps <prefix>epoch and <prefix>horizon
+// (RedlockStore).
 //
 // A release, a force-release, and a leave by the waiter at the head of the
 // queue of a free lock publish on <prefix>{name}:released the id of the
@@ -96,6 +101,11 @@ type RedisStore struct {
 	// callTimeout, when set (a Redlock node), bounds each call of a List,
 	// which makes one per key: a bound on the whole would fail long pages.
 	callTimeout time.Duration
+	// epochKey and horizonKey, "" but on a Redlock node of one server:
+	// <prefix>epoch and <prefix>horizon, so that after losing its data it
+	// takes no lease until every lease it may have forgotten is over
+	// (RedlockStore.recover).
+	epochKey, horizonKey string
 
 	calls, pipelines, pipelined atomic.Uint64
 }
@@ -171,20 +181,27 @@ func (s *RedisStore) channel(name string) string { return s.prefix + "{" + name 
 
 // taken is what the acquire script found.
 type taken struct {
-	ok       bool          // this lease id holds the lease now
-	reentry  bool          // the holder held it already: leaseID, token, count say how
-	leaseID  string        // reentry
-	token    fence.Token   // reentry
-	count    int           // reentry
-	held     time.Duration // not ok: the holder's remaining TTL, 0 if unknown
-	position int           // not ok: the waiter's place in the queue, 1 at the head; 0 if none
+	ok bool // this lease id holds the lease now
+	// recovering: a Redlock node that lost its data takes no lease for
+	// held more (fresh: until RedlockStore.recover says how long).
+	recovering, fresh bool
+	reentry           bool          // the holder held it already: leaseID, token, count say how
+	leaseID           string        // reentry
+	token             fence.Token   // reentry
+	count             int           // reentry
+	held              time.Duration // not ok: the holder's remaining TTL, 0 if unknown
+	position          int           // not ok: the waiter's place in the queue, 1 at the head; 0 if none
 }
 
 // take is step 2: the lease if it is free (and the waiter's turn), or a
 // place in the queue.
 func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error) {
 	k := s.keys(req.Name)
-	v, err := s.run(ctx, acquireScript, []string{k[kLease], k[kToken], k[kQueue], k[kPlaces]}, req.LeaseID, req.TTL.Milliseconds(),
+	keys := append(make([]string, 0, 6), k[kLease], k[kToken], k[kQueue], k[kPlaces])
+	if s.epochKey != "" {
+		keys = append(keys, s.epochKey, s.horizonKey)
+	}
+	v, err := s.run(ctx, acquireScript, keys, req.LeaseID, req.TTL.Milliseconds(),
 		req.Waiter, req.WaiterTTL.Milliseconds(), req.Holder, req.Rejoin).Slice()
 	if err != nil {
 		return taken{}, err
@@ -199,6 +216,9 @@ func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error
 		tok, _ := strconv.ParseUint(asString(v[2]), 10, 64)
 		t.token = fence.Token(tok)
 		return t, nil
+	case 3:
+		wait := asInt(v[1])
+		return taken{recovering: true, fresh: wait < 0, held: time.Duration(max(wait, 0)) * time.Millisecond}, nil
 	}
 	return taken{held: time.Duration(asInt(v[1])) * time.Millisecond, position: int(asInt(v[2])) + 1}, nil
 }
@@ -279,7 +299,11 @@ func (s *RedisStore) unreenter(ctx context.Context, req AcquireRequest) {
 
 // Refresh implements LeaseStore.
 func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (Grant, error) {
-	tok, err := s.run(ctx, refreshScript, s.keys(name)[:2], leaseID, ttl.Milliseconds(), seq).Int64()
+	keys := s.keys(name)[:2]
+	if s.horizonKey != "" {
+		keys = []string{keys[0], keys[1], s.horizonKey}
+	}
+	tok, err := s.run(ctx, refreshScript, keys, leaseID, ttl.Milliseconds(), seq).Int64()
 	if errors.Is(err, redis.Nil) {
 		return Grant{}, ErrLost
 	}

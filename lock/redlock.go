@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fenced/fenced/fence"
@@ -15,11 +16,21 @@ import (
 )
 
 // RedlockStore holds a lease on a majority of independent Redis nodes
-// (Redlock), so that losing a minority of them loses no lease. It takes one
+// (Redlock), so that a minority of them failing frees no lock. It takes one
 // token per grant from the sequencer, like RedisStore, and runs the same
 // steps on each node (take, confirm, release: safe to run twice); the
-// token, not the quorum, is what keeps a resource safe when a node restarts
-// without persistence or a pause outlives the lease.
+// token, not the quorum, is what keeps a resource safe when a majority
+// restarts without persistence or a pause outlives the lease.
+//
+// A node that lost its data (restarted without persistence, flushed) takes
+// no lease until every lease it may have forgotten is over: the longest
+// TTL the other nodes' <prefix>horizon keys show, read when it is first
+// found without its <prefix>epoch key (RecoveringError meanwhile; docs/
+// design.md, defect 103). That needs all but a majority less one of the
+// other nodes to answer, so a new deployment with a node down takes no lock
+// until it answers. A holder whose lease was on a bare majority with the
+// node loses it. Nodes that are Cluster or Ring clients keep no epoch and
+// are not covered.
 //
 // Each node call is bounded by the node timeout, so a dead node costs at
 // most that much per operation (a List, which makes a call per lock, that
@@ -124,6 +135,11 @@ func NewRedlockStore(nodes []redis.UniversalClient, seq sequencer.Sequencer, opt
 			return nil, fmt.Errorf("lock: Redlock node %d: %w", i, err)
 		}
 		n.callTimeout = s.nodeTimeout
+		// A Cluster's or Ring's keys of a node live on several servers,
+		// and a script takes keys of one slot: those nodes keep no epoch.
+		if _, one := rdb.(*redis.Client); one {
+			n.epochKey, n.horizonKey = n.prefix+"epoch", n.prefix+"horizon"
+		}
 		s.nodes = append(s.nodes, n)
 	}
 	return s, nil
@@ -216,10 +232,23 @@ func nodeErr(i int, err error) error {
 // reenters must do so on a majority.
 func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
 	takes := make([]taken, len(s.nodes))
-	o := s.each(ctx, "acquire", func(ctx context.Context, i int, n *RedisStore) error {
+	var recovered atomic.Bool // a node that lost its data may take leases now
+	take := func(ctx context.Context, i int, n *RedisStore) error {
 		t, err := n.take(ctx, req)
+		if err == nil && t.fresh {
+			var wait time.Duration
+			if wait, err = s.recover(ctx, i); err == nil {
+				if wait == 0 {
+					recovered.Store(true)
+				}
+				t.held = wait
+			}
+		}
 		if err != nil {
 			return nodeErr(i, err)
+		}
+		if t.recovering {
+			return &NodeError{Node: i, Err: &RecoveringError{Wait: t.held}}
 		}
 		takes[i] = t
 		if t.reentry {
@@ -229,7 +258,14 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 			return &HeldError{Remaining: t.held, Position: t.position}
 		}
 		return nil
-	})
+	}
+	o := s.each(ctx, "acquire", take)
+	if ok, _ := o.count(nil); ok < s.quorum && recovered.Load() {
+		// Nodes that had never held a lock (fenced's first acquisition on
+		// them) are set to take leases at once: ask again. Not at once in
+		// take: another node's horizon would then count this very lease.
+		o = s.each(ctx, "acquire", take)
+	}
 	if _, re := o.count(errReentered); re >= s.quorum {
 		return s.reentered(req, takes, o), nil
 	}
@@ -277,6 +313,60 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 }
 
 var errReentered = errors.New("lock: reentered")
+
+// RecoveringError is a Redlock node's answer while it sits out after
+// losing its data (a restart without persistence, a flush): it takes no
+// lease until every lease it may have forgotten is over, Wait from now (0:
+// not known yet). Until then the lease it forgot may still be held on a
+// bare majority with it, which another client could otherwise complete
+// with this node and a free one (docs/design.md, defect 103).
+type RecoveringError struct {
+	Wait time.Duration
+}
+
+func (e *RecoveringError) Error() string {
+	if e.Wait <= 0 {
+		return "lost its data (restarted without persistence, or flushed): it takes no lease until enough of the other nodes say how long their leases last"
+	}
+	return fmt.Sprintf("lost its data (restarted without persistence, or flushed): it takes no lease for %s more, until every lease it may have forgotten is over", e.Wait.Round(time.Millisecond))
+}
+
+// recover sets node i, which lost its data, to take leases again once
+// every lease it may have forgotten is over: after the longest horizon of
+// the other nodes (each outlives every lease its node took). A forgotten
+// lease is on a majority with node i; the horizon of one of that
+// majority's others must be read, so all but quorum-1 of the other nodes
+// must answer. On nodes that never held a lock the wait is 0. It returns
+// the wait.
+func (s *RedlockStore) recover(ctx context.Context, i int) (time.Duration, error) {
+	var (
+		mu       sync.Mutex
+		answered int
+		wait     time.Duration
+		wg       sync.WaitGroup
+	)
+	for j, n := range s.nodes {
+		if j != i {
+			wg.Go(func() {
+				d, err := n.rdb.PTTL(ctx, n.horizonKey).Result()
+				if err == nil {
+					mu.Lock()
+					answered, wait = answered+1, max(wait, d)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if need := len(s.nodes) - s.quorum + 1; answered < need {
+		return 0, &RecoveringError{}
+	}
+	if wait > 0 {
+		// The nodes' clocks may run at different rates, as a validity allows.
+		wait += Drift(wait)
+	}
+	return wait, s.nodes[i].run(ctx, recoverScript, []string{s.nodes[i].epochKey}, wait.Milliseconds()).Err()
+}
 
 // reentered grants a lease its holder took again on a majority. Each
 // node's script extended the lease (never shortened it) as it counted the

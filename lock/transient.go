@@ -15,7 +15,8 @@ import (
 // transient reports whether err, an attempt's error while the caller's
 // context is still live, is one a backend gives while it is briefly
 // unavailable: an etcd leader election or a lost quorum, a Redis that
-// restarts, loads its data or fails over, a dropped or refused connection,
+// restarts, loads its data or fails over (or, a Redlock node, sits out
+// after losing its data), a dropped or refused connection,
 // a call that hit its own timeout. Acquire tries again after such an error
 // within its wait budget (docs/design.md, "Riding out an outage"). Errors
 // that will not go away by waiting (bad credentials, a closed client, a
@@ -34,6 +35,10 @@ func transient(err error) bool {
 			}
 		}
 		return len(q.Nodes) > 0
+	}
+	var re *RecoveringError // a Redlock node that lost its data: it takes leases again soon
+	if errors.As(err, &re) {
+		return true
 	}
 	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
 		return false

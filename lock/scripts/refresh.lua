@@ -1,5 +1,6 @@
 -- Extend the lease and its token to ARGV[2] ms if ARGV[1] still holds it
--- and its token was confirmed. KEYS: 1 lease, 2 token (hash). ARGV[3] is
+-- and its token was confirmed. KEYS: 1 lease, 2 token (hash), and a
+-- Redlock node's 3 <prefix>horizon (acquire.lua). ARGV[3] is
 -- the refresh's sequence number, 0 for none (unordered: applied, not
 -- recorded).
 -- Returns the token, false if not held (a lease with no token is not
@@ -22,6 +23,10 @@ elseif seq > 0 and seq < last then
   return -1
 end
 if seq > last then redis.call('HSET', KEYS[2], 'q', ARGV[3]) end
+-- A Redlock node's horizon (KEYS[3], see acquire.lua) outlives the lease.
+if KEYS[3] and redis.call('PTTL', KEYS[3]) < ttl then
+  redis.call('SET', KEYS[3], '1', 'PX', ttl + math.floor(ttl / 8))
+end
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
 return tok
