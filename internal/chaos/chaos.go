@@ -2,10 +2,10 @@
 // refresh, reenter and release locks on a few names through the Lockers of
 // a Setup (each a process with links of its own) while a nemesis breaks
 // the links at random (cuts, refused connections, partitions longer than a
-// TTL, latency, lost replies) and the servers (a paused Redis, a restarted
-// etcd leader). The history is then checked against guarantees 1 and 2 of
-// docs/design.md, and every name must be free and the store empty once the
-// faults end. With etcd leases, candidates campaign in an election and
+// TTL, latency, lost replies) and the servers (a paused Redis, a Redis
+// restarted empty, a restarted etcd leader). The history is then checked
+// against guarantees 1 and 2 of docs/design.md, and every name must be free
+// and the store empty once the faults end. With etcd leases, candidates campaign in an election and
 // observers watch it under the same faults (elect.go); an operator in each
 // process force-releases holders with IfToken (force.go). The hand-picked
 // fault tests put one fault at one moment; this looks for the
@@ -71,6 +71,17 @@ type Setup struct {
 	// of; nil: none. Redis are servers it pauses, one at a time.
 	Etcd  []*sequencer.Embedded
 	Redis []*testenv.RedisProc
+	// Restart are Redis servers the nemesis restarts empty (no
+	// persistence), one at a time. A grant asked for before a restart may
+	// be told "lost" before its deadline after it (its lease was on the
+	// server restarted: with Redlock, a bare majority with it).
+	// RestartFrees: a restart frees every lock (the one Redis of the
+	// leases), so such a grant no longer counts as a holder; false: nobody
+	// else is granted the lock before that grant's deadline (Redlock: a
+	// restarted node takes no lease until every lease it may have
+	// forgotten is over, defect 103).
+	Restart      []*testenv.RedisProc
+	RestartFrees bool
 	// Elect: the Lockers and Direct hold elections too (lock.Elector,
 	// leases in etcd), and candidates and observers of one run with the
 	// workers.
@@ -160,6 +171,7 @@ func redisNodes(t *testing.T, n int) Setup {
 		s.Lockers = append(s.Lockers, newStore(rdbs, ecli))
 		s.Links = append(s.Links, append(links, eps...))
 	}
+	s.Restart, s.RestartFrees = s.Redis, n == 1
 	s.Direct = newStore(direct, testenv.ClusterClient(t, s.Etcd))
 	s.Keys = func() []string {
 		var all []string
@@ -168,7 +180,12 @@ func redisNodes(t *testing.T, n int) Setup {
 			if err != nil {
 				t.Fatal(err)
 			}
-			all = append(all, keys...)
+			for _, k := range keys {
+				// A Redlock node's epoch stays, one per node.
+				if k != prefix+"epoch" {
+					all = append(all, k)
+				}
+			}
 		}
 		return all
 	}
@@ -284,7 +301,11 @@ type history struct {
 	ops    map[string]int // outcomes by kind, for the log and the sanity check
 	wrong  []string       // what the workers saw that must not happen
 	forces []forced       // the operators' force-releases
-	early  []lostEarly    // "lost" answers before the holder's deadline
+	// restarts are when the nemesis began restarts of a Redis of the
+	// leases; restartsFree: each freed every lock (Setup.RestartFrees).
+	restarts     []time.Time
+	restartsFree bool
+	early        []lostEarly // "lost" answers before the holder's deadline
 }
 
 // lostEarly is a "lost" answered before the deadline its holder believed:
@@ -416,7 +437,7 @@ func Run(t *testing.T, s Setup) {
 	}
 	faults := map[string]int{}
 	go func() {
-		nemesis(ctx, t, s, rand.New(rand.NewPCG(uint64(seed), 0)), faults)
+		nemesis(ctx, t, s, h, rand.New(rand.NewPCG(uint64(seed), 0)), faults)
 		done <- struct{}{}
 	}()
 	// Every worker ends its step after the faults end: an acquisition's
@@ -600,7 +621,7 @@ func outcome(op string, err error) string {
 
 // nemesis breaks a random group of links, or the servers, one fault at a
 // time, until ctx ends, and heals everything at the end.
-func nemesis(ctx context.Context, t *testing.T, s Setup, r *rand.Rand, faults map[string]int) {
+func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Rand, faults map[string]int) {
 	defer func() {
 		for _, links := range s.Links {
 			for _, p := range links {
@@ -625,21 +646,25 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, r *rand.Rand, faults ma
 	if len(s.Redis) > 0 {
 		kinds = append(kinds, "redis paused")
 	}
+	if len(s.Restart) > 0 {
+		kinds = append(kinds, "redis restarted")
+	}
 	if s.Etcd != nil {
 		kinds = append(kinds, "etcd leader restarted")
 	}
 	for pause(400 * time.Millisecond) {
 		// One link of a group, or all of them (a process cut off).
-		links := s.Links[r.IntN(len(s.Links))]
+		group := r.IntN(len(s.Links))
+		links, where := s.Links[group], fmt.Sprintf("process %d's links", group)
 		if i := r.IntN(len(links) + 1); i < len(links) {
-			links = links[i : i+1]
+			links, where = links[i:i+1], fmt.Sprintf("process %d's link %d", group, i)
 		}
 		each := func(f func(*faultproxy.Proxy)) {
 			for _, p := range links {
 				f(p)
 			}
 		}
-		kind := kinds[r.IntN(len(kinds))]
+		kind, began := kinds[r.IntN(len(kinds))], time.Now()
 		switch kind {
 		case "cut":
 			each((*faultproxy.Proxy).CutAll)
@@ -668,15 +693,27 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, r *rand.Rand, faults ma
 			p.LoseReply(pattern)
 		case "redis paused":
 			node := s.Redis[r.IntN(len(s.Redis))]
+			where = node.Addr
 			node.Stop()
 			pause(3 * time.Second)
 			node.Cont()
+		case "redis restarted":
+			h.mu.Lock()
+			h.restarts, h.restartsFree = append(h.restarts, time.Now()), s.RestartFrees
+			h.mu.Unlock()
+			node := s.Restart[r.IntN(len(s.Restart))]
+			where = node.Addr
+			if err := node.Restart(); err != nil {
+				t.Error(err)
+				return
+			}
 		case "etcd leader restarted":
 			i := slices.IndexFunc(s.Etcd, (*sequencer.Embedded).IsLeader)
 			if i < 0 {
 				kind = "none"
 				break
 			}
+			where = fmt.Sprintf("etcd member %d", i)
 			s.Etcd[i].Close()
 			pause(2 * time.Second)
 			if _, err := testenv.RestartMember(t, s.Etcd, i); err != nil {
@@ -685,6 +722,8 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, r *rand.Rand, faults ma
 			}
 		}
 		faults[kind]++
+		// The timeline, to read a finding against (go test -v, or a failure).
+		t.Logf("fault %s, %s, from %s to %s", kind, where, began.Format(timeFormat), time.Now().Format(timeFormat))
 	}
 }
 
@@ -694,13 +733,25 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, r *rand.Rand, faults ma
 // believed they held the same lock at the same time (guarantee 2 holds
 // under the faults here: they cut, slow or pause the links and servers,
 // but no holder is paused, no Redis fails over and no clock jumps), nor
-// was told "lost" before its deadline, each but for a grant an operator
-// force-released. It returns what it found wrong.
+// was told "lost" before its deadline, each but for a grant deposed: one
+// an operator force-released, or one asked for before a restart of a Redis
+// that kept its lease (which may lose it; and where the restart freed
+// every lock, no longer holds it). It returns what it found wrong.
 func checkHistory(h *history) (wrong []string) {
-	deposed := firstForced(h.forces)
+	forced := firstForced(h.forces)
 	byName := map[string][]*grant{}
+	deposed, mayLose := map[grantKey]time.Time{}, map[grantKey]time.Time{}
+	for k, at := range forced {
+		deposed[k], mayLose[k] = at, at
+	}
+	freed := h.restarts
+	if !h.restartsFree {
+		freed = nil
+	}
 	for _, g := range h.grants {
 		byName[g.name] = append(byName[g.name], g)
+		k := grantKey{g.name, g.token}
+		deposed[k], mayLose[k] = deposedAt(g, forced[k], freed), deposedAt(g, forced[k], h.restarts)
 	}
 	for name, gs := range byName {
 		sort.Slice(gs, func(i, j int) bool { return gs[i].granted.Before(gs[j].granted) })
@@ -713,7 +764,7 @@ func checkHistory(h *history) (wrong []string) {
 		}
 		spans := make([]span, len(gs))
 		for i, g := range gs {
-			spans[i] = spanOf(g, deposed[forcedGrant{g.name, g.token}])
+			spans[i] = spanOf(g, deposed[grantKey{g.name, g.token}])
 		}
 		for i, a := range gs {
 			for j, b := range gs {
@@ -733,11 +784,24 @@ func checkHistory(h *history) (wrong []string) {
 		}
 	}
 	for _, e := range h.early {
-		if d := deposed[forcedGrant{e.name, e.token}]; d.IsZero() || !d.Before(e.at) {
+		if d := mayLose[grantKey{e.name, e.token}]; d.IsZero() || !d.Before(e.at) {
 			wrong = append(wrong, e.what)
 		}
 	}
 	return wrong
+}
+
+// deposedAt is when g was deposed: at forced, the first force-release of
+// it sent (zero: none), or at the first restart that took its lease, at or
+// after it was asked for; zero: never.
+func deposedAt(g *grant, forced time.Time, restarts []time.Time) time.Time {
+	at := forced
+	for _, r := range restarts {
+		if !r.Before(g.invoked) && (at.IsZero() || r.Before(at)) {
+			at = r
+		}
+	}
+	return at
 }
 
 // span is when a grant's holder believed it held the lock, as far as it
@@ -747,8 +811,8 @@ type span struct {
 	ok          bool
 }
 
-// spanOf is g's span: a force-release of g (first sent at deposed, zero
-// if none) deposes it then, whatever its holder believed after that.
+// spanOf is g's span: deposed (zero: never) ends it, whatever its holder
+// believed after that.
 func spanOf(g *grant, deposed time.Time) span {
 	until := g.believed
 	if !deposed.IsZero() && deposed.Before(until) {

@@ -49,23 +49,65 @@ func TestCheckHistory(t *testing.T) {
 	}
 }
 
+// A Redis restart that frees every lock deposes the grants asked for
+// before it, and no other; a Redlock node's restart deposes none.
+func TestCheckRestart(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
+	g := func(id string, token fence.Token, invoked, granted, first, believed int) *grant {
+		return &grant{name: "n", who: "w-" + id, id: id, token: token,
+			invoked: at(invoked), granted: at(granted), first: at(first), believed: at(believed)}
+	}
+	for _, c := range []struct {
+		name   string
+		frees  bool
+		grants []*grant
+		want   string
+	}{
+		{"the earlier asked for before the restart", true, []*grant{g("a", 5, 0, 10, 10, 75), g("b", 7, 66, 70, 70, 90)}, ""},
+		{"both asked for after it", true, []*grant{g("a", 5, 66, 68, 68, 85), g("b", 7, 80, 82, 82, 90)}, "two holders at once"},
+		{"believed until before the restart", true, []*grant{g("a", 5, 0, 10, 10, 64), g("b", 7, 60, 62, 62, 90)}, "two holders at once"},
+		{"a Redlock node's restart", false, []*grant{g("a", 5, 0, 10, 10, 75), g("b", 7, 66, 70, 70, 90)}, "two holders at once"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := &history{grants: map[string]*grant{}, restarts: []time.Time{at(65)}, restartsFree: c.frees}
+			for _, gr := range c.grants {
+				h.grants[gr.id] = gr
+			}
+			wrong := checkHistory(h)
+			switch {
+			case c.want == "" && len(wrong) > 0:
+				t.Fatalf("found %q in a correct history", wrong)
+			case c.want != "" && (len(wrong) != 1 || !strings.Contains(wrong[0], c.want)):
+				t.Fatalf("found %q, want one thing, %q", wrong, c.want)
+			}
+		})
+	}
+}
+
 // A "lost" before the holder's deadline is wrong unless an operator sent a
-// force-release of that very grant before it.
+// force-release of that very grant before it, or a restart of a Redis
+// that kept its lease came between the grant's ask and the answer (which
+// may take the lease with it, whether or not it freed every lock).
 func TestCheckLostEarly(t *testing.T) {
 	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
 	for _, c := range []struct {
-		name   string
-		forced []forced
-		wrong  bool
+		name     string
+		forced   []forced
+		restarts []time.Time
+		wrong    bool
 	}{
-		{"no force-release", nil, true},
-		{"its own, sent before", []forced{{name: "n", token: 5, sent: at(10)}}, false},
-		{"its own, sent after", []forced{{name: "n", token: 5, sent: at(30)}}, true},
-		{"another token's", []forced{{name: "n", token: 6, sent: at(10)}}, true},
-		{"another name's", []forced{{name: "m", token: 5, sent: at(10)}}, true},
+		{"no force-release", nil, nil, true},
+		{"its own, sent before", []forced{{name: "n", token: 5, sent: at(10)}}, nil, false},
+		{"its own, sent after", []forced{{name: "n", token: 5, sent: at(30)}}, nil, true},
+		{"another token's", []forced{{name: "n", token: 6, sent: at(10)}}, nil, true},
+		{"another name's", []forced{{name: "m", token: 5, sent: at(10)}}, nil, true},
+		{"a restart after the ask, before the answer", nil, []time.Time{at(10)}, false},
+		{"a restart after the answer", nil, []time.Time{at(30)}, true},
+		{"a restart before the ask", nil, []time.Time{at(-5)}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := &history{grants: map[string]*grant{}, forces: c.forced,
+			h := &history{grants: map[string]*grant{"a": {name: "n", id: "a", token: 5, invoked: at(0), granted: at(2)}},
+				forces: c.forced, restarts: c.restarts,
 				early: []lostEarly{{name: "n", token: 5, at: at(20), what: "lost early"}}}
 			if wrong := checkHistory(h); (len(wrong) > 0) != c.wrong {
 				t.Fatalf("found %q; want something wrong: %v", wrong, c.wrong)

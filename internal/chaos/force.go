@@ -60,18 +60,18 @@ func operate(ctx context.Context, h *history, f forcer, names []string, r *rand.
 	}
 }
 
-// forcedGrant names a grant an operator force-released.
-type forcedGrant struct {
+// grantKey names a grant: its lock and token.
+type grantKey struct {
 	name  string
 	token fence.Token
 }
 
 // firstForced is when the first force-release of each grant named was
 // sent.
-func firstForced(forces []forced) map[forcedGrant]time.Time {
-	first := map[forcedGrant]time.Time{}
+func firstForced(forces []forced) map[grantKey]time.Time {
+	first := map[grantKey]time.Time{}
 	for _, f := range forces {
-		k := forcedGrant{f.name, f.token}
+		k := grantKey{f.name, f.token}
 		if at, ok := first[k]; !ok || f.sent.Before(at) {
 			first[k] = f.sent
 		}
