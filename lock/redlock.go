@@ -29,8 +29,8 @@ import (
 // design.md, defect 103). That needs all but a majority less one of the
 // other nodes to answer, so a new deployment with a node down takes no lock
 // until it answers. A holder whose lease was on a bare majority with the
-// node loses it. Nodes that are Cluster or Ring clients keep no epoch and
-// are not covered.
+// node loses it. A Redlock with a node that is a Cluster or Ring client
+// keeps no epochs and is not covered.
 //
 // Each node call is bounded by the node timeout, so a dead node costs at
 // most that much per operation (a List, which makes a call per lock, that
@@ -135,12 +135,18 @@ func NewRedlockStore(nodes []redis.UniversalClient, seq sequencer.Sequencer, opt
 			return nil, fmt.Errorf("lock: Redlock node %d: %w", i, err)
 		}
 		n.callTimeout = s.nodeTimeout
-		// A Cluster's or Ring's keys of a node live on several servers,
-		// and a script takes keys of one slot: those nodes keep no epoch.
-		if _, one := rdb.(*redis.Client); one {
-			n.epochKey, n.horizonKey = n.prefix+"epoch", n.prefix+"horizon"
-		}
 		s.nodes = append(s.nodes, n)
+	}
+	// A Cluster's or Ring's keys of a node live on several servers, and a
+	// script takes keys of one slot: such a node keeps no epoch or
+	// horizon, and without every node's horizon no node can recover.
+	for _, rdb := range nodes {
+		if _, one := rdb.(*redis.Client); !one {
+			return s, nil
+		}
+	}
+	for _, n := range s.nodes {
+		n.epochKey, n.horizonKey = n.prefix+"epoch", n.prefix+"horizon"
 	}
 	return s, nil
 }
