@@ -9,14 +9,34 @@ import (
 	"github.com/fenced/fenced/lock"
 )
 
+// at is a planted instant, ms after a fixed one.
+func at(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
+
+// g is a planted grant of "n", its times in ms (at).
+func g(id string, token fence.Token, invoked, granted, first, believed int) *grant {
+	return &grant{name: "n", who: "w-" + id, id: id, token: token,
+		invoked: at(invoked), granted: at(granted), first: at(first), believed: at(believed)}
+}
+
+// checkFinds checks h with grants added: it must find nothing wrong if
+// want is "", else one thing, which says want.
+func checkFinds(t *testing.T, h *history, grants []*grant, want string) {
+	t.Helper()
+	for _, gr := range grants {
+		h.grants[gr.id] = gr
+	}
+	wrong := checkHistory(h)
+	switch {
+	case want == "" && len(wrong) > 0:
+		t.Fatalf("found %q in a correct history", wrong)
+	case want != "" && (len(wrong) != 1 || !strings.Contains(wrong[0], want)):
+		t.Fatalf("found %q, want one thing, %q", wrong, want)
+	}
+}
+
 // The checker finds each violation planted in a history, and nothing in
 // one without: a run that passed means something only if it would fail.
 func TestCheckHistory(t *testing.T) {
-	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
-	g := func(id string, token fence.Token, invoked, granted, first, believed int) *grant {
-		return &grant{name: "n", who: "w-" + id, id: id, token: token,
-			invoked: at(invoked), granted: at(granted), first: at(first), believed: at(believed)}
-	}
 	for _, c := range []struct {
 		name   string
 		grants []*grant
@@ -35,16 +55,7 @@ func TestCheckHistory(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			// An operator force-released token 3 at 65 ms.
 			h := &history{grants: map[string]*grant{}, forces: []forced{{name: "n", token: 3, sent: at(65)}}}
-			for _, gr := range c.grants {
-				h.grants[gr.id] = gr
-			}
-			wrong := checkHistory(h)
-			switch {
-			case c.want == "" && len(wrong) > 0:
-				t.Fatalf("found %q in a correct history", wrong)
-			case c.want != "" && (len(wrong) != 1 || !strings.Contains(wrong[0], c.want)):
-				t.Fatalf("found %q, want one thing, %q", wrong, c.want)
-			}
+			checkFinds(t, h, c.grants, c.want)
 		})
 	}
 }
@@ -52,11 +63,6 @@ func TestCheckHistory(t *testing.T) {
 // A Redis restart that frees every lock deposes the grants asked for
 // before it, and no other; a Redlock node's restart deposes none.
 func TestCheckRestart(t *testing.T) {
-	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
-	g := func(id string, token fence.Token, invoked, granted, first, believed int) *grant {
-		return &grant{name: "n", who: "w-" + id, id: id, token: token,
-			invoked: at(invoked), granted: at(granted), first: at(first), believed: at(believed)}
-	}
 	for _, c := range []struct {
 		name   string
 		frees  bool
@@ -70,16 +76,7 @@ func TestCheckRestart(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := &history{grants: map[string]*grant{}, restarts: []time.Time{at(65)}, restartsFree: c.frees}
-			for _, gr := range c.grants {
-				h.grants[gr.id] = gr
-			}
-			wrong := checkHistory(h)
-			switch {
-			case c.want == "" && len(wrong) > 0:
-				t.Fatalf("found %q in a correct history", wrong)
-			case c.want != "" && (len(wrong) != 1 || !strings.Contains(wrong[0], c.want)):
-				t.Fatalf("found %q, want one thing, %q", wrong, c.want)
-			}
+			checkFinds(t, h, c.grants, c.want)
 		})
 	}
 }
@@ -89,7 +86,6 @@ func TestCheckRestart(t *testing.T) {
 // that kept its lease came between the grant's ask and the answer (which
 // may take the lease with it, whether or not it freed every lock).
 func TestCheckLostEarly(t *testing.T) {
-	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
 	for _, c := range []struct {
 		name     string
 		forced   []forced
