@@ -32,9 +32,16 @@ type EmbedConfig struct {
 	Dir string
 	// Name is the member name. Default "fenced".
 	Name string
-	// ClientURL and PeerURL are where the member listens and what it
-	// advertises. Empty means http://127.0.0.1:<free port>.
+	// ClientURL and PeerURL are what the member advertises: where clients
+	// and the other members reach it. Empty means
+	// http://127.0.0.1:<free port>.
 	ClientURL, PeerURL string
+	// ListenClientURL and ListenPeerURL are where the member listens, when
+	// that is not the URL it is reached at: http://0.0.0.0:2380 in a
+	// container the others reach as http://fenced-1:2380, or behind a
+	// proxy. etcd binds IP addresses only (and localhost). Empty means
+	// ClientURL and PeerURL.
+	ListenClientURL, ListenPeerURL string
 	// InitialCluster lists every member as name=peerURL,name=peerURL. Empty
 	// means a single-member cluster of this member.
 	InitialCluster string
@@ -83,6 +90,7 @@ type Embedded struct {
 	tempDir   bool
 	tempLock  *os.File // held while the member runs (see tempDataDir)
 	clientURL string
+	localURL  string // where this process reaches it: see LocalClientURL
 	peerURL   string
 	name      string
 
@@ -128,6 +136,12 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 30 * time.Second
+	}
+	switch {
+	case c.ListenClientURL != "" && c.ClientURL == "":
+		return nil, fmt.Errorf("sequencer: listen client URL %s without a client URL: want the URL clients reach the member at too", c.ListenClientURL)
+	case c.ListenPeerURL != "" && c.PeerURL == "":
+		return nil, fmt.Errorf("sequencer: listen peer URL %s without a peer URL: want the URL the other members reach it at too", c.ListenPeerURL)
 	}
 	var err error
 	if c.ClientURL == "" {
@@ -188,16 +202,27 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	if c.ElectionMs > 0 {
 		cfg.ElectionMs = c.ElectionMs
 	}
-	cu, err := url.Parse(c.ClientURL)
-	if err != nil {
-		return nil, e.failStart(fmt.Errorf("sequencer: client URL %q: %w", c.ClientURL, err))
+	for _, u := range []struct {
+		what                string
+		advertised, listen  string
+		advertises, listens *[]url.URL
+	}{
+		{"client", c.ClientURL, c.ListenClientURL, &cfg.AdvertiseClientUrls, &cfg.ListenClientUrls},
+		{"peer", c.PeerURL, c.ListenPeerURL, &cfg.AdvertisePeerUrls, &cfg.ListenPeerUrls},
+	} {
+		at, err := url.Parse(u.advertised)
+		if err != nil {
+			return nil, e.failStart(fmt.Errorf("sequencer: %s URL %q: %w", u.what, u.advertised, err))
+		}
+		on := at
+		if u.listen != "" {
+			if on, err = url.Parse(u.listen); err != nil {
+				return nil, e.failStart(fmt.Errorf("sequencer: listen %s URL %q: %w", u.what, u.listen, err))
+			}
+		}
+		*u.advertises, *u.listens = []url.URL{*at}, []url.URL{*on}
 	}
-	pu, err := url.Parse(c.PeerURL)
-	if err != nil {
-		return nil, e.failStart(fmt.Errorf("sequencer: peer URL %q: %w", c.PeerURL, err))
-	}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	e.localURL = localURL(cfg.ListenClientUrls[0])
 
 	e.etcd, err = embed.StartEtcd(cfg)
 	if err != nil {
@@ -266,6 +291,23 @@ const failCloseWait = 3 * time.Second
 // ClientURL is the URL clients connect to.
 func (e *Embedded) ClientURL() string { return e.clientURL }
 
+// LocalClientURL is where this process reaches the member: where it
+// listens for clients, 0.0.0.0 or :: taken as loopback. A URL it is
+// reached at from elsewhere (a container's name, a NAT) may not lead
+// back to this host from this host.
+func (e *Embedded) LocalClientURL() string { return e.localURL }
+
+func localURL(u url.URL) string {
+	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
+		loop := "127.0.0.1"
+		if ip.To4() == nil {
+			loop = "::1"
+		}
+		u.Host = net.JoinHostPort(loop, u.Port())
+	}
+	return u.String()
+}
+
 // PeerURL is the URL other members connect to.
 func (e *Embedded) PeerURL() string { return e.peerURL }
 
@@ -286,7 +328,7 @@ func (e *Embedded) IsLeader() bool {
 // Client returns a new etcd client of this member. The caller closes it.
 func (e *Embedded) Client() (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
-		Endpoints:   []string{e.clientURL},
+		Endpoints:   []string{e.localURL},
 		DialTimeout: 5 * time.Second,
 		Logger:      quietLogger(),
 	})

@@ -35,7 +35,8 @@ func newDevCommand() (*command, *devOpts) {
 	o := &devOpts{}
 	o.h.register(cmd.fs)
 	cmd.fs.StringVar(&o.member.dataDir, "data-dir", "", "Keep the embedded etcd's data in this `dir`, so that tokens keep increasing across restarts.\nEmpty: a temporary directory removed on exit (or, if fenced is killed\nfirst, by the next fenced dev).")
-	cmd.fs.StringVar(&o.member.clientURL, "etcd-client-url", "", "`URL` the embedded etcd serves clients on, http://127.0.0.1:port. Empty: a free loopback port (printed at start).")
+	cmd.fs.StringVar(&o.member.clientURL, "etcd-client-url", "", "`URL` etcd clients reach the embedded etcd at, http://127.0.0.1:port. Empty: a free loopback port (printed at start).")
+	cmd.fs.StringVar(&o.member.listenClientURL, "etcd-listen-client-url", "", "`URL` the embedded etcd listens on for clients, when that is not --etcd-client-url (an IP address or localhost).")
 	registerPrefix(cmd.fs, &o.prefix)
 	o.redis.registerAddr(cmd.fs, "Keep the leases in this Redis server, `host:port` (millisecond TTLs, as fenced serve does);\ntokens still come from the embedded etcd. Empty: leases in etcd.")
 	o.redis.registerPrefix(cmd.fs)

@@ -98,11 +98,11 @@ func (e *etcdFlags) client(eps []string, dial ...grpc.DialOption) (*clientv3.Cli
 // options; the caller closes it.
 func embeddedClient(e *sequencer.Embedded, dial ...grpc.DialOption) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{e.ClientURL()}, DialTimeout: 5 * time.Second,
+		Endpoints: []string{e.LocalClientURL()}, DialTimeout: 5 * time.Second,
 		Logger: zap.NewNop(), DialOptions: dial,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("client of the embedded etcd at %s: %w", e.ClientURL(), err)
+		return nil, fmt.Errorf("client of the embedded etcd at %s: %w", e.LocalClientURL(), err)
 	}
 	return cli, nil
 }
@@ -111,6 +111,8 @@ func embeddedClient(e *sequencer.Embedded, dial ...grpc.DialOption) (*clientv3.C
 type embedFlags struct {
 	name, dataDir       string
 	peerURL, clientURL  string
+	listenPeerURL       string
+	listenClientURL     string
 	initialCluster      string
 	state, token        string
 	heartbeat, election time.Duration
@@ -121,8 +123,10 @@ type embedFlags struct {
 func (m *embedFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.dataDir, "etcd-data-dir", "", "Run an embedded etcd member with its data in this `dir`, instead of --etcd-endpoints.\nThree fenced nodes with embedded members form one Raft cluster (see --etcd-initial-cluster).")
 	fs.StringVar(&m.name, "etcd-name", "fenced", "Embedded member: its `name`, unique in the cluster.")
-	fs.StringVar(&m.peerURL, "etcd-peer-url", "", "Embedded member: `URL` it listens on and advertises to the other members, http://host:port.\nEmpty: a free loopback port (single member only).")
-	fs.StringVar(&m.clientURL, "etcd-client-url", "", "Embedded member: `URL` it serves etcd clients on, http://host:port. Empty: a free loopback port.")
+	fs.StringVar(&m.peerURL, "etcd-peer-url", "", "Embedded member: `URL` the other members reach it at, http://host:port; it listens there too unless\n--etcd-listen-peer-url says otherwise. Empty: a free loopback port (single member only).")
+	fs.StringVar(&m.clientURL, "etcd-client-url", "", "Embedded member: `URL` etcd clients reach it at, http://host:port; it listens there too unless\n--etcd-listen-client-url says otherwise. Empty: a free loopback port.")
+	fs.StringVar(&m.listenPeerURL, "etcd-listen-peer-url", "", "Embedded member: `URL` it listens on for the other members, when that is not --etcd-peer-url:\nhttp://0.0.0.0:2380 in a container the others reach by name. An IP address or localhost. Empty: --etcd-peer-url.")
+	fs.StringVar(&m.listenClientURL, "etcd-listen-client-url", "", "Embedded member: `URL` it listens on for etcd clients, when that is not --etcd-client-url.\nAn IP address or localhost. Empty: --etcd-client-url.")
 	fs.StringVar(&m.initialCluster, "etcd-initial-cluster", "", "Embedded member: every member as `name=peerURL,...`, this one included. Empty: a single-member cluster.")
 	fs.StringVar(&m.state, "etcd-initial-cluster-state", "new", "Embedded member: `state` new to form a new cluster, existing to join a running one (after etcdctl member add).")
 	fs.StringVar(&m.token, "etcd-cluster-token", "fenced", "Embedded member: the initial cluster `token`, the same on every member.")
@@ -133,19 +137,16 @@ func (m *embedFlags) register(fs *flag.FlagSet) {
 }
 
 // embedFlagNames are the flags that only make sense with --etcd-data-dir.
-var embedFlagNames = []string{"etcd-name", "etcd-peer-url", "etcd-client-url", "etcd-initial-cluster",
+var embedFlagNames = []string{"etcd-name", "etcd-peer-url", "etcd-client-url", "etcd-listen-peer-url", "etcd-listen-client-url", "etcd-initial-cluster",
 	"etcd-initial-cluster-state", "etcd-cluster-token", "etcd-heartbeat-interval", "etcd-election-timeout", "etcd-compaction-retention", "etcd-unsafe-no-fsync"}
 
 func (m *embedFlags) validate(cmd string) error {
 	if m.name == "" || strings.ContainsAny(m.name, "=, ") {
 		return usagef(cmd, "--etcd-name %q: want a non-empty name without '=', ',' or spaces", m.name)
 	}
-	for _, u := range []struct{ flag, v string }{{"etcd-peer-url", m.peerURL}, {"etcd-client-url", m.clientURL}} {
-		if u.v == "" {
-			continue
-		}
-		if err := checkMemberURL(u.v); err != nil {
-			return usagef(cmd, "--%s %q: %v", u.flag, u.v, err)
+	for _, u := range []struct{ what, at, on string }{{"peer", m.peerURL, m.listenPeerURL}, {"client", m.clientURL, m.listenClientURL}} {
+		if err := checkListen(u.what, u.at, u.on); err != nil {
+			return usagef(cmd, "%v", err)
 		}
 	}
 	if !oneOf(m.state, "new", "existing") {
@@ -192,7 +193,67 @@ func (m *embedFlags) validate(cmd string) error {
 	case own != m.peerURL:
 		return usagef(cmd, "--etcd-initial-cluster lists %s=%s but --etcd-peer-url is %s: they must be the same", m.name, own, m.peerURL)
 	}
+	for name, u := range members {
+		if h, _ := memberHost(u); unspecified(h) && len(members) > 1 {
+			return usagef(cmd, "--etcd-initial-cluster %q: member %s at %s: the other members cannot reach %s: give the member's host name or IP (and, on that member, --etcd-listen-peer-url %s to listen on every interface)", m.initialCluster, name, u, h, u)
+		}
+	}
 	return nil
+}
+
+// checkListen checks the URL the member is reached at (--etcd-peer-url or
+// --etcd-client-url, what "peer" or "client") and the one it listens on,
+// if any. etcd binds IP addresses only, so a host name needs a listen URL,
+// and 0.0.0.0 is for listening, not for being reached at.
+func checkListen(what, at, on string) error {
+	flag, listen := "--etcd-"+what+"-url", "--etcd-listen-"+what+"-url"
+	if at == "" {
+		if on != "" {
+			return fmt.Errorf("%s needs %s: the URL this member is reached at", listen, flag)
+		}
+		return nil
+	}
+	host, err := memberHost(at)
+	if err != nil {
+		return fmt.Errorf("%s %q: %v", flag, at, err)
+	}
+	if on == "" {
+		if !bindable(host) {
+			return fmt.Errorf("%s %q: etcd listens on IP addresses only: keep the name here, where this member is reached, and give %s http://0.0.0.0:PORT (or this host's IP) to listen on", flag, at, listen)
+		}
+		return nil
+	}
+	if unspecified(host) {
+		return fmt.Errorf("%s %q: nothing reaches %s: give this host's name or IP here, and %s %s to listen on every interface", flag, at, host, listen, on)
+	}
+	onHost, err := memberHost(on)
+	if err != nil {
+		return fmt.Errorf("%s %q: %v", listen, on, err)
+	}
+	if !bindable(onHost) {
+		return fmt.Errorf("%s %q: want an IP address (0.0.0.0 for every interface) or localhost: etcd binds no host names", listen, on)
+	}
+	return nil
+}
+
+// unspecified: host is 0.0.0.0 or ::, every interface, where nothing
+// else reaches this host.
+func unspecified(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// bindable is what etcd listens on: an IP address, or localhost.
+func bindable(host string) bool { return host == "localhost" || net.ParseIP(host) != nil }
+
+// memberHost checks an http://host:port URL of the member and returns its
+// host.
+func memberHost(s string) (string, error) {
+	if err := checkMemberURL(s); err != nil {
+		return "", err
+	}
+	u, _ := url.Parse(s)
+	return u.Hostname(), nil
 }
 
 // checkMemberURL accepts http://host:port: the embedded member serves
@@ -217,6 +278,7 @@ func checkMemberURL(s string) error {
 func (m *embedFlags) start(ctx context.Context, log *slog.Logger) (*sequencer.Embedded, error) {
 	cfg := sequencer.EmbedConfig{
 		Dir: m.dataDir, Name: m.name, PeerURL: m.peerURL, ClientURL: m.clientURL,
+		ListenPeerURL: m.listenPeerURL, ListenClientURL: m.listenClientURL,
 		InitialCluster: m.initialCluster, ClusterToken: m.token, JoinExisting: m.state == "existing",
 		TickMs: uint(m.heartbeat / time.Millisecond), ElectionMs: uint(m.election / time.Millisecond),
 		CompactionRetention: m.retention, UnsafeNoFsync: m.unsafeNoFsync, Log: log,
@@ -228,11 +290,25 @@ func (m *embedFlags) start(ctx context.Context, log *slog.Logger) (*sequencer.Em
 	}
 	e, err := sequencer.StartEmbedded(ctx, cfg) // it retries ports it picked itself
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return nil, fmt.Errorf("--etcd-client-url %q or --etcd-peer-url %q: the address is in use (another etcd or fenced?): stop that process, pick another port, or leave the flag empty for a free one: %w", m.clientURL, m.peerURL, err)
+		client, peer := fmt.Sprintf("--etcd-client-url %q", m.clientURL), fmt.Sprintf("--etcd-peer-url %q", m.peerURL)
+		if m.listenClientURL != "" {
+			client = fmt.Sprintf("--etcd-listen-client-url %q", m.listenClientURL)
+		}
+		if m.listenPeerURL != "" {
+			peer = fmt.Sprintf("--etcd-listen-peer-url %q", m.listenPeerURL)
+		}
+		return nil, fmt.Errorf("%s or %s: the address is in use (another etcd or fenced?): stop that process, pick another port, or leave the flag empty for a free one: %w", client, peer, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	log.Info("embedded etcd member ready", "name", e.Name(), "client_url", e.ClientURL(), "peer_url", e.PeerURL(), "data_dir", e.Dir())
+	attrs := []any{"name", e.Name(), "client_url", e.ClientURL(), "peer_url", e.PeerURL(), "data_dir", e.Dir()}
+	if m.listenClientURL != "" {
+		attrs = append(attrs, "listen_client_url", m.listenClientURL)
+	}
+	if m.listenPeerURL != "" {
+		attrs = append(attrs, "listen_peer_url", m.listenPeerURL)
+	}
+	log.Info("embedded etcd member ready", attrs...)
 	return e, nil
 }
