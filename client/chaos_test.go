@@ -1,8 +1,10 @@
 package client_test
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,14 +29,26 @@ func TestChaos(t *testing.T) {
 			t.Parallel()
 			s := setup(t)
 			var urls []string
-			for _, l := range s.Lockers {
-				srv, err := server.New(server.Config{Locks: l.(*lock.Client), MaxTTL: time.Minute})
-				if err != nil {
+			for i, l := range s.Lockers {
+				srv := &restartable{}
+				if err := srv.start(l.(*lock.Client)); err != nil {
 					t.Fatal(err)
 				}
 				hs := httptest.NewServer(srv)
 				t.Cleanup(hs.Close)
 				urls = append(urls, hs.URL)
+				s.Servers = append(s.Servers, func(down func()) error {
+					// As a crash: requests are cut off, those in flight
+					// with them, then the process stops.
+					srv.up.Store(nil)
+					hs.CloseClientConnections()
+					c, err := s.Crash[i]()
+					if err != nil {
+						return err
+					}
+					down()
+					return srv.start(c)
+				})
 			}
 			if s.Lossy == nil {
 				s.Lossy = map[*faultproxy.Proxy][]byte{}
@@ -55,4 +69,25 @@ func TestChaos(t *testing.T) {
 			chaos.Run(t, s)
 		})
 	}
+}
+
+// restartable is a fenced server the nemesis restarts: while it is down
+// it cuts off every request, as a dead process's port would.
+type restartable struct{ up atomic.Pointer[server.Server] }
+
+func (r *restartable) start(c *lock.Client) error {
+	srv, err := server.New(server.Config{Locks: c, MaxTTL: time.Minute})
+	if err != nil {
+		return err
+	}
+	r.up.Store(srv)
+	return nil
+}
+
+func (r *restartable) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	srv := r.up.Load()
+	if srv == nil {
+		panic(http.ErrAbortHandler) // the connection closes, unanswered
+	}
+	srv.ServeHTTP(w, req)
 }

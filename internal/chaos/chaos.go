@@ -3,7 +3,8 @@
 // a Setup (each a process with links of its own) while a nemesis breaks
 // the links at random (cuts, refused connections, partitions longer than a
 // TTL, latency, lost replies) and the servers (a paused Redis, a Redis
-// restarted empty, a restarted etcd leader). The history is then checked
+// restarted empty, a restarted etcd leader, a crashed and restarted fenced
+// server). The history is then checked
 // against guarantees 1 and 2 of docs/design.md, and every name must be free
 // and the store empty once the faults end. With etcd leases, candidates campaign in an election and
 // observers watch it under the same faults (elect.go); an operator in each
@@ -22,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -86,6 +88,15 @@ type Setup struct {
 	// leases in etcd), and candidates and observers of one run with the
 	// workers.
 	Elect bool
+	// Crash, one per Locker, stops that process as a crash would (its
+	// store and sequencer stop: nothing is released, nothing renewed any
+	// more) and returns the lock client of the process started again over
+	// the same links. The API run restarts its servers with it.
+	Crash []func() (*lock.Client, error)
+	// Servers, one per fenced server (the API run), restart that server as
+	// after a crash: down (every request cut off) for as long as down
+	// takes, then up with a new process.
+	Servers []func(down func()) error
 }
 
 // etcdLink is a client of every member of an etcd cluster, each
@@ -127,30 +138,29 @@ func redisNodes(t *testing.T, n int) Setup {
 		s.Redis = append(s.Redis, p)
 		direct = append(direct, p.Client())
 	}
-	newStore := func(rdbs []*redis.Client, ecli *clientv3.Client) *lock.Client {
+	newStore := func(rdbs []*redis.Client, ecli *clientv3.Client) (*lock.Client, func(), error) {
 		seq, err := sequencer.NewEtcd(ecli)
 		if err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
-		t.Cleanup(func() { seq.Close() })
+		var st interface {
+			lock.LeaseStore
+			Close() error
+		}
 		if n == 1 {
-			st, err := lock.NewRedisStore(rdbs[0], seq, lock.WithRedisPrefix(prefix))
-			if err != nil {
-				t.Fatal(err)
+			st, err = lock.NewRedisStore(rdbs[0], seq, lock.WithRedisPrefix(prefix))
+		} else {
+			nodes := make([]redis.UniversalClient, len(rdbs))
+			for i, rdb := range rdbs {
+				nodes[i] = rdb
 			}
-			t.Cleanup(func() { st.Close() })
-			return newClient(t, st)
+			st, err = lock.NewRedlockStore(nodes, seq)
 		}
-		nodes := make([]redis.UniversalClient, len(rdbs))
-		for i, rdb := range rdbs {
-			nodes[i] = rdb
-		}
-		st, err := lock.NewRedlockStore(nodes, seq)
 		if err != nil {
-			t.Fatal(err)
+			seq.Close()
+			return nil, nil, err
 		}
-		t.Cleanup(func() { st.Close() })
-		return newClient(t, st)
+		return newProcess(t, st, seq)
 	}
 	for range 2 { // processes
 		var links []*faultproxy.Proxy
@@ -168,11 +178,11 @@ func redisNodes(t *testing.T, n int) Setup {
 			s.Lossy[rp] = []byte("EVALSHA")
 		}
 		eps, ecli := etcdLink(t, s.Etcd)
-		s.Lockers = append(s.Lockers, newStore(rdbs, ecli))
+		s.addProcess(t, func() (*lock.Client, func(), error) { return newStore(rdbs, ecli) })
 		s.Links = append(s.Links, append(links, eps...))
 	}
 	s.Restart, s.RestartFrees = s.Redis, n == 1
-	s.Direct = newStore(direct, testenv.ClusterClient(t, s.Etcd))
+	s.Direct = must(t)(newStore(direct, testenv.ClusterClient(t, s.Etcd)))
 	s.Keys = func() []string {
 		var all []string
 		for _, rdb := range direct {
@@ -197,21 +207,20 @@ func redisNodes(t *testing.T, n int) Setup {
 func Etcd(t *testing.T) Setup {
 	s := Setup{Etcd: testenv.EtcdCluster(t, 3), Elect: true}
 	prefix := "/" + testenv.Name(t) + "/"
-	newStore := func(ecli *clientv3.Client) *lock.Client {
+	newStore := func(ecli *clientv3.Client) (*lock.Client, func(), error) {
 		st, err := lock.NewEtcdStore(ecli, lock.WithEtcdPrefix(prefix))
 		if err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
-		t.Cleanup(func() { st.Close() })
-		return newClient(t, st)
+		return newProcess(t, st)
 	}
 	for range 2 { // processes
 		eps, ecli := etcdLink(t, s.Etcd)
-		s.Lockers = append(s.Lockers, newStore(ecli))
+		s.addProcess(t, func() (*lock.Client, func(), error) { return newStore(ecli) })
 		s.Links = append(s.Links, eps)
 	}
 	cli := testenv.ClusterClient(t, s.Etcd)
-	s.Direct = newStore(cli)
+	s.Direct = must(t)(newStore(cli))
 	s.Keys = func() []string {
 		r, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
@@ -229,17 +238,57 @@ func Etcd(t *testing.T) Setup {
 	return s
 }
 
-func newClient(t *testing.T, s lock.LeaseStore) *lock.Client {
-	c, err := lock.New(s)
+// newProcess is the lock client of a process over store st, whose
+// closers (the store first) stop it as a crash would; t.Cleanup closes
+// them and the client. It may run on the nemesis's goroutine.
+func newProcess(t *testing.T, st lock.LeaseStore, closers ...io.Closer) (*lock.Client, func(), error) {
+	closers = append([]io.Closer{st.(io.Closer)}, closers...)
+	stop := sync.OnceFunc(func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	})
+	c, err := lock.New(st)
 	if err != nil {
-		t.Fatal(err)
+		stop()
+		return nil, nil, err
 	}
+	t.Cleanup(stop)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		c.Close(ctx)
 	})
-	return c
+	return c, stop, nil
+}
+
+// addProcess starts a process with start and makes its Crash, which stops
+// it and starts it again with start over the same links.
+func (s *Setup) addProcess(t *testing.T, start func() (*lock.Client, func(), error)) {
+	c, stop, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Lockers = append(s.Lockers, c)
+	s.Crash = append(s.Crash, func() (*lock.Client, error) {
+		stop()
+		c, again, err := start()
+		if err != nil {
+			return nil, err
+		}
+		stop = again
+		return c, nil
+	})
+}
+
+// must is the lock client of a process started on the test's goroutine.
+func must(t *testing.T) func(*lock.Client, func(), error) *lock.Client {
+	return func(c *lock.Client, _ func(), err error) *lock.Client {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
 }
 
 // Long reports whether FENCED_CHAOS asks for a run of its own: then every
@@ -652,6 +701,9 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 	if s.Etcd != nil {
 		kinds = append(kinds, "etcd leader restarted")
 	}
+	if len(s.Servers) > 0 {
+		kinds = append(kinds, "fenced restarted")
+	}
 	for pause(400 * time.Millisecond) {
 		// One link of a group, or all of them (a process cut off).
 		group := r.IntN(len(s.Links))
@@ -704,6 +756,13 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 			node := s.Restart[r.IntN(len(s.Restart))]
 			where = node.Addr
 			if err := node.Restart(); err != nil {
+				t.Error(err)
+				return
+			}
+		case "fenced restarted":
+			i := r.IntN(len(s.Servers))
+			where = fmt.Sprintf("fenced server %d", i)
+			if err := s.Servers[i](func() { pause(time.Second) }); err != nil {
 				t.Error(err)
 				return
 			}
