@@ -92,6 +92,7 @@ type Embedded struct {
 	clientURL string
 	localURL  string // where this process reaches it: see LocalClientURL
 	peerURL   string
+	listenOn  string // peers' listen URL: see ListenPeerURL
 	name      string
 
 	closing   atomic.Bool // etcd logs its listeners' closing as errors; Close silences those
@@ -223,6 +224,7 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 		*u.advertises, *u.listens = []url.URL{*at}, []url.URL{*on}
 	}
 	e.localURL = localURL(cfg.ListenClientUrls[0])
+	e.listenOn = cfg.ListenPeerUrls[0].String()
 
 	e.etcd, err = embed.StartEtcd(cfg)
 	if err != nil {
@@ -310,6 +312,11 @@ func localURL(u url.URL) string {
 
 // PeerURL is the URL other members connect to.
 func (e *Embedded) PeerURL() string { return e.peerURL }
+
+// ListenPeerURL is where the member listens for the other members:
+// EmbedConfig.ListenPeerURL, or PeerURL. A restart on the same data dir
+// needs both.
+func (e *Embedded) ListenPeerURL() string { return e.listenOn }
 
 // Name is the member name.
 func (e *Embedded) Name() string { return e.name }

@@ -3,8 +3,8 @@
 // a Setup (each a process with links of its own) while a nemesis breaks
 // the links at random (cuts, refused connections, partitions longer than a
 // TTL, latency, lost replies) and the servers (a paused Redis, a Redis
-// restarted empty, a restarted etcd leader, a crashed and restarted fenced
-// server). The history is then checked
+// restarted empty, a restarted etcd leader, an etcd member its peers
+// cannot hear, a crashed and restarted fenced server). The history is then checked
 // against guarantees 1 and 2 of docs/design.md, and every name must be free
 // and the store empty once the faults end. With etcd leases, candidates campaign in an election and
 // observers watch it under the same faults (elect.go); an operator in each
@@ -70,9 +70,12 @@ type Setup struct {
 	// good, such as the token's counter).
 	Keys func() []string
 	// Etcd are the members of a cluster the nemesis restarts the leader
-	// of; nil: none. Redis are servers it pauses, one at a time.
-	Etcd  []*sequencer.Embedded
-	Redis []*testenv.RedisProc
+	// of; nil: none. EtcdPeers are the proxies the members reach each
+	// other through (testenv.EtcdClusterProxied), one per member, which
+	// it holds one at a time. Redis are servers it pauses, one at a time.
+	Etcd      []*sequencer.Embedded
+	EtcdPeers []*faultproxy.Proxy
+	Redis     []*testenv.RedisProc
 	// Restart are Redis servers the nemesis restarts empty (no
 	// persistence), one at a time. A grant asked for before a restart may
 	// be told "lost" before its deadline after it (its lease was on the
@@ -127,7 +130,8 @@ func Redis(t *testing.T) Setup { return redisNodes(t, 1) }
 func Redlock(t *testing.T) Setup { return redisNodes(t, 3) }
 
 func redisNodes(t *testing.T, n int) Setup {
-	s := Setup{Etcd: testenv.EtcdCluster(t, 3), Lossy: map[*faultproxy.Proxy][]byte{}}
+	s := Setup{Lossy: map[*faultproxy.Proxy][]byte{}}
+	s.Etcd, s.EtcdPeers = testenv.EtcdClusterProxied(t, 3)
 	prefix := testenv.Name(t) + ":"
 	if n > 1 {
 		prefix = "fenced:" // a RedlockStore's, on Redis servers of this test's own
@@ -205,7 +209,8 @@ func redisNodes(t *testing.T, n int) Setup {
 // Etcd is two processes taking locks with etcd leases on a three-member
 // cluster; each process reaches every member through a proxy of its own.
 func Etcd(t *testing.T) Setup {
-	s := Setup{Etcd: testenv.EtcdCluster(t, 3), Elect: true}
+	s := Setup{Elect: true}
+	s.Etcd, s.EtcdPeers = testenv.EtcdClusterProxied(t, 3)
 	prefix := "/" + testenv.Name(t) + "/"
 	newStore := func(ecli *clientv3.Client) (*lock.Client, func(), error) {
 		st, err := lock.NewEtcdStore(ecli, lock.WithEtcdPrefix(prefix))
@@ -672,7 +677,7 @@ func outcome(op string, err error) string {
 // time, until ctx ends, and heals everything at the end.
 func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Rand, faults map[string]int) {
 	defer func() {
-		for _, links := range s.Links {
+		for _, links := range append(s.Links, s.EtcdPeers) {
 			for _, p := range links {
 				p.Hold(false)
 				p.Refuse(false)
@@ -700,6 +705,9 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 	}
 	if s.Etcd != nil {
 		kinds = append(kinds, "etcd leader restarted")
+	}
+	if len(s.EtcdPeers) > 0 {
+		kinds = append(kinds, "etcd member's peer port held")
 	}
 	if len(s.Servers) > 0 {
 		kinds = append(kinds, "fenced restarted")
@@ -766,6 +774,17 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 				t.Error(err)
 				return
 			}
+		case "etcd member's peer port held":
+			// The leader more often than not: a leader that cannot be
+			// heard goes on serving until it hears of a later term.
+			i := slices.IndexFunc(s.Etcd, (*sequencer.Embedded).IsLeader)
+			if i < 0 || r.IntN(3) == 0 {
+				i = r.IntN(len(s.EtcdPeers))
+			}
+			where = fmt.Sprintf("etcd member %d", i)
+			s.EtcdPeers[i].Hold(true)
+			pause(3 * time.Second)
+			s.EtcdPeers[i].Hold(false)
 		case "etcd leader restarted":
 			i := slices.IndexFunc(s.Etcd, (*sequencer.Embedded).IsLeader)
 			if i < 0 {

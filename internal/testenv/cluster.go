@@ -28,11 +28,36 @@ func EtcdCluster(t testing.TB, n int) []*sequencer.Embedded {
 // timeout in milliseconds (etcd's defaults are 100 and 1000).
 func EtcdClusterTimed(t testing.TB, n int, tickMs, electionMs uint) []*sequencer.Embedded {
 	t.Helper()
+	return etcdCluster(t, n, tickMs, electionMs, nil)
+}
+
+// EtcdClusterProxied is EtcdCluster with each member reached by the
+// others through a proxy the test controls (peers[i] is member i's): the
+// members advertise the proxies and listen apart. Held, a member's proxy
+// stops what the others' connections to it carry: its messages on their
+// streams, and their pipelined ones to it; its own connections to them
+// still bring it their streamed messages (etcd's rafthttp). The proxies
+// are closed by t.Cleanup.
+func EtcdClusterProxied(t testing.TB, n int) (members []*sequencer.Embedded, peers []*faultproxy.Proxy) {
+	t.Helper()
+	for range n {
+		p, err := faultproxy.New("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		peers = append(peers, p)
+	}
+	return etcdCluster(t, n, 50, 500, peers), peers
+}
+
+func etcdCluster(t testing.TB, n int, tickMs, electionMs uint, proxies []*faultproxy.Proxy) []*sequencer.Embedded {
+	t.Helper()
 	// Ports are picked free, then bound by etcd: another process may take
 	// one in between. A bind failure writes nothing, so start again on
 	// other ports.
 	for attempt := 1; ; attempt++ {
-		members, err := startCluster(t, n, tickMs, electionMs)
+		members, err := startCluster(t, n, tickMs, electionMs, proxies)
 		if err == nil {
 			for _, m := range members {
 				t.Cleanup(func() { m.Close() })
@@ -45,7 +70,7 @@ func EtcdClusterTimed(t testing.TB, n int, tickMs, electionMs uint) []*sequencer
 	}
 }
 
-func startCluster(t testing.TB, n int, tickMs, electionMs uint) ([]*sequencer.Embedded, error) {
+func startCluster(t testing.TB, n int, tickMs, electionMs uint, proxies []*faultproxy.Proxy) ([]*sequencer.Embedded, error) {
 	cfgs := make([]sequencer.EmbedConfig, n)
 	var initial []string
 	urls := distinctURLs(t, 2*n)
@@ -54,6 +79,10 @@ func startCluster(t testing.TB, n int, tickMs, electionMs uint) ([]*sequencer.Em
 			Dir: t.TempDir(), Name: fmt.Sprint("m", i),
 			ClientURL: urls[2*i], PeerURL: urls[2*i+1],
 			TickMs: tickMs, ElectionMs: electionMs, UnsafeNoFsync: true,
+		}
+		if proxies != nil {
+			proxies[i].SetTarget(strings.TrimPrefix(urls[2*i+1], "http://"))
+			cfgs[i].ListenPeerURL, cfgs[i].PeerURL = urls[2*i+1], "http://"+proxies[i].Addr()
 		}
 		initial = append(initial, cfgs[i].Name+"="+cfgs[i].PeerURL)
 	}
@@ -177,7 +206,7 @@ func RestartMember(t testing.TB, members []*sequencer.Embedded, i int) (*sequenc
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	again, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{
-		Dir: m.Dir(), Name: m.Name(), ClientURL: m.ClientURL(), PeerURL: m.PeerURL(),
+		Dir: m.Dir(), Name: m.Name(), ClientURL: m.ClientURL(), PeerURL: m.PeerURL(), ListenPeerURL: m.ListenPeerURL(),
 		InitialCluster: strings.Join(initial, ","), TickMs: 50, ElectionMs: 500, UnsafeNoFsync: true,
 	})
 	if err != nil {
