@@ -30,25 +30,10 @@ func TestMembersListenApartFromWhereTheyAreReached(t *testing.T) {
 	var initial []string
 	for i := range ms {
 		m := &ms[i]
-		var listen [2]string
-		for j, p := range []**faultproxy.Proxy{&m.client, &m.peers} {
-			// The proxy's port is taken before a free one is picked to
-			// listen on, so that the two differ.
-			var err error
-			if *p, err = faultproxy.New(""); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { (*p).Close() })
-			if listen[j], err = freeport.URL(); err != nil {
-				t.Fatal(err)
-			}
-			(*p).SetTarget(strings.TrimPrefix(listen[j], "http://"))
-		}
-		m.cfg = sequencer.EmbedConfig{
-			Dir: t.TempDir(), Name: fmt.Sprint("m", i), TickMs: 50, ElectionMs: 500, UnsafeNoFsync: true,
-			ClientURL: "http://" + m.client.Addr(), PeerURL: "http://" + m.peers.Addr(),
-			ListenClientURL: listen[0], ListenPeerURL: listen[1],
-		}
+		m.cfg = sequencer.EmbedConfig{Dir: t.TempDir(), Name: fmt.Sprint("m", i), TickMs: 50, ElectionMs: 500, UnsafeNoFsync: true}
+		m.cfg.ListenClientURL, m.client = testenv.ProxiedURL(t)
+		m.cfg.ListenPeerURL, m.peers = testenv.ProxiedURL(t)
+		m.cfg.ClientURL, m.cfg.PeerURL = "http://"+m.client.Addr(), "http://"+m.peers.Addr()
 		initial = append(initial, m.cfg.Name+"="+m.cfg.PeerURL)
 	}
 	members := make([]*sequencer.Embedded, n)

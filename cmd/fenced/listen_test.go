@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/internal/faultproxy"
-	"github.com/fenced/fenced/internal/freeport"
 	"github.com/fenced/fenced/internal/testenv"
 )
 
@@ -19,18 +18,8 @@ func TestServeMemberListensApartFromItsURLs(t *testing.T) {
 	var reached, listen [2]string // client, peer
 	var proxies [2]*faultproxy.Proxy
 	for i := range proxies {
-		// The proxy's port is taken before a free one is picked to listen
-		// on, so that the two differ.
-		p, err := faultproxy.New("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		if listen[i], err = freeport.URL(); err != nil {
-			t.Fatal(err)
-		}
-		p.SetTarget(strings.TrimPrefix(listen[i], "http://"))
-		proxies[i], reached[i] = p, "http://"+p.Addr()
+		listen[i], proxies[i] = testenv.ProxiedURL(t)
+		reached[i] = "http://" + proxies[i].Addr()
 	}
 	p := start(t, nil, "serve", "--listen", "127.0.0.1:0", "--lease-store", "etcd", "--etcd-data-dir", t.TempDir(),
 		"--etcd-client-url", reached[0], "--etcd-listen-client-url", listen[0],

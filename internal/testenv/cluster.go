@@ -155,6 +155,22 @@ func EtcdThroughProxy(t testing.TB, e *sequencer.Embedded) (*faultproxy.Proxy, *
 	return p, EtcdClient(t, p.Addr())
 }
 
+// ProxiedURL is a free loopback URL (http://127.0.0.1:port) for a server
+// to listen on, and a proxy the test controls in front of it, for the
+// server to be reached at; t.Cleanup closes the proxy. The proxy's port
+// is taken before the free one is picked, so that the two differ.
+func ProxiedURL(t testing.TB) (listen string, p *faultproxy.Proxy) {
+	t.Helper()
+	p, err := faultproxy.New("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	listen = FreeURL(t)
+	p.SetTarget(strings.TrimPrefix(listen, "http://"))
+	return listen, p
+}
+
 // Leader is the member that leads now, or nil.
 func Leader(members []*sequencer.Embedded) *sequencer.Embedded {
 	for _, m := range members {
