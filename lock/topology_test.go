@@ -269,3 +269,69 @@ func TestEtcdLeaderChangeDelaysExpiry(t *testing.T) {
 	t.Logf("a %s lock nobody refreshes is freed after its TTL by: holder alive %s (leader killed: %s); holder's process dead %s (leader killed: %s)",
 		ttl, r(stopped), r(stoppedFailover), r(died), r(diedFailover))
 }
+
+// TestRedisSentinelFailover: the master dies, Sentinel promotes its
+// replica, and the store follows it with no restart. A lease the replica
+// had seen is still held there: its holder refreshes it, nobody else gets
+// the lock, and after its release the next grant has a higher token.
+// (A lease the replica had not seen is lost: TestRedisFailoverLosesLease.)
+func TestRedisSentinelFailover(t *testing.T) {
+	t.Parallel()
+	master := testenv.StartRedis(t)
+	replica := testenv.StartRedis(t, "--replicaof", "127.0.0.1", fmt.Sprint(master.Port()))
+	rc := replica.Client()
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
+		info, err := rc.Info(t.Context(), "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "sentinel monitor m 127.0.0.1 %d 1\n"+
+		"sentinel down-after-milliseconds m 300\nsentinel failover-timeout m 3000\n", master.Port()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sentinel := testenv.StartRedisConf(t, conf, "--sentinel")
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{sentinel.Addr}})
+	t.Cleanup(func() { rdb.Close() })
+	seq := newSequencer(t)
+	c := newClient(t, newRedisStore(t, rdb, seq))
+	name := testenv.Name(t)
+	a, err := c.Acquire(t.Context(), name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "fenced:{" + name + "}:lease"
+	testenv.WaitUntil(t, 10*time.Second, func() bool { return rc.Get(t.Context(), key).Val() == a.ID() })
+
+	master.Kill()
+	var errs []string
+	testenv.WaitUntil(t, 60*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		err := a.Refresh(ctx, 30*time.Second)
+		if err != nil && len(errs) < 5 {
+			errs = append(errs, err.Error())
+		}
+		return err == nil
+	})
+	t.Logf("refresh errors during the failover (first 5): %q", errs)
+	if role, err := rc.Do(t.Context(), "ROLE").Slice(); err != nil || role[0] != "master" {
+		t.Fatalf("the replica's role after the failover: %v, %v; want master", role, err)
+	}
+	other := newClient(t, newRedisStore(t, rdb, seq))
+	if _, err := other.TryAcquire(t.Context(), name, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("another TryAcquire while the lease lives on the new master: %v, want ErrNotAcquired", err)
+	}
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatalf("release on the new master: %v", err)
+	}
+	b, err := other.TryAcquire(t.Context(), name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Token() <= a.Token() {
+		t.Fatalf("token %d after the failover, want > %d", b.Token(), a.Token())
+	}
+	if err := b.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
