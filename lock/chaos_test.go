@@ -9,7 +9,8 @@ import (
 // TestChaos runs the randomized fault test of internal/chaos on each lease
 // store: two processes, each with its own store, lock client and links,
 // over a three-member etcd cluster (and, for Redis leases, a Redis of the
-// test's own; for Redlock, three).
+// test's own; for Redlock, three; with Sentinel, a master, its replica and
+// a Sentinel).
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	t.Run("redis", func(t *testing.T) {
@@ -24,5 +25,10 @@ func TestChaos(t *testing.T) {
 		chaos.SkipUnlessLong(t)
 		t.Parallel()
 		chaos.Run(t, chaos.Redlock(t))
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		chaos.SkipUnlessLong(t)
+		t.Parallel()
+		chaos.Run(t, chaos.Sentinel(t))
 	})
 }

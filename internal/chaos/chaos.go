@@ -3,8 +3,8 @@
 // a Setup (each a process with links of its own) while a nemesis breaks
 // the links at random (cuts, refused connections, partitions longer than a
 // TTL, latency, lost replies) and the servers (a paused Redis, a Redis
-// restarted empty, a restarted etcd leader, an etcd member its peers
-// cannot hear, a crashed and restarted fenced server). The history is then checked
+// restarted empty, a Sentinel failover, a restarted etcd leader, an etcd
+// member its peers cannot hear, a crashed and restarted fenced server). The history is then checked
 // against guarantees 1 and 2 of docs/design.md, and every name must be free
 // and the store empty once the faults end. With etcd leases, candidates campaign in an election and
 // observers watch it under the same faults (elect.go); an operator in each
@@ -25,9 +25,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -87,6 +89,14 @@ type Setup struct {
 	// forgotten is over, defect 103).
 	Restart      []*testenv.RedisProc
 	RestartFrees bool
+	// Settle, with Sentinel, returns once Sentinel settled after a fault
+	// of a Redis server (a pause, a restart, Failover): it names a master
+	// that answers as one, with its replica following. Each such fault
+	// may have failed over, which loses what the replica had not seen, so
+	// from its start until Settle returned it frees every lock.
+	Settle func() error
+	// Failover asks Sentinel to fail over (SENTINEL FAILOVER); nil: none.
+	Failover func() error
 	// Elect: the Lockers and Direct hold elections too (lock.Elector,
 	// leases in etcd), and candidates and observers of one run with the
 	// workers.
@@ -204,6 +214,140 @@ func redisNodes(t *testing.T, n int) Setup {
 		return all
 	}
 	return s
+}
+
+// Sentinel is Redis leases on a master and its replica of the test's own,
+// watched by one Sentinel, with tokens from a three-member etcd cluster.
+// The nemesis asks Sentinel to fail over, and pauses and restarts the
+// servers (Sentinel fails over then too, when the master is down for
+// long). Each process reaches the servers through proxies of its own,
+// whichever Sentinel names master.
+func Sentinel(t *testing.T) Setup {
+	s := Setup{Lossy: map[*faultproxy.Proxy][]byte{}}
+	s.Etcd, s.EtcdPeers = testenv.EtcdClusterProxied(t, 3)
+	// Each server has a config file, which Sentinel rewrites when it
+	// makes it a master or a replica, so that a restart keeps that role
+	// (started with a --replicaof, the replica would come back following
+	// a server that might follow it by then).
+	conf := func(lines string) string {
+		f := filepath.Join(t.TempDir(), "redis.conf")
+		if err := os.WriteFile(f, []byte(lines), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	master := testenv.StartRedisConf(t, conf("save \"\"\nappendonly no\n"))
+	replica := testenv.StartRedisConf(t, conf(fmt.Sprintf("save \"\"\nappendonly no\nreplicaof 127.0.0.1 %d\n", master.Port())))
+	s.Redis, s.Restart, s.RestartFrees = []*testenv.RedisProc{master, replica}, []*testenv.RedisProc{master, replica}, true
+	sentinel := testenv.StartRedisConf(t, conf(fmt.Sprintf("sentinel monitor m 127.0.0.1 %d 1\n"+
+		"sentinel down-after-milliseconds m 300\nsentinel failover-timeout m 3000\n", master.Port())), "--sentinel")
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
+	t.Cleanup(func() { sc.Close() })
+	s.Settle = func() error { return settle(sc, s.Redis) }
+	s.Failover = func() error {
+		err := sc.Failover(context.Background(), "m").Err()
+		if err != nil && (strings.HasPrefix(err.Error(), "INPROG") || strings.HasPrefix(err.Error(), "NOGOODSLAVE")) {
+			return nil // Sentinel is busy with one, or sees no replica fit: no failover this time
+		}
+		return err
+	}
+	if err := s.Settle(); err != nil {
+		t.Fatal(err)
+	}
+
+	prefix := testenv.Name(t) + ":"
+	// through dials a server Sentinel names through the proxy for it.
+	through := func(proxy map[string]string) *redis.Client {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{sentinel.Addr},
+			ContextTimeoutEnabled: true, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if p, ok := proxy[addr]; ok {
+					addr = p
+				}
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			}})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}
+	newStore := func(rdb *redis.Client, ecli *clientv3.Client) (*lock.Client, func(), error) {
+		seq, err := sequencer.NewEtcd(ecli)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
+		if err != nil {
+			seq.Close()
+			return nil, nil, err
+		}
+		return newProcess(t, st, seq)
+	}
+	for range 2 { // processes
+		var links []*faultproxy.Proxy
+		proxy := map[string]string{}
+		for _, node := range s.Redis {
+			rp, err := faultproxy.New(node.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rp.Close() })
+			links, proxy[node.Addr] = append(links, rp), rp.Addr()
+			s.Lossy[rp] = []byte("EVALSHA")
+		}
+		rdb := through(proxy)
+		eps, ecli := etcdLink(t, s.Etcd)
+		s.addProcess(t, func() (*lock.Client, func(), error) { return newStore(rdb, ecli) })
+		s.Links = append(s.Links, append(links, eps...))
+	}
+	direct := through(nil)
+	s.Direct = must(t)(newStore(direct, testenv.ClusterClient(t, s.Etcd)))
+	s.Keys = func() []string {
+		keys, err := direct.Keys(context.Background(), prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	return s
+}
+
+// settle returns once the Sentinel of sc watches a master as up, with no
+// failover under way, and of the servers that one alone answers as a
+// master: a master that failed over while it was paused or down goes on
+// taking writes when it is back, which its conversion to a replica then
+// throws away. It returns an error after a minute.
+func settle(sc *redis.SentinelClient, nodes []*testenv.RedisProc) error {
+	var last string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) { // polling Sentinel, which says nothing when it settles
+		last = settled(sc, nodes)
+		if last == "" {
+			return nil
+		}
+	}
+	return fmt.Errorf("Sentinel did not settle in a minute: %s", last)
+}
+
+// settled says what keeps Sentinel from being settled; "": nothing.
+func settled(sc *redis.SentinelClient, nodes []*testenv.RedisProc) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	m, err := sc.Master(ctx, "m").Result()
+	if err != nil {
+		return err.Error()
+	}
+	if m["flags"] != "master" {
+		return fmt.Sprintf("Sentinel says %v", m)
+	}
+	named := net.JoinHostPort(m["ip"], m["port"])
+	if !slices.ContainsFunc(nodes, func(n *testenv.RedisProc) bool { return n.Addr == named }) {
+		return fmt.Sprintf("Sentinel names master %s, none of the test's servers", named)
+	}
+	for _, n := range nodes {
+		info, err := n.Client().Info(ctx, "replication").Result()
+		if master := err == nil && strings.Contains(info, "role:master"); master != (n.Addr == named) {
+			return fmt.Sprintf("Sentinel names master %s; %s answers %v %q", named, n.Addr, err, info)
+		}
+	}
+	return ""
 }
 
 // Etcd is two processes taking locks with etcd leases on a three-member
@@ -355,12 +499,18 @@ type history struct {
 	ops    map[string]int // outcomes by kind, for the log and the sanity check
 	wrong  []string       // what the workers saw that must not happen
 	forces []forced       // the operators' force-releases
-	// restarts are when the nemesis began restarts of a Redis of the
-	// leases; restartsFree: each freed every lock (Setup.RestartFrees).
-	restarts     []time.Time
+	// restarts are when restarts of a Redis of the leases (and, with
+	// Sentinel, every fault of its servers) may have taken leases with
+	// them; restartsFree: each freed every lock (Setup.RestartFrees).
+	restarts     []window
 	restartsFree bool
 	early        []lostEarly // "lost" answers before the holder's deadline
 }
+
+// window is when a fault of a Redis server of the leases may have taken
+// leases with it: a restart at its start (from = to); a fault Sentinel may
+// answer with a failover, from its start until Sentinel settled.
+type window struct{ from, to time.Time }
 
 // lostEarly is a "lost" answered before the deadline its holder believed:
 // wrong unless a force-release of that grant was sent before it.
@@ -703,6 +853,9 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 	if len(s.Restart) > 0 {
 		kinds = append(kinds, "redis restarted")
 	}
+	if s.Failover != nil {
+		kinds = append(kinds, "redis failed over")
+	}
 	if s.Etcd != nil {
 		kinds = append(kinds, "etcd leader restarted")
 	}
@@ -758,12 +911,20 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 			pause(3 * time.Second)
 			node.Cont()
 		case "redis restarted":
-			h.mu.Lock()
-			h.restarts, h.restartsFree = append(h.restarts, time.Now()), s.RestartFrees
-			h.mu.Unlock()
+			if s.Settle == nil {
+				h.mu.Lock()
+				h.restarts, h.restartsFree = append(h.restarts, window{began, began}), s.RestartFrees
+				h.mu.Unlock()
+			}
 			node := s.Restart[r.IntN(len(s.Restart))]
 			where = node.Addr
 			if err := node.Restart(); err != nil {
+				t.Error(err)
+				return
+			}
+		case "redis failed over":
+			where = "Sentinel"
+			if err := s.Failover(); err != nil {
 				t.Error(err)
 				return
 			}
@@ -795,6 +956,16 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 			s.Etcd[i].Close()
 			pause(2 * time.Second)
 			if _, err := testenv.RestartMember(t, s.Etcd, i); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if s.Settle != nil && strings.HasPrefix(kind, "redis ") {
+			err := s.Settle()
+			h.mu.Lock()
+			h.restarts, h.restartsFree = append(h.restarts, window{began, time.Now()}), true
+			h.mu.Unlock()
+			if err != nil {
 				t.Error(err)
 				return
 			}
@@ -870,12 +1041,20 @@ func checkHistory(h *history) (wrong []string) {
 }
 
 // deposedAt is when g was deposed: at forced, the first force-release of
-// it sent (zero: none), or at the first restart that took its lease, at or
-// after it was asked for; zero: never.
-func deposedAt(g *grant, forced time.Time, restarts []time.Time) time.Time {
+// it sent (zero: none), or at the first restart (or failover) that may
+// have taken its lease: one not over before it was asked for, from its
+// start or the ask, whichever came later; zero: never.
+func deposedAt(g *grant, forced time.Time, restarts []window) time.Time {
 	at := forced
-	for _, r := range restarts {
-		if !r.Before(g.invoked) && (at.IsZero() || r.Before(at)) {
+	for _, w := range restarts {
+		if w.to.Before(g.invoked) {
+			continue
+		}
+		r := w.from
+		if r.Before(g.invoked) {
+			r = g.invoked
+		}
+		if at.IsZero() || r.Before(at) {
 			at = r
 		}
 	}

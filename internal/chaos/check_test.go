@@ -75,7 +75,28 @@ func TestCheckRestart(t *testing.T) {
 		{"a Redlock node's restart", false, []*grant{g("a", 5, 0, 10, 10, 75), g("b", 7, 66, 70, 70, 90)}, "two holders at once"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := &history{grants: map[string]*grant{}, restarts: []time.Time{at(65)}, restartsFree: c.frees}
+			h := &history{grants: map[string]*grant{}, restarts: []window{{at(65), at(65)}}, restartsFree: c.frees}
+			checkFinds(t, h, c.grants, c.want)
+		})
+	}
+}
+
+// With Sentinel, a fault of a server is a window in which a failover may
+// have taken leases: it deposes the grants asked for before its end, each
+// from the window's start or its ask, whichever came later.
+func TestCheckFailoverWindow(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		grants []*grant
+		want   string
+	}{
+		{"asked for before the window", []*grant{g("a", 5, 0, 10, 10, 75), g("b", 7, 72, 74, 74, 90)}, ""},
+		{"asked for in it", []*grant{g("a", 5, 62, 64, 64, 85), g("b", 7, 72, 74, 74, 90)}, ""},
+		{"asked for after it", []*grant{g("a", 5, 71, 72, 72, 85), g("b", 7, 80, 82, 82, 90)}, "two holders at once"},
+		{"believed until before it", []*grant{g("a", 5, 0, 10, 10, 59), g("b", 7, 50, 55, 55, 90)}, "two holders at once"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := &history{grants: map[string]*grant{}, restarts: []window{{at(60), at(70)}}, restartsFree: true}
 			checkFinds(t, h, c.grants, c.want)
 		})
 	}
@@ -89,7 +110,7 @@ func TestCheckLostEarly(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		forced   []forced
-		restarts []time.Time
+		restarts []window
 		wrong    bool
 	}{
 		{"no force-release", nil, nil, true},
@@ -97,9 +118,12 @@ func TestCheckLostEarly(t *testing.T) {
 		{"its own, sent after", []forced{{name: "n", token: 5, sent: at(30)}}, nil, true},
 		{"another token's", []forced{{name: "n", token: 6, sent: at(10)}}, nil, true},
 		{"another name's", []forced{{name: "m", token: 5, sent: at(10)}}, nil, true},
-		{"a restart after the ask, before the answer", nil, []time.Time{at(10)}, false},
-		{"a restart after the answer", nil, []time.Time{at(30)}, true},
-		{"a restart before the ask", nil, []time.Time{at(-5)}, true},
+		{"a restart after the ask, before the answer", nil, []window{{at(10), at(10)}}, false},
+		{"a restart after the answer", nil, []window{{at(30), at(30)}}, true},
+		{"a restart before the ask", nil, []window{{at(-5), at(-5)}}, true},
+		// A failover Sentinel may have made at any time in a window.
+		{"a failover's window around the ask", nil, []window{{at(-5), at(10)}}, false},
+		{"a failover's window over before the ask", nil, []window{{at(-5), at(-1)}}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := &history{grants: map[string]*grant{"a": {name: "n", id: "a", token: 5, invoked: at(0), granted: at(2)}},
