@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,12 +110,8 @@ func TestRedisCluster(t *testing.T) {
 // TestRedisSentinel takes locks through a Sentinel-discovered master.
 func TestRedisSentinel(t *testing.T) {
 	master := testenv.StartRedis(t)
-	conf := filepath.Join(t.TempDir(), "sentinel.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf("sentinel monitor fencedmaster 127.0.0.1 %d 1\n", master.Port())), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sentinel := testenv.StartRedisConf(t, conf, "--sentinel")
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "fencedmaster", SentinelAddrs: []string{sentinel.Addr}})
+	sentinel := testenv.StartSentinel(t, master)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testenv.SentinelMaster, SentinelAddrs: []string{sentinel.Addr}})
 	t.Cleanup(func() { rdb.Close() })
 	c := newClient(t, newRedisStore(t, rdb, newSequencer(t)))
 	a, err := c.Acquire(t.Context(), "sentinel-lock", time.Second)
@@ -181,12 +174,8 @@ func TestRedisRestartForgetsLease(t *testing.T) {
 // holder gets the lease while the first still holds it.
 func TestRedisFailoverLosesLease(t *testing.T) {
 	master := testenv.StartRedis(t)
-	replica := testenv.StartRedis(t, "--replicaof", "127.0.0.1", fmt.Sprint(master.Port()))
+	replica := testenv.StartReplica(t, master)
 	rc := replica.Client()
-	testenv.WaitUntil(t, 30*time.Second, func() bool {
-		info, err := rc.Info(t.Context(), "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	})
 	seq := newSequencer(t)
 	before := newClient(t, newRedisStore(t, master.Client(), seq))
 	// Freeze the replica and cut its link, so that nothing of the lease can
@@ -278,19 +267,10 @@ func TestEtcdLeaderChangeDelaysExpiry(t *testing.T) {
 func TestRedisSentinelFailover(t *testing.T) {
 	t.Parallel()
 	master := testenv.StartRedis(t)
-	replica := testenv.StartRedis(t, "--replicaof", "127.0.0.1", fmt.Sprint(master.Port()))
+	replica := testenv.StartReplica(t, master)
 	rc := replica.Client()
-	testenv.WaitUntil(t, 30*time.Second, func() bool {
-		info, err := rc.Info(t.Context(), "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	})
-	conf := filepath.Join(t.TempDir(), "sentinel.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, "sentinel monitor m 127.0.0.1 %d 1\n"+
-		"sentinel down-after-milliseconds m 300\nsentinel failover-timeout m 3000\n", master.Port()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sentinel := testenv.StartRedisConf(t, conf, "--sentinel")
-	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{sentinel.Addr}})
+	sentinel := testenv.StartSentinel(t, master)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testenv.SentinelMaster, SentinelAddrs: []string{sentinel.Addr}})
 	t.Cleanup(func() { rdb.Close() })
 	seq := newSequencer(t)
 	c := newClient(t, newRedisStore(t, rdb, seq))

@@ -152,51 +152,21 @@ func redisNodes(t *testing.T, n int) Setup {
 		s.Redis = append(s.Redis, p)
 		direct = append(direct, p.Client())
 	}
-	newStore := func(rdbs []*redis.Client, ecli *clientv3.Client) (*lock.Client, func(), error) {
-		seq, err := sequencer.NewEtcd(ecli)
-		if err != nil {
-			return nil, nil, err
-		}
-		var st interface {
-			lock.LeaseStore
-			Close() error
-		}
-		if n == 1 {
-			st, err = lock.NewRedisStore(rdbs[0], seq, lock.WithRedisPrefix(prefix))
-		} else {
-			nodes := make([]redis.UniversalClient, len(rdbs))
-			for i, rdb := range rdbs {
-				nodes[i] = rdb
-			}
-			st, err = lock.NewRedlockStore(nodes, seq)
-		}
-		if err != nil {
-			seq.Close()
-			return nil, nil, err
-		}
-		return newProcess(t, st, seq)
-	}
 	for range 2 { // processes
-		var links []*faultproxy.Proxy
+		links := s.redisLinks(t)
 		var rdbs []*redis.Client
-		for _, node := range s.Redis {
-			rp, err := faultproxy.New(node.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { rp.Close() })
+		for _, rp := range links {
 			// As fenced serve builds it: a call ends at its context's deadline.
 			rdb := redis.NewClient(&redis.Options{Addr: rp.Addr(), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { rdb.Close() })
-			links, rdbs = append(links, rp), append(rdbs, rdb)
-			s.Lossy[rp] = []byte("EVALSHA")
+			rdbs = append(rdbs, rdb)
 		}
 		eps, ecli := etcdLink(t, s.Etcd)
-		s.addProcess(t, func() (*lock.Client, func(), error) { return newStore(rdbs, ecli) })
+		s.addProcess(t, func() (*lock.Client, func(), error) { return newRedisProcess(t, rdbs, ecli, prefix) })
 		s.Links = append(s.Links, append(links, eps...))
 	}
 	s.Restart, s.RestartFrees = s.Redis, n == 1
-	s.Direct = must(t)(newStore(direct, testenv.ClusterClient(t, s.Etcd)))
+	s.Direct = must(t)(newRedisProcess(t, direct, testenv.ClusterClient(t, s.Etcd), prefix))
 	s.Keys = func() []string {
 		var all []string
 		for _, rdb := range direct {
@@ -214,6 +184,49 @@ func redisNodes(t *testing.T, n int) Setup {
 		return all
 	}
 	return s
+}
+
+// redisLinks are a process's proxies to s.Redis, one each, whose replies
+// to scripts the nemesis may lose.
+func (s *Setup) redisLinks(t *testing.T) []*faultproxy.Proxy {
+	var links []*faultproxy.Proxy
+	for _, node := range s.Redis {
+		rp, err := faultproxy.New(node.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rp.Close() })
+		links = append(links, rp)
+		s.Lossy[rp] = []byte("EVALSHA")
+	}
+	return links
+}
+
+// newRedisProcess is a process with leases on rdbs (one: a RedisStore
+// with prefix; more: a RedlockStore) and tokens from ecli.
+func newRedisProcess(t *testing.T, rdbs []*redis.Client, ecli *clientv3.Client, prefix string) (*lock.Client, func(), error) {
+	seq, err := sequencer.NewEtcd(ecli)
+	if err != nil {
+		return nil, nil, err
+	}
+	var st interface {
+		lock.LeaseStore
+		Close() error
+	}
+	if len(rdbs) == 1 {
+		st, err = lock.NewRedisStore(rdbs[0], seq, lock.WithRedisPrefix(prefix))
+	} else {
+		nodes := make([]redis.UniversalClient, len(rdbs))
+		for i, rdb := range rdbs {
+			nodes[i] = rdb
+		}
+		st, err = lock.NewRedlockStore(nodes, seq)
+	}
+	if err != nil {
+		seq.Close()
+		return nil, nil, err
+	}
+	return newProcess(t, st, seq)
 }
 
 // Sentinel is Redis leases on a master and its replica of the test's own,
@@ -239,13 +252,12 @@ func Sentinel(t *testing.T) Setup {
 	master := testenv.StartRedisConf(t, conf("save \"\"\nappendonly no\n"))
 	replica := testenv.StartRedisConf(t, conf(fmt.Sprintf("save \"\"\nappendonly no\nreplicaof 127.0.0.1 %d\n", master.Port())))
 	s.Redis, s.Restart, s.RestartFrees = []*testenv.RedisProc{master, replica}, []*testenv.RedisProc{master, replica}, true
-	sentinel := testenv.StartRedisConf(t, conf(fmt.Sprintf("sentinel monitor m 127.0.0.1 %d 1\n"+
-		"sentinel down-after-milliseconds m 300\nsentinel failover-timeout m 3000\n", master.Port())), "--sentinel")
+	sentinel := testenv.StartSentinel(t, master)
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
 	t.Cleanup(func() { sc.Close() })
 	s.Settle = func() error { return settle(sc, s.Redis) }
 	s.Failover = func() error {
-		err := sc.Failover(context.Background(), "m").Err()
+		err := sc.Failover(context.Background(), testenv.SentinelMaster).Err()
 		if err != nil && (strings.HasPrefix(err.Error(), "INPROG") || strings.HasPrefix(err.Error(), "NOGOODSLAVE")) {
 			return nil // Sentinel is busy with one, or sees no replica fit: no failover this time
 		}
@@ -258,7 +270,7 @@ func Sentinel(t *testing.T) Setup {
 	prefix := testenv.Name(t) + ":"
 	// through dials a server Sentinel names through the proxy for it.
 	through := func(proxy map[string]string) *redis.Client {
-		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{sentinel.Addr},
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testenv.SentinelMaster, SentinelAddrs: []string{sentinel.Addr},
 			ContextTimeoutEnabled: true, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				if p, ok := proxy[addr]; ok {
 					addr = p
@@ -269,37 +281,19 @@ func Sentinel(t *testing.T) Setup {
 		t.Cleanup(func() { rdb.Close() })
 		return rdb
 	}
-	newStore := func(rdb *redis.Client, ecli *clientv3.Client) (*lock.Client, func(), error) {
-		seq, err := sequencer.NewEtcd(ecli)
-		if err != nil {
-			return nil, nil, err
-		}
-		st, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
-		if err != nil {
-			seq.Close()
-			return nil, nil, err
-		}
-		return newProcess(t, st, seq)
-	}
 	for range 2 { // processes
-		var links []*faultproxy.Proxy
+		links := s.redisLinks(t)
 		proxy := map[string]string{}
-		for _, node := range s.Redis {
-			rp, err := faultproxy.New(node.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { rp.Close() })
-			links, proxy[node.Addr] = append(links, rp), rp.Addr()
-			s.Lossy[rp] = []byte("EVALSHA")
+		for i, node := range s.Redis {
+			proxy[node.Addr] = links[i].Addr()
 		}
 		rdb := through(proxy)
 		eps, ecli := etcdLink(t, s.Etcd)
-		s.addProcess(t, func() (*lock.Client, func(), error) { return newStore(rdb, ecli) })
+		s.addProcess(t, func() (*lock.Client, func(), error) { return newRedisProcess(t, []*redis.Client{rdb}, ecli, prefix) })
 		s.Links = append(s.Links, append(links, eps...))
 	}
 	direct := through(nil)
-	s.Direct = must(t)(newStore(direct, testenv.ClusterClient(t, s.Etcd)))
+	s.Direct = must(t)(newRedisProcess(t, []*redis.Client{direct}, testenv.ClusterClient(t, s.Etcd), prefix))
 	s.Keys = func() []string {
 		keys, err := direct.Keys(context.Background(), prefix+"*").Result()
 		if err != nil {
@@ -330,7 +324,7 @@ func settle(sc *redis.SentinelClient, nodes []*testenv.RedisProc) error {
 func settled(sc *redis.SentinelClient, nodes []*testenv.RedisProc) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	m, err := sc.Master(ctx, "m").Result()
+	m, err := sc.Master(ctx, testenv.SentinelMaster).Result()
 	if err != nil {
 		return err.Error()
 	}

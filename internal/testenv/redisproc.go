@@ -3,7 +3,9 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -159,6 +161,35 @@ func (r *RedisProc) Kill() {
 func (r *RedisProc) Restart() error {
 	r.Kill()
 	return r.start()
+}
+
+// StartReplica starts a replica of master, as StartRedis does, and
+// returns once it follows it.
+func StartReplica(t testing.TB, master *RedisProc) *RedisProc {
+	t.Helper()
+	replica := StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
+	rc := replica.Client()
+	WaitUntil(t, 30*time.Second, func() bool {
+		info, err := rc.Info(context.Background(), "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	return replica
+}
+
+// SentinelMaster is the name StartSentinel watches its master under.
+const SentinelMaster = "m"
+
+// StartSentinel starts a Sentinel, the only one, watching master as
+// SentinelMaster: it fails over once the master has not answered for
+// 300 ms.
+func StartSentinel(t testing.TB, master *RedisProc) *RedisProc {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "sentinel monitor %s 127.0.0.1 %d 1\n"+
+		"sentinel down-after-milliseconds %[1]s 300\nsentinel failover-timeout %[1]s 3000\n", SentinelMaster, master.Port()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return StartRedisConf(t, conf, "--sentinel")
 }
 
 // StartRedisCluster starts n masters in cluster mode and joins them into one
