@@ -38,11 +38,7 @@ func TestKubernetesEmbeddedEtcd(t *testing.T) {
 		deploymentSpec
 		ServiceName          string `json:"serviceName"`
 		PodManagementPolicy  string `json:"podManagementPolicy"`
-		VolumeClaimTemplates []struct {
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-		} `json:"volumeClaimTemplates"`
+		VolumeClaimTemplates []k8sObject `json:"volumeClaimTemplates"`
 	}
 	if err := json.Unmarshal(objs["StatefulSet"].Spec, &set); err != nil {
 		t.Fatal(err)
@@ -87,13 +83,7 @@ func TestKubernetesEmbeddedEtcd(t *testing.T) {
 	}
 	dataMounted := false
 	for _, m := range c.VolumeMounts {
-		if m.MountPath == env["FENCED_ETCD_DATA_DIR"] && slices.ContainsFunc(set.VolumeClaimTemplates, func(v struct {
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-		}) bool {
-			return v.Metadata.Name == m.Name
-		}) {
+		if m.MountPath == env["FENCED_ETCD_DATA_DIR"] && slices.ContainsFunc(set.VolumeClaimTemplates, func(v k8sObject) bool { return v.Metadata.Name == m.Name }) {
 			dataMounted = true
 		}
 	}
