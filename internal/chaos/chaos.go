@@ -4,18 +4,20 @@
 // the links at random (cuts, refused connections, partitions longer than a
 // TTL, latency, lost replies) and the servers (a paused Redis, a Redis
 // restarted empty, a Sentinel failover, a restarted etcd leader, an etcd
-// member its peers cannot hear, a crashed and restarted fenced server). The history is then checked
-// against guarantees 1 and 2 of docs/design.md, and every name must be free
-// and the store empty once the faults end. With etcd leases, candidates campaign in an election and
+// member its peers cannot hear, a crashed and restarted fenced server).
+// The history is then checked against guarantees 1 and 2 of
+// docs/design.md, and every name must be free and the store empty once
+// the faults end. With etcd leases, candidates campaign in an election and
 // observers watch it under the same faults (elect.go); an operator in each
 // process force-releases holders with IfToken (force.go). The hand-picked
 // fault tests put one fault at one moment; this looks for the
 // interleavings nobody thought of (docs/design.md, "Under random
 // faults").
 //
-// FENCED_CHAOS=5m runs each setup that long, every setup (default 4s and
-// three setups, as CI runs it): give go test -parallel 3, or a package's
-// three run two at a time, and past 10m a -timeout;
+// FENCED_CHAOS=5m runs each setup that long, every setup: four in each
+// of lock and client (default 4s and three setups, as CI runs it); go
+// test -parallel n runs n of a package's at once (default GOMAXPROCS), and
+// past 10m give a -timeout;
 // FENCED_CHAOS_SEED=n repeats a run's choices (the scheduler's are its own).
 package chaos
 
@@ -90,10 +92,11 @@ type Setup struct {
 	Restart      []*testenv.RedisProc
 	RestartFrees bool
 	// Settle, with Sentinel, returns once Sentinel settled after a fault
-	// of a Redis server (a pause, a restart, Failover): it names a master
-	// that answers as one, with its replica following. Each such fault
-	// may have failed over, which loses what the replica had not seen, so
-	// from its start until Settle returned it frees every lock.
+	// of a Redis server (a pause, a restart, Failover): it watches a
+	// master as up, no failover under way, and that server alone answers
+	// as a master. Each such fault may have failed over, which loses what
+	// the replica had not seen, so from its start until Settle returned
+	// it frees every lock.
 	Settle func() error
 	// Failover asks Sentinel to fail over (SENTINEL FAILOVER); nil: none.
 	Failover func() error
