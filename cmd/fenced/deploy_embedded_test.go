@@ -36,8 +36,8 @@ func TestKubernetesEmbeddedEtcd(t *testing.T) {
 	}
 	var set struct {
 		deploymentSpec
-		ServiceName          string `json:"serviceName"`
-		PodManagementPolicy  string `json:"podManagementPolicy"`
+		ServiceName          string      `json:"serviceName"`
+		PodManagementPolicy  string      `json:"podManagementPolicy"`
 		VolumeClaimTemplates []k8sObject `json:"volumeClaimTemplates"`
 	}
 	if err := json.Unmarshal(objs["StatefulSet"].Spec, &set); err != nil {
