@@ -856,7 +856,10 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 	if s.Etcd != nil {
 		kinds = append(kinds, "etcd leader restarted")
 	}
-	if len(s.EtcdPeers) > 0 {
+	// Long runs only: a member cut off so still takes its clients'
+	// requests and answers none (it hears the leader, which does not hear
+	// it), so two holds in a row can leave CI's 4 s without a grant.
+	if len(s.EtcdPeers) > 0 && Long() {
 		kinds = append(kinds, "etcd member's peer port held")
 	}
 	if len(s.Servers) > 0 {
