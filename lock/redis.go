@@ -57,7 +57,11 @@ var (
 // RedisStore keeps leases in Redis and takes tokens from a Sequencer. Any
 // redis.UniversalClient works: a single node, Sentinel (a failover client)
 // or Cluster. A lock's keys share the hash tag {name}, so they live in one
-// Cluster slot and its scripts run on one node. Redis 5 or later.
+// Cluster slot and its scripts run on one node. Redis 5 or later. On a
+// Cluster the store's pipelines go to each master's own client, so hooks on
+// the ClusterClient see only its lone calls: add hooks to the nodes
+// (OnNewNode). A call that meets its slot on the move is sent again
+// (redispipe.go).
 //
 // Give the client ContextTimeoutEnabled (redis.Options and friends): without
 // it go-redis bounds each call by its own read and write timeouts, not by

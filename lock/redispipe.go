@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/fenced/fenced/internal/groupcommit"
@@ -65,8 +66,56 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 // run runs script, in a pipeline with concurrent calls. If ctx ends first,
 // the call may still run; its result is then dropped (every script is
 // safe to run again, and the callers free what a lost reply may have
-// taken).
+// taken). A call that met a Cluster slot on the move is sent again
+// (slotMoving).
 func (s *RedisStore) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	for pause := slotPause; ; pause *= 2 {
+		cmd := s.run1(ctx, script, keys, args...)
+		if pause > slotPauseMax || !slotMoving(cmd.Err()) || !sleep(ctx, pause) {
+			return cmd
+		}
+	}
+}
+
+// While a Redis Cluster moves a slot, a lock's keys are on two masters
+// for a while, and every script call of the lock is answered TRYAGAIN,
+// ASK or MOVED: go-redis follows the redirects and tries again, three
+// times in all (MaxRedirects), and then passes the last answer on. A
+// release or a refresh that failed so would leave the lock to its TTL.
+// Redis ran nothing, and every script is safe to run twice anyway, so the
+// store sends such a call again, after 10, 20, ... 320 ms (630 ms in all,
+// on top of go-redis's), within ctx (defect 104).
+const (
+	slotPause    = 10 * time.Millisecond
+	slotPauseMax = 320 * time.Millisecond
+)
+
+// slotMoving is whether err is a Redis Cluster's answer that it ran
+// nothing because the call's slot is moving.
+func slotMoving(err error) bool {
+	if err == nil {
+		return false
+	}
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask || redis.IsTryAgainError(err)
+}
+
+// sleep waits for d, or until ctx ends; it reports whether ctx is still
+// live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// run1 is one call of run.
+func (s *RedisStore) run1(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	v, err := s.pipe.Do(ctx, "", scriptCall{script: script, keys: keys, args: args})
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
@@ -90,29 +139,111 @@ func (s *RedisStore) pipeline(batch []*groupcommit.Request[scriptCall]) {
 	s.pipelined.Add(uint64(len(batch)))
 	ctx, cancel := batchContext(batch)
 	defer cancel()
-	p := s.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(batch))
+	calls := make([]scriptCall, len(batch))
 	for i, r := range batch {
-		cmds[i] = r.Arg.script.EvalSha(ctx, p, r.Arg.keys, r.Arg.args...)
+		calls[i] = r.Arg
+	}
+	cmds := s.send(ctx, calls)
+	for i, r := range batch {
+		r.Done(cmds[i], nil)
+	}
+}
+
+// send sends calls in pipelines and returns their answers, in order.
+func (s *RedisStore) send(ctx context.Context, calls []scriptCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		sendCluster(ctx, cc, calls, cmds)
+	} else {
+		sendOn(ctx, s.rdb, calls, cmds)
+	}
+	return cmds
+}
+
+// sendOn sends calls in one pipeline of rdb, and those that met a Redis
+// not knowing their script (new, restarted or failed over) again, with
+// the script, in one more. cmds[i] is set to the answer of calls[i].
+func sendOn(ctx context.Context, rdb redis.Cmdable, calls []scriptCall, cmds []*redis.Cmd) {
+	p := rdb.Pipeline()
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
 	}
 	_, _ = p.Exec(ctx) // each command carries its own error
-	// Calls that met a Redis not knowing their script (new, restarted or
-	// failed over) go again, with the script itself, in one more pipeline.
 	var again redis.Pipeliner
-	for i, r := range batch {
+	for i, c := range calls {
 		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if again == nil {
-				again = s.rdb.Pipeline()
+				again = rdb.Pipeline()
 			}
-			cmds[i] = r.Arg.script.Eval(ctx, again, r.Arg.keys, r.Arg.args...)
+			cmds[i] = c.script.Eval(ctx, again, c.keys, c.args...)
 		}
 	}
 	if again != nil {
 		_, _ = again.Exec(ctx)
 	}
-	for i, r := range batch {
-		r.Done(cmds[i], nil)
+}
+
+// sendCluster sends calls to a Redis Cluster: a pipeline to each master,
+// on that master's own client, and then each call that met its slot on
+// the move (or whose master was not known) alone through the cluster
+// client, which follows MOVED and ASK one at a time.
+//
+// Not the cluster client's pipelines: while a slot moves they can send a
+// call to two masters at once (go-redis v9.23.0: a call answered MOVED or
+// ASK is queued for the master it names, and queued again with all the
+// calls sent to its master when the first of those was answered
+// TRYAGAIN). Both answers are then written into one result, a data race,
+// and the call's caller may read the refusal of one master while the
+// other ran it (docs/design.md, defect 105). A master's own client does
+// not follow redirects, so it never sends a call twice.
+func sendCluster(ctx context.Context, cc *redis.ClusterClient, calls []scriptCall, cmds []*redis.Cmd) {
+	type part struct {
+		calls []scriptCall
+		at    []int // where each call is in calls
 	}
+	parts := make(map[*redis.Client]*part)
+	for i, c := range calls {
+		node, err := cc.MasterForKey(ctx, c.keys[0]) // a lock's keys share one slot
+		if err != nil {
+			continue // sent alone below
+		}
+		p := parts[node]
+		if p == nil {
+			p = &part{}
+			parts[node] = p
+		}
+		p.calls, p.at = append(p.calls, c), append(p.at, i)
+	}
+	send := func(node *redis.Client, p *part) {
+		got := make([]*redis.Cmd, len(p.calls))
+		sendOn(ctx, node, p.calls, got)
+		for j, i := range p.at {
+			cmds[i] = got[j]
+		}
+	}
+	var wg sync.WaitGroup
+	for node, p := range parts {
+		if len(parts) == 1 {
+			send(node, p) // no goroutine for one master
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send(node, p)
+		}()
+	}
+	wg.Wait()
+	for i, c := range calls {
+		if cmds[i] == nil || slotMoving(cmds[i].Err()) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cmds[i] = c.script.Run(ctx, cc, c.keys, c.args...)
+			}()
+		}
+	}
+	wg.Wait()
 }
 
 // batchContext is a context for a pipeline shared by the batch's callers:

@@ -16,7 +16,8 @@ import (
 // context is still live, is one a backend gives while it is briefly
 // unavailable: an etcd leader election or a lost quorum, a Redis that
 // restarts, loads its data or fails over (or, a Redlock node, sits out
-// after losing its data), a dropped or refused connection,
+// after losing its data), a Redis Cluster moving a slot, a dropped or
+// refused connection,
 // a call that hit its own timeout. Acquire tries again after such an error
 // within its wait budget (docs/design.md, "Riding out an outage"). Errors
 // that will not go away by waiting (bad credentials, a closed client, a
@@ -64,7 +65,7 @@ func transient(err error) bool {
 		return unavailable(st.Code())
 	}
 	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
-		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsMaxClientsError(err) ||
+		redis.IsClusterDownError(err) || slotMoving(err) || redis.IsMaxClientsError(err) ||
 		errors.Is(err, redis.ErrPoolTimeout)
 }
 

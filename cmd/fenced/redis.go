@@ -124,12 +124,18 @@ func (r *redisFlags) client(o *redis.UniversalOptions, m *daemonMetrics, log *sl
 	}
 	redis.SetLogger(redisLogger{log})
 	rdb := redis.NewUniversalClient(o)
-	rdb.AddHook(redisHook{m.redis})
+	hook := redisHook{m.redis}
 	dw := &dialWatch{flag: r.addrFlag()}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		// A Cluster client's hooks do not see its nodes' dials.
-		cc.OnNewNode(func(node *redis.Client) { node.AddHook(dw) })
+		// A Cluster client's hooks see neither its nodes' dials nor the
+		// lease store's pipelines, which go to each master's own client
+		// (lock/redispipe.go). Every command passes a node's hooks.
+		cc.OnNewNode(func(node *redis.Client) {
+			node.AddHook(hook)
+			node.AddHook(dw)
+		})
 	} else {
+		rdb.AddHook(hook)
 		rdb.AddHook(dw)
 	}
 	return rdb, dw, nil

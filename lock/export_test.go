@@ -1,0 +1,21 @@
+package lock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PipelineAcquireAndRefresh sends, in one pipeline and in this order, an
+// acquire of name by a new lease id and a refresh of leaseID to ttl, and
+// returns their answers: two calls of one lock whose keys may live on two
+// Cluster masters at once (defect 105).
+func (s *RedisStore) PipelineAcquireAndRefresh(ctx context.Context, name, leaseID string, ttl time.Duration) (acquire, refresh *redis.Cmd) {
+	k := s.keys(name)
+	cmds := s.send(ctx, []scriptCall{
+		{acquireScript, []string{k[kLease], k[kToken], k[kQueue], k[kPlaces]}, []any{"lease-never-granted", ttl.Milliseconds(), "", 0, "", 0}},
+		{refreshScript, k[:2], []any{leaseID, ttl.Milliseconds(), 0}},
+	})
+	return cmds[0], cmds[1]
+}
