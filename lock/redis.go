@@ -60,8 +60,9 @@ var (
 // Cluster slot and its scripts run on one node. Redis 5 or later. On a
 // Cluster the store's pipelines go to each master's own client, so hooks on
 // the ClusterClient see only its lone calls: add hooks to the nodes
-// (OnNewNode). A call that meets its slot on the move is sent again
-// (redispipe.go).
+// (OnNewNode). A call that meets its slot on the move is sent again, and
+// one that gets no answer has the client read the cluster's layout again,
+// as after a failover (redispipe.go).
 //
 // Give the client ContextTimeoutEnabled (redis.Options and friends): without
 // it go-redis bounds each call by its own read and write timeouts, not by

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -71,9 +72,28 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 func (s *RedisStore) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	for pause := slotPause; ; pause *= 2 {
 		cmd := s.run1(ctx, script, keys, args...)
+		s.noAnswer(cmd.Err())
 		if pause > slotPauseMax || !slotMoving(cmd.Err()) || !sleep(ctx, pause) {
 			return cmd
 		}
+	}
+}
+
+// noAnswer has a Cluster client read the cluster's layout again after a
+// call got no answer from Redis (a refused or dropped connection, a
+// timeout): its master may have failed over. go-redis v9.23.0 reads the
+// layout again on MOVED, and otherwise once a minute
+// (ClusterStateReloadInterval), so after a failover it sent the calls of
+// the dead master's slots to the dead master for up to a minute (defect
+// 106). ReloadState reads it in the background, once at a time, at most
+// every 200 ms.
+func (s *RedisStore) noAnswer(err error) {
+	var reply redis.Error // an answer, redis.Nil included
+	if err == nil || errors.As(err, &reply) || errors.Is(err, context.Canceled) {
+		return
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
 	}
 }
 

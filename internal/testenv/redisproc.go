@@ -196,14 +196,23 @@ func StartSentinel(t testing.TB, master *RedisProc) *RedisProc {
 // cluster with the slots spread over them.
 func StartRedisCluster(t testing.TB, n int) []*RedisProc {
 	t.Helper()
-	nodes := make([]*RedisProc, n)
-	addrs := make([]string, n)
+	return StartRedisClusterReplicated(t, n, 0)
+}
+
+// StartRedisClusterReplicated starts a cluster of n masters with the slots
+// spread over them and replicas replicas each, in sync with their masters
+// when it returns; ROLE tells which node is which. A master that stops
+// answering fails over after two seconds (cluster-node-timeout).
+func StartRedisClusterReplicated(t testing.TB, n, replicas int) []*RedisProc {
+	t.Helper()
+	nodes := make([]*RedisProc, n*(1+replicas))
+	addrs := make([]string, len(nodes))
 	for i := range nodes {
 		nodes[i] = StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
 		addrs[i] = nodes[i].Addr
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -212,7 +221,14 @@ func StartRedisCluster(t testing.TB, n int) []*RedisProc {
 		c := nd.Client()
 		for {
 			info, err := c.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
+			ok := err == nil && strings.Contains(info, "cluster_state:ok")
+			if ok {
+				// A replica must have its master's data, or a failover
+				// loses what the test wrote.
+				repl, err := c.Info(context.Background(), "replication").Result()
+				ok = err == nil && (strings.Contains(repl, "role:master") || strings.Contains(repl, "master_link_status:up"))
+			}
+			if ok {
 				break
 			}
 			if time.Now().After(deadline) {

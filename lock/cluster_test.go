@@ -347,6 +347,21 @@ func (a *clusterAdmin) owner(slot int) *testenv.RedisProc {
 	return nil
 }
 
+// replicaOf is the replica of master, as its ROLE says.
+func (a *clusterAdmin) replicaOf(master *testenv.RedisProc) *testenv.RedisProc {
+	for i, n := range a.nodes {
+		role, err := a.rdbs[i].Do(a.t.Context(), "ROLE").Slice()
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		if role[0] == "slave" && fmt.Sprint(role[2]) == strconv.Itoa(master.Port()) {
+			return n
+		}
+	}
+	a.t.Fatalf("%s has no replica", master.Addr)
+	return nil
+}
+
 // migrate moves slot from one master to another: begin, then its keys one
 // MIGRATE at a time, calling between() after each, then finish.
 func (a *clusterAdmin) migrate(slot int, from, to *testenv.RedisProc, between func()) {
@@ -396,4 +411,68 @@ func (a *clusterAdmin) do(n *testenv.RedisProc, args ...any) {
 	if err := a.rdbs[a.index(n)].Do(a.t.Context(), args...).Err(); err != nil {
 		a.t.Fatalf("%s on %s: %v", fmt.Sprint(args...), n.Addr, err)
 	}
+}
+
+// TestRedisClusterFailover kills the master of a held lock's slot; the
+// cluster promotes its replica, which had the lease (WAIT). The holder's
+// refresh goes on there (within 30 s: before defect 106's fix, a minute),
+// another client is refused, and the next grant has a higher token.
+func TestRedisClusterFailover(t *testing.T) {
+	nodes := testenv.StartRedisClusterReplicated(t, 3, 1)
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	s := newRedisStore(t, rdb, newSequencer(t))
+	c := newClient(t, s)
+	const name = "cluster-failover"
+	held, err := c.Acquire(t.Context(), name, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cl := newClusterAdmin(t, nodes)
+	slot := cl.slotOf("fenced:{" + name + "}:lease")
+	master := cl.owner(slot)
+	replica := cl.replicaOf(master)
+	if n, err := cl.rdbs[cl.index(master)].Do(t.Context(), "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: %d, %v", n, err)
+	}
+	master.Kill()
+	killed := time.Now()
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
+		role, err := cl.rdbs[cl.index(replica)].Do(t.Context(), "ROLE").Slice()
+		return err == nil && role[0] == "master"
+	})
+	promoted := time.Now()
+	// go-redis alone sent the slot's calls to the dead master until it
+	// read the cluster's layout again, a minute later (defect 106).
+	var failed []error
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		err := held.Refresh(ctx, time.Minute)
+		if err != nil {
+			failed = append(failed, err)
+		}
+		return err == nil
+	})
+	refreshed := time.Now()
+	if _, err := c.TryAcquire(t.Context(), name, time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire after the failover: %v, want ErrNotAcquired", err)
+	}
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	next, err := c.TryAcquire(t.Context(), name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token() <= held.Token() {
+		t.Fatalf("token after the failover %d, want > %d", next.Token(), held.Token())
+	}
+	t.Logf("promoted %s after the kill, the holder's refresh through %s after that; refreshes failed before: %v",
+		promoted.Sub(killed).Round(time.Millisecond), refreshed.Sub(promoted).Round(time.Millisecond), failed)
 }
