@@ -420,7 +420,9 @@ func (s *RedisStore) ForceRelease(ctx context.Context, name string, token fence.
 
 // List implements LeaseStore by scanning for lease keys with SCAN; the
 // page cursor says where the scan stopped. On a Cluster every master is
-// scanned in turn.
+// scanned in turn, so a lock whose slot moves to a master already scanned
+// (a reshard), or whose master fails over, between two pages may be missed
+// or listed twice: no SCAN spans masters.
 func (s *RedisStore) List(ctx context.Context, req ListRequest) (ListPage, error) {
 	nodes, err := s.scanNodes(ctx)
 	if err != nil {

@@ -126,7 +126,9 @@ type ListRequest struct {
 // ListPage is one page of held locks, in no promised order. Next is the
 // cursor of the next page, "" after the last. A lock held while all the
 // pages are read is listed; one acquired or released meanwhile may be
-// missed or listed twice.
+// missed or listed twice. So may one held all along on a Redis Cluster
+// whose slots move or whose masters fail over between the pages: each
+// master is scanned in turn (RedisStore.List).
 type ListPage struct {
 	Locks []State
 	Next  string
