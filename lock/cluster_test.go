@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -55,18 +54,20 @@ func TestRedisClusterReshard(t *testing.T) {
 	defer func() { stop(); wg.Wait() }()
 
 	testenv.WaitUntil(t, 10*time.Second, func() bool { return w.grantsOf(names...) >= 2*len(names) })
-	cl := newClusterAdmin(t, nodes)
+	cl := testenv.NewClusterAdmin(t, nodes)
 	for pass := 0; pass < 2; pass++ {
 		for _, name := range append([]string{"reshard-kept"}, names...) {
-			slot := cl.slotOf("fenced:{" + name + "}:lease")
-			from := cl.owner(slot)
-			to := nodes[(cl.index(from)+1)%len(nodes)]
-			cl.migrate(slot, from, to, func() {
+			slot, from := slotOwner(t, cl, "fenced:{"+name+"}:lease")
+			to := nodes[(cl.Index(from)+1)%len(nodes)]
+			if err := cl.Migrate(t.Context(), slot, from, to, func() error {
 				// Let the clients meet the slot half moved.
 				calls := s.Stats().Calls
 				testenv.WaitUntil(t, 10*time.Second, func() bool { return s.Stats().Calls >= calls+8 })
-			})
-			if got := cl.owner(slot); got != to {
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, got := slotOwner(t, cl, "fenced:{"+name+"}:lease"); got != to {
 				t.Fatalf("slot %d of %s: owned by %s after the move, want %s", slot, name, got.Addr, to.Addr)
 			}
 		}
@@ -151,12 +152,15 @@ func TestRedisClusterPipelineSendsACallOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cl := newClusterAdmin(t, nodes)
-	slot := cl.slotOf(key("lease"))
-	from := cl.owner(slot)
-	to := nodes[(cl.index(from)+1)%len(nodes)]
-	cl.begin(slot, from, to)
-	cl.move(from, to, key("lease"), key("token"))
+	cl := testenv.NewClusterAdmin(t, nodes)
+	slot, from := slotOwner(t, cl, key("lease"))
+	to := nodes[(cl.Index(from)+1)%len(nodes)]
+	if err := cl.Begin(t.Context(), slot, from, to); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Move(t.Context(), from, to, key("lease"), key("token")); err != nil {
+		t.Fatal(err)
+	}
 
 	acquire, refresh := s.PipelineAcquireAndRefresh(t.Context(), name, held.ID(), 2*time.Minute)
 	if err := acquire.Err(); !redis.IsTryAgainError(err) {
@@ -165,15 +169,19 @@ func TestRedisClusterPipelineSendsACallOnce(t *testing.T) {
 	if tok, err := refresh.Int64(); err != nil || tok != int64(held.Token()) {
 		t.Fatalf("refresh of the holder: %d, %v; want its token %d", tok, err, held.Token())
 	}
-	p := cl.rdbs[cl.index(to)].Pipeline() // ASKING: the slot is not yet the new master's
+	p := cl.Client(to).Pipeline() // ASKING: the slot is not yet the new master's
 	p.Do(t.Context(), "ASKING")
 	ttl := p.PTTL(t.Context(), key("lease"))
 	if _, err := p.Exec(t.Context()); err != nil || ttl.Val() <= time.Minute {
 		t.Fatalf("the lease on the new master has %s left (%v), want the refresh's 2m", ttl.Val(), err)
 	}
 
-	cl.move(from, to, key("queue"), key("places"))
-	cl.finish(slot, to)
+	if err := cl.Move(t.Context(), from, to, key("queue"), key("places")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Finish(t.Context(), slot, to); err != nil {
+		t.Fatal(err)
+	}
 	if err := held.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -288,131 +296,6 @@ func (w *exclusiveWork) check(t *testing.T) {
 	}
 }
 
-// clusterAdmin moves slots between the masters of a test cluster, as
-// redis-cli --cluster reshard does, a key at a time.
-type clusterAdmin struct {
-	t     *testing.T
-	nodes []*testenv.RedisProc
-	rdbs  []*redis.Client // a client of each node
-	ids   []string
-}
-
-func newClusterAdmin(t *testing.T, nodes []*testenv.RedisProc) *clusterAdmin {
-	a := &clusterAdmin{t: t, nodes: nodes}
-	for _, n := range nodes {
-		rdb := n.Client()
-		id, err := rdb.ClusterMyID(t.Context()).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.rdbs, a.ids = append(a.rdbs, rdb), append(a.ids, id)
-	}
-	return a
-}
-
-func (a *clusterAdmin) index(n *testenv.RedisProc) int {
-	for i, m := range a.nodes {
-		if m == n {
-			return i
-		}
-	}
-	a.t.Fatalf("%s is no node of the cluster", n.Addr)
-	return -1
-}
-
-func (a *clusterAdmin) slotOf(key string) int {
-	s, err := a.rdbs[0].ClusterKeySlot(a.t.Context(), key).Result()
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	return int(s)
-}
-
-// owner is the master that serves slot, as the first node sees it.
-func (a *clusterAdmin) owner(slot int) *testenv.RedisProc {
-	ranges, err := a.rdbs[0].ClusterSlots(a.t.Context()).Result()
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	for _, r := range ranges {
-		if r.Start <= slot && slot <= r.End {
-			for i, id := range a.ids {
-				if r.Nodes[0].ID == id {
-					return a.nodes[i]
-				}
-			}
-		}
-	}
-	a.t.Fatalf("no master serves slot %d", slot)
-	return nil
-}
-
-// replicaOf is the replica of master, as its ROLE says.
-func (a *clusterAdmin) replicaOf(master *testenv.RedisProc) *testenv.RedisProc {
-	for i, n := range a.nodes {
-		role, err := a.rdbs[i].Do(a.t.Context(), "ROLE").Slice()
-		if err != nil {
-			a.t.Fatal(err)
-		}
-		if role[0] == "slave" && fmt.Sprint(role[2]) == strconv.Itoa(master.Port()) {
-			return n
-		}
-	}
-	a.t.Fatalf("%s has no replica", master.Addr)
-	return nil
-}
-
-// migrate moves slot from one master to another: begin, then its keys one
-// MIGRATE at a time, calling between() after each, then finish.
-func (a *clusterAdmin) migrate(slot int, from, to *testenv.RedisProc, between func()) {
-	a.begin(slot, from, to)
-	for {
-		keys, err := a.rdbs[a.index(from)].ClusterGetKeysInSlot(a.t.Context(), slot, 1).Result()
-		if err != nil {
-			a.t.Fatal(err)
-		}
-		if len(keys) == 0 {
-			break
-		}
-		a.move(from, to, keys[0])
-		between()
-	}
-	a.finish(slot, to)
-}
-
-// begin marks slot IMPORTING on to and MIGRATING on from.
-func (a *clusterAdmin) begin(slot int, from, to *testenv.RedisProc) {
-	a.do(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", a.ids[a.index(from)])
-	a.do(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", a.ids[a.index(to)])
-}
-
-// move migrates keys from one master to another, a MIGRATE each; NOKEY
-// (a key expired meanwhile) is no error.
-func (a *clusterAdmin) move(from, to *testenv.RedisProc, keys ...string) {
-	for _, k := range keys {
-		if err := a.rdbs[a.index(from)].Migrate(a.t.Context(), "127.0.0.1", strconv.Itoa(to.Port()), k, 0, 5*time.Second).Err(); err != nil {
-			a.t.Fatalf("MIGRATE %s to %s: %v", k, to.Addr, err)
-		}
-	}
-}
-
-// finish assigns slot to its new master on every node, that master first.
-func (a *clusterAdmin) finish(slot int, to *testenv.RedisProc) {
-	toID := a.ids[a.index(to)]
-	a.do(to, "CLUSTER", "SETSLOT", slot, "NODE", toID)
-	for _, n := range a.nodes {
-		if n != to {
-			a.do(n, "CLUSTER", "SETSLOT", slot, "NODE", toID)
-		}
-	}
-}
-
-func (a *clusterAdmin) do(n *testenv.RedisProc, args ...any) {
-	if err := a.rdbs[a.index(n)].Do(a.t.Context(), args...).Err(); err != nil {
-		a.t.Fatalf("%s on %s: %v", fmt.Sprint(args...), n.Addr, err)
-	}
-}
-
 // TestRedisClusterFailover kills the master of a held lock's slot; the
 // cluster promotes its replica, which had the lease (WAIT). The holder's
 // refresh goes on there (within 30 s: before defect 106's fix, a minute),
@@ -433,17 +316,19 @@ func TestRedisClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cl := newClusterAdmin(t, nodes)
-	slot := cl.slotOf("fenced:{" + name + "}:lease")
-	master := cl.owner(slot)
-	replica := cl.replicaOf(master)
-	if n, err := cl.rdbs[cl.index(master)].Do(t.Context(), "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+	cl := testenv.NewClusterAdmin(t, nodes)
+	_, master := slotOwner(t, cl, "fenced:{"+name+"}:lease")
+	replica, err := cl.ReplicaOf(t.Context(), master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cl.Client(master).Do(t.Context(), "WAIT", 1, 5000).Int(); err != nil || n != 1 {
 		t.Fatalf("WAIT for the replica: %d, %v", n, err)
 	}
 	master.Kill()
 	killed := time.Now()
 	testenv.WaitUntil(t, 30*time.Second, func() bool {
-		role, err := cl.rdbs[cl.index(replica)].Do(t.Context(), "ROLE").Slice()
+		role, err := cl.Client(replica).Do(t.Context(), "ROLE").Slice()
 		return err == nil && role[0] == "master"
 	})
 	promoted := time.Now()
@@ -475,4 +360,18 @@ func TestRedisClusterFailover(t *testing.T) {
 	}
 	t.Logf("promoted %s after the kill, the holder's refresh through %s after that; refreshes failed before: %v",
 		promoted.Sub(killed).Round(time.Millisecond), refreshed.Sub(promoted).Round(time.Millisecond), failed)
+}
+
+// slotOwner is the slot of key and the master that serves it.
+func slotOwner(t *testing.T, cl *testenv.ClusterAdmin, key string) (int, *testenv.RedisProc) {
+	t.Helper()
+	slot, err := cl.SlotOf(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := cl.Owner(t.Context(), slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slot, owner
 }
