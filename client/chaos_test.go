@@ -21,7 +21,7 @@ import (
 // the nemesis loses, delays and cuts off as it does the servers' links.
 func TestChaos(t *testing.T) {
 	t.Parallel()
-	for kind, setup := range map[string]func(*testing.T) chaos.Setup{"redis": chaos.Redis, "etcd": chaos.Etcd, "redlock": chaos.Redlock, "sentinel": chaos.Sentinel} {
+	for kind, setup := range map[string]func(*testing.T) chaos.Setup{"redis": chaos.Redis, "etcd": chaos.Etcd, "redlock": chaos.Redlock, "sentinel": chaos.Sentinel, "cluster": chaos.Cluster} {
 		t.Run(kind, func(t *testing.T) {
 			if kind != "etcd" {
 				chaos.SkipUnlessLong(t) // the lock package's run covers the stores; here the API

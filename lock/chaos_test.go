@@ -10,7 +10,7 @@ import (
 // store: two processes, each with its own store, lock client and links,
 // over a three-member etcd cluster (and, for Redis leases, a Redis of the
 // test's own; for Redlock, three; with Sentinel, a master, its replica and
-// a Sentinel).
+// a Sentinel; on a Redis Cluster, three masters).
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	t.Run("redis", func(t *testing.T) {
@@ -30,5 +30,10 @@ func TestChaos(t *testing.T) {
 		chaos.SkipUnlessLong(t)
 		t.Parallel()
 		chaos.Run(t, chaos.Sentinel(t))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		chaos.SkipUnlessLong(t)
+		t.Parallel()
+		chaos.Run(t, chaos.Cluster(t))
 	})
 }

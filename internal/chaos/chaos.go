@@ -3,8 +3,9 @@
 // a Setup (each a process with links of its own) while a nemesis breaks
 // the links at random (cuts, refused connections, partitions longer than a
 // TTL, latency, lost replies) and the servers (a paused Redis, a Redis
-// restarted empty, a Sentinel failover, a restarted etcd leader, an etcd
-// member its peers cannot hear, a crashed and restarted fenced server).
+// restarted empty, a Sentinel failover, a Redis Cluster slot moved, a
+// restarted etcd leader, an etcd member its peers cannot hear, a crashed
+// and restarted fenced server).
 // The history is then checked against guarantees 1 and 2 of
 // docs/design.md, and every name must be free and the store empty once
 // the faults end. With etcd leases, candidates campaign in an election and
@@ -14,7 +15,7 @@
 // interleavings nobody thought of (docs/design.md, "Under random
 // faults").
 //
-// FENCED_CHAOS=5m runs each setup that long, every setup: four in each
+// FENCED_CHAOS=5m runs each setup that long, every setup: five in each
 // of lock and client (default 4s and three setups, as CI runs it); go
 // test -parallel n runs n of a package's at once (default GOMAXPROCS), and
 // past 10m give a -timeout;
@@ -100,6 +101,11 @@ type Setup struct {
 	Settle func() error
 	// Failover asks Sentinel to fail over (SENTINEL FAILOVER); nil: none.
 	Failover func() error
+	// Reshard, with a Redis Cluster, moves the slot of name to another
+	// master a key at a time, as a reshard does, calling between after
+	// each key; nil: none. A MIGRATE keeps a key's TTL and loses nothing,
+	// so the locks are checked as strictly as ever.
+	Reshard func(name string, r *rand.Rand, between func()) (where string, err error)
 	// Elect: the Lockers and Direct hold elections too (lock.Elector,
 	// leases in etcd), and candidates and observers of one run with the
 	// workers.
@@ -149,7 +155,7 @@ func redisNodes(t *testing.T, n int) Setup {
 	if n > 1 {
 		prefix = "fenced:" // a RedlockStore's, on Redis servers of this test's own
 	}
-	var direct []*redis.Client
+	var direct []redis.UniversalClient
 	for range n {
 		p := testenv.StartRedis(t)
 		s.Redis = append(s.Redis, p)
@@ -157,7 +163,7 @@ func redisNodes(t *testing.T, n int) Setup {
 	}
 	for range 2 { // processes
 		links := s.redisLinks(t)
-		var rdbs []*redis.Client
+		var rdbs []redis.UniversalClient
 		for _, rp := range links {
 			// As fenced serve builds it: a call ends at its context's deadline.
 			rdb := redis.NewClient(&redis.Options{Addr: rp.Addr(), ContextTimeoutEnabled: true})
@@ -207,7 +213,7 @@ func (s *Setup) redisLinks(t *testing.T) []*faultproxy.Proxy {
 
 // newRedisProcess is a process with leases on rdbs (one: a RedisStore
 // with prefix; more: a RedlockStore) and tokens from ecli.
-func newRedisProcess(t *testing.T, rdbs []*redis.Client, ecli *clientv3.Client, prefix string) (*lock.Client, func(), error) {
+func newRedisProcess(t *testing.T, rdbs []redis.UniversalClient, ecli *clientv3.Client, prefix string) (*lock.Client, func(), error) {
 	seq, err := sequencer.NewEtcd(ecli)
 	if err != nil {
 		return nil, nil, err
@@ -219,11 +225,7 @@ func newRedisProcess(t *testing.T, rdbs []*redis.Client, ecli *clientv3.Client, 
 	if len(rdbs) == 1 {
 		st, err = lock.NewRedisStore(rdbs[0], seq, lock.WithRedisPrefix(prefix))
 	} else {
-		nodes := make([]redis.UniversalClient, len(rdbs))
-		for i, rdb := range rdbs {
-			nodes[i] = rdb
-		}
-		st, err = lock.NewRedlockStore(nodes, seq)
+		st, err = lock.NewRedlockStore(rdbs, seq)
 	}
 	if err != nil {
 		seq.Close()
@@ -272,31 +274,13 @@ func Sentinel(t *testing.T) Setup {
 
 	prefix := testenv.Name(t) + ":"
 	// through dials a server Sentinel names through the proxy for it.
-	through := func(proxy map[string]string) *redis.Client {
+	through := func(proxy map[string]string) redis.UniversalClient {
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testenv.SentinelMaster, SentinelAddrs: []string{sentinel.Addr},
-			ContextTimeoutEnabled: true, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				if p, ok := proxy[addr]; ok {
-					addr = p
-				}
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			}})
+			ContextTimeoutEnabled: true, Dialer: dialThrough(proxy)})
 		t.Cleanup(func() { rdb.Close() })
 		return rdb
 	}
-	for range 2 { // processes
-		links := s.redisLinks(t)
-		proxy := map[string]string{}
-		for i, node := range s.Redis {
-			proxy[node.Addr] = links[i].Addr()
-		}
-		rdb := through(proxy)
-		eps, ecli := etcdLink(t, s.Etcd)
-		s.addProcess(t, func() (*lock.Client, func(), error) { return newRedisProcess(t, []*redis.Client{rdb}, ecli, prefix) })
-		s.Links = append(s.Links, append(links, eps...))
-	}
-	direct := through(nil)
-	s.Direct = must(t)(newRedisProcess(t, []*redis.Client{direct}, testenv.ClusterClient(t, s.Etcd), prefix))
+	direct := s.proxiedProcesses(t, prefix, through)
 	s.Keys = func() []string {
 		keys, err := direct.Keys(context.Background(), prefix+"*").Result()
 		if err != nil {
@@ -305,6 +289,94 @@ func Sentinel(t *testing.T) Setup {
 		return keys
 	}
 	return s
+}
+
+// Cluster is Redis leases on a Redis Cluster of three masters of the
+// test's own (no replicas), with tokens from a three-member etcd cluster.
+// The nemesis moves the slot of one of the run's names to another master
+// a key at a time, as a reshard does (Reshard), and pauses masters. Each
+// process reaches every master through a proxy of its own (the cluster
+// client's dialer), and so meets MOVED, ASK and TRYAGAIN through them.
+func Cluster(t *testing.T) Setup {
+	s := Setup{Lossy: map[*faultproxy.Proxy][]byte{}}
+	s.Etcd, s.EtcdPeers = testenv.EtcdClusterProxied(t, 3)
+	s.Redis = testenv.StartRedisCluster(t, 3)
+	admin := testenv.NewClusterAdmin(t, s.Redis)
+	addrs := make([]string, len(s.Redis))
+	for i, node := range s.Redis {
+		addrs[i] = node.Addr
+	}
+	prefix := testenv.Name(t) + ":"
+	// through dials a master through the proxy for it.
+	through := func(proxy map[string]string) redis.UniversalClient {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, Dialer: dialThrough(proxy)})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}
+	s.proxiedProcesses(t, prefix, through)
+	s.Keys = func() []string {
+		var all []string
+		for _, node := range s.Redis {
+			keys, err := admin.Client(node).Keys(context.Background(), prefix+"*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, keys...)
+		}
+		return all
+	}
+	s.Reshard = func(name string, r *rand.Rand, between func()) (string, error) {
+		// Not bounded by the run: a slot left half moved would refuse its
+		// locks' calls for good.
+		ctx := context.Background()
+		slot, err := admin.SlotOf(ctx, prefix+"{"+name+"}:lease")
+		if err != nil {
+			return "", err
+		}
+		from, err := admin.Owner(ctx, slot)
+		if err != nil {
+			return "", err
+		}
+		to := s.Redis[(admin.Index(from)+1+r.IntN(len(s.Redis)-1))%len(s.Redis)]
+		where := fmt.Sprintf("slot %d of %s from %s to %s", slot, name, from.Addr, to.Addr)
+		return where, admin.Migrate(ctx, slot, from, to, func() error { between(); return nil })
+	}
+	return s
+}
+
+// proxiedProcesses adds two processes with leases on s.Redis, each
+// reaching every server through a proxy of its own: through makes a
+// client that dials an address through the proxy the map names for it.
+// It returns the client of the direct process, through no proxy.
+func (s *Setup) proxiedProcesses(t *testing.T, prefix string, through func(proxy map[string]string) redis.UniversalClient) redis.UniversalClient {
+	for range 2 { // processes
+		links := s.redisLinks(t)
+		proxy := map[string]string{}
+		for i, node := range s.Redis {
+			proxy[node.Addr] = links[i].Addr()
+		}
+		rdb := through(proxy)
+		eps, ecli := etcdLink(t, s.Etcd)
+		s.addProcess(t, func() (*lock.Client, func(), error) {
+			return newRedisProcess(t, []redis.UniversalClient{rdb}, ecli, prefix)
+		})
+		s.Links = append(s.Links, append(links, eps...))
+	}
+	direct := through(nil)
+	s.Direct = must(t)(newRedisProcess(t, []redis.UniversalClient{direct}, testenv.ClusterClient(t, s.Etcd), prefix))
+	return direct
+}
+
+// dialThrough is a go-redis dialer that dials addr through the proxy
+// proxy names for it, if any.
+func dialThrough(proxy map[string]string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if p, ok := proxy[addr]; ok {
+			addr = p
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
 }
 
 // settle returns once the Sentinel of sc watches a master as up, with no
@@ -638,7 +710,7 @@ func Run(t *testing.T, s Setup) {
 	}
 	faults := map[string]int{}
 	go func() {
-		nemesis(ctx, t, s, h, rand.New(rand.NewPCG(uint64(seed), 0)), faults)
+		nemesis(ctx, t, s, h, rand.New(rand.NewPCG(uint64(seed), 0)), names, faults)
 		done <- struct{}{}
 	}()
 	// Every worker ends its step after the faults end: an acquisition's
@@ -822,7 +894,7 @@ func outcome(op string, err error) string {
 
 // nemesis breaks a random group of links, or the servers, one fault at a
 // time, until ctx ends, and heals everything at the end.
-func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Rand, faults map[string]int) {
+func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Rand, names []string, faults map[string]int) {
 	defer func() {
 		for _, links := range append(s.Links, s.EtcdPeers) {
 			for _, p := range links {
@@ -852,6 +924,9 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 	}
 	if s.Failover != nil {
 		kinds = append(kinds, "redis failed over")
+	}
+	if s.Reshard != nil {
+		kinds = append(kinds, "redis slot moved")
 	}
 	if s.Etcd != nil {
 		kinds = append(kinds, "etcd leader restarted")
@@ -919,6 +994,13 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 			node := s.Restart[r.IntN(len(s.Restart))]
 			where = node.Addr
 			if err := node.Restart(); err != nil {
+				t.Error(err)
+				return
+			}
+		case "redis slot moved":
+			var err error
+			where, err = s.Reshard(names[r.IntN(len(names))], r, func() { pause(50 * time.Millisecond) })
+			if err != nil {
 				t.Error(err)
 				return
 			}
