@@ -100,14 +100,19 @@ func (a *ClusterAdmin) SlotOf(ctx context.Context, key string) (int, error) {
 
 // Owner is the master that serves slot, as the first node sees it.
 func (a *ClusterAdmin) Owner(ctx context.Context, slot int) (*RedisProc, error) {
-	ranges, err := a.rdbs[0].ClusterSlots(ctx).Result()
+	shards, err := a.rdbs[0].ClusterShards(ctx).Result()
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range ranges {
-		if r.Start <= slot && slot <= r.End {
-			if i := slices.Index(a.ids, r.Nodes[0].ID); i >= 0 {
-				return a.nodes[i], nil
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start > int64(slot) || int64(slot) > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if i := slices.Index(a.ids, n.ID); n.Role == "master" && i >= 0 {
+					return a.nodes[i], nil
+				}
 			}
 		}
 	}
