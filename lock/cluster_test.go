@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -209,7 +210,7 @@ func (w *exclusiveWork) run(ctx context.Context, c *lock.Client, name string) {
 		l, err := c.Acquire(ctx, name, time.Second, lock.WithWait(5*time.Second))
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, lock.ErrNotAcquired) {
-				w.fail(name, "acquire", err)
+				w.fail("acquire", err)
 			}
 			continue
 		}
@@ -217,10 +218,10 @@ func (w *exclusiveWork) run(ctx context.Context, c *lock.Client, name string) {
 		err = l.Refresh(ctx, time.Second)
 		w.letGo(l)
 		if err != nil && ctx.Err() == nil {
-			w.fail(name, "refresh", err)
+			w.fail("refresh", err)
 		}
 		if err := l.Release(context.WithoutCancel(ctx)); err != nil {
-			w.fail(name, "release", err)
+			w.fail("release", err)
 		}
 	}
 }
@@ -253,7 +254,7 @@ func (w *exclusiveWork) letGo(l *lock.Lease) {
 	}
 }
 
-func (w *exclusiveWork) fail(name, call string, err error) {
+func (w *exclusiveWork) fail(call string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.failed[call+" "+err.Error()]++
@@ -262,11 +263,7 @@ func (w *exclusiveWork) fail(name, call string, err error) {
 func (w *exclusiveWork) grants() map[string]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	g := make(map[string]int, len(w.granted))
-	for k, v := range w.granted {
-		g[k] = v
-	}
-	return g
+	return maps.Clone(w.granted)
 }
 
 func (w *exclusiveWork) grantsOf(names ...string) int {
@@ -280,11 +277,7 @@ func (w *exclusiveWork) grantsOf(names ...string) int {
 func (w *exclusiveWork) failures() map[string]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	f := make(map[string]int, len(w.failed))
-	for k, v := range w.failed {
-		f[k] = v
-	}
-	return f
+	return maps.Clone(w.failed)
 }
 
 func (w *exclusiveWork) check(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fenced/fenced/internal/clock"
 	"github.com/fenced/fenced/internal/groupcommit"
 	"github.com/redis/go-redis/v9"
 )
@@ -73,7 +74,7 @@ func (s *RedisStore) run(ctx context.Context, script *redis.Script, keys []strin
 	for pause := slotPause; ; pause *= 2 {
 		cmd := s.run1(ctx, script, keys, args...)
 		s.noAnswer(cmd.Err())
-		if pause > slotPauseMax || !slotMoving(cmd.Err()) || !sleep(ctx, pause) {
+		if pause > slotPauseMax || !slotMoving(cmd.Err()) || !clock.Sleep(ctx, pause) {
 			return cmd
 		}
 	}
@@ -119,19 +120,6 @@ func slotMoving(err error) bool {
 	_, moved := redis.IsMovedError(err)
 	_, ask := redis.IsAskError(err)
 	return moved || ask || redis.IsTryAgainError(err)
-}
-
-// sleep waits for d, or until ctx ends; it reports whether ctx is still
-// live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // run1 is one call of run.
