@@ -12,7 +12,10 @@ import (
 
 // A proxied cluster's members reach each other through the proxies: with
 // the leader's held, the others elect another leader. A restarted member
-// keeps its proxy, and the cluster commits with one member's held.
+// keeps its proxy, and the cluster commits with one member's held, through
+// the other members: the held one still hears the leader, so it takes
+// requests it cannot get committed (etcd's "request timed out"; a client
+// of all three sent it the write one time in a few).
 func TestEtcdClusterProxied(t *testing.T) {
 	t.Parallel()
 	members, peers := testenv.EtcdClusterProxied(t, 3)
@@ -35,7 +38,7 @@ func TestEtcdClusterProxied(t *testing.T) {
 		t.Fatalf("restarted member %d is reached at %s, want its proxy %s", old, again.PeerURL(), peers[old].Addr())
 	}
 	peers[old].Hold(true)
-	cli := testenv.ClusterClient(t, members)
+	cli := testenv.ClusterClient(t, slices.Delete(slices.Clone(members), old, old+1))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if _, err := cli.Put(ctx, testenv.Name(t), "x"); err != nil {
