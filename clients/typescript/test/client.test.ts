@@ -938,11 +938,19 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       assert.equal(bodies[5].seq, undefined);
       assert.equal((await client.inspect(name)).held, true);
       // refreshID with a seq does not fall back: its caller asked for order.
+      // Through an older server of its own: a keep-alive refresh stopped on
+      // its way may still reach the first proxy after stopKeepAlive(), and
+      // take the action meant for refreshID there.
       await lease.stopKeepAlive();
-      script["/refresh"].push("unknown_seq");
-      await assert.rejects(c.refreshID(name, lease.leaseID, 20_000, { seq: nextRefreshSeq() }), (e: unknown) =>
-        e instanceof InvalidArgumentError && e.status === 400 && e.field === undefined);
-      assert.equal(proxy.actions("/refresh").at(-1), "unknown_seq", "refreshID sent its refresh again");
+      const older = await startScriptedProxy(daemon.url, { "/refresh": ["unknown_seq"] });
+      try {
+        const c2 = new Client(older.url, { bearerToken: bearer });
+        await assert.rejects(c2.refreshID(name, lease.leaseID, 20_000, { seq: nextRefreshSeq() }), (e: unknown) =>
+          e instanceof InvalidArgumentError && e.status === 400 && e.field === undefined);
+        assert.deepEqual(older.actions("/refresh"), ["unknown_seq"], "refreshID sent its refresh again");
+      } finally {
+        await older.close();
+      }
       await lease.release();
     } finally {
       await proxy.close();
