@@ -133,9 +133,13 @@ func (a *ClusterAdmin) ReplicaOf(ctx context.Context, master *RedisProc) (*Redis
 	return nil, fmt.Errorf("%s has no replica", master.Addr)
 }
 
-// Migrate moves slot from one master to another: Begin, then its keys one
+// Migrate moves slot from one master to another: once the cluster is ok
+// (as redis-cli --cluster reshard checks first), Begin, then its keys one
 // MIGRATE at a time, calling between after each, then Finish.
 func (a *ClusterAdmin) Migrate(ctx context.Context, slot int, from, to *RedisProc, between func() error) error {
+	if err := a.WaitOK(ctx, 30*time.Second); err != nil {
+		return err
+	}
 	if err := a.Begin(ctx, slot, from, to); err != nil {
 		return err
 	}
@@ -169,14 +173,48 @@ func (a *ClusterAdmin) Begin(ctx context.Context, slot int, from, to *RedisProc)
 }
 
 // Move migrates keys from one master to another, a MIGRATE each, keeping
-// their TTLs; NOKEY (a key expired meanwhile) is no error.
+// their TTLs; NOKEY (a key expired meanwhile) is no error. A MIGRATE
+// refused while the cluster is down (a master paused past its node
+// timeout) moved nothing: it is sent again once the cluster is ok, as an
+// operator would, rather than leave the slot half moved.
 func (a *ClusterAdmin) Move(ctx context.Context, from, to *RedisProc, keys ...string) error {
 	for _, k := range keys {
-		if err := a.Client(from).Migrate(ctx, "127.0.0.1", strconv.Itoa(to.Port()), k, 0, 5*time.Second).Err(); err != nil {
-			return fmt.Errorf("MIGRATE %s from %s to %s: %w", k, from.Addr, to.Addr, err)
+		for {
+			err := a.Client(from).Migrate(ctx, "127.0.0.1", strconv.Itoa(to.Port()), k, 0, 5*time.Second).Err()
+			if err == nil {
+				break
+			}
+			if !strings.Contains(err.Error(), "CLUSTERDOWN") {
+				return fmt.Errorf("MIGRATE %s from %s to %s: %w", k, from.Addr, to.Addr, err)
+			}
+			if err := a.WaitOK(ctx, 30*time.Second); err != nil {
+				return fmt.Errorf("MIGRATE %s from %s to %s: %w", k, from.Addr, to.Addr, err)
+			}
 		}
 	}
 	return nil
+}
+
+// WaitOK returns once every node says the cluster is ok; an error if not
+// within the given time.
+func (a *ClusterAdmin) WaitOK(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		bad := ""
+		for i, rdb := range a.rdbs {
+			if info, err := rdb.ClusterInfo(ctx).Result(); err != nil || !strings.Contains(info, "cluster_state:ok") {
+				bad = fmt.Sprintf("%s: %v %q", a.nodes[i].Addr, err, info)
+				break
+			}
+		}
+		if bad == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the cluster is not ok after %s: %s", within, bad)
+		}
+		time.Sleep(20 * time.Millisecond) // polling: the cluster says nothing when it recovers
+	}
 }
 
 // Finish assigns slot to its new master on every node, that master first.
