@@ -13,27 +13,23 @@ import (
 // a Sentinel; on a Redis Cluster, three masters).
 func TestChaos(t *testing.T) {
 	t.Parallel()
-	t.Run("redis", func(t *testing.T) {
-		t.Parallel()
-		chaos.Run(t, chaos.Redis(t))
-	})
-	t.Run("etcd", func(t *testing.T) {
-		t.Parallel()
-		chaos.Run(t, chaos.Etcd(t))
-	})
-	t.Run("redlock", func(t *testing.T) {
-		chaos.SkipUnlessLong(t)
-		t.Parallel()
-		chaos.Run(t, chaos.Redlock(t))
-	})
-	t.Run("sentinel", func(t *testing.T) {
-		chaos.SkipUnlessLong(t)
-		t.Parallel()
-		chaos.Run(t, chaos.Sentinel(t))
-	})
-	t.Run("cluster", func(t *testing.T) {
-		chaos.SkipUnlessLong(t)
-		t.Parallel()
-		chaos.Run(t, chaos.Cluster(t))
-	})
+	for _, c := range []struct {
+		name  string
+		setup func(*testing.T) chaos.Setup
+		long  bool // FENCED_CHAOS runs only
+	}{
+		{"redis", chaos.Redis, false},
+		{"etcd", chaos.Etcd, false},
+		{"redlock", chaos.Redlock, true},
+		{"sentinel", chaos.Sentinel, true},
+		{"cluster", chaos.Cluster, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.long {
+				chaos.SkipUnlessLong(t)
+			}
+			t.Parallel()
+			chaos.Run(t, c.setup(t))
+		})
+	}
 }

@@ -26,11 +26,7 @@ import (
 // taken after its slot moved.
 func TestRedisClusterReshard(t *testing.T) {
 	nodes := testenv.StartRedisCluster(t, 3)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                 []string{nodes[0].Addr, nodes[1].Addr, nodes[2].Addr},
-		ContextTimeoutEnabled: true, // as fenced serve builds it
-	})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := clusterClient(t, nodes)
 	s := newRedisStore(t, rdb, newSequencer(t))
 	c := newClient(t, s)
 
@@ -131,11 +127,7 @@ func TestRedisClusterReshard(t *testing.T) {
 // the cluster client once redirected (docs/design.md, defect 105).
 func TestRedisClusterPipelineSendsACallOnce(t *testing.T) {
 	nodes := testenv.StartRedisCluster(t, 3)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                 []string{nodes[0].Addr, nodes[1].Addr, nodes[2].Addr},
-		ContextTimeoutEnabled: true,
-	})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := clusterClient(t, nodes)
 	s := newRedisStore(t, rdb, newSequencer(t))
 	c := newClient(t, s)
 	const name = "pipeline-once"
@@ -295,13 +287,7 @@ func (w *exclusiveWork) check(t *testing.T) {
 // another client is refused, and the next grant has a higher token.
 func TestRedisClusterFailover(t *testing.T) {
 	nodes := testenv.StartRedisClusterReplicated(t, 3, 1)
-	addrs := make([]string, len(nodes))
-	for i, n := range nodes {
-		addrs[i] = n.Addr
-	}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	s := newRedisStore(t, rdb, newSequencer(t))
+	s := newRedisStore(t, clusterClient(t, nodes), newSequencer(t))
 	c := newClient(t, s)
 	const name = "cluster-failover"
 	held, err := c.Acquire(t.Context(), name, time.Minute)
@@ -367,4 +353,16 @@ func slotOwner(t *testing.T, cl *testenv.ClusterAdmin, key string) (int, *testen
 		t.Fatal(err)
 	}
 	return slot, owner
+}
+
+// clusterClient is a client of the cluster of nodes, as fenced serve
+// builds it: a call ends at its context's deadline.
+func clusterClient(t *testing.T, nodes []*testenv.RedisProc) *redis.ClusterClient {
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }
