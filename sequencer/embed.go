@@ -327,6 +327,11 @@ func (e *Embedded) Dir() string { return e.dir }
 // Err reports a fatal error of the running member.
 func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
 
+// ID is the member's id as etcd writes it, in hex: in its log, in
+// `etcdctl member list`, and in the X-Server-From header of what it sends
+// its peers.
+func (e *Embedded) ID() string { return e.etcd.Server.MemberID().String() }
+
 // IsLeader reports whether this member is the Raft leader now.
 func (e *Embedded) IsLeader() bool {
 	return e.etcd.Server.Leader() == e.etcd.Server.MemberID()

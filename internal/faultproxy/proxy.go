@@ -26,6 +26,7 @@ type Proxy struct {
 	hold    bool
 	latency time.Duration
 	rules   []*rule
+	barred  [][]byte      // cut a connection whose opening bytes contain one
 	changed chan struct{} // closed and replaced when hold or latency changes
 	closed  bool
 
@@ -109,6 +110,45 @@ func (p *Proxy) Hold(on bool) {
 	p.hold = on
 	p.signalLocked()
 	p.mu.Unlock()
+}
+
+// Bar cuts every connection whose opening bytes (its first
+// openingBytes) contain one of patterns, open ones now and new ones as
+// their bytes arrive, until Bar is called again without it. A proxy in
+// front of an etcd member's peer port bars one sender by its
+// "X-Server-From" header: with that member's own port refused too, it
+// is cut off from its peers both ways while its clients still reach it.
+func (p *Proxy) Bar(patterns ...[]byte) {
+	p.mu.Lock()
+	p.barred = nil
+	for _, b := range patterns {
+		p.barred = append(p.barred, bytes.Clone(b))
+	}
+	var cut []*link
+	for l := range p.links {
+		l.mu.Lock()
+		if p.barsLocked(l.opening) {
+			cut = append(cut, l)
+		}
+		l.mu.Unlock()
+	}
+	p.mu.Unlock()
+	for _, l := range cut {
+		l.cut()
+	}
+}
+
+// openingBytes is how much of a connection Bar looks at: an HTTP
+// request's line and headers.
+const openingBytes = 4 << 10
+
+func (p *Proxy) barsLocked(opening []byte) bool {
+	for _, b := range p.barred {
+		if bytes.Contains(opening, b) {
+			return true
+		}
+	}
+	return false
 }
 
 // SetLatency delays every chunk forwarded in either direction by d.
@@ -234,7 +274,8 @@ type link struct {
 	once           sync.Once
 
 	mu       sync.Mutex
-	loseNext *rule // cut instead of forwarding the server's next bytes
+	loseNext *rule  // cut instead of forwarding the server's next bytes
+	opening  []byte // the client's first openingBytes, for Bar
 }
 
 func (l *link) cut() {
@@ -243,6 +284,23 @@ func (l *link) cut() {
 		l.client.Close()
 		l.server.Close()
 	})
+}
+
+// barOpening records the client's opening bytes and reports whether Bar
+// cuts the link for them.
+func (p *Proxy) barOpening(l *link, chunk []byte) bool {
+	l.mu.Lock()
+	if len(l.opening) >= openingBytes {
+		l.mu.Unlock()
+		return false
+	}
+	l.opening = append(l.opening, chunk[:min(len(chunk), openingBytes-len(l.opening))]...)
+	opening := l.opening
+	l.mu.Unlock()
+	p.mu.Lock()
+	barred := p.barsLocked(opening)
+	p.mu.Unlock()
+	return barred
 }
 
 // pump copies one direction of a link until either side closes.
@@ -265,6 +323,9 @@ func (p *Proxy) pump(l *link, up bool) {
 		if n > 0 {
 			chunk := buf[:n]
 			if !p.gate(l) {
+				return
+			}
+			if up && p.barOpening(l, chunk) {
 				return
 			}
 			if up {

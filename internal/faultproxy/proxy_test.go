@@ -103,3 +103,48 @@ func TestRefuseAndHold(t *testing.T) {
 		t.Fatal("CutAll left a connection open")
 	}
 }
+
+// TestBarCutsBySender: Bar cuts an open connection whose opening bytes
+// name the barred sender, and each new one as soon as they arrive; other
+// senders' connections forward; Bar() lets the sender through again.
+func TestBarCutsBySender(t *testing.T) {
+	p, err := faultproxy.New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	roundTrip := func(c net.Conn, r *bufio.Reader, line string) error {
+		if _, err := c.Write([]byte(line + "\n")); err != nil {
+			return err
+		}
+		got, err := r.ReadString('\n')
+		if err == nil && got != "echo "+line+"\n" {
+			t.Fatalf("got %q for %q", got, line)
+		}
+		return err
+	}
+	open, openR := dial(t, p)
+	if err := roundTrip(open, openR, "X-Server-From: a"); err != nil {
+		t.Fatal(err)
+	}
+	other, otherR := dial(t, p)
+	if err := roundTrip(other, otherR, "X-Server-From: b"); err != nil {
+		t.Fatal(err)
+	}
+	p.Bar([]byte("X-Server-From: a"))
+	if err := roundTrip(open, openR, "more"); err == nil {
+		t.Fatal("a's open connection still forwards after Bar")
+	}
+	fresh, freshR := dial(t, p)
+	if err := roundTrip(fresh, freshR, "X-Server-From: a"); err == nil {
+		t.Fatal("a's new connection forwards while barred")
+	}
+	if err := roundTrip(other, otherR, "still b"); err != nil {
+		t.Fatalf("b's connection after a was barred: %v", err)
+	}
+	p.Bar()
+	again, againR := dial(t, p)
+	if err := roundTrip(again, againR, "X-Server-From: a"); err != nil {
+		t.Fatalf("a's connection after Bar(): %v", err)
+	}
+}

@@ -51,6 +51,30 @@ func EtcdClusterProxied(t testing.TB, n int) (members []*sequencer.Embedded, pee
 	return etcdCluster(t, n, 50, 500, peers), peers
 }
 
+// Isolate cuts member i of an EtcdClusterProxied cluster off from the
+// others both ways, as a partition would, while its clients still reach
+// it; heal undoes it. The others' connections to it are refused at its
+// proxy; its own, to their proxies, are barred by the sender id rafthttp
+// puts in every request's header.
+func Isolate(members []*sequencer.Embedded, peers []*faultproxy.Proxy, i int) (heal func()) {
+	peers[i].Refuse(true)
+	peers[i].CutAll()
+	from := []byte("X-Server-From: " + members[i].ID())
+	for j, p := range peers {
+		if j != i {
+			p.Bar(from)
+		}
+	}
+	return func() {
+		peers[i].Refuse(false)
+		for j, p := range peers {
+			if j != i {
+				p.Bar()
+			}
+		}
+	}
+}
+
 func etcdCluster(t testing.TB, n int, tickMs, electionMs uint, proxies []*faultproxy.Proxy) []*sequencer.Embedded {
 	t.Helper()
 	// Ports are picked free, then bound by etcd: another process may take
