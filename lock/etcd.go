@@ -16,6 +16,7 @@ import (
 
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/clock"
+	"github.com/fenced/fenced/internal/etcdkv"
 	"github.com/fenced/fenced/internal/groupcommit"
 	"github.com/fenced/fenced/sequencer"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -49,6 +50,7 @@ import (
 // their session expires, and another node can take them over on refresh.
 type EtcdStore struct {
 	cli    *clientv3.Client
+	kv     clientv3.KV // cli's, sending a request refused for want of a leader on (etcdkv)
 	ks     sequencer.Keyspace
 	issuer *sequencer.Issuer
 	log    *slog.Logger
@@ -300,7 +302,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 		return nil, err
 	}
 	s := &EtcdStore{
-		cli: cli, ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log), log: c.log,
+		cli: cli, kv: etcdkv.New(cli), ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log), log: c.log,
 		sessions: map[int64]*session{}, retired: map[*session]bool{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{}, places: map[placeKey]place{},
 		slots: map[string]map[int]bool{}, orphans: map[slotKey]bool{}, joining: map[slotKey]int{}, instance: instance,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
@@ -474,7 +476,7 @@ func (s *EtcdStore) deleteOrphans(keys []slotKey) {
 		for _, k := range keys[from:to] {
 			ops = append(ops, clientv3.OpDelete(s.queueKey(k.name, k.slot)))
 		}
-		if _, err := s.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit(); err != nil {
+		if _, err := s.kv.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit(); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -716,7 +718,7 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 			}
 			ops = append(slices.Clip(ops), op)
 		}
-		resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountAt(req.Name, cur.CountRev))...).
+		resp, err := s.kv.Txn(ctx).If(append(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountAt(req.Name, cur.CountRev))...).
 			Then(s.ks.PutCount(req.Name, cur.Count+1, ops, cur.Lease)).Else(s.ks.GetLock(req.Name)...).Commit()
 		if err != nil {
 			// The count may have committed, its reply lost: nobody gets
@@ -770,7 +772,7 @@ func (s *EtcdStore) unreenter(ctx context.Context, name, leaseID, op string) {
 			// Read it (again). The connection the reentry's reply was lost
 			// with may not be back yet, and etcd's client does not resend
 			// a Txn: ask until the budget ends, not once.
-			if resp, err = s.cli.Txn(ctx).Then(s.ks.GetLock(name)...).Commit(); err != nil {
+			if resp, err = s.kv.Txn(ctx).Then(s.ks.GetLock(name)...).Commit(); err != nil {
 				resp = nil
 				if !clock.Sleep(ctx, 10*time.Millisecond) {
 					return
@@ -797,7 +799,7 @@ func (s *EtcdStore) unreenter(ctx context.Context, name, leaseID, op string) {
 		// left, and etcd applies what it got), so write the count again as
 		// it is: that moves its revision, and the late Txn's compare on it
 		// fails.
-		resp, err = s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountAt(name, st.CountRev))...).
+		resp, err = s.kv.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountAt(name, st.CountRev))...).
 			Then(s.ks.PutCount(name, n, ops, st.Lease)).Else(s.ks.GetLock(name)...).Commit()
 		if err == nil && resp.Succeeded {
 			s.txns.Add(1)
@@ -1078,7 +1080,7 @@ func (s *EtcdStore) check(batch []*groupcommit.Request[string]) {
 	for i, r := range batch {
 		ops[i] = clientv3.OpGet(s.ks.LockKey(r.Arg))
 	}
-	resp, err := s.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
+	resp, err := s.kv.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
 	s.reads.Add(1)
 	if errors.Is(err, rpctypes.ErrTooManyOps) && len(batch) > 1 {
 		// As for creates and deletes (commit): halve the bound and read
@@ -1106,7 +1108,7 @@ func (s *EtcdStore) check(batch []*groupcommit.Request[string]) {
 // its value and token, and enforces its deadline from now on. The store
 // that enforced it before finds its mod revision changed and lets it be.
 func (s *EtcdStore) takeOver(ctx context.Context, name, leaseID string, sess *session, start time.Time, ttl time.Duration, seq uint64) (Grant, error) {
-	resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)...).
+	resp, err := s.kv.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)...).
 		Then(append(s.ks.MoveLock(name, sess.id), s.ks.GetLock(name)...)...).Commit()
 	if err != nil {
 		// The move may have committed, its reply lost: the lock would
@@ -1190,7 +1192,7 @@ func (s *EtcdStore) countDown(ctx context.Context, name, leaseID, op string, cr 
 		if cr.count <= 1 {
 			then = s.ks.DeleteLock(name)
 		}
-		resp, err := s.cli.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountAt(name, cr.rev))...).
+		resp, err := s.kv.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountAt(name, cr.rev))...).
 			Then(then...).Else(s.ks.GetLock(name)...).Commit()
 		if err != nil {
 			if cr.count <= 1 {
@@ -1261,7 +1263,7 @@ func (s *EtcdStore) maybeReleasedLocked(name, leaseID string) {
 // that released it, until the lease would have run out.
 func (s *EtcdStore) Inspect(ctx context.Context, name string) (State, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
-	resp, err := s.cli.Txn(ctx).Then(append(s.ks.GetLock(name), s.queueOps(name)...)...).Commit()
+	resp, err := s.kv.Txn(ctx).Then(append(s.ks.GetLock(name), s.queueOps(name)...)...).Commit()
 	if err != nil {
 		return State{}, backendErr("etcd", "inspect", err)
 	}
@@ -1409,7 +1411,7 @@ func (s *EtcdStore) countWaiters(ctx context.Context, locks []State, rev int64) 
 		for _, st := range chunk {
 			ops = append(ops, s.queueOps(st.Name, clientv3.WithRev(rev))...)
 		}
-		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			return err
 		}
@@ -1440,7 +1442,7 @@ func (s *EtcdStore) ForceRelease(ctx context.Context, name string, token fence.T
 		if token != 0 && before.Token != token {
 			return State{}, &HeldByOtherError{Name: name, Token: before.Token, Want: token}
 		}
-		resp, err := s.cli.Txn(ctx).If(s.ks.LockHeldBy(name, before.LeaseID)...).Then(s.ks.DeleteLock(name)...).Commit()
+		resp, err := s.kv.Txn(ctx).If(s.ks.LockHeldBy(name, before.LeaseID)...).Then(s.ks.DeleteLock(name)...).Commit()
 		if err != nil {
 			return State{}, backendErr("etcd", "force-release", err)
 		}
@@ -1470,7 +1472,7 @@ func (s *EtcdStore) Leave(ctx context.Context, name, waiter string) error {
 	if !ok {
 		return nil // no place here: never joined, or already gone
 	}
-	_, err := s.cli.Delete(clientv3.WithRequireLeader(ctx), s.queueKey(name, p.slot))
+	_, err := s.kv.Delete(clientv3.WithRequireLeader(ctx), s.queueKey(name, p.slot))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -2064,7 +2066,7 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 		}
 		resp, tok, _, err = s.issuer.Issue(ctx, nil, then, created)
 	} else {
-		resp, err = s.cli.Txn(ctx).Then(then(0)...).Commit()
+		resp, err = s.kv.Txn(ctx).Then(then(0)...).Commit()
 	}
 	// Ended before anyone is answered: a caller told "held" that leaves at
 	// once must find its place deletable, not held back by its own join.
@@ -2140,7 +2142,7 @@ func (s *EtcdStore) joinsEnded(sent []slotKey) {
 // create's queue join.)
 func (s *EtcdStore) commitOne(ctx context.Context, r *groupcommit.Request[etcdOp]) error {
 	t := s.opTxn(r.Arg, 0)
-	resp, err := s.cli.Txn(ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
+	resp, err := s.kv.Txn(ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
 	if err != nil {
 		return err
 	}
@@ -2247,7 +2249,7 @@ func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], 
 	case op.kind == opExpire:
 		r.Done(nil, nil)
 	case restored:
-		_, _ = s.cli.Txn(ctx).If(s.ks.LockHeldBy(op.name, op.id)...).Then(s.ks.DeleteLock(op.name)...).Commit()
+		_, _ = s.kv.Txn(ctx).If(s.ks.LockHeldBy(op.name, op.id)...).Then(s.ks.DeleteLock(op.name)...).Commit()
 		r.Done(nil, sequencer.ErrRestored)
 	default:
 		granted, _ := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl, op.holder == "", 1, 0)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/etcdkv"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -93,7 +94,7 @@ func raiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fe
 		// revision+offset > target.
 		offset := target - uint64(cur.Revision)
 		key := ks.FloorKey()
-		resp, err := cli.Txn(ctx).
+		resp, err := etcdkv.New(cli).Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", cur.modRev)).
 			Then(clientv3.OpPut(key, strconv.FormatUint(offset, 10))).
 			Commit()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/clock"
+	"github.com/fenced/fenced/internal/etcdkv"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -96,6 +97,7 @@ var ErrTokensExhausted = errors.New("sequencer: no token left below 2^63 (fence.
 // in time: it raises the floor and reports ErrRestored.
 type Issuer struct {
 	cli *clientv3.Client
+	kv  clientv3.KV // cli's, sending a request refused for want of a leader on (etcdkv)
 	ks  Keyspace
 	log *slog.Logger
 
@@ -111,7 +113,7 @@ func NewIssuer(cli *clientv3.Client, ks Keyspace, log *slog.Logger) *Issuer {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Issuer{cli: cli, ks: ks.norm(), log: log, modRev: -1}
+	return &Issuer{cli: cli, kv: etcdkv.New(cli), ks: ks.norm(), log: log, modRev: -1}
 }
 
 // Keyspace is the issuer's keyspace.
@@ -215,7 +217,7 @@ func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offse
 		offset, modRev, highest := i.offset, i.modRev, i.highest
 		i.mu.Unlock()
 		guarded := append(cmps[:len(cmps):len(cmps)], clientv3.Compare(clientv3.ModRevision(floorKey), "=", modRev))
-		resp, err = i.cli.Txn(ctx).If(guarded...).Then(then(offset)...).Else(append(els[:len(els):len(els)], clientv3.OpGet(floorKey))...).Commit()
+		resp, err = i.kv.Txn(ctx).If(guarded...).Then(then(offset)...).Else(append(els[:len(els):len(els)], clientv3.OpGet(floorKey))...).Commit()
 		if err != nil {
 			return nil, 0, false, err
 		}

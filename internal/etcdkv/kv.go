@@ -1,0 +1,84 @@
+// Package etcdkv is the etcd KV that fenced's stores and sequencer write
+// through: clientv3's, except that a request a member refused for having
+// no leader goes again, at once, to the next member.
+//
+// A request marked WithRequireLeader that reaches a member without a
+// leader is refused before it runs ("etcdserver: no leader", by etcd's
+// gRPC interceptor). clientv3 sends a refused Range again, to the next
+// member (round robin), but no Put, Delete or Txn: it cannot tell this
+// refusal from a failure after the request ran. So a member cut off from
+// its peers, while the others keep a quorum and its clients still reach
+// it, failed every write and Txn the balancer gave it: a third of
+// fenced's with three members (docs/design.md, defect 107). Sending the
+// refused request on is safe for the same reason clientv3 does it for a
+// Range: nothing ran.
+package etcdkv
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Attempts bounds the sends of one request. The balancer gives each
+// request of the client the next member in turn, so concurrent requests
+// may take a resent one's turn; eight tries leave an isolated member of
+// three a chance of 3^-8 to take them all. When no member has a leader
+// (an election), the request fails after eight refusals, a few
+// milliseconds, as it did after one.
+const Attempts = 8
+
+// New is cli's KV (cli.KV, so a wrapper a user set there, such as
+// namespace.NewKV, stays) with refused requests sent again.
+func New(cli *clientv3.Client) clientv3.KV { return resending{cli.KV} }
+
+type resending struct{ clientv3.KV }
+
+func (r resending) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	return resend(func() (*clientv3.PutResponse, error) { return r.KV.Put(ctx, key, val, opts...) })
+}
+
+func (r resending) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	return resend(func() (*clientv3.DeleteResponse, error) { return r.KV.Delete(ctx, key, opts...) })
+}
+
+func (r resending) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	return resend(func() (clientv3.OpResponse, error) { return r.KV.Do(ctx, op) })
+}
+
+func (r resending) Txn(ctx context.Context) clientv3.Txn { return &txn{kv: r.KV, ctx: ctx} }
+
+// txn records a Txn's parts, and builds it anew on kv for each send.
+type txn struct {
+	kv        clientv3.KV
+	ctx       context.Context
+	cmps      []clientv3.Cmp
+	then, els []clientv3.Op
+}
+
+func (t *txn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.cmps = append(t.cmps, cs...); return t }
+func (t *txn) Then(ops ...clientv3.Op) clientv3.Txn { t.then = append(t.then, ops...); return t }
+func (t *txn) Else(ops ...clientv3.Op) clientv3.Txn { t.els = append(t.els, ops...); return t }
+
+func (t *txn) Commit() (*clientv3.TxnResponse, error) {
+	return resend(func() (*clientv3.TxnResponse, error) {
+		return t.kv.Txn(t.ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
+	})
+}
+
+func resend[T any](call func() (T, error)) (resp T, err error) {
+	for range Attempts {
+		if resp, err = call(); !Refused(err) {
+			break
+		}
+	}
+	return resp, err
+}
+
+// Refused reports whether err is a member's refusal of a request for
+// having no leader, which ran nothing.
+func Refused(err error) bool {
+	return err != nil && errors.Is(rpctypes.Error(err), rpctypes.ErrNoLeader)
+}

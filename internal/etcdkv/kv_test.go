@@ -1,0 +1,80 @@
+package etcdkv_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fenced/fenced/internal/etcdkv"
+	"github.com/fenced/fenced/internal/testenv"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// faulty is etcd's KV, except for the first Txn sent through it: held
+// unanswered until its caller gives up (as a member cut off from its
+// peers holds what it took), or refused as a member without a leader
+// refuses it, before it runs.
+type faulty struct {
+	clientv3.KV
+	refuse bool
+	sent   atomic.Int64
+}
+
+func (f *faulty) Txn(ctx context.Context) clientv3.Txn {
+	if f.sent.Add(1) == 1 {
+		return &faultyTxn{ctx: ctx, refuse: f.refuse}
+	}
+	return f.KV.Txn(ctx)
+}
+
+type faultyTxn struct {
+	ctx    context.Context
+	refuse bool
+}
+
+func (t *faultyTxn) If(...clientv3.Cmp) clientv3.Txn  { return t }
+func (t *faultyTxn) Then(...clientv3.Op) clientv3.Txn { return t }
+func (t *faultyTxn) Else(...clientv3.Op) clientv3.Txn { return t }
+func (t *faultyTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.refuse {
+		return nil, rpctypes.ErrNoLeader
+	}
+	<-t.ctx.Done()
+	return nil, t.ctx.Err()
+}
+
+func setup(t *testing.T, refuse bool) (key string, cli *clientv3.Client, f *faulty) {
+	_, cli = testenv.Etcd(t)
+	key = "/" + testenv.Name(t)
+	if _, err := cli.Put(t.Context(), key, "before"); err != nil {
+		t.Fatal(err)
+	}
+	f = &faulty{KV: cli.KV, refuse: refuse}
+	cli.KV = f
+	return key, cli, f
+}
+
+func value(t *testing.T, cli *clientv3.Client, key string) string {
+	r, err := cli.Get(t.Context(), key)
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("read %s: %v, %v", key, r, err)
+	}
+	return string(r.Kvs[0].Value)
+}
+
+// A Txn a member refused for want of a leader ran nothing: it is sent on,
+// and applies once.
+func TestRefusedTxnIsSentOn(t *testing.T) {
+	key, cli, f := setup(t, true)
+	resp, err := etcdkv.New(cli).Txn(t.Context()).Then(clientv3.OpPut(key, "after")).Commit()
+	if err != nil || !resp.Succeeded {
+		t.Fatalf("a refused write: %v, %v", resp, err)
+	}
+	if n := f.sent.Load(); n != 2 {
+		t.Fatalf("%d sends, want 2", n)
+	}
+	if v := value(t, cli, key); v != "after" {
+		t.Fatalf("value %q", v)
+	}
+}
