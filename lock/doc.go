@@ -33,7 +33,11 @@
 //
 // A lease is valid until [Lease.Deadline]. With [WithKeepAlive] a timer
 // refreshes it every TTL/3 (a held lease has no goroutine of its own; a
-// refresh runs on the timer's callback). When a refresh finds the lease
+// refresh runs on the timer's callback). A refresh that fails is tried
+// again soon, and one unanswered in half the time left to the deadline is
+// given up and sent again at once, so that a backend holding one request
+// (an etcd member cut off from its peers, a dead TCP connection) does not
+// cost the lease. When a refresh finds the lease
 // taken or gone, or the deadline passes without a successful refresh,
 // [Lease.Done] closes and [Lease.Context] is cancelled, once; [Lease.Err]
 // says why ([ErrLost], [ErrExpired]). [Lease.Release] closes them with

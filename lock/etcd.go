@@ -308,9 +308,9 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	s.life, s.endLife = context.WithCancel(context.Background())
-	s.gc.Commit, s.gc.Slots, s.gc.Inline = s.commitCounted, c.inflight, true
+	s.gc.Commit, s.gc.Slots, s.gc.Inline, s.gc.Stall = s.commitCounted, c.inflight, true, etcdkv.Stall
 	s.gc.SetMaxBatch(c.maxBatch)
-	s.checks.Commit, s.checks.Inline = s.check, true
+	s.checks.Commit, s.checks.Inline, s.checks.Stall = s.check, true, etcdkv.Stall
 	s.checks.SetMaxBatch(c.maxBatch)
 	s.maxOps.Store(int64(c.maxBatch))
 	s.unfollow = s.issuer.Follow()
@@ -1700,16 +1700,31 @@ func (s *EtcdStore) sessionFor(ctx context.Context, ttl time.Duration, start tim
 	}
 }
 
-// grant grants a session lease of secs seconds.
+// grant grants a session lease of secs seconds. Every caller that needs
+// the session waits for it, so it must not wait on one member: a member
+// without a leader refuses it at once (and clientv3 sends it to the
+// next), and one that took it just before it lost its peers would hold it
+// until etcd's request timeout, so an attempt unanswered in etcdkv.Stall,
+// then twice that and so on, is given up and the grant sent again
+// (defect 108). A grant given up that etcd applied leaves a lease with no
+// keys, which expires.
 func (s *EtcdStore) grant(ctx context.Context, secs int64) (*session, error) {
-	sent := time.Now()
-	lg, err := s.cli.Grant(ctx, secs)
-	if err != nil {
-		return nil, backendErr("etcd", "acquire", err)
+	for wait := etcdkv.Stall; ; wait *= 2 {
+		sent := time.Now()
+		actx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), wait)
+		lg, err := s.cli.Grant(actx, secs)
+		unanswered := errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+		cancel()
+		if err != nil {
+			if unanswered {
+				continue
+			}
+			return nil, backendErr("etcd", "acquire", err)
+		}
+		s.sessionGrants.Add(1)
+		granted := time.Duration(lg.TTL) * time.Second
+		return &session{id: lg.ID, granted: granted, validUntil: sent.Add(granted), nextRenew: sent.Add(granted / 3)}, nil
 	}
-	s.sessionGrants.Add(1)
-	granted := time.Duration(lg.TTL) * time.Second
-	return &session{id: lg.ID, granted: granted, validUntil: sent.Add(granted), nextRenew: sent.Add(granted / 3)}, nil
 }
 
 // renew keeps a session alive: validUntil moves to the renewal's send time

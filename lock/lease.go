@@ -60,6 +60,14 @@ type Lease struct {
 	ticking bool
 	stopped bool
 	wg      sync.WaitGroup
+	// A keep-alive refresh in flight is given up at attemptEnd, half the
+	// time left to the deadline, by abandon, and sent again: a backend
+	// that holds it unanswered (an etcd member cut off from its peers
+	// holds it for etcd's 7 s request timeout) must not hold it past the
+	// deadline (defect 108). Under mu; abandoned says the last was.
+	attemptEnd time.Time
+	abandon    context.CancelFunc
+	abandoned  bool
 }
 
 // newLease is a lease granted g by a request sent at start.
@@ -318,9 +326,10 @@ func (l *Lease) rearmLocked() {
 	case l.timer == nil || l.stopped:
 	case l.ticking:
 		// The callback's refresh waits, and the timer with it waits for
-		// the deadline (step): one that moved sooner (a refresh to a
-		// shorter TTL, or a failed one, defect 100) must end the lease then.
-		l.timer.Reset(time.Until(l.deadline))
+		// the end of its attempt or the deadline (step): one that moved
+		// sooner (a refresh to a shorter TTL, or a failed one, defect 100)
+		// must end the lease then.
+		l.timer.Reset(time.Until(l.attemptEndLocked()))
 	default:
 		l.timer.Reset(l.wakeInLocked())
 	}
@@ -343,6 +352,15 @@ func (l *Lease) tick() {
 		return
 	}
 	if l.ticking {
+		if abandon := l.abandon; abandon != nil && time.Now().Before(l.deadline) {
+			// The refresh's attempt is over: give it up, to be sent
+			// again, and wait for the deadline meanwhile.
+			l.abandon, l.abandoned = nil, true
+			l.timer.Reset(time.Until(l.deadline))
+			l.mu.Unlock()
+			abandon()
+			return
+		}
 		l.mu.Unlock()
 		l.expireIfDue()
 		return
@@ -378,25 +396,40 @@ func (l *Lease) step() bool {
 	if !l.keepAlive || now.Before(next) {
 		return true
 	}
-	// While the refresh runs, the timer waits for the deadline: there the
-	// lease is lost, which also ends the refresh (stopCtx is the lease's),
-	// even if the keeper does not honour ctx (a call stuck in a batch
-	// another caller leads): the holder must learn it lost the lock before
-	// anyone else can take it. The lease's own timer does it, rather than a
-	// context's and an AfterFunc's of each refresh: they were a tenth of a
-	// held lock's CPU.
+	// While the refresh runs, the timer waits for the end of its attempt,
+	// half the time left: there the attempt is given up (its context
+	// cancelled) and the refresh sent again, up to the deadline. At the
+	// deadline the lease is lost, which also ends the refresh (stopCtx is
+	// the lease's), even if the keeper does not honour ctx (a call stuck
+	// in a batch another caller leads): the holder must learn it lost the
+	// lock before anyone else can take it. The lease's own timer does it,
+	// rather than a context's deadline and an AfterFunc of each refresh:
+	// they were a tenth of a held lock's CPU.
+	attempt, abandon := context.WithCancel(l.stopCtx)
+	defer abandon()
 	l.mu.Lock()
 	if l.stopped {
 		l.mu.Unlock()
 		return false
 	}
-	l.timer.Reset(time.Until(deadline))
+	end := now.Add(deadline.Sub(now) / 2)
+	l.attemptEnd, l.abandon, l.abandoned = end, abandon, false
+	l.timer.Reset(time.Until(end))
 	l.mu.Unlock()
-	err := l.Refresh(refreshCtx{l.stopCtx, deadline}, 0)
+	err := l.Refresh(refreshCtx{attempt, end}, 0)
+	l.mu.Lock()
+	abandoned := l.abandoned
+	l.attemptEnd, l.abandon, l.abandoned = time.Time{}, nil, false
+	l.mu.Unlock()
 	switch {
 	case err == nil: // Refresh moved the schedule
 	case l.Err() != nil:
 		return false
+	case abandoned:
+		// Unanswered in its time: at once, in the half left.
+		l.mu.Lock()
+		l.next = time.Now()
+		l.mu.Unlock()
 	default:
 		// Transient: try again soon, but not in a busy loop.
 		l.mu.Lock()
@@ -406,9 +439,18 @@ func (l *Lease) step() bool {
 	return true
 }
 
-// refreshCtx is a keep-alive refresh's context: stopCtx, which the lease's
-// timer ends at deadline (step), and that deadline, for the keeper's
-// calls to pass on (go-redis's socket deadlines, gRPC's).
+// attemptEndLocked is when the timer must fire while a refresh is in
+// flight: the end of its attempt, or the deadline if that comes first.
+func (l *Lease) attemptEndLocked() time.Time {
+	if l.abandon != nil && l.attemptEnd.Before(l.deadline) {
+		return l.attemptEnd
+	}
+	return l.deadline
+}
+
+// refreshCtx is a keep-alive refresh's context: its attempt's, which the
+// lease's timer ends at the attempt's end (step), and that end, for the
+// keeper's calls to pass on (go-redis's socket deadlines, gRPC's).
 type refreshCtx struct {
 	context.Context
 	deadline time.Time

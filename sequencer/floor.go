@@ -124,7 +124,9 @@ type floorRev struct {
 
 // readFloor is ReadFloor plus the floor key's mod revision.
 func readFloor(ctx context.Context, cli *clientv3.Client, ks Keyspace) (floorRev, error) {
-	resp, err := cli.Get(ctx, ks.FloorKey())
+	// A linearizable read: a member without a leader refuses it at once,
+	// and clientv3 asks the next, where it would hold it (defect 108).
+	resp, err := cli.Get(clientv3.WithRequireLeader(ctx), ks.FloorKey())
 	if err != nil {
 		return floorRev{}, fmt.Errorf("sequencer: read floor: %w", err)
 	}

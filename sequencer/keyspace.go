@@ -143,7 +143,9 @@ func (i *Issuer) Follow() (stop func()) {
 			if from > 0 {
 				opts = append(opts, clientv3.WithRev(from))
 			}
-			for wr := range i.cli.Watch(ctx, i.ks.CounterKey(), opts...) {
+			// A member that loses its leader ends the watch (defect
+			// 108): on one cut off from its peers it would see nothing.
+			for wr := range i.cli.Watch(clientv3.WithRequireLeader(ctx), i.ks.CounterKey(), opts...) {
 				for _, ev := range wr.Events {
 					i.observe(ctx, ev.Kv.ModRevision)
 					from = ev.Kv.ModRevision + 1

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/etcdkv"
 	"github.com/fenced/fenced/internal/groupcommit"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -141,7 +142,7 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 	}
 	s.issuer = NewIssuer(cli, s.ks, s.log)
 	s.unfollow = s.issuer.Follow()
-	s.gc.Commit, s.gc.Slots, s.gc.Inline = s.commit, s.inflight, true
+	s.gc.Commit, s.gc.Slots, s.gc.Inline, s.gc.Stall = s.commit, s.inflight, true, etcdkv.Stall
 	s.gc.SetMaxBatch(s.maxBatch)
 	return s, nil
 }

@@ -4,7 +4,8 @@
 // the links at random (cuts, refused connections, partitions longer than a
 // TTL, latency, lost replies) and the servers (a paused Redis, a Redis
 // restarted empty, a Sentinel failover, a Redis Cluster slot moved, a
-// restarted etcd leader, an etcd member its peers cannot hear, a crashed
+// restarted etcd leader, an etcd member its peers cannot hear or one cut
+// off from them both ways, a crashed
 // and restarted fenced server).
 // The history is then checked against guarantees 1 and 2 of
 // docs/design.md, and every name must be free and the store empty once
@@ -936,6 +937,9 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 	// it), so two holds in a row can leave CI's 4 s without a grant.
 	if len(s.EtcdPeers) > 0 && Long() {
 		kinds = append(kinds, "etcd member's peer port held")
+		// Also long runs only: what the member takes before it notices
+		// it is alone it holds for etcd's request timeout (defect 108).
+		kinds = append(kinds, "etcd member cut off")
 	}
 	if len(s.Servers) > 0 {
 		kinds = append(kinds, "fenced restarted")
@@ -1028,6 +1032,14 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 			s.EtcdPeers[i].Hold(true)
 			pause(3 * time.Second)
 			s.EtcdPeers[i].Hold(false)
+		case "etcd member cut off":
+			// From the others, both ways, while its clients reach it: a
+			// follower, or the leader, which then steps down.
+			i := r.IntN(len(s.EtcdPeers))
+			where = fmt.Sprintf("etcd member %d", i)
+			heal := testenv.Isolate(s.Etcd, s.EtcdPeers, i)
+			pause(4 * time.Second)
+			heal()
 		case "etcd leader restarted":
 			i := slices.IndexFunc(s.Etcd, (*sequencer.Embedded).IsLeader)
 			if i < 0 {

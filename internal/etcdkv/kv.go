@@ -12,11 +12,19 @@
 // fenced's with three members (docs/design.md, defect 107). Sending the
 // refused request on is safe for the same reason clientv3 does it for a
 // Range: nothing ran.
+//
+// A member cut off from its peers still takes what reaches it before it
+// notices it has no leader, and holds it unanswered until etcd's request
+// timeout (defect 108). A read-only Txn so held is sent again after Stall
+// (to the next member), and the first answer is taken: reads are safe to
+// send twice. A write is not: etcd cannot say whether one it took and
+// lost applied.
 package etcdkv
 
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -29,6 +37,16 @@ import (
 // (an election), the request fails after eight refusals, a few
 // milliseconds, as it did after one.
 const Attempts = 8
+
+// Stall is how long a Txn of a batch may go unanswered before the next
+// batch goes out beside it (groupcommit.Committer.Stall). A member cut
+// off from its peers takes what reaches it before it notices it has no
+// leader (an election timeout, 1 s by default), and holds it unanswered
+// for etcd's request timeout (5 s plus two election timeouts): one Txn
+// held so must not hold every later one (defect 108). An answer takes a
+// few milliseconds here, and under a slow disk far less than this; a
+// Txn stalled for nothing costs one more in flight.
+const Stall = 500 * time.Millisecond
 
 // New is cli's KV (cli.KV, so a wrapper a user set there, such as
 // namespace.NewKV, stays) with refused requests sent again.
@@ -63,9 +81,67 @@ func (t *txn) Then(ops ...clientv3.Op) clientv3.Txn { t.then = append(t.then, op
 func (t *txn) Else(ops ...clientv3.Op) clientv3.Txn { t.els = append(t.els, ops...); return t }
 
 func (t *txn) Commit() (*clientv3.TxnResponse, error) {
-	return resend(func() (*clientv3.TxnResponse, error) {
-		return t.kv.Txn(t.ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
-	})
+	send := func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return resend(func() (*clientv3.TxnResponse, error) {
+			return t.kv.Txn(ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
+		})
+	}
+	if !reads(t.then) || !reads(t.els) {
+		return send(t.ctx)
+	}
+	return hedge(t.ctx, send)
+}
+
+// reads reports whether ops only read.
+func reads(ops []clientv3.Op) bool {
+	for _, op := range ops {
+		switch {
+		case op.IsGet():
+		case op.IsTxn():
+			_, then, els := op.Txn()
+			if !reads(then) || !reads(els) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// hedge sends a read, and sends it again if it is unanswered after Stall;
+// the first answer that is not an error is taken, or else the last error.
+// The send still out is cancelled on return.
+func hedge[T any](ctx context.Context, send func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		resp T
+		err  error
+	}
+	answers := make(chan answer, 2) // each send's goroutine ends once it has answered
+	run := func() {
+		resp, err := send(ctx)
+		answers <- answer{resp, err}
+	}
+	go run()
+	again := time.NewTimer(Stall)
+	defer again.Stop()
+	for sent, answered := 1, 0; ; {
+		select {
+		case <-again.C:
+			if sent == 1 {
+				sent++
+				go run()
+			}
+		case a := <-answers:
+			// An error before Stall is the answer: nothing says a second
+			// send would fare better.
+			if answered++; a.err == nil || answered == sent {
+				return a.resp, a.err
+			}
+		}
+	}
 }
 
 func resend[T any](call func() (T, error)) (resp T, err error) {

@@ -2,8 +2,10 @@ package etcdkv_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fenced/fenced/internal/etcdkv"
 	"github.com/fenced/fenced/internal/testenv"
@@ -75,6 +77,41 @@ func TestRefusedTxnIsSentOn(t *testing.T) {
 		t.Fatalf("%d sends, want 2", n)
 	}
 	if v := value(t, cli, key); v != "after" {
+		t.Fatalf("value %q", v)
+	}
+}
+
+// A read-only Txn held unanswered is sent again after Stall, and the
+// second answer taken.
+func TestHeldReadIsSentAgain(t *testing.T) {
+	key, cli, f := setup(t, false)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	resp, err := etcdkv.New(cli).Txn(ctx).Then(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		t.Fatalf("a held read: %v", err)
+	}
+	if got := string(resp.Responses[0].GetResponseRange().Kvs[0].Value); got != "before" {
+		t.Fatalf("read %q", got)
+	}
+	if n := f.sent.Load(); n != 2 {
+		t.Fatalf("%d sends, want 2", n)
+	}
+}
+
+// A write held unanswered is not sent again: etcd may yet apply it.
+func TestHeldWriteIsNotSentAgain(t *testing.T) {
+	key, cli, f := setup(t, false)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*etcdkv.Stall)
+	defer cancel()
+	_, err := etcdkv.New(cli).Txn(ctx).Then(clientv3.OpPut(key, "after")).Commit()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a held write: %v, want its caller's deadline", err)
+	}
+	if n := f.sent.Load(); n != 1 {
+		t.Fatalf("%d sends, want 1", n)
+	}
+	if v := value(t, cli, key); v != "before" {
 		t.Fatalf("value %q", v)
 	}
 }

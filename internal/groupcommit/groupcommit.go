@@ -75,6 +75,14 @@ type Committer[T any] struct {
 	// call at its context's deadline: etcd's does; go-redis's only with
 	// ContextTimeoutEnabled.
 	Inline bool
+	// Stall, if not 0, frees the slot of a commit still running after
+	// Stall for the next batch, which then goes out beside it: a backend
+	// that holds one request without an answer (an etcd member cut off
+	// from its peers holds it until etcd's request timeout, 7 s by
+	// default) must not hold every later request of the process too
+	// (docs/design.md, defect 108). The stalled commit's callers still
+	// wait for it, or for their contexts.
+	Stall time.Duration
 
 	mu       sync.Mutex
 	maxBatch int // 0: no bound
@@ -123,7 +131,9 @@ func (c *Committer[T]) Do(ctx context.Context, key string, arg T) (any, error) {
 		// the slot.
 	case c.Inline && len(batch) == 1 && batch[0] == r && endsOnlyAtDeadline(ctx):
 		// Alone: commit it here, bounded by its own context.
-		c.Commit(batch)
+		if !c.commit(batch) {
+			break // stalled: the slot has passed on
+		}
 		c.mu.Lock()
 		if len(c.queue) > 0 {
 			go c.run(nil) // the slot passes to a runner for what came meanwhile
@@ -178,8 +188,8 @@ func Context[T any](batch []*Request[T], timeout time.Duration) (context.Context
 // none is pending, and frees the slot.
 func (c *Committer[T]) run(batch []*Request[T]) {
 	for {
-		if len(batch) > 0 {
-			c.Commit(batch)
+		if len(batch) > 0 && !c.commit(batch) {
+			return // stalled: the slot has passed on
 		}
 		// Let the callers just answered, and others runnable now, add
 		// their next requests to the next batch.
@@ -188,6 +198,36 @@ func (c *Committer[T]) run(batch []*Request[T]) {
 			return
 		}
 	}
+}
+
+// commit commits batch in the caller's slot. If Stall passes first, it
+// frees the slot (and starts a runner in it if requests are pending), and
+// reports that the caller holds no slot any more.
+func (c *Committer[T]) commit(batch []*Request[T]) (holdsSlot bool) {
+	if c.Stall <= 0 {
+		c.Commit(batch)
+		return true
+	}
+	var done, stalled bool // under mu
+	t := time.AfterFunc(c.Stall, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if done {
+			return
+		}
+		stalled = true
+		if len(c.queue) > 0 {
+			go c.run(nil) // the slot passes to a runner for what is pending
+		} else {
+			c.running--
+		}
+	})
+	c.Commit(batch)
+	t.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	done = true
+	return !stalled
 }
 
 // take removes the next batch from the queue: up to maxBatch requests with

@@ -223,3 +223,67 @@ func TestLoneRequestEndsAtItsDeadline(t *testing.T) {
 		t.Fatalf("after: %v, %v", v, err)
 	}
 }
+
+// TestStalledCommitFreesItsSlot: a commit that hangs (a request held by a
+// backend that will not answer it before its own timeout) holds its
+// callers, but after Stall no longer holds the only slot: later requests
+// are committed beside it, inline or by a runner, and once it returns
+// the slot count is what it was (one more request goes through, and a
+// second hang again frees the slot). Before, every later request waited
+// for the hung commit (defect 108).
+func TestStalledCommitFreesItsSlot(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		t.Run(fmt.Sprint("inline-", inline), func(t *testing.T) {
+			hanging, hang := make(chan struct{}), make(chan struct{})
+			c := &groupcommit.Committer[string]{Slots: 1, Inline: inline, Stall: 20 * time.Millisecond}
+			c.Commit = func(batch []*groupcommit.Request[string]) {
+				for _, r := range batch {
+					if r.Arg == "hang" {
+						close(hanging)
+						<-hang
+					}
+				}
+				for _, r := range batch {
+					r.Done(r.Arg, nil)
+				}
+			}
+			hung := make(chan error, 1)
+			go func() {
+				_, err := c.Do(context.Background(), "", "hang")
+				hung <- err
+			}()
+			<-hanging
+			// Many requests behind it, from several callers at once and
+			// then one at a time, all answered while it hangs.
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 20 {
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						v, err := c.Do(ctx, "", fmt.Sprint(w, "-", i))
+						cancel()
+						if err != nil || v != fmt.Sprint(w, "-", i) {
+							t.Errorf("a request behind a hung commit: %v, %v", v, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			select {
+			case err := <-hung:
+				t.Fatalf("the hung commit returned before it was let go: %v", err)
+			default:
+			}
+			close(hang)
+			if err := <-hung; err != nil {
+				t.Fatal(err)
+			}
+			if v, err := c.Do(context.Background(), "", "after"); err != nil || v != "after" {
+				t.Fatalf("after the hung commit returned: %v, %v", v, err)
+			}
+		})
+	}
+}
