@@ -412,7 +412,12 @@ func (l *Lease) step() bool {
 		l.mu.Unlock()
 		return false
 	}
-	end := now.Add(deadline.Sub(now) / 2)
+	// Not under 50 ms: near the deadline, halving again and again would
+	// send a flurry of attempts none of which has time to be answered.
+	end := now.Add(max(deadline.Sub(now)/2, minAttempt))
+	if end.After(deadline) {
+		end = deadline
+	}
 	l.attemptEnd, l.abandon, l.abandoned = end, abandon, false
 	l.timer.Reset(time.Until(end))
 	l.mu.Unlock()
@@ -447,6 +452,10 @@ func (l *Lease) attemptEndLocked() time.Time {
 	}
 	return l.deadline
 }
+
+// minAttempt is the least time a keep-alive refresh's attempt is given
+// before it is sent again, if the deadline leaves that much.
+const minAttempt = 50 * time.Millisecond
 
 // refreshCtx is a keep-alive refresh's context: its attempt's, which the
 // lease's timer ends at the attempt's end (step), and that end, for the
