@@ -289,8 +289,12 @@ func (l *Lease) halt() {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
+	abandon := l.abandon
 	l.mu.Unlock()
 	l.stop()
+	if abandon != nil {
+		abandon()
+	}
 	l.wg.Wait()
 }
 
@@ -304,7 +308,11 @@ func (l *Lease) start() {
 		l.mu.Lock()
 		l.stopped = true
 		l.timer.Stop()
+		abandon := l.abandon // a refresh in flight
 		l.mu.Unlock()
+		if abandon != nil {
+			abandon()
+		}
 		l.set.forget(l)
 	})
 }
@@ -352,16 +360,19 @@ func (l *Lease) tick() {
 		return
 	}
 	if l.ticking {
-		if abandon := l.abandon; abandon != nil && time.Now().Before(l.deadline) {
-			// The refresh's attempt is over: give it up, to be sent
-			// again, and wait for the deadline meanwhile.
-			l.abandon, l.abandoned = nil, true
+		// The refresh's attempt is over: give it up. Before the deadline
+		// it is sent again, and the timer waits for the deadline
+		// meanwhile; at the deadline the lease is lost.
+		abandon := l.abandon
+		l.abandon = nil
+		if abandon != nil && time.Now().Before(l.deadline) {
+			l.abandoned = true
 			l.timer.Reset(time.Until(l.deadline))
-			l.mu.Unlock()
-			abandon()
-			return
 		}
 		l.mu.Unlock()
+		if abandon != nil {
+			abandon()
+		}
 		l.expireIfDue()
 		return
 	}
@@ -399,13 +410,15 @@ func (l *Lease) step() bool {
 	// While the refresh runs, the timer waits for the end of its attempt,
 	// half the time left: there the attempt is given up (its context
 	// cancelled) and the refresh sent again, up to the deadline. At the
-	// deadline the lease is lost, which also ends the refresh (stopCtx is
-	// the lease's), even if the keeper does not honour ctx (a call stuck
-	// in a batch another caller leads): the holder must learn it lost the
-	// lock before anyone else can take it. The lease's own timer does it,
-	// rather than a context's deadline and an AfterFunc of each refresh:
-	// they were a tenth of a held lock's CPU.
-	attempt, abandon := context.WithCancel(l.stopCtx)
+	// deadline the lease is lost, which also ends the attempt (as halt and
+	// any other loss do), even if the keeper does not honour ctx (a call
+	// stuck in a batch another caller leads): the holder must learn it
+	// lost the lock before anyone else can take it. The lease's own timer
+	// does it, rather than a context's deadline and an AfterFunc of each
+	// refresh: they were a tenth of a held lock's CPU. And the attempt is
+	// no child of stopCtx, which would keep a map of children for every
+	// lease held (300 bytes a lock): those three cancel it themselves.
+	attempt, abandon := context.WithCancel(context.WithoutCancel(l.stopCtx))
 	defer abandon()
 	l.mu.Lock()
 	if l.stopped {
