@@ -3,7 +3,6 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,22 +31,6 @@ func storesOnACluster(t *testing.T) (members []*sequencer.Embedded, peers []*fau
 	}
 }
 
-// cutOffAFollower cuts a member that does not lead off from the others
-// (testenv.Isolate) and returns once it knows it has no leader, and when
-// that was seen.
-func cutOffAFollower(t *testing.T, members []*sequencer.Embedded, peers []*faultproxy.Proxy) (k int, noLeader time.Time) {
-	k = slices.IndexFunc(members, func(m *sequencer.Embedded) bool { return !m.IsLeader() })
-	t.Cleanup(testenv.Isolate(members, peers, k))
-	alone := testenv.EtcdClient(t, members[k].ClientURL())
-	testenv.WaitUntil(t, 10*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		st, err := alone.Status(ctx, members[k].ClientURL())
-		return err == nil && st.Leader == 0
-	})
-	return k, time.Now()
-}
-
 // pair takes a new lock, refreshes it and releases it.
 func pair(ctx context.Context, t *testing.T, c *lock.Client, refresh bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -73,7 +56,7 @@ func pair(ctx context.Context, t *testing.T, c *lock.Client, refresh bool) error
 func TestEtcdMemberCutOffFromItsPeers(t *testing.T) {
 	t.Parallel() // an election to wait out: a second or two
 	members, peers, names, clients := storesOnACluster(t)
-	k, _ := cutOffAFollower(t, members, peers)
+	k, _ := testenv.CutOffAFollower(t, members, peers)
 	for i, c := range clients {
 		const pairs = 60
 		failed := 0
@@ -146,7 +129,7 @@ func TestEtcdMemberCutOffUnderLoad(t *testing.T) {
 			}()
 		}
 	}
-	k, noLeader := cutOffAFollower(t, members, peers)
+	k, noLeader := testenv.CutOffAFollower(t, members, peers)
 
 	// Each store's prober makes pairs while callers' pairs begun before
 	// the member knew it had no leader are still held by it.

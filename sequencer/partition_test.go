@@ -2,7 +2,6 @@ package sequencer_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -25,15 +24,7 @@ func TestPingAndTokensWithAMemberCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer seq.Close()
-	k := slices.IndexFunc(members, func(m *sequencer.Embedded) bool { return !m.IsLeader() })
-	defer testenv.Isolate(members, peers, k)()
-	alone := testenv.EtcdClient(t, members[k].ClientURL())
-	testenv.WaitUntil(t, 10*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		st, err := alone.Status(ctx, members[k].ClientURL())
-		return err == nil && st.Leader == 0
-	})
+	k, _ := testenv.CutOffAFollower(t, members, peers)
 	for i := range 30 {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		if err := seq.Ping(ctx); err != nil {

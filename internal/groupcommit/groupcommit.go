@@ -21,6 +21,11 @@
 // context that can be cancelled before its deadline must let its caller
 // leave at once even if the backend's client does not watch for
 // cancellation (go-redis does not).
+//
+// A commit that goes unanswered for Stall (if set) gives its slot to the
+// next batch: one request a backend holds (an etcd member cut off from
+// its peers holds what it took for etcd's request timeout) then holds
+// only its own callers.
 package groupcommit
 
 import (
@@ -223,8 +228,10 @@ func (c *Committer[T]) commit(batch []*Request[T]) (holdsSlot bool) {
 		}
 	})
 	c.Commit(batch)
-	t.Stop()
-	c.mu.Lock()
+	if t.Stop() {
+		return true // the callback will not run
+	}
+	c.mu.Lock() // it ran, or runs: under mu, it sees done or has set stalled
 	defer c.mu.Unlock()
 	done = true
 	return !stalled

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -73,6 +74,23 @@ func Isolate(members []*sequencer.Embedded, peers []*faultproxy.Proxy, i int) (h
 			}
 		}
 	}
+}
+
+// CutOffAFollower isolates a member that does not lead (Isolate) until
+// the test ends, and returns it once it knows it has no leader, and when
+// that was seen: from then on it refuses what it is sent.
+func CutOffAFollower(t testing.TB, members []*sequencer.Embedded, peers []*faultproxy.Proxy) (k int, noLeader time.Time) {
+	t.Helper()
+	k = slices.IndexFunc(members, func(m *sequencer.Embedded) bool { return !m.IsLeader() })
+	t.Cleanup(Isolate(members, peers, k))
+	alone := EtcdClient(t, members[k].ClientURL())
+	WaitUntil(t, 10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		st, err := alone.Status(ctx, members[k].ClientURL())
+		return err == nil && st.Leader == 0
+	})
+	return k, time.Now()
 }
 
 func etcdCluster(t testing.TB, n int, tickMs, electionMs uint, proxies []*faultproxy.Proxy) []*sequencer.Embedded {
