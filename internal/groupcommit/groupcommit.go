@@ -86,14 +86,22 @@ type Committer[T any] struct {
 	// from its peers holds it until etcd's request timeout, 7 s by
 	// default) must not hold every later request of the process too
 	// (docs/design.md, defect 108). The stalled commit's callers still
-	// wait for it, or for their contexts.
+	// wait for it, or for their contexts. At most MaxStalled commits a
+	// slot are so set aside at once: a backend slow for everyone (an
+	// overloaded etcd) then gets a few more batches in flight, not a new
+	// one every Stall.
 	Stall time.Duration
 
 	mu       sync.Mutex
 	maxBatch int // 0: no bound
 	queue    []*Request[T]
 	running  int // slots with a runner
+	stalled  int // commits that gave their slots up (Stall) and still run
 }
+
+// MaxStalled bounds the commits a slot that gave their slot up (Stall)
+// and still run.
+const MaxStalled = 4
 
 // SetMaxBatch bounds later batches; 0 means no bound. A store that refuses
 // a batch as too large can lower it.
@@ -217,10 +225,11 @@ func (c *Committer[T]) commit(batch []*Request[T]) (holdsSlot bool) {
 	t := time.AfterFunc(c.Stall, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if done {
+		if done || c.stalled >= MaxStalled*max(c.Slots, 1) {
 			return
 		}
 		stalled = true
+		c.stalled++
 		if len(c.queue) > 0 {
 			go c.run(nil) // the slot passes to a runner for what is pending
 		} else {
@@ -234,6 +243,9 @@ func (c *Committer[T]) commit(batch []*Request[T]) (holdsSlot bool) {
 	c.mu.Lock() // it ran, or runs: under mu, it sees done or has set stalled
 	defer c.mu.Unlock()
 	done = true
+	if stalled {
+		c.stalled--
+	}
 	return !stalled
 }
 

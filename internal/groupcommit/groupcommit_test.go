@@ -287,3 +287,41 @@ func TestStalledCommitFreesItsSlot(t *testing.T) {
 		})
 	}
 }
+
+// TestStallsAreBounded: a backend slow for every commit (an overloaded
+// etcd) gets at most MaxStalled set-aside commits a slot beside the one
+// in its slot, not a new one every Stall.
+func TestStallsAreBounded(t *testing.T) {
+	release := make(chan struct{})
+	var inFlight, most atomic.Int32
+	c := &groupcommit.Committer[int]{Slots: 1, Stall: 5 * time.Millisecond}
+	c.Commit = func(batch []*groupcommit.Request[int]) {
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		inFlight.Add(-1)
+		for _, r := range batch {
+			r.Done(r.Arg, nil)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if v, err := c.Do(context.Background(), "", i); err != nil || v != i {
+				t.Errorf("request %d: %v, %v", i, v, err)
+			}
+		}()
+		time.Sleep(2 * time.Millisecond) // requests keep coming while commits hang
+	}
+	close(release)
+	wg.Wait()
+	if m := most.Load(); m > 1+groupcommit.MaxStalled {
+		t.Fatalf("%d commits in flight at once, want at most %d", m, 1+groupcommit.MaxStalled)
+	}
+	if m := most.Load(); m < 2 {
+		t.Fatalf("%d commits in flight at once: none was set aside", m)
+	}
+}
