@@ -1324,7 +1324,11 @@ func (s *EtcdStore) remainingOf(ctx context.Context, name string, lk sequencer.L
 	if !local && lk.Lease != 0 {
 		d, ok := ttls[lk.Lease]
 		if !ok {
-			if ttl, err := s.cli.TimeToLive(ctx, lk.Lease); err == nil && ttl.TTL > 0 {
+			// Hedged: a member cut off from its peers holds it (defect 109).
+			ttl, err := etcdkv.Hedge(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+				return s.cli.TimeToLive(ctx, lk.Lease)
+			})
+			if err == nil && ttl.TTL > 0 {
 				d = time.Duration(ttl.TTL) * time.Second
 			}
 			ttls[lk.Lease] = d
@@ -1350,7 +1354,7 @@ func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error)
 		from = s.ks.LockKey(req.Cursor) + "\x00"
 	}
 	end := clientv3.GetPrefixRangeEnd(s.ks.LockKey(req.Prefix))
-	locks, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(req.Limit)))
+	locks, err := s.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(req.Limit)))
 	if err != nil {
 		return ListPage{}, backendErr("etcd", "list", err)
 	}
@@ -1369,7 +1373,7 @@ func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error)
 	// lock that changed hands between the reads would otherwise be listed
 	// with the next holder's count.
 	first, last := names[0], names[len(names)-1]
-	rest, err := s.cli.Get(ctx, s.ks.CountKey(first), clientv3.WithRange(s.ks.CountKey(last)+"\x00"), clientv3.WithRev(locks.Header.Revision))
+	rest, err := s.kv.Get(ctx, s.ks.CountKey(first), clientv3.WithRange(s.ks.CountKey(last)+"\x00"), clientv3.WithRev(locks.Header.Revision))
 	if err != nil {
 		return ListPage{}, backendErr("etcd", "list", err)
 	}
@@ -1601,7 +1605,7 @@ func (s *EtcdStore) watchKey(ctx, wctx context.Context, target watched) (clientv
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
-	r, err := s.cli.Get(clientv3.WithRequireLeader(ctx), key, clientv3.WithKeysOnly())
+	r, err := s.kv.Get(clientv3.WithRequireLeader(ctx), key, clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, false, backendErr("etcd", "watch", err)
 	}
@@ -1616,7 +1620,7 @@ func (s *EtcdStore) watchTarget(ctx context.Context, name, waiter string) (watch
 	s.mu.Unlock()
 	target := watched{key: s.ks.LockKey(name)}
 	if waiter != "" && rev != 0 {
-		r, err := s.cli.Get(clientv3.WithRequireLeader(ctx), s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		r, err := s.kv.Get(clientv3.WithRequireLeader(ctx), s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithMaxCreateRev(rev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
 		if err != nil {
 			return watched{}, backendErr("etcd", "watch", err)

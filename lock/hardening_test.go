@@ -482,3 +482,51 @@ func TestRedisHeldRemainingIsNeverZero(t *testing.T) {
 	}
 	t.Logf("%d attempts until the holder's 300ms ran out", attempts)
 }
+
+// heldTTL holds the first TimeToLive sent through it until its caller
+// gives up, as an etcd member cut off from its peers holds what it takes
+// before it notices (its forward to the leader is lost).
+type heldTTL struct {
+	clientv3.Lease
+	sent atomic.Int64
+}
+
+func (h *heldTTL) TimeToLive(ctx context.Context, id clientv3.LeaseID, opts ...clientv3.LeaseOption) (*clientv3.LeaseTimeToLiveResponse, error) {
+	if h.sent.Add(1) == 1 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.Lease.TimeToLive(ctx, id, opts...)
+}
+
+// Inspect of a lock another process holds asks etcd for its lease's TTL.
+// Held by a member, the read is sent again after etcdkv.Stall, and Inspect
+// answers in time with the lock's real time left (defect 109). Before, it
+// came back at its caller's deadline saying 1 ms was left of a 30 s lock.
+func TestEtcdInspectWhenALeaseReadIsHeld(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	prefix := lock.WithEtcdPrefix("/" + testenv.Name(t) + "/")
+	holder := newClient(t, newEtcdStore(t, cli, prefix))
+	held := &heldTTL{Lease: cli.Lease}
+	wrapped := clientv3.NewCtxClient(t.Context())
+	wrapped.KV, wrapped.Watcher, wrapped.Lease = cli.KV, cli.Watcher, held
+	other := newEtcdStore(t, wrapped, prefix)
+	name := testenv.Name(t)
+	l, err := holder.TryAcquire(t.Context(), name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	st, err := other.Inspect(ctx, name)
+	took := time.Since(t0)
+	if err != nil || !st.Held || st.Token != l.Token() || st.Remaining < 20*time.Second || took > 2*time.Second {
+		t.Fatalf("inspect with its lease read held: took %s, held %t, token %d (granted %d), %s left, %v",
+			took.Round(time.Millisecond), st.Held, st.Token, l.Token(), st.Remaining, err)
+	}
+	if n := held.sent.Load(); n != 2 {
+		t.Fatalf("%d TimeToLive sent, want 2", n)
+	}
+}

@@ -15,10 +15,11 @@
 //
 // A member cut off from its peers still takes what reaches it before it
 // notices it has no leader, and holds it unanswered until etcd's request
-// timeout (defect 108). A read-only Txn so held is sent again after Stall
-// (to the next member), and the first answer is taken: reads are safe to
-// send twice. A write is not: etcd cannot say whether one it took and
-// lost applied.
+// timeout (defect 108). A Get or read-only Txn so held is sent again
+// after Stall (to the next member), and the first answer is taken: reads
+// are safe to send twice. A write is not: etcd cannot say whether one it
+// took and lost applied. Hedge does the same for reads outside the KV (a
+// lease's TimeToLive).
 package etcdkv
 
 import (
@@ -58,6 +59,11 @@ func (r resending) Put(ctx context.Context, key, val string, opts ...clientv3.Op
 	return resend(func() (*clientv3.PutResponse, error) { return r.KV.Put(ctx, key, val, opts...) })
 }
 
+// Get is hedged (clientv3 itself sends a refused Range on).
+func (r resending) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	return Hedge(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) { return r.KV.Get(ctx, key, opts...) })
+}
+
 func (r resending) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
 	return resend(func() (*clientv3.DeleteResponse, error) { return r.KV.Delete(ctx, key, opts...) })
 }
@@ -92,7 +98,7 @@ func (t *txn) Commit() (*clientv3.TxnResponse, error) {
 	if !reads(t.then) || !reads(t.els) {
 		return send(t.ctx)
 	}
-	return hedge(t.ctx, send)
+	return Hedge(t.ctx, send)
 }
 
 // reads reports whether ops only read.
@@ -112,10 +118,11 @@ func reads(ops []clientv3.Op) bool {
 	return true
 }
 
-// hedge sends a read, and sends it again if it is unanswered after Stall;
+// Hedge sends a read, and sends it again if it is unanswered after Stall;
 // the first answer that is not an error is taken, or else the last error.
-// The send still out is cancelled on return.
-func hedge[T any](ctx context.Context, send func(context.Context) (T, error)) (T, error) {
+// The send still out is cancelled on return. Only for requests that
+// change nothing.
+func Hedge[T any](ctx context.Context, send func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type answer struct {

@@ -21,6 +21,17 @@ type faulty struct {
 	clientv3.KV
 	refuse bool
 	sent   atomic.Int64
+	// holdGet: the first Get is held, not the first Txn.
+	holdGet bool
+	gets    atomic.Int64
+}
+
+func (f *faulty) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if f.holdGet && f.gets.Add(1) == 1 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return f.KV.Get(ctx, key, opts...)
 }
 
 func (f *faulty) Txn(ctx context.Context) clientv3.Txn {
@@ -113,5 +124,24 @@ func TestHeldWriteIsNotSentAgain(t *testing.T) {
 	}
 	if v := value(t, cli, key); v != "before" {
 		t.Fatalf("value %q", v)
+	}
+}
+
+// A Get held unanswered is sent again after Stall, and the second answer
+// taken (a readiness check, a waiter's look at the key it watches).
+func TestHeldGetIsSentAgain(t *testing.T) {
+	key, cli, f := setup(t, false)
+	f.holdGet = true
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	resp, err := etcdkv.New(cli).Get(ctx, key)
+	if err != nil {
+		t.Fatalf("a held Get: %v", err)
+	}
+	if got := string(resp.Kvs[0].Value); got != "before" {
+		t.Fatalf("read %q", got)
+	}
+	if n := f.gets.Load(); n != 2 {
+		t.Fatalf("%d sends, want 2", n)
 	}
 }

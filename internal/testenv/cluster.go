@@ -56,7 +56,11 @@ func EtcdClusterProxied(t testing.TB, n int) (members []*sequencer.Embedded, pee
 // others both ways, as a partition would, while its clients still reach
 // it; heal undoes it. The others' connections to it are refused at its
 // proxy; its own, to their proxies, are barred by the sender id rafthttp
-// puts in every request's header.
+// puts in every request's header. Not barred: the member's forwards of
+// lease requests to the leader (a keep-alive, a TimeToLive), whose HTTP
+// requests do not name their sender; a partition would hold those too
+// (tests of that wrap the client's Lease, as
+// lock.TestEtcdInspectWhenALeaseReadIsHeld does).
 func Isolate(members []*sequencer.Embedded, peers []*faultproxy.Proxy, i int) (heal func()) {
 	peers[i].Refuse(true)
 	peers[i].CutAll()
