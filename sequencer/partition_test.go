@@ -2,6 +2,7 @@ package sequencer_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -35,4 +36,41 @@ func TestPingAndTokensWithAMemberCutOff(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// TestPingWhileACutMemberNotices: in the second after a member is cut off
+// from its peers, before it notices it has no leader, it takes reads and
+// holds them. A readiness check sent there must still answer within a
+// probe's bound (fenced's --ready-timeout, 800 ms): the read is sent again
+// to another member (defect 109). Before, a ping that met the member
+// failed at the bound, and a probe took a healthy fenced out of service.
+func TestPingWhileACutMemberNotices(t *testing.T) {
+	t.Parallel()
+	members, peers := testenv.EtcdClusterProxied(t, 3)
+	cli := testenv.ClusterClient(t, members)
+	seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix("/"+testenv.Name(t)+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seq.Close()
+	k := slices.IndexFunc(members, func(m *sequencer.Embedded) bool { return !m.IsLeader() })
+	alone := testenv.EtcdClient(t, members[k].ClientURL())
+	t.Cleanup(testenv.Isolate(members, peers, k))
+	pings := 0
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 800*time.Millisecond)
+		err := seq.Ping(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("ping %d, member %d cut off and not yet aware: %v", pings, k, err)
+		}
+		pings++
+		ctx, cancel = context.WithTimeout(t.Context(), time.Second)
+		st, err := alone.Status(ctx, members[k].ClientURL())
+		cancel()
+		if err == nil && st.Leader == 0 {
+			break
+		}
+	}
+	t.Logf("%d pings answered before member %d noticed it was cut off", pings, k)
 }

@@ -164,7 +164,11 @@ func (s *Etcd) Ping(ctx context.Context) error {
 // Raft), which gives them only as text: AlarmList gives them typed but is
 // itself a Raft request, a log entry for every probe.
 func PingEtcd(ctx context.Context, cli *clientv3.Client, key string) error {
-	if _, err := cli.Get(clientv3.WithRequireLeader(ctx), key); err != nil {
+	// A read-only Txn, not a Get: clientv3 sends a Get refused for want of
+	// a leader again and again until ctx ends, so a client of that member
+	// alone (an embedded one) would report a timeout, not the cause.
+	// etcdkv sends the Txn on a few times, and hedges it (defects 107, 109).
+	if _, err := etcdkv.New(cli).Txn(clientv3.WithRequireLeader(ctx)).Then(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit(); err != nil {
 		return err
 	}
 	st, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -243,5 +245,72 @@ func TestRedisRefusesWrites(t *testing.T) {
 				t.Fatalf("readyz after: %d %s", r.status, r.body)
 			}
 		})
+	}
+}
+
+// TestEmbeddedMemberCutOffIsNotReady: a fenced node with an embedded etcd
+// member talks to that member alone. When the member is cut off from its
+// peers, GET /readyz must answer 503 within the ready timeout (a probe's
+// own timeout) and keep doing so, so that a load balancer moves the node's
+// clients to a node that can serve; and 200 again once the member is back.
+// Both stores: the Redis one needs the member for its tokens.
+func TestEmbeddedMemberCutOffIsNotReady(t *testing.T) {
+	members, peers := testenv.EtcdClusterProxied(t, 3)
+	k := slices.IndexFunc(members, func(m *sequencer.Embedded) bool { return !m.IsLeader() })
+	cli := testenv.EtcdClient(t, members[k].ClientURL()) // as embeddedClient: the local member only
+	es, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { es.Close() })
+	rs, err := lock.NewRedisStore(testenv.Redis(t), newSequencer(t, cli), lock.WithRedisPrefix(testenv.Name(t)+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	envs := map[string]*env{"etcd": newEnv(t, es, nil), "redis": newEnv(t, rs, nil)}
+	for store, e := range envs {
+		if r := e.do("GET", "/readyz", ""); r.status != http.StatusOK {
+			t.Fatalf("%s: readyz before the cut: %d %s", store, r.status, r.body)
+		}
+	}
+
+	heal := testenv.Isolate(members, peers, k)
+	t.Cleanup(heal) // heal is idempotent: also when the test stops early
+	// Until the member notices (an election timeout) it takes requests and
+	// holds them; then it refuses them. Either way: 503 within the bound.
+	bound := DefaultReadyTimeout + 500*time.Millisecond
+	for store, e := range envs {
+		var last string
+		testenv.WaitUntil(t, 15*time.Second, func() bool {
+			t0 := time.Now()
+			r := e.do("GET", "/readyz", "")
+			if took := time.Since(t0); took > bound {
+				t.Fatalf("%s: readyz with the member cut off answered after %s; bound %s", store, took.Round(time.Millisecond), bound)
+			}
+			if r.status != http.StatusOK {
+				last = r.errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+			}
+			t.Logf("%s: readyz %d after %s: %s", store, r.status, time.Since(t0).Round(time.Millisecond), last)
+			return strings.Contains(last, "no leader")
+		})
+		// And it stays not ready while the cut lasts.
+		for range 5 {
+			if r := e.do("GET", "/readyz", ""); r.status != http.StatusServiceUnavailable {
+				t.Fatalf("%s: readyz with the member cut off: %d %s", store, r.status, r.body)
+			}
+		}
+		// An acquisition says why it failed, at once.
+		_, r := e.acquire(testenv.Name(t), `{"ttl_ms":5000}`)
+		if msg := r.errCode(t, http.StatusServiceUnavailable, codeUnavailable); !strings.Contains(msg, "leader") {
+			t.Fatalf("%s: acquire with the member cut off: %q, want the missing leader named", store, msg)
+		}
+	}
+
+	heal()
+	for store, e := range envs {
+		testenv.WaitUntil(t, 30*time.Second, func() bool { return e.do("GET", "/readyz", "").status == http.StatusOK })
+		e.mustAcquire(testenv.Name(t), `{"ttl_ms":5000}`)
+		t.Logf("%s: ready again once the member is back", store)
 	}
 }
