@@ -1140,13 +1140,14 @@ class Lease:
         again at once without it (unordered), and the next tries seq again."""
         self._refresh(ttl_ms, None)
 
-    def _refresh(self, ttl_ms: Optional[int], retries: Optional[int], current_ttl: bool = False) -> None:
+    def _refresh(self, ttl_ms: Optional[int], retries: Optional[int], current_ttl: bool = False,
+                 half: bool = False) -> None:
         with self._refreshing:
             if current_ttl:  # read once the refresh before is done: it may have changed it
                 ttl_ms = self.ttl_ms
-            self._refresh_one(ttl_ms, retries)
+            self._refresh_one(ttl_ms, retries, half)
 
-    def _refresh_one(self, ttl_ms: Optional[int], retries: Optional[int]) -> None:
+    def _refresh_one(self, ttl_ms: Optional[int], retries: Optional[int], half: bool = False) -> None:
         started = time.monotonic()
         # A lease lost, released or out of validity stays so: a refresh
         # that the server still answers does not make it held again.
@@ -1163,8 +1164,14 @@ class Lease:
             timeout = None
             remaining = self.deadline - time.monotonic()
             if remaining > 0:
-                # No point waiting past the validity for an answer.
-                timeout = min(self._client.timeout, max(remaining, 0.001))
+                # No point waiting past the validity for an answer. With
+                # half (the keep-alive), half of what is left, at least
+                # 50 ms: a connection gone silent (a frozen node, a dropped
+                # route) must not use up the validity while a new one
+                # could refresh; the keep-alive sends it again at once
+                # (docs/design.md, defect 110).
+                limit = min(max(remaining / 2, 0.05), remaining) if half else remaining
+                timeout = min(self._client.timeout, max(limit, 0.001))
             return self._client._call("POST", self.name, "/refresh", body,
                                       timeout=timeout, retries=retries, resend_lost=True)
         # Drawn once for this refresh, under _refreshing so that the
@@ -1354,7 +1361,7 @@ class Lease:
             if now < next_refresh:
                 continue
             try:
-                self._refresh(None, 0, current_ttl=True)  # this loop retries, within the validity
+                self._refresh(None, 0, current_ttl=True, half=True)  # this loop retries, within the validity
             except LostError:
                 return  # refresh signalled it
             except FencedError as e:

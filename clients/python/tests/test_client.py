@@ -1115,6 +1115,36 @@ class RedisTest(unittest.TestCase):
         self.assertFalse(lease.lost.is_set())
         lease.release()
 
+    def test_keep_alive_sends_a_held_refresh_again(self) -> None:
+        # The keep-alive's first refresh is held on its way (a connection
+        # gone silent: a frozen node, a dropped route). With the client's
+        # 10 s timeout it waited for the whole validity and the 2 s lease
+        # was lost; now it gives the attempt half of the time left, sends
+        # the refresh again on a new connection, and the lease stays held
+        # (docs/design.md, defect 110).
+        proxy, c = self.scripted({"/refresh": ["hold"]}, retries=0)
+        self.addCleanup(proxy.deliver.set)  # a failed test leaves no request held
+        name = unique()
+        lease = c.acquire(name, ttl_ms=2000)
+        self.addCleanup(lease.release)
+        granted_until = lease.deadline
+        lease.keep_alive()
+        self.addCleanup(lease.stop_keep_alive)
+        self.assertTrue(proxy.holding.wait(10), "the proxy holds no refresh")
+        # Past the validity the grant gave (the wait is the point).
+        self.assertFalse(lease.lost.wait(max(0.0, granted_until + 0.5 - time.monotonic())),
+                         f"lost: {lease.lost_reason}")
+        self.assertGreater(lease.deadline, granted_until + 0.5, "no refresh got through")
+        self.assertEqual([a for path, a in proxy.seen if path.endswith("/refresh")][:2], ["hold", "forward"], proxy.seen)
+        st = self.client.inspect(name)
+        self.assertTrue(st.held)
+        self.assertEqual(st.token, lease.token)
+        # The held one, delivered now, is below the seq applied since.
+        proxy.deliver.set()
+        self.assertTrue(proxy.delivered_set.wait(10), "the held refresh was not delivered")
+        status, body = proxy.delivered[0]
+        self.assertEqual(status, 409, body)
+
     def test_refresh_id_seq(self) -> None:
         # refresh_id sends the caller's seq: a lower one after a higher is
         # refused (out_of_order) and leaves the lease as the higher left it;

@@ -1239,7 +1239,13 @@ export class Lease {
     return run;
   }
 
-  async #refresh(ttlMs: number | undefined, options: CallOptions): Promise<void> {
+  /**
+   * half (the keep-alive): the refresh waits for half of the validity left,
+   * at least 50 ms, not all of it: a connection gone silent (a frozen node,
+   * a dropped route) must not use up the validity while a new one could
+   * refresh; the keep-alive sends it again (docs/design.md, defect 110).
+   */
+  async #refresh(ttlMs: number | undefined, options: CallOptions, half = false): Promise<void> {
     const started = performance.now();
     // A lease lost, released or out of validity stays so: a refresh that
     // the server still answers does not make it held again.
@@ -1253,7 +1259,8 @@ export class Lease {
       throw err;
     }
     const remaining = this.#deadline - started;
-    const timeoutMs = remaining > 0 ? Math.min(this.#client.timeoutMs, Math.max(remaining, 1)) : undefined;
+    const limit = half ? Math.min(Math.max(remaining / 2, 50), remaining) : remaining;
+    const timeoutMs = remaining > 0 ? Math.min(this.#client.timeoutMs, Math.max(limit, 1)) : undefined;
     // Drawn once for this refresh, in the order refreshes are sent (one at
     // a time): the client's resends of it carry the same.
     const seq = nextRefreshSeq();
@@ -1412,7 +1419,7 @@ export class Lease {
       if (now < next) continue;
       try {
         // The TTL is read when its turn comes: a refresh before it may change it.
-        await this.#oneAtATime(() => this.#refresh(this.#ttlMs, { retries: 0, signal: stop })); // this loop retries, within the validity
+        await this.#oneAtATime(() => this.#refresh(this.#ttlMs, { retries: 0, signal: stop }, true)); // this loop retries, within the validity
       } catch (e) {
         if (stop.aborted || e instanceof LostError) return;
         // Out of order: not applied, the lease still held. The next

@@ -856,6 +856,32 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("keepAlive sends a refresh held on its way again", async () => {
+    // The keep-alive's first refresh is held on its way (a connection gone
+    // silent: a frozen node, a dropped route). With the client's 10 s
+    // timeout it waited for the whole validity and the 2 s lease was lost;
+    // now it gives the attempt half of the time left and sends the refresh
+    // again on a new connection (docs/design.md, defect 110).
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["hold"] });
+    try {
+      const name = unique();
+      const c = new Client(proxy.url, { bearerToken: bearer, retries: 0 });
+      const lease = await c.acquire(name, { ttlMs: 2000, waitMs: 0 });
+      const grantedUntil = performance.now() + lease.validForMs();
+      lease.keepAlive();
+      await sleep(Math.max(0, grantedUntil + 500 - performance.now())); // past the grant's validity: the wait is the point
+      assert.equal(lease.signal.aborted, false, `lost: ${String(lease.signal.reason)}`);
+      assert.deepEqual(proxy.actions("/refresh").slice(0, 2), ["hold", "forward"]);
+      assert.ok(lease.validForMs() > 1000, `${lease.validForMs()} ms left`);
+      const st = await client.inspect(name);
+      assert.equal(st.token, lease.token);
+      assert.equal(await proxy.forwardHeld(), 409, "fenced applied the held refresh after a later one");
+      await lease.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("refreshID orders by seq", async () => {
     // A refresh numbered below one applied is refused and changes nothing;
     // the same seq again (a refresh sent again) is applied; 0 is no seq.
