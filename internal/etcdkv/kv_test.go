@@ -128,7 +128,7 @@ func TestHeldWriteIsNotSentAgain(t *testing.T) {
 }
 
 // A Get held unanswered is sent again after Stall, and the second answer
-// taken (a readiness check, a waiter's look at the key it watches).
+// taken (the floor read, a waiter's look at the key it watches).
 func TestHeldGetIsSentAgain(t *testing.T) {
 	key, cli, f := setup(t, false)
 	f.holdGet = true
