@@ -1283,7 +1283,9 @@ func (s *EtcdStore) Inspect(ctx context.Context, name string) (State, error) {
 		return st, nil
 	}
 	st.Held, st.LeaseID, st.Token, st.Owner, st.Holder, st.Count = true, lk.LeaseID, lk.Token, lk.Owner, lk.Holder, lk.Count
-	st.Remaining = s.remainingOf(ctx, name, lk, map[clientv3.LeaseID]time.Duration{})
+	if st.Remaining, err = s.remainingOf(ctx, name, lk, map[clientv3.LeaseID]time.Duration{}); err != nil {
+		return State{}, backendErr("etcd", "inspect", err)
+	}
 	return st, nil
 }
 
@@ -1311,8 +1313,9 @@ func parseQueue(count, head *pb.RangeResponse) (waiters int, oldest time.Duratio
 
 // remainingOf is how long lock lk has left: its deadline if this store
 // enforces it, else its session lease's TTL (looked up once per lease in
-// ttls); at least 1ms.
-func (s *EtcdStore) remainingOf(ctx context.Context, name string, lk sequencer.LockState, ttls map[clientv3.LeaseID]time.Duration) time.Duration {
+// ttls); at least 1ms. A failed look-up is an error, not a lock about to
+// expire (defect 111).
+func (s *EtcdStore) remainingOf(ctx context.Context, name string, lk sequencer.LockState, ttls map[clientv3.LeaseID]time.Duration) (time.Duration, error) {
 	s.mu.Lock()
 	h := s.held[name]
 	var rem time.Duration
@@ -1328,14 +1331,15 @@ func (s *EtcdStore) remainingOf(ctx context.Context, name string, lk sequencer.L
 			ttl, err := etcdkv.Hedge(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 				return s.cli.TimeToLive(ctx, lk.Lease)
 			})
-			if err == nil && ttl.TTL > 0 {
-				d = time.Duration(ttl.TTL) * time.Second
+			if err != nil {
+				return 0, fmt.Errorf("the TTL of lease %x of lock %q: %w", int64(lk.Lease), name, err)
 			}
+			d = time.Duration(max(ttl.TTL, 0)) * time.Second // -1: expired, its keys going
 			ttls[lk.Lease] = d
 		}
 		rem = d
 	}
-	return max(rem, time.Millisecond)
+	return max(rem, time.Millisecond), nil
 }
 
 // listedHook, if set (by tests), runs in List between its read of the
@@ -1393,8 +1397,12 @@ func (s *EtcdStore) List(ctx context.Context, req ListRequest) (ListPage, error)
 		if err != nil || !held {
 			continue
 		}
+		rem, err := s.remainingOf(ctx, names[i], lk, ttls)
+		if err != nil {
+			return ListPage{}, backendErr("etcd", "list", err)
+		}
 		page.Locks = append(page.Locks, State{Name: names[i], Held: true, LeaseID: lk.LeaseID, Token: lk.Token,
-			Owner: lk.Owner, Holder: lk.Holder, Count: lk.Count, Remaining: s.remainingOf(ctx, names[i], lk, ttls)})
+			Owner: lk.Owner, Holder: lk.Holder, Count: lk.Count, Remaining: rem})
 	}
 	if err := s.countWaiters(ctx, page.Locks, locks.Header.Revision); err != nil {
 		return ListPage{}, err

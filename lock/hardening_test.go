@@ -489,9 +489,13 @@ func TestRedisHeldRemainingIsNeverZero(t *testing.T) {
 type heldTTL struct {
 	clientv3.Lease
 	sent atomic.Int64
+	fail error // if set, every TimeToLive fails with it instead
 }
 
 func (h *heldTTL) TimeToLive(ctx context.Context, id clientv3.LeaseID, opts ...clientv3.LeaseOption) (*clientv3.LeaseTimeToLiveResponse, error) {
+	if h.fail != nil {
+		return nil, h.fail
+	}
 	if h.sent.Add(1) == 1 {
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -528,5 +532,44 @@ func TestEtcdInspectWhenALeaseReadIsHeld(t *testing.T) {
 	}
 	if n := held.sent.Load(); n != 2 {
 		t.Fatalf("%d TimeToLive sent, want 2", n)
+	}
+}
+
+// A lease TTL etcd failed to give is an error of Inspect and List, not a
+// lock said to have 1 ms left (defect 111): a caller planning a wait, or
+// an operator reading GET /v1/locks, would take a lock held for 30 s more
+// for one about to be free.
+func TestEtcdInspectWhenALeaseReadFails(t *testing.T) {
+	_, cli := testenv.Etcd(t)
+	prefix := lock.WithEtcdPrefix("/" + testenv.Name(t) + "/")
+	holder := newClient(t, newEtcdStore(t, cli, prefix))
+	failing := errors.New("injected: etcd did not give the TTL")
+	wrapped := clientv3.NewCtxClient(t.Context())
+	wrapped.KV, wrapped.Watcher, wrapped.Lease = cli.KV, cli.Watcher, &heldTTL{Lease: cli.Lease, fail: failing}
+	other := newEtcdStore(t, wrapped, prefix)
+	name := testenv.Name(t)
+	l, err := holder.TryAcquire(t.Context(), name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	st, err := other.Inspect(t.Context(), name)
+	var be *lock.BackendError
+	if !errors.Is(err, failing) || !errors.As(err, &be) || be.Backend != "etcd" {
+		t.Fatalf("inspect when the lease TTL read failed: %+v, %v; want an etcd backend error wrapping the failure", st, err)
+	}
+	page, err := other.List(t.Context(), lock.ListRequest{Limit: 10})
+	if !errors.Is(err, failing) {
+		t.Fatalf("list when the lease TTL read failed: %+v, %v; want the failure", page, err)
+	}
+	// Its own locks need no look-up.
+	mine := newClient(t, other)
+	m, err := mine.TryAcquire(t.Context(), testenv.Name(t), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release(context.Background())
+	if st, err := other.Inspect(t.Context(), m.Name()); err != nil || st.Remaining < 20*time.Second {
+		t.Fatalf("inspect of its own lock: %+v, %v", st, err)
 	}
 }
