@@ -503,24 +503,33 @@ func (h *heldTTL) TimeToLive(ctx context.Context, id clientv3.LeaseID, opts ...c
 	return h.Lease.TimeToLive(ctx, id, opts...)
 }
 
+// heldElsewhere is a lock held for 30 s by one store, and another store of
+// the same etcd and prefix whose client's lease calls go through ttl (its
+// Lease set to the client's).
+func heldElsewhere(t *testing.T, ttl *heldTTL) (*lock.EtcdStore, *lock.Lease) {
+	_, cli := testenv.Etcd(t)
+	prefix := lock.WithEtcdPrefix("/" + testenv.Name(t) + "/")
+	holder := newClient(t, newEtcdStore(t, cli, prefix))
+	ttl.Lease = cli.Lease
+	wrapped := clientv3.NewCtxClient(t.Context())
+	wrapped.KV, wrapped.Watcher, wrapped.Lease = cli.KV, cli.Watcher, ttl
+	other := newEtcdStore(t, wrapped, prefix)
+	l, err := holder.TryAcquire(t.Context(), testenv.Name(t), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Release(context.Background()) })
+	return other, l
+}
+
 // Inspect of a lock another process holds asks etcd for its lease's TTL.
 // Held by a member, the read is sent again after etcdkv.Stall, and Inspect
 // answers in time with the lock's real time left (defect 109). Before, it
 // came back at its caller's deadline saying 1 ms was left of a 30 s lock.
 func TestEtcdInspectWhenALeaseReadIsHeld(t *testing.T) {
-	_, cli := testenv.Etcd(t)
-	prefix := lock.WithEtcdPrefix("/" + testenv.Name(t) + "/")
-	holder := newClient(t, newEtcdStore(t, cli, prefix))
-	held := &heldTTL{Lease: cli.Lease}
-	wrapped := clientv3.NewCtxClient(t.Context())
-	wrapped.KV, wrapped.Watcher, wrapped.Lease = cli.KV, cli.Watcher, held
-	other := newEtcdStore(t, wrapped, prefix)
-	name := testenv.Name(t)
-	l, err := holder.TryAcquire(t.Context(), name, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(context.Background())
+	held := &heldTTL{}
+	other, l := heldElsewhere(t, held)
+	name := l.Name()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	t0 := time.Now()
@@ -540,20 +549,9 @@ func TestEtcdInspectWhenALeaseReadIsHeld(t *testing.T) {
 // an operator reading GET /v1/locks, would take a lock held for 30 s more
 // for one about to be free.
 func TestEtcdInspectWhenALeaseReadFails(t *testing.T) {
-	_, cli := testenv.Etcd(t)
-	prefix := lock.WithEtcdPrefix("/" + testenv.Name(t) + "/")
-	holder := newClient(t, newEtcdStore(t, cli, prefix))
 	failing := errors.New("injected: etcd did not give the TTL")
-	wrapped := clientv3.NewCtxClient(t.Context())
-	wrapped.KV, wrapped.Watcher, wrapped.Lease = cli.KV, cli.Watcher, &heldTTL{Lease: cli.Lease, fail: failing}
-	other := newEtcdStore(t, wrapped, prefix)
-	name := testenv.Name(t)
-	l, err := holder.TryAcquire(t.Context(), name, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(context.Background())
-	st, err := other.Inspect(t.Context(), name)
+	other, l := heldElsewhere(t, &heldTTL{fail: failing})
+	st, err := other.Inspect(t.Context(), l.Name())
 	var be *lock.BackendError
 	if !errors.Is(err, failing) || !errors.As(err, &be) || be.Backend != "etcd" {
 		t.Fatalf("inspect when the lease TTL read failed: %+v, %v; want an etcd backend error wrapping the failure", st, err)

@@ -6,9 +6,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/sequencer"
 )
+
+// onAProxiedCluster is a sequencer with a client of every member of a
+// three-member cluster whose members reach each other through proxies.
+func onAProxiedCluster(t *testing.T) ([]*sequencer.Embedded, []*faultproxy.Proxy, *sequencer.Etcd) {
+	members, peers := testenv.EtcdClusterProxied(t, 3)
+	seq, err := sequencer.NewEtcd(testenv.ClusterClient(t, members), sequencer.WithPrefix("/"+testenv.Name(t)+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seq.Close() })
+	return members, peers, seq
+}
 
 // TestPingAndTokensWithAMemberCutOff: with one etcd member of three cut
 // off from the others (testenv.Isolate) and known to have no leader, a
@@ -18,13 +31,7 @@ import (
 // (defect 107).
 func TestPingAndTokensWithAMemberCutOff(t *testing.T) {
 	t.Parallel()
-	members, peers := testenv.EtcdClusterProxied(t, 3)
-	cli := testenv.ClusterClient(t, members)
-	seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix("/"+testenv.Name(t)+"/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seq.Close()
+	members, peers, seq := onAProxiedCluster(t)
 	k, _ := testenv.CutOffAFollower(t, members, peers)
 	for i := range 30 {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -46,13 +53,7 @@ func TestPingAndTokensWithAMemberCutOff(t *testing.T) {
 // failed at the bound, and a probe took a healthy fenced out of service.
 func TestPingWhileACutMemberNotices(t *testing.T) {
 	t.Parallel()
-	members, peers := testenv.EtcdClusterProxied(t, 3)
-	cli := testenv.ClusterClient(t, members)
-	seq, err := sequencer.NewEtcd(cli, sequencer.WithPrefix("/"+testenv.Name(t)+"/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seq.Close()
+	members, peers, seq := onAProxiedCluster(t)
 	k := slices.IndexFunc(members, func(m *sequencer.Embedded) bool { return !m.IsLeader() })
 	alone := testenv.EtcdClient(t, members[k].ClientURL())
 	t.Cleanup(testenv.Isolate(members, peers, k))
