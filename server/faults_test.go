@@ -56,6 +56,10 @@ func TestEtcdWithoutLeader(t *testing.T) {
 	if out := logs.String(); !strings.Contains(out, `msg="lease store failed" op=release`) || !strings.Contains(out, "backend=etcd") || !strings.Contains(out, "took=") {
 		t.Fatalf("log lacks the failure with its backend and duration:\n%s", out)
 	}
+	// And what to do about it: not "check that it is reachable", which it is.
+	if out := logs.String(); !strings.Contains(out, "etcd has no leader where fenced asked") || !strings.Contains(out, "etcdctl endpoint status") {
+		t.Fatalf("log lacks the no-leader hint:\n%s", out)
+	}
 }
 
 // TestEtcdHangsBackendTimeout: while etcd stops answering (a partition or

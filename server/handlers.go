@@ -457,6 +457,8 @@ func backendHint(backend string, err error) (hint string, refused bool) {
 		return redisOOMHint, true
 	case redisRefused(err, "READONLY"):
 		return redisReadOnlyHint, true
+	case errors.Is(err, rpctypes.ErrNoLeader):
+		return noLeaderHint, false
 	}
 	return "check that " + backend + " is reachable from fenced and healthy (etcd: has a leader)", false
 }
@@ -473,6 +475,13 @@ func redisRefused(err error, code string) bool {
 const noSpaceHint = "etcd's database reached its space quota (alarm NOSPACE) and etcd refuses every write: " +
 	"compact its history (etcdctl compact), defragment it (etcdctl defrag), disarm the alarm (etcdctl alarm disarm), " +
 	"and keep less history (--auto-compaction-retention; fenced's embedded etcd keeps a minute)"
+
+// noLeaderHint: the etcd member fenced asked has no leader, and fenced
+// found no other that had one (it asks the next member when there is one,
+// defect 107).
+const noLeaderHint = "etcd has no leader where fenced asked: the cluster lost its quorum, or the member is cut off from its peers " +
+	"(an election takes a second or two); check every member (etcdctl endpoint status --cluster), give fenced every member " +
+	"in --etcd-endpoints so that it can ask another, and mind that a node with an embedded member asks its own only"
 
 // redisOOMHint: Redis reached maxmemory with the noeviction policy, which
 // is the right one for leases (an evicting policy may drop a held one).
