@@ -125,8 +125,9 @@ type floorRev struct {
 // readFloor is ReadFloor plus the floor key's mod revision.
 func readFloor(ctx context.Context, cli *clientv3.Client, ks Keyspace) (floorRev, error) {
 	// A linearizable read: a member without a leader refuses it at once,
-	// and clientv3 asks the next; one cut off from its peers that has not
-	// noticed yet holds it, and etcdkv sends it again (defects 108, 109).
+	// and etcdkv asks the next, or says so; one cut off from its peers
+	// that has not noticed yet holds it, and etcdkv sends it again
+	// (defects 108, 109).
 	resp, err := etcdkv.New(cli).Get(clientv3.WithRequireLeader(ctx), ks.FloorKey())
 	if err != nil {
 		return floorRev{}, fmt.Errorf("sequencer: read floor: %w", err)

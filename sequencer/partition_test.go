@@ -2,6 +2,7 @@ package sequencer_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/sequencer"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // onAProxiedCluster is a sequencer with a client of every member of a
@@ -74,4 +76,39 @@ func TestPingWhileACutMemberNotices(t *testing.T) {
 		}
 	}
 	t.Logf("%d pings answered before member %d noticed it was cut off", pings, k)
+}
+
+// TestReadsSayNoLeader: a member that lost its quorum refuses reads for
+// want of a leader. Asked through a client of that member alone (an
+// embedded member's node, `fenced admin floor` given one endpoint), the
+// readiness check and the floor read must say so at once, not time out:
+// clientv3's own Get sends the refused Range again until the caller's
+// deadline, and the operator learned "context deadline exceeded" (defect
+// 109).
+func TestReadsSayNoLeader(t *testing.T) {
+	t.Parallel()
+	members := testenv.EtcdCluster(t, 3)
+	cli := testenv.EtcdClient(t, members[0].ClientURL())
+	if _, err := sequencer.RaiseFloor(t.Context(), cli, "", 0); err != nil { // a floor to read
+		t.Fatal(err)
+	}
+	members[1].Close()
+	members[2].Close()
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
+		st, err := cli.Status(t.Context(), members[0].ClientURL())
+		return err == nil && st.Leader == 0
+	})
+	for what, read := range map[string]func(context.Context) error{
+		"ping":       func(ctx context.Context) error { return sequencer.PingEtcd(ctx, cli, "/x") },
+		"read floor": func(ctx context.Context) error { _, err := sequencer.ReadFloor(ctx, cli, ""); return err },
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		t0 := time.Now()
+		err := read(ctx)
+		took := time.Since(t0)
+		cancel()
+		if !errors.Is(err, rpctypes.ErrNoLeader) || took > 2*time.Second {
+			t.Errorf("%s without a leader: %v after %s; want etcd's no-leader error at once", what, err, took.Round(time.Millisecond))
+		}
+	}
 }

@@ -11,7 +11,10 @@
 // it, failed every write and Txn the balancer gave it: a third of
 // fenced's with three members (docs/design.md, defect 107). Sending the
 // refused request on is safe for the same reason clientv3 does it for a
-// Range: nothing ran.
+// Range: nothing ran. A Get goes as a read-only Txn: clientv3 sends a
+// refused Range again until its caller's deadline, even to the same
+// member, and the caller learned of a timeout, not of the missing leader
+// (defect 109); eight sends, then the refusal is the answer.
 //
 // A member cut off from its peers still takes what reaches it before it
 // notices it has no leader, and holds it unanswered until etcd's request
@@ -59,9 +62,19 @@ func (r resending) Put(ctx context.Context, key, val string, opts ...clientv3.Op
 	return resend(func() (*clientv3.PutResponse, error) { return r.KV.Put(ctx, key, val, opts...) })
 }
 
-// Get is hedged (clientv3 itself sends a refused Range on).
+// Get is a read-only Txn of the one Get: hedged, and a refusal sent on as
+// a Txn's is. Not clientv3's Get, which sends a Range refused for want of
+// a leader again and again until ctx ends (to the same member, for a
+// client of one), so a caller learns "context deadline exceeded", never
+// that etcd has no leader (defect 109).
 func (r resending) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	return Hedge(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) { return r.KV.Get(ctx, key, opts...) })
+	resp, err := r.Txn(ctx).Then(clientv3.OpGet(key, opts...)).Commit()
+	if err != nil {
+		return nil, err
+	}
+	get := (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
+	get.Header = resp.Header
+	return get, nil
 }
 
 func (r resending) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {

@@ -21,17 +21,6 @@ type faulty struct {
 	clientv3.KV
 	refuse bool
 	sent   atomic.Int64
-	// holdGet: the first Get is held, not the first Txn.
-	holdGet bool
-	gets    atomic.Int64
-}
-
-func (f *faulty) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	if f.holdGet && f.gets.Add(1) == 1 {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	return f.KV.Get(ctx, key, opts...)
 }
 
 func (f *faulty) Txn(ctx context.Context) clientv3.Txn {
@@ -131,17 +120,30 @@ func TestHeldWriteIsNotSentAgain(t *testing.T) {
 // taken (the floor read, a waiter's look at the key it watches).
 func TestHeldGetIsSentAgain(t *testing.T) {
 	key, cli, f := setup(t, false)
-	f.holdGet = true
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	resp, err := etcdkv.New(cli).Get(ctx, key)
 	if err != nil {
 		t.Fatalf("a held Get: %v", err)
 	}
-	if got := string(resp.Kvs[0].Value); got != "before" {
-		t.Fatalf("read %q", got)
+	if got := string(resp.Kvs[0].Value); got != "before" || resp.Header.GetRevision() == 0 {
+		t.Fatalf("read %q, header %v", got, resp.Header)
 	}
-	if n := f.gets.Load(); n != 2 {
+	if n := f.sent.Load(); n != 2 {
+		t.Fatalf("%d sends, want 2", n)
+	}
+}
+
+// A Get refused for want of a leader is sent on; when every member
+// refuses it, the refusal is the answer at once, not the caller's
+// deadline (clientv3's own Get tries the Range again until then).
+func TestRefusedGetIsSentOn(t *testing.T) {
+	key, cli, f := setup(t, true)
+	resp, err := etcdkv.New(cli).Get(t.Context(), key)
+	if err != nil || string(resp.Kvs[0].Value) != "before" {
+		t.Fatalf("a refused Get: %v, %v", resp, err)
+	}
+	if n := f.sent.Load(); n != 2 {
 		t.Fatalf("%d sends, want 2", n)
 	}
 }
