@@ -1168,7 +1168,7 @@ class Lease:
                 # half (the keep-alive), half of what is left, at least
                 # 50 ms: a connection gone silent (a frozen node, a dropped
                 # route) must not use up the validity while a new one
-                # could refresh; the keep-alive sends it again at once
+                # could refresh; the keep-alive sends it again soon
                 # (docs/design.md, defect 110).
                 limit = min(max(remaining / 2, 0.05), remaining) if half else remaining
                 timeout = min(self._client.timeout, max(limit, 0.001))
