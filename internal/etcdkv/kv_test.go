@@ -3,6 +3,7 @@ package etcdkv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,24 +82,6 @@ func TestRefusedTxnIsSentOn(t *testing.T) {
 	}
 }
 
-// A read-only Txn held unanswered is sent again after Stall, and the
-// second answer taken.
-func TestHeldReadIsSentAgain(t *testing.T) {
-	key, cli, f := setup(t, false)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	resp, err := etcdkv.New(cli).Txn(ctx).Then(clientv3.OpGet(key)).Commit()
-	if err != nil {
-		t.Fatalf("a held read: %v", err)
-	}
-	if got := string(resp.Responses[0].GetResponseRange().Kvs[0].Value); got != "before" {
-		t.Fatalf("read %q", got)
-	}
-	if n := f.sent.Load(); n != 2 {
-		t.Fatalf("%d sends, want 2", n)
-	}
-}
-
 // A write held unanswered is not sent again: etcd may yet apply it.
 func TestHeldWriteIsNotSentAgain(t *testing.T) {
 	key, cli, f := setup(t, false)
@@ -116,34 +99,53 @@ func TestHeldWriteIsNotSentAgain(t *testing.T) {
 	}
 }
 
-// A Get held unanswered is sent again after Stall, and the second answer
-// taken (the floor read, a waiter's look at the key it watches).
-func TestHeldGetIsSentAgain(t *testing.T) {
-	key, cli, f := setup(t, false)
+// readSentTwice reads key through etcdkv over a KV whose first Txn is
+// held until its caller gives up (refuse false) or refused for want of a
+// leader, and checks that the read was sent twice and saw the value.
+func readSentTwice(t *testing.T, refuse bool, read func(ctx context.Context, kv clientv3.KV, key string) (string, error)) {
+	t.Helper()
+	key, cli, f := setup(t, refuse)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	resp, err := etcdkv.New(cli).Get(ctx, key)
-	if err != nil {
-		t.Fatalf("a held Get: %v", err)
-	}
-	if got := string(resp.Kvs[0].Value); got != "before" || resp.Header.GetRevision() == 0 {
-		t.Fatalf("read %q, header %v", got, resp.Header)
+	got, err := read(ctx, etcdkv.New(cli), key)
+	if err != nil || got != "before" {
+		t.Fatalf("read %q, %v; want %q", got, err, "before")
 	}
 	if n := f.sent.Load(); n != 2 {
 		t.Fatalf("%d sends, want 2", n)
 	}
 }
 
-// A Get refused for want of a leader is sent on; when every member
-// refuses it, the refusal is the answer at once, not the caller's
-// deadline (clientv3's own Get tries the Range again until then).
-func TestRefusedGetIsSentOn(t *testing.T) {
-	key, cli, f := setup(t, true)
-	resp, err := etcdkv.New(cli).Get(t.Context(), key)
-	if err != nil || string(resp.Kvs[0].Value) != "before" {
-		t.Fatalf("a refused Get: %v, %v", resp, err)
+// readTxn reads key with a read-only Txn.
+func readTxn(ctx context.Context, kv clientv3.KV, key string) (string, error) {
+	resp, err := kv.Txn(ctx).Then(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return "", err
 	}
-	if n := f.sent.Load(); n != 2 {
-		t.Fatalf("%d sends, want 2", n)
-	}
+	return string(resp.Responses[0].GetResponseRange().Kvs[0].Value), nil
 }
+
+// readGet reads key with a Get, whose answer must carry the header.
+func readGet(ctx context.Context, kv clientv3.KV, key string) (string, error) {
+	resp, err := kv.Get(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	if resp.Header.GetRevision() == 0 {
+		return "", fmt.Errorf("a Get's answer without its header: %v", resp)
+	}
+	return string(resp.Kvs[0].Value), nil
+}
+
+// A read-only Txn held unanswered is sent again after Stall, and the
+// second answer taken.
+func TestHeldReadIsSentAgain(t *testing.T) { readSentTwice(t, false, readTxn) }
+
+// A Get held unanswered is sent again after Stall, and the second answer
+// taken (the floor read, a waiter's look at the key it watches).
+func TestHeldGetIsSentAgain(t *testing.T) { readSentTwice(t, false, readGet) }
+
+// A Get refused for want of a leader is sent on, as a Txn is (when every
+// member refuses it, the refusal is the answer at once:
+// sequencer.TestReadsSayNoLeader).
+func TestRefusedGetIsSentOn(t *testing.T) { readSentTwice(t, true, readGet) }
