@@ -1328,7 +1328,7 @@ func (s *EtcdStore) remainingOf(ctx context.Context, name string, lk sequencer.L
 		d, ok := ttls[lk.Lease]
 		if !ok {
 			// Hedged: a member cut off from its peers holds it (defect 109).
-			ttl, err := etcdkv.Hedge(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+			ttl, err := etcdkv.Hedge(ctx, s.cli, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 				return s.cli.TimeToLive(ctx, lk.Lease)
 			})
 			if err != nil {

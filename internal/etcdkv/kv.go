@@ -19,8 +19,8 @@
 // A member cut off from its peers still takes what reaches it before it
 // notices it has no leader, and holds it unanswered until etcd's request
 // timeout (defect 108). A Get or read-only Txn so held is sent again
-// after Stall (to the next member), and the first answer is taken: reads
-// are safe to send twice. A write is not: etcd cannot say whether one it
+// after Stall, to each other member (defect 112), and the first answer is
+// taken: reads are safe to send twice. A write is not: etcd cannot say whether one it
 // took and lost applied. Hedge does the same for reads outside the KV (a
 // lease's TimeToLive).
 package etcdkv
@@ -54,9 +54,12 @@ const Stall = 500 * time.Millisecond
 
 // New is cli's KV (cli.KV, so a wrapper a user set there, such as
 // namespace.NewKV, stays) with refused requests sent again.
-func New(cli *clientv3.Client) clientv3.KV { return resending{cli.KV} }
+func New(cli *clientv3.Client) clientv3.KV { return resending{cli.KV, cli} }
 
-type resending struct{ clientv3.KV }
+type resending struct {
+	clientv3.KV
+	cli *clientv3.Client // its endpoints, for Hedge
+}
 
 func (r resending) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
 	return resend(func() (*clientv3.PutResponse, error) { return r.KV.Put(ctx, key, val, opts...) })
@@ -85,7 +88,7 @@ func (r resending) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse,
 	return resend(func() (clientv3.OpResponse, error) { return r.KV.Do(ctx, op) })
 }
 
-func (r resending) Txn(ctx context.Context) clientv3.Txn { return &txn{kv: r.KV, ctx: ctx} }
+func (r resending) Txn(ctx context.Context) clientv3.Txn { return &txn{kv: r.KV, cli: r.cli, ctx: ctx} }
 
 // txn records a Txn's parts, and builds it anew on kv for each send. As
 // clientv3's, If, Then and Else are each called once; their slices are
@@ -93,6 +96,7 @@ func (r resending) Txn(ctx context.Context) clientv3.Txn { return &txn{kv: r.KV,
 // a copy of each cost five allocations and 1 KB an acquire+release pair.
 type txn struct {
 	kv        clientv3.KV
+	cli       *clientv3.Client
 	ctx       context.Context
 	cmps      []clientv3.Cmp
 	then, els []clientv3.Op
@@ -111,7 +115,7 @@ func (t *txn) Commit() (*clientv3.TxnResponse, error) {
 	if !reads(t.then) || !reads(t.els) {
 		return send(t.ctx)
 	}
-	return Hedge(t.ctx, send)
+	return Hedge(t.ctx, t.cli, send)
 }
 
 // reads reports whether ops only read.
@@ -131,18 +135,28 @@ func reads(ops []clientv3.Op) bool {
 	return true
 }
 
-// Hedge sends a read, and sends it again if it is unanswered after Stall;
-// the first answer that is not an error is taken, or else the last error.
-// The send still out is cancelled on return. Only for requests that
-// change nothing.
-func Hedge[T any](ctx context.Context, send func(context.Context) (T, error)) (T, error) {
+// Hedge sends a read on cli, and if it is unanswered after Stall sends it
+// again, once for each other endpoint of cli, all at once; the first
+// answer that is not an error is taken, or else the last error. The sends
+// still out are cancelled on return. Only for requests that change
+// nothing.
+//
+// One send again is not enough: the balancer gives each request the next
+// member in turn, and the requests sent by others in the meantime decide
+// whose turn it is, so a single resend reached the member that held the
+// first as often as any other (defect 112). Sends made together take turns
+// next to each other, and so go to different members unless other requests
+// come between them: with one for each other member, one all but always
+// reaches a member other than the one that holds the first.
+func Hedge[T any](ctx context.Context, cli *clientv3.Client, send func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type answer struct {
 		resp T
 		err  error
 	}
-	answers := make(chan answer, 2) // each send's goroutine ends once it has answered
+	others := max(len(cli.Endpoints())-1, 1)
+	answers := make(chan answer, 1+others) // each send's goroutine ends once it has answered
 	run := func() {
 		resp, err := send(ctx)
 		answers <- answer{resp, err}
@@ -154,11 +168,13 @@ func Hedge[T any](ctx context.Context, send func(context.Context) (T, error)) (T
 		select {
 		case <-again.C:
 			if sent == 1 {
-				sent++
-				go run()
+				sent += others
+				for range others {
+					go run()
+				}
 			}
 		case a := <-answers:
-			// An error before Stall is the answer: nothing says a second
+			// An error before Stall is the answer: nothing says another
 			// send would fare better.
 			if answered++; a.err == nil || answered == sent {
 				return a.resp, a.err

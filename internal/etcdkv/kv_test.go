@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fenced/fenced/internal/etcdkv"
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -149,3 +152,52 @@ func TestHeldGetIsSentAgain(t *testing.T) { readSentTwice(t, false, readGet) }
 // member refuses it, the refusal is the answer at once:
 // sequencer.TestReadsSayNoLeader).
 func TestRefusedGetIsSentOn(t *testing.T) { readSentTwice(t, true, readGet) }
+
+// A member that holds what reaches it (frozen, or cut off from its peers
+// and not yet aware) must not hold a read past the hedge, while other
+// requests of the process take the balancer's turns meanwhile. Before,
+// the one send again went to whichever member's turn it was, the holding
+// one as often as another, and a read held until its caller gave up came
+// within the 60 reads in each of four runs (defect 112).
+func TestHedgeReachesAnotherMember(t *testing.T) {
+	t.Parallel()
+	members := testenv.EtcdCluster(t, 3)
+	held, err := faultproxy.New(strings.TrimPrefix(members[0].ClientURL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close() })
+	cli := testenv.EtcdClient(t, "http://"+held.Addr(), members[1].ClientURL(), members[2].ClientURL())
+	key := "/" + testenv.Name(t)
+	if _, err := cli.Put(t.Context(), key, "v"); err != nil {
+		t.Fatal(err)
+	}
+	kv := etcdkv.New(cli)
+	held.Hold(true)
+	t.Cleanup(func() { held.Hold(false) })
+
+	// Others' requests, each given up after 100 ms (a third of them go to
+	// the holding member), keep the balancer's turn moving.
+	ctx, stop := context.WithCancel(t.Context())
+	var others sync.WaitGroup
+	for range 4 {
+		others.Go(func() {
+			for ctx.Err() == nil {
+				rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				_, _ = cli.KV.Txn(rctx).Then(clientv3.OpGet(key)).Commit()
+				cancel()
+			}
+		})
+	}
+	defer others.Wait()
+	defer stop()
+
+	for i := range 60 {
+		rctx, cancel := context.WithTimeout(t.Context(), etcdkv.Stall+300*time.Millisecond)
+		_, err := kv.Get(rctx, key)
+		cancel()
+		if err != nil {
+			t.Fatalf("read %d with one member of three holding what it gets: %v", i, err)
+		}
+	}
+}
