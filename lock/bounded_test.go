@@ -118,6 +118,7 @@ func etcdClient(t *testing.T) (*sequencer.Embedded, *clientv3.Client, *lock.Clie
 // names ever used. After many distinct names, etcd holds the keys it held
 // before, and every Redis key left has an expiry no longer than a lease's.
 func TestBoundedStateRedis(t *testing.T) {
+	t.Parallel()
 	e, cli := testenv.Etcd(t)
 	seq, err := sequencer.NewEtcd(cli)
 	if err != nil {
@@ -169,6 +170,7 @@ func TestBoundedStateRedis(t *testing.T) {
 // TestBoundedStateEtcd: the etcd lease store keeps nothing per name once
 // the name's lease is gone.
 func TestBoundedStateEtcd(t *testing.T) {
+	t.Parallel()
 	e, cli, c := etcdClient(t)
 	churn(t, c, "warm-", 10, time.Second)
 	testenv.WaitUntil(t, 30*time.Second, func() bool { return etcdKeys(t, cli) <= 2 }) // the floor and the counter
@@ -195,6 +197,7 @@ func TestBoundedStateEtcd(t *testing.T) {
 // on two cores. The hour the member kept before held that much at 2,600
 // pairs a second (docs/design.md, "Bounded state").
 func TestHistoryBetweenCompactionsFitsTheQuota(t *testing.T) {
+	t.Parallel()
 	e, cli, c := etcdClient(t)
 	churn(t, c, "warm-", 100, time.Second)
 	_, before := dbSize(t, e, cli)

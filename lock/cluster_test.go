@@ -25,6 +25,7 @@ import (
 // must grow, the kept lock must stay held, and every lock must still be
 // taken after its slot moved.
 func TestRedisClusterReshard(t *testing.T) {
+	t.Parallel()
 	nodes := testenv.StartRedisCluster(t, 3)
 	rdb := clusterClient(t, nodes)
 	s := newRedisStore(t, rdb, newSequencer(t))
@@ -126,6 +127,7 @@ func TestRedisClusterReshard(t *testing.T) {
 // refreshed). The store's own pipelines send it once, and alone through
 // the cluster client once redirected (docs/design.md, defect 105).
 func TestRedisClusterPipelineSendsACallOnce(t *testing.T) {
+	t.Parallel()
 	nodes := testenv.StartRedisCluster(t, 3)
 	rdb := clusterClient(t, nodes)
 	s := newRedisStore(t, rdb, newSequencer(t))
@@ -286,6 +288,7 @@ func (w *exclusiveWork) check(t *testing.T) {
 // refresh goes on there (within 30 s: before defect 106's fix, a minute),
 // another client is refused, and the next grant has a higher token.
 func TestRedisClusterFailover(t *testing.T) {
+	t.Parallel()
 	nodes := testenv.StartRedisClusterReplicated(t, 3, 1)
 	s := newRedisStore(t, clusterClient(t, nodes), newSequencer(t))
 	c := newClient(t, s)

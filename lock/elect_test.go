@@ -151,6 +151,7 @@ func TestElectRejectsOptions(t *testing.T) {
 // candidate leads and writes; the deposed leader's writes from then on are
 // rejected by the fenced resource, whatever it believes.
 func TestElectDeposedLeaderIsFenced(t *testing.T) {
+	t.Parallel()
 	e, direct := testenv.Etcd(t)
 	p, paused := testenv.EtcdThroughProxy(t, e)
 	a := newClient(t, newEtcdStore(t, paused))
@@ -203,6 +204,7 @@ func TestElectDeposedLeaderIsFenced(t *testing.T) {
 // TestObserveAcrossCutConnection: an observer whose connection to etcd is
 // cut still reports the leaders that follow, once it is back.
 func TestObserveAcrossCutConnection(t *testing.T) {
+	t.Parallel()
 	e, direct := testenv.Etcd(t)
 	p, cut := testenv.EtcdThroughProxy(t, e)
 	observer := newClient(t, newEtcdStore(t, cut))

@@ -63,6 +63,7 @@ func TestEtcdUnrefreshedLockFreesAloneAtItsTTL(t *testing.T) {
 // A store that stops (its process died) leaves its locks to its session
 // lease: they are freed when it expires, not kept forever.
 func TestEtcdDeadStoresLocksFree(t *testing.T) {
+	t.Parallel()
 	_, cli := testenv.Etcd(t)
 	dead := newEtcdStore(t, cli)
 	name := testenv.Name(t)
@@ -111,6 +112,7 @@ func TestEtcdRefreshThroughAnotherStore(t *testing.T) {
 // load balancer) keep the lock: each store finds it moved by the other and
 // takes it back, and the last store's deadline still frees it at its TTL.
 func TestEtcdRefreshesAlternateBetweenStores(t *testing.T) {
+	t.Parallel()
 	_, cli := testenv.Etcd(t)
 	a, b := newEtcdStore(t, cli), newEtcdStore(t, cli)
 	name := testenv.Name(t)
@@ -139,6 +141,7 @@ func TestEtcdRefreshesAlternateBetweenStores(t *testing.T) {
 // Budget: an acquire plus a release cost at most two Raft writes,
 // amortised, sessions included.
 func TestEtcdRaftWritesPerLock(t *testing.T) {
+	t.Parallel()
 	_, cli := testenv.Etcd(t)
 	s := newEtcdStore(t, cli)
 	c := newClient(t, s)
@@ -258,6 +261,7 @@ func TestEtcdHeldAttemptsLeaveTheFloorAlone(t *testing.T) {
 // Many locks refreshed at once are checked by a few read-only Txns, not
 // one each, and none is a Raft write.
 func TestEtcdRefreshesShareReads(t *testing.T) {
+	t.Parallel()
 	_, cli := testenv.Etcd(t)
 	s := newEtcdStore(t, cli)
 	c := newClient(t, s)
@@ -294,6 +298,7 @@ func TestEtcdRefreshesShareReads(t *testing.T) {
 // expire it. (The store's deadline entries were matched by a counter per
 // holding, which a new holding of the same name started again.)
 func TestEtcdDeadlineOfAnEarlierHoldingOfTheName(t *testing.T) {
+	t.Parallel()
 	_, cli := testenv.Etcd(t)
 	s := newEtcdStore(t, cli)
 	name := testenv.Name(t)
@@ -326,6 +331,7 @@ func TestEtcdDeadlineOfAnEarlierHoldingOfTheName(t *testing.T) {
 // any two clients' Txns: many clients on a few names, fair and unfair,
 // never hold a name at once, and each name's tokens grow with every grant.
 func TestEtcdTxnsInFlightKeepExclusion(t *testing.T) {
+	t.Parallel()
 	_, cli := testenv.Etcd(t)
 	s := newEtcdStore(t, cli, lock.WithEtcdInflight(4))
 	c := newClient(t, s)
@@ -397,6 +403,7 @@ func TestEtcdInflightOption(t *testing.T) {
 // and the call is the one sending its batch: a batch's Txn has its own
 // bound (10 s), which must not become the caller's.
 func TestEtcdCallsEndWithTheirContextWhileEtcdHangs(t *testing.T) {
+	t.Parallel()
 	e, _ := testenv.Etcd(t)
 	p, cli := testenv.EtcdThroughProxy(t, e)
 	s := newEtcdStore(t, cli)
@@ -438,6 +445,7 @@ func TestEtcdCallsEndWithTheirContextWhileEtcdHangs(t *testing.T) {
 // over the queue visits them, so a key per wait slowed a hot lock from
 // 557 to 199 handoffs a second in 40 s (docs/design.md, defect 10).
 func TestEtcdQueueKeysAreReused(t *testing.T) {
+	t.Parallel()
 	_, cli := testenv.Etcd(t)
 	prefix := "/" + testenv.Name(t) + "/"
 	s := newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix))
@@ -558,6 +566,7 @@ func TestEtcdLongWaitKeepsItsPlace(t *testing.T) {
 // waiter of the lock, in every process, for as long as the store's session
 // lived, and a store that holds locks keeps its session alive.
 func TestEtcdFailedLeaveDoesNotBlockTheQueue(t *testing.T) {
+	t.Parallel()
 	_, cli := testenv.Etcd(t)
 	prefix := "/" + testenv.Name(t) + "/"
 	a := newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix))

@@ -13,6 +13,7 @@ import (
 // picks among them); noeviction, or no maxmemory, may not. A Cluster is
 // asked master by master.
 func TestRedisEvicts(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	r := testenv.StartRedis(t, "--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru")
 	rdb := r.Client()

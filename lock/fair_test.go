@@ -18,6 +18,7 @@ import (
 // TestFairWaitingInArrivalOrder: waiters that arrive one after another get
 // the lock in that order, not in whatever order they happen to retry.
 func TestFairWaitingInArrivalOrder(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -104,6 +105,7 @@ func inArrivalOrder(t *testing.T, holder *lock.Client, waiters []*lock.Client) {
 // once; one that dies leaves it when its place expires. Neither blocks
 // those behind it for long.
 func TestWaiterThatGivesUpLeaves(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -157,6 +159,7 @@ func TestWaiterThatGivesUpLeaves(t *testing.T) {
 // lease and token and a count; each release counts down; another holder
 // waits.
 func TestReentrant(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -227,6 +230,7 @@ func TestReentrant(t *testing.T) {
 // every held lock once, and a force-release frees a lock whose holder then finds it
 // lost.
 func TestListAndForceRelease(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -307,6 +311,7 @@ func TestListAndForceRelease(t *testing.T) {
 // position in the SCAN call they came in, so a release of a lock listed
 // already shifted an unlisted one into the part skipped.
 func TestListFindsLocksHeldThroughout(t *testing.T) {
+	t.Parallel()
 	_, redlock := startRedlock(t)
 	stores := []backend{
 		{name: "redis", store: newRedisStore(t, testenv.StartRedis(t).Client(), newSequencer(t))},
@@ -360,6 +365,7 @@ func TestListFindsLocksHeldThroughout(t *testing.T) {
 // TestWaitErrorSaysThePlace: a waiter whose budget runs out learns how long
 // it waited and its place in the queue then, on each store.
 func TestWaitErrorSaysThePlace(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -395,6 +401,7 @@ func TestWaitErrorSaysThePlace(t *testing.T) {
 // was: a dead place, or, when a leaving waiter stood behind one, nobody.
 // The live waiter behind it was not woken, and waited for its backoff.
 func TestWakeSkipsExpiredPlaces(t *testing.T) {
+	t.Parallel()
 	const (
 		ghost  = "00000000000000000000000000000dead" // its place expired
 		live   = "0000000000000000000000000000a11e"

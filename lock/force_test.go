@@ -17,6 +17,7 @@ import (
 // or was a 503), it leaves that holder alone: the call an unconditional
 // force-release cannot safely repeat.
 func TestForceReleaseIfToken(t *testing.T) {
+	t.Parallel()
 	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)

@@ -178,6 +178,7 @@ func TestKeepAliveFollowsRefreshedTTL(t *testing.T) {
 // Before the fix every later waiter blocked in Watch until its own budget
 // ran out, on a free lock.
 func TestPubSubBlipDoesNotWedgeWaiters(t *testing.T) {
+	t.Parallel()
 	pr := newProxiedRedis(t)
 	c := newClient(t, pr.store)
 	name := testenv.Name(t)
@@ -423,6 +424,7 @@ func TestEtcdLeaseGoneBeforeTxn(t *testing.T) {
 // Defect 4 on both stores: releasing a lease twice by its own lease id is
 // a success; a lease id that never held the lock is refused.
 func TestReleaseTwiceSucceeds(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -527,6 +529,7 @@ func heldElsewhere(t *testing.T, ttl *heldTTL) (*lock.EtcdStore, *lock.Lease) {
 // answers in time with the lock's real time left (defect 109). Before, it
 // came back at its caller's deadline saying 1 ms was left of a 30 s lock.
 func TestEtcdInspectWhenALeaseReadIsHeld(t *testing.T) {
+	t.Parallel()
 	held := &heldTTL{}
 	other, l := heldElsewhere(t, held)
 	name := l.Name()

@@ -36,6 +36,7 @@ func (h *holdFirstRefresh) Refresh(ctx context.Context, name, leaseID string, tt
 // again, so the lease stays held. Before, it waited until the deadline and
 // the lease was lost (defect 108).
 func TestKeepAliveSendsAHeldRefreshAgain(t *testing.T) {
+	t.Parallel()
 	h := &holdFirstRefresh{LeaseStore: redisStore(t, testenv.Redis(t))}
 	c := newClient(t, h)
 	l, err := c.Acquire(t.Context(), testenv.Name(t), time.Second, lock.WithKeepAlive())

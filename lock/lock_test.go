@@ -129,6 +129,7 @@ func (c *counting) Watch(ctx context.Context, name, waiter string) (<-chan struc
 }
 
 func TestMutualExclusionUnderContention(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -219,6 +220,7 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 }
 
 func TestWrongLeaseIDCannotRefreshOrRelease(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -252,6 +254,7 @@ func TestWrongLeaseIDCannotRefreshOrRelease(t *testing.T) {
 }
 
 func TestDeletedLeaseReportedThroughDone(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -276,6 +279,7 @@ func TestDeletedLeaseReportedThroughDone(t *testing.T) {
 }
 
 func TestKeepAliveHoldsPastTTL(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -308,6 +312,7 @@ func TestKeepAliveHoldsPastTTL(t *testing.T) {
 }
 
 func TestExpiryWithoutRefresh(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -346,6 +351,7 @@ func TestExpiryWithoutRefresh(t *testing.T) {
 }
 
 func TestTryAcquireAndContextErrors(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -470,6 +476,7 @@ func (h *heldTwice) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.
 // attempt (the holder's TTL or its backoff: here up to an hour; 1 s for a
 // fair waiter), and only then see the client closed.
 func TestCloseWakesWaitingAcquire(t *testing.T) {
+	t.Parallel()
 	waiter, err := lock.NewReleaseID() // any 32 hex digits
 	if err != nil {
 		t.Fatal(err)
@@ -580,6 +587,7 @@ func (s *lossySeq) Next(ctx context.Context, name string) (fence.Token, error) {
 }
 
 func TestRedisLeaseLostWhileTakingToken(t *testing.T) {
+	t.Parallel()
 	rdb := testenv.Redis(t)
 	_, cli := testenv.Etcd(t)
 	seq, err := sequencer.NewEtcd(cli)
@@ -611,6 +619,7 @@ func TestRedisLeaseLostWhileTakingToken(t *testing.T) {
 }
 
 func TestDetachedLeaseByID(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -643,6 +652,7 @@ func TestDetachedLeaseByID(t *testing.T) {
 // TestDownStoreIsNotHeld: when the store does not answer, a wait budget
 // running out is the store's error, not ErrNotAcquired.
 func TestDownStoreIsNotHeld(t *testing.T) {
+	t.Parallel()
 	r := testenv.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
@@ -676,6 +686,7 @@ func TestDownStoreIsNotHeld(t *testing.T) {
 // a remote holder) and checks that it refreshes, is lost and is validated
 // like one of this client's own.
 func TestAdopt(t *testing.T) {
+	t.Parallel()
 	b := redisBackend(t)
 	taker, holder := newClient(t, b.store), newClient(t, b.store)
 	name := testenv.Name(t)
@@ -729,6 +740,7 @@ func (h *hangingRefresh) Refresh(ctx context.Context, name, id string, ttl time.
 // refresh stuck on a backend that does not answer; it would otherwise wait
 // until the lease's deadline, which may be a day away.
 func TestReleaseInterruptsHungRefresh(t *testing.T) {
+	t.Parallel()
 	b := redisBackend(t)
 	h := &hangingRefresh{LeaseStore: b.store, entered: make(chan time.Time, 1), ended: make(chan error, 1)}
 	c := newClient(t, h)
@@ -773,6 +785,7 @@ func (d *deafRefresh) Refresh(ctx context.Context, name, id string, ttl time.Dur
 // lock before another can take it (seen: a deposed leader's Done closed
 // 10s after its 1s term ended, the etcd store's batch timeout).
 func TestDeadlinePassesDuringHungRefresh(t *testing.T) {
+	t.Parallel()
 	b := redisBackend(t)
 	d := &deafRefresh{LeaseStore: b.store, entered: make(chan struct{}, 1), unblock: make(chan struct{})}
 	defer close(d.unblock)

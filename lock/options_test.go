@@ -14,6 +14,7 @@ import (
 // TestOptionsThatDoNotApply: an option that does not apply to the call is
 // an error that says what is allowed, and nothing reaches the store.
 func TestOptionsThatDoNotApply(t *testing.T) {
+	t.Parallel()
 	cs := &counting{LeaseStore: etcdBackend(t).store}
 	c := newClient(t, cs)
 	ctx := t.Context()

@@ -15,6 +15,7 @@ import (
 // the lease a later one extended. Sent again with its number, a refresh
 // applies again; one without a number is unordered, as before.
 func TestRefreshesApplyInOrder(t *testing.T) {
+	t.Parallel()
 	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -55,6 +56,7 @@ func TestRefreshesApplyInOrder(t *testing.T) {
 // freed the lock at the shorter TTL while the holder, counting from the
 // later refresh, believed it held it: another client took it.
 func TestLateShorterRefreshIsNotApplied(t *testing.T) {
+	t.Parallel()
 	pr, direct := newSlowRetryProxiedRedis(t)
 	c, other := newClient(t, direct), newClient(t, direct)
 	ctx := t.Context()
@@ -108,6 +110,7 @@ func TestLateShorterRefreshIsNotApplied(t *testing.T) {
 // refused for its number; once one hold is left, it orders its refreshes
 // by its own numbers, whatever the others' were (another process's clock).
 func TestLastHoldOrdersItsOwnRefreshes(t *testing.T) {
+	t.Parallel()
 	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()

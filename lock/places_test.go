@@ -90,6 +90,7 @@ func TestWaiterKeepsItsPlaceAcrossCalls(t *testing.T) {
 // out. The record is bound to the grant: another waiter waits as usual,
 // and after a release the waiter never gets a later holder's lease.
 func TestLostGrantIsFoundAgain(t *testing.T) {
+	t.Parallel()
 	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -143,6 +144,7 @@ func TestLostGrantIsFoundAgain(t *testing.T) {
 // lease holding the lock, known to nobody, until its TTL. It joins no
 // queue, and a reentrant one (WithHolder) counts one hold, not two.
 func TestLostOneAttemptGrantIsFoundAgain(t *testing.T) {
+	t.Parallel()
 	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)

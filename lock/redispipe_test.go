@@ -17,6 +17,7 @@ import (
 // its own answer: 48 clients acquire and release their own names, and
 // every grant, refusal and release is the right one.
 func TestRedisCallsSharePipelines(t *testing.T) {
+	t.Parallel()
 	s := newRedisStore(t, testenv.Redis(t), newSequencer(t))
 	c := newClient(t, s)
 	base := testenv.Name(t)
@@ -108,6 +109,7 @@ func TestRedisPipelineAfterScriptFlush(t *testing.T) {
 // SIGSTOP), whether it sends the pipeline or waits for one: several
 // callers at once, each with its own deadline.
 func TestRedisCallsEndWithTheirContextWhileRedisHangs(t *testing.T) {
+	t.Parallel()
 	r := testenv.StartRedis(t)
 	// The go-redis default (calls bounded by its read timeout) and
 	// ContextTimeoutEnabled (a lone call then runs on its caller's

@@ -17,6 +17,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// testNodeTimeout is the Redlock stores' node timeout in these tests, not
+// the default 50ms: they run four at once under -race on two CPUs, where a
+// node's answer sometimes takes longer than that, and they are about what a
+// store does with the answers it gets, not about the default.
+const testNodeTimeout = 250 * time.Millisecond
+
 func startRedlock(t *testing.T) ([]*testenv.RedisProc, *lock.RedlockStore) {
 	procs := make([]*testenv.RedisProc, 3)
 	clients := make([]redis.UniversalClient, 3)
@@ -25,14 +31,14 @@ func startRedlock(t *testing.T) ([]*testenv.RedisProc, *lock.RedlockStore) {
 		clients[i] = procs[i].Client()
 	}
 	// Dial every node before the store's first call, which is bounded by
-	// the 50ms node timeout: on a busy machine under -race a fresh
-	// connection to a redis-server just started can take longer.
+	// the node timeout: on a busy machine under -race a fresh connection to
+	// a redis-server just started can take longer.
 	for _, c := range clients {
 		if err := c.Ping(t.Context()).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s, err := lock.NewRedlockStore(clients, newSequencer(t))
+	s, err := lock.NewRedlockStore(clients, newSequencer(t), lock.WithNodeTimeout(testNodeTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +47,7 @@ func startRedlock(t *testing.T) ([]*testenv.RedisProc, *lock.RedlockStore) {
 }
 
 func TestRedlockExclusion(t *testing.T) {
+	t.Parallel()
 	_, s := startRedlock(t)
 	c := newClient(t, s)
 	var holders atomic.Int32
@@ -85,6 +92,7 @@ func TestRedlockExclusion(t *testing.T) {
 // the restarted one takes leases again); with two dead they fail with an
 // error, not "held".
 func TestRedlockSurvivesMinority(t *testing.T) {
+	t.Parallel()
 	procs, s := startRedlock(t)
 	c := newClient(t, s)
 	a, err := c.Acquire(t.Context(), "minority", 2*time.Second)
@@ -257,7 +265,7 @@ func startProxiedRedlock(t *testing.T, client func(*redis.Options), opts ...lock
 		}
 		proxies[i], clients[i] = p, rdb
 	}
-	s, err := lock.NewRedlockStore(clients, newSequencer(t), opts...)
+	s, err := lock.NewRedlockStore(clients, newSequencer(t), append([]lock.RedlockOption{lock.WithNodeTimeout(testNodeTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +323,8 @@ func TestRedlockReentryIsOneStep(t *testing.T) {
 // and so waited out go-redis's read timeout (5 s, 10 s and 5 s here), and
 // a Redlock List was not bounded by the node timeout at all (10 s).
 func TestRedlockFrozenNodeCostsTheNodeTimeout(t *testing.T) {
-	const bound = 2 * time.Second // the node timeout is 50ms; unbounded was 5–10s
+	t.Parallel()
+	const bound = 2 * time.Second // the node timeout is testNodeTimeout; unbounded was 5–10s
 	timed := func(t *testing.T, op string, f func() error) {
 		t.Helper()
 		start := time.Now()
@@ -428,6 +437,7 @@ func TestRedlockUndecidedRefreshIsNotLost(t *testing.T) {
 // empty: before, another client took that node and the free third, a
 // majority, and two held the lock at once.
 func TestRedlockRestartedNodeSitsOut(t *testing.T) {
+	t.Parallel()
 	procs, s := startRedlock(t)
 	c := newClient(t, s)
 	name := testenv.Name(t)

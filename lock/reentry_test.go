@@ -47,6 +47,7 @@ func TestLostReentrantReleaseReplyCountsOnce(t *testing.T) {
 // used to count up twice: after as many releases as acquisitions the lock
 // stayed held, by nobody, for its TTL (defect 19).
 func TestLostReentrantAcquireReplyCountsOnce(t *testing.T) {
+	t.Parallel()
 	pr := newProxiedRedis(t)
 	c := newClient(t, pr.store)
 	name := testenv.Name(t)
@@ -160,6 +161,7 @@ func TestQueuedReentryLeavesItsPlace(t *testing.T) {
 // Redis leases, even with another holder on the lock: the record kept for
 // Inspect read as its own release. It has lost its lease, and must hear so.
 func TestReleaseAfterForceReleaseIsLost(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -192,6 +194,7 @@ func TestReleaseAfterForceReleaseIsLost(t *testing.T) {
 // reentrant lock, not two, on each store; another id takes off the next
 // (defect 29).
 func TestReleaseSentAgainTakesOffOneHold(t *testing.T) {
+	t.Parallel()
 	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -230,6 +233,7 @@ func TestReleaseSentAgainTakesOffOneHold(t *testing.T) {
 // waiter now marks it: the same acquisition again finds its hold counted,
 // another acquisition counts its own.
 func TestReentrySentAgainCountsOnce(t *testing.T) {
+	t.Parallel()
 	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)

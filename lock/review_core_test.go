@@ -133,6 +133,7 @@ func TestRetryStrategyServesEachAcquisitionAfresh(t *testing.T) {
 // wait is over, and got that 503 from a healthy server. The budget bounds waiting for a holder;
 // an attempt that started within it has at least a second to finish.
 func TestWaitBudgetShorterThanAnAttempt(t *testing.T) {
+	t.Parallel()
 	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -193,6 +194,7 @@ func (g *gatedRefresh) Refresh(ctx context.Context, name, leaseID string, ttl ti
 // randomized fault test, docs/design.md, defect 101). Now it reads the
 // TTL once the refresh before it is done.
 func TestKeepAliveRefreshesWithTheTTLOfTheRefreshBefore(t *testing.T) {
+	t.Parallel()
 	g := &gatedRefresh{LeaseStore: redisBackend(t).store, open: make(chan struct{}), held: make(chan struct{})}
 	const ttl, longer = 3 * time.Second, 10 * time.Second
 	l := keptAlive(t, g, ttl)
@@ -246,6 +248,7 @@ func (s *stalledRefresh) Refresh(ctx context.Context, name, leaseID string, ttl 
 // does not answer: its timer was set to the deadline of before. The holder
 // watches Done to stop writing.
 func TestDoneClosesAtADeadlineAFailedRefreshShortened(t *testing.T) {
+	t.Parallel()
 	s := &stalledRefresh{LeaseStore: redisBackend(t).store, fail: make(chan struct{})}
 	const ttl, shorter = 3 * time.Second, 1500 * time.Millisecond
 	l := keptAlive(t, s, ttl)

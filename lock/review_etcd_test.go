@@ -99,6 +99,7 @@ func TestEtcdReentryThatMovesTheLock(t *testing.T) {
 // (a renewal a third of its session's TTL, 16 hours for a day's TTL), and
 // fenced's shutdown waits for Close.
 func TestEtcdCloseWhileEtcdHangs(t *testing.T) {
+	t.Parallel()
 	e, _ := testenv.Etcd(t)
 	p, cli := testenv.EtcdThroughProxy(t, e)
 	s, err := lock.NewEtcdStore(cli)
@@ -185,6 +186,7 @@ func TestEtcdRefreshBatchOverMaxTxnOps(t *testing.T) {
 // lost, the caller does (Lease.Release, defect 23), and its lock is
 // released, not lost.
 func TestEtcdLostReleaseReplyIsSuccess(t *testing.T) {
+	t.Parallel()
 	e, direct := testenv.Etcd(t)
 	pr, cli := testenv.EtcdThroughProxy(t, e)
 	prefix := "/" + testenv.Name(t) + "/"
@@ -231,6 +233,7 @@ func TestEtcdLostReleaseReplyIsSuccess(t *testing.T) {
 // again, stays held by nobody for as long as its session lives, which the
 // store's other locks keep alive (defect 14's class).
 func TestEtcdLostTakeOverReplyStillExpires(t *testing.T) {
+	t.Parallel()
 	e, direct := testenv.Etcd(t)
 	pr, cli := testenv.EtcdThroughProxy(t, e)
 	prefix := "/" + testenv.Name(t) + "/"

@@ -18,6 +18,7 @@ import (
 // extending it, so the lock expired at the first grant's TTL while its
 // holder counted it valid for the new one.
 func TestLostGrantFoundAgainIsExtended(t *testing.T) {
+	t.Parallel()
 	for _, b := range everyStore(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
@@ -94,6 +95,7 @@ func (pr *proxiedRedis) sentAgainHeld(t *testing.T, call func(), script ...strin
 // other hold, and another client took it (two holders). A confirm of the
 // token already recorded now changes nothing.
 func TestConfirmSentAgainKeepsAReentry(t *testing.T) {
+	t.Parallel()
 	pr, other := newSlowRetryProxiedRedis(t)
 	c1, c2, c3 := newClient(t, pr.store), newClient(t, other), newClient(t, other)
 	ctx := t.Context()
@@ -135,6 +137,7 @@ func TestConfirmSentAgainKeepsAReentry(t *testing.T) {
 // 404 "not held", and its log line named no removed holder, though the
 // holder had been removed.
 func TestForceReleaseSentAgainReportsTheHolder(t *testing.T) {
+	t.Parallel()
 	pr := newProxiedRedis(t)
 	c := newClient(t, pr.store)
 	ctx := t.Context()
@@ -165,6 +168,7 @@ func TestForceReleaseSentAgainReportsTheHolder(t *testing.T) {
 // sent again removed that holder too, whom no operator had named, and
 // reported it as the one removed.
 func TestForceReleaseSentAgainSparesTheNextHolder(t *testing.T) {
+	t.Parallel()
 	pr, other := newSlowRetryProxiedRedis(t)
 	c, next := newClient(t, pr.store), newClient(t, other)
 	ctx := t.Context()
@@ -202,6 +206,7 @@ func TestForceReleaseSentAgainSparesTheNextHolder(t *testing.T) {
 // taken and released by the next holder meanwhile, the release sent again
 // read the next holder's record as "not held" (ErrLost).
 func TestReleaseSentAgainAfterAHandover(t *testing.T) {
+	t.Parallel()
 	pr, other := newSlowRetryProxiedRedis(t)
 	c, next := newClient(t, pr.store), newClient(t, other)
 	ctx := t.Context()
@@ -266,6 +271,7 @@ func TestFailedReentryLeavesNoHold(t *testing.T) {
 // nodes had counted it, and the holder's one release left the lock held on
 // every node.
 func TestRedlockFailedReentryLeavesNoHold(t *testing.T) {
+	t.Parallel()
 	// go-redis would send a call again after 500 ms: the node timeout
 	// (300 ms) ends it first.
 	procs, proxies, s := startProxiedRedlock(t, func(o *redis.Options) {
@@ -308,6 +314,7 @@ func TestRedlockFailedReentryLeavesNoHold(t *testing.T) {
 // reason but "lost" may have been applied, so the holder's deadline now
 // moves as far as it would have (never later).
 func TestUnansweredShorterRefreshShortensValidity(t *testing.T) {
+	t.Parallel()
 	pr, other := newSlowRetryProxiedRedis(t)
 	c1, c2 := newClient(t, pr.store), newClient(t, other)
 	ctx := t.Context()

@@ -38,6 +38,7 @@ func newRedisStore(t *testing.T, rdb redis.UniversalClient, seq sequencer.Sequen
 // two keys and its scripts must land in one slot (the {name} hash tag), or
 // the scripts fail with CROSSSLOT.
 func TestRedisCluster(t *testing.T) {
+	t.Parallel()
 	nodes := testenv.StartRedisCluster(t, 3)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr, nodes[1].Addr, nodes[2].Addr}})
 	t.Cleanup(func() { rdb.Close() })
@@ -173,6 +174,7 @@ func TestRedisRestartForgetsLease(t *testing.T) {
 // so it misses the lease write, the master dies, the replica is promoted: a second
 // holder gets the lease while the first still holds it.
 func TestRedisFailoverLosesLease(t *testing.T) {
+	t.Parallel()
 	master := testenv.StartRedis(t)
 	replica := testenv.StartReplica(t, master)
 	rc := replica.Client()
