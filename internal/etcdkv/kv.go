@@ -135,18 +135,22 @@ func reads(ops []clientv3.Op) bool {
 	return true
 }
 
+// maxResends bounds the sends again of one held read: one for each other
+// member of a cluster of seven.
+const maxResends = 6
+
 // Hedge sends a read on cli, and if it is unanswered after Stall sends it
-// again, once for each other endpoint of cli, all at once; the first
-// answer that is not an error is taken, or else the last error. The sends
-// still out are cancelled on return. Only for requests that change
-// nothing.
+// again, once for each other endpoint of cli (up to maxResends), all at
+// once; the first answer that is not an error is taken, or else the last
+// error. The sends still out are cancelled on return. Only for requests
+// that change nothing.
 //
 // One send again is not enough: the balancer gives each request the next
 // member in turn, and the requests sent by others in the meantime decide
-// whose turn it is, so a single resend reached the member that held the
-// first as often as any other (defect 112). Sends made together take turns
-// next to each other, and so go to different members unless other requests
-// come between them: with one for each other member, one all but always
+// whose turn it is, so a single resend could reach the member that held
+// the first (defect 112). Sends made together take turns next to each
+// other, and so go to different members unless other requests come
+// between them: with one for each other member, one all but always
 // reaches a member other than the one that holds the first.
 func Hedge[T any](ctx context.Context, cli *clientv3.Client, send func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -155,8 +159,7 @@ func Hedge[T any](ctx context.Context, cli *clientv3.Client, send func(context.C
 		resp T
 		err  error
 	}
-	others := max(len(cli.Endpoints())-1, 1)
-	answers := make(chan answer, 1+others) // each send's goroutine ends once it has answered
+	answers := make(chan answer, 1+maxResends) // each send's goroutine ends once it has answered
 	run := func() {
 		resp, err := send(ctx)
 		answers <- answer{resp, err}
@@ -168,6 +171,8 @@ func Hedge[T any](ctx context.Context, cli *clientv3.Client, send func(context.C
 		select {
 		case <-again.C:
 			if sent == 1 {
+				// Read here, not on every read: Endpoints copies them.
+				others := min(max(len(cli.Endpoints())-1, 1), maxResends)
 				sent += others
 				for range others {
 					go run()
