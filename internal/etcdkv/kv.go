@@ -20,9 +20,9 @@
 // notices it has no leader, and holds it unanswered until etcd's request
 // timeout (defect 108). A Get or read-only Txn so held is sent again
 // after Stall, to each other member (defect 112), and the first answer is
-// taken: reads are safe to send twice. A write is not: etcd cannot say whether one it
-// took and lost applied. Hedge does the same for reads outside the KV (a
-// lease's TimeToLive).
+// taken: reads are safe to send twice. A write is not: etcd cannot say
+// whether one it took and lost applied. Hedge does the same for reads
+// outside the KV (a lease's TimeToLive).
 package etcdkv
 
 import (
