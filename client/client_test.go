@@ -148,6 +148,7 @@ func waitDone(t *testing.T, l *client.Lease, within time.Duration) {
 }
 
 func TestClient(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	c := newClient(t, f.url)
 

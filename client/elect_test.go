@@ -53,6 +53,7 @@ func etcdFixtureOn(t *testing.T, cli *clientv3.Client) *fixture {
 // (a 200ms request wait) and leads after the first resigns, with a higher
 // term; an observer sees both, with their values.
 func TestElect(t *testing.T) {
+	t.Parallel()
 	url := etcdServer(t)
 	a := newClient(t, url)
 	b := newClient(t, url, client.WithMaxRequestWait(200*time.Millisecond))

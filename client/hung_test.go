@@ -139,6 +139,7 @@ func TestAcquireMovesOnFromAServerThatStopsAnswering(t *testing.T) {
 // hung first cannot use it all and the second refreshes the lease. It
 // must survive three TTLs.
 func TestKeepAliveMovesOnFromAServerThatStopsAnswering(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	p, url := behindProxy(t, f.url)
 	c := newClient(t, url+","+f.url) // the hung one first

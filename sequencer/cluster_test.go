@@ -25,6 +25,7 @@ import (
 // leader in the middle, and checks that no grant broke the order of tokens
 // per name or repeated a token, and that grants go on after the failover.
 func TestLeaderStopMidRun(t *testing.T) {
+	t.Parallel()
 	members := testenv.EtcdCluster(t, 3)
 	cli := testenv.ClusterClient(t, members)
 	s := newSeq(t, cli, sequencer.WithCommitTimeout(3*time.Second))
@@ -304,6 +305,7 @@ func restore(t *testing.T, snap string) *sequencer.Embedded {
 // the member to serve clients, which it never did (nor did SIGTERM end
 // fenced serve then).
 func TestMemberWithoutItsPeersGivesUp(t *testing.T) {
+	t.Parallel()
 	urls := make([]string, 4)
 	for i := range urls {
 		u, err := freeport.URL()

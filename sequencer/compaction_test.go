@@ -19,6 +19,7 @@ import (
 // first revision comes to be refused as compacted (with the hour the
 // member kept before, not for an hour).
 func TestEmbeddedCompactsItsHistory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{Dir: t.TempDir(), UnsafeNoFsync: true, CompactionRetention: time.Second})
 	if err != nil {

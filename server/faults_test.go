@@ -25,6 +25,7 @@ import (
 // unlogged: it is a 503 with Retry-After at once, and the log names the
 // backend and the time it took.
 func TestEtcdWithoutLeader(t *testing.T) {
+	t.Parallel()
 	members := testenv.EtcdCluster(t, 3)
 	cli := testenv.EtcdClient(t, members[0].ClientURL())
 	store, err := lock.NewEtcdStore(cli, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
@@ -131,6 +132,7 @@ func (f *failedOnce) Acquire(ctx context.Context, req lock.AcquireRequest) (lock
 // (docs/design.md, "Riding out an outage"); before, it answered 503 at the
 // first failed attempt.
 func TestAcquireWaitRidesOutARedisRestart(t *testing.T) {
+	t.Parallel()
 	r := testenv.StartRedis(t)
 	s := &failedOnce{LeaseStore: redisStoreOn(t, r.Addr), failed: make(chan error, 1)}
 	e := newEnv(t, s, nil)
@@ -259,6 +261,7 @@ func TestRedisRefusesWrites(t *testing.T) {
 // clients to a node that can serve; and 200 again once the member is back.
 // Both stores: the Redis one needs the member for its tokens.
 func TestEmbeddedMemberCutOffIsNotReady(t *testing.T) {
+	t.Parallel()
 	members, peers := testenv.EtcdClusterProxied(t, 3)
 	k := slices.IndexFunc(members, func(m *sequencer.Embedded) bool { return !m.IsLeader() })
 	cli := testenv.EtcdClient(t, members[k].ClientURL()) // as embeddedClient: the local member only

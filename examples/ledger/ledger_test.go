@@ -24,6 +24,7 @@ import (
 // TestLedger builds the program and runs it against the real Redis and
 // Postgres (etcd is embedded by the program).
 func TestLedger(t *testing.T) {
+	t.Parallel()
 	testenv.Redis(t) // fails the test, with what to do, if Redis is down
 	dsn := testenv.PostgresDSN()
 	conn := pgConn(t, dsn)
@@ -145,6 +146,7 @@ func dropSchema(conn *pgx.Conn, schema string) {
 // (package client, as docker-compose.yml's ledger does) instead of package
 // lock in this process: the same code, through a lock.Locker.
 func TestLedgerThroughTheService(t *testing.T) {
+	t.Parallel()
 	testenv.Redis(t)
 	dsn := testenv.PostgresDSN()
 	conn := pgConn(t, dsn)
