@@ -1115,9 +1115,10 @@ class Lease:
     # -- refresh and release -------------------------------------------------
 
     def refresh(self, ttl_ms: Optional[int] = None) -> None:
-        """Extend the lease to ttl_ms from now (None: the server's default
-        TTL). The validity is computed anew from this refresh: a shorter TTL
-        shortens it. Raises LostError if the lease is no longer held (and
+        """Extend the lease to ttl_ms from now (None: the lease's TTL,
+        ttl_ms, as the keep-alive does; it is sent, so the server's default
+        does not apply). The validity is computed anew from this refresh: a
+        shorter TTL shortens it. Raises LostError if the lease is no longer held (and
         sets lost), and without sending if it was lost, released or out of
         validity before: a lease lost stays lost, even if the server still
         holds it (release() frees that). So does one whose refresh is
@@ -1127,8 +1128,7 @@ class Lease:
         A refresh that fails without an answer (TransportError) or with
         UnavailableError may have been applied all the same: the validity
         then ends no later than this refresh would have made it end, so a
-        shorter ttl_ms that failed shortens it too (with ttl_ms None the
-        client does not know the server's default, and cannot).
+        shorter ttl_ms that failed shortens it too.
 
         Each refresh carries a seq (next_refresh_seq), the same in the
         client's own resends of it: one that reaches fenced after a later
@@ -1138,7 +1138,11 @@ class Lease:
         applied, the lease is still held and the validity unchanged. A
         fenced older than seq refuses the field: the refresh is then sent
         again at once without it (unordered), and the next tries seq again."""
-        self._refresh(ttl_ms, None)
+        # Without a TTL the server would give its default, which the client
+        # does not know: a longer lease would shrink, and one whose refresh
+        # went unanswered would look valid past the server's expiry
+        # (docs/design.md, defect 113).
+        self._refresh(ttl_ms, None, current_ttl=ttl_ms is None)
 
     def _refresh(self, ttl_ms: Optional[int], retries: Optional[int], current_ttl: bool = False,
                  half: bool = False) -> None:

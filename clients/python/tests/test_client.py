@@ -748,6 +748,34 @@ class RedisTest(unittest.TestCase):
         self.assertLessEqual(lease.valid_for(), 1.0 - 0.012)
         self.assertGreater(lease.valid_for(), 0.5)
 
+    def test_refresh_without_ttl_keeps_the_leases_ttl(self) -> None:
+        # refresh() sent no ttl_ms, and the server gave its default (30 s):
+        # a 60 s lease came back 30 s, unlike the Go client's Refresh(ctx,
+        # 0), and one whose refresh got no answer kept 60 s of validity
+        # while the server freed the lock at 30 s (docs/design.md, defect
+        # 113). It now sends the lease's own TTL.
+        lease = self.client.acquire(unique(), ttl_ms=60_000)
+        self.addCleanup(lease.release)
+        lease.refresh()
+        self.assertEqual(lease.ttl_ms, 60_000, "refresh() without a TTL changed the lease's TTL")
+        self.assertGreater(lease.valid_for(), 50)
+        lease.refresh(20_000)
+        lease.refresh()  # the TTL it has now, 20 s
+        self.assertEqual(lease.ttl_ms, 20_000)
+        self.assertLess(lease.valid_for(), 20)
+        # Applied, its answer lost: the server holds the lock at least as
+        # long as the holder believes it valid.
+        proxy, c = self.scripted({"/refresh": ["lose", "drop"]}, retries=0)
+        name = unique()
+        lease = c.acquire(name, ttl_ms=60_000)
+        self.addCleanup(lease.release)
+        with self.assertRaises(fenced.TransportError):
+            lease.refresh()
+        self.assertEqual(proxy.actions("/refresh"), ["lose", "drop"])
+        held = self.client.inspect(name)
+        self.assertGreaterEqual(held.ttl_ms / 1000, lease.valid_for(),
+                                "the holder believes the lease valid longer than the server holds it")
+
     def test_deadline_without_refresh_signals_lost(self) -> None:
         # fenced freezes (SIGSTOP): refreshes hang unanswered, and the
         # keep-alive gives up when the validity runs out, not later.

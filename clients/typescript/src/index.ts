@@ -1199,8 +1199,9 @@ export class Lease {
   }
 
   /**
-   * Extend the lease to ttlMs from now (default: the server's default TTL).
-   * The validity is computed anew from this refresh: a shorter TTL
+   * Extend the lease to ttlMs from now (default: the lease's TTL, ttlMs,
+   * as the keep-alive does; it is sent, so fenced's default does not
+   * apply). The validity is computed anew from this refresh: a shorter TTL
    * shortens it. Rejects with LostError (and aborts signal) if the lease is
    * no longer held, and without sending if it was lost, released or out of
    * validity before: a lease lost stays lost, even if the server still
@@ -1211,8 +1212,7 @@ export class Lease {
    * A refresh that fails without an answer (TransportError) or with
    * UnavailableError may have been applied all the same: the validity then
    * ends no later than this refresh would have made it end, so a shorter
-   * ttlMs that failed shortens it too (without ttlMs the client does not
-   * know the server's default, and cannot).
+   * ttlMs that failed shortens it too.
    *
    * Each refresh carries a sequence number (nextRefreshSeq()), the same in
    * its resends, so that fenced never applies it after a later one: one
@@ -1224,7 +1224,12 @@ export class Lease {
    * again at once without it (unordered, as before); the next tries seq again.
    */
   async refresh(ttlMs?: number): Promise<void> {
-    await this.#oneAtATime(() => this.#refresh(ttlMs, {}));
+    // Without a TTL fenced would give its default, which the client does
+    // not know: a longer lease would shrink, and one whose refresh went
+    // unanswered would look valid past fenced's expiry (docs/design.md,
+    // defect 113). Read when this refresh's turn comes: one before it may
+    // change the TTL.
+    await this.#oneAtATime(() => this.#refresh(ttlMs ?? this.#ttlMs, {}));
   }
 
   /**

@@ -773,6 +773,37 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("keeps the lease's TTL in a refresh without one", async () => {
+    // refresh() sent no ttl_ms, and fenced gave its default (30 s): a 60 s
+    // lease came back 30 s, unlike the Go client's Refresh(ctx, 0), and one
+    // whose refresh was not answered kept 60 s of validity while fenced
+    // freed the lock at 30 s (docs/design.md, defect 113). It now sends the
+    // lease's own TTL.
+    const lease = await client.acquire(unique(), { ttlMs: 60_000, waitMs: 0 });
+    await lease.refresh();
+    assert.equal(lease.ttlMs, 60_000, "refresh() without a TTL changed the lease's TTL");
+    assert.ok(lease.validForMs() > 50_000);
+    await lease.refresh(20_000);
+    await lease.refresh(); // the TTL it has now, 20 s
+    assert.equal(lease.ttlMs, 20_000);
+    assert.ok(lease.validForMs() < 20_000);
+    await lease.release();
+    // Applied, its answer cut: fenced holds the lock at least as long as the holder believes it valid.
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["cut"] });
+    try {
+      const c = new Client(proxy.url, { bearerToken: bearer, retries: 0 });
+      const name = unique();
+      const cut = await c.acquire(name, { ttlMs: 60_000, waitMs: 0 });
+      await assert.rejects(cut.refresh(), (e: unknown) => e instanceof TransportError);
+      assert.deepEqual(proxy.actions("/refresh"), ["cut"]);
+      const held = await client.inspect(name);
+      assert.ok(held.ttlMs >= cut.validForMs(), `the holder believes the lease valid for ${cut.validForMs()} ms, fenced holds it ${held.ttlMs} ms`);
+      await client.releaseID(name, cut.leaseID);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("shortens the validity to an unanswered shorter refresh", async () => {
     // A refresh to 200 ms that fenced applied but whose answer was cut left the lease valid for its old 30 s
     // while fenced freed the lock at 200 ms: another client took it, and
