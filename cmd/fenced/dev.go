@@ -65,18 +65,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	} else if cmd.set["redis-prefix"] {
 		return usagef(cmd.name, "--redis-prefix without --redis-addr: leases are in etcd; give --redis-addr to keep them in Redis")
 	}
-	stopHUP := o.h.catchHUP() // before the start, which waits for etcd
-	defer stopHUP()
-	log := o.lf.logger(stderr)
-	if err := o.h.load(); err != nil {
-		return err
-	}
-	m, err := newDaemonMetrics()
+	log, m, c, err := o.h.begin(&o.lf, stderr)
 	if err != nil {
 		return err
 	}
-
-	c := &closer{log: log}
 	defer c.close()
 	e, err := o.member.start(ctx, log)
 	if err != nil {

@@ -364,3 +364,24 @@ func (c *closer) close() {
 	}
 	c.fns = nil
 }
+
+// begin sets up what fenced dev and serve share before their stores:
+// SIGHUP caught first (their start waits for etcd), the logger, the token
+// file and TLS loaded, the metrics, and the closer that stops what is added
+// to it in reverse, the SIGHUP handler last. The caller closes it.
+func (h *httpFlags) begin(lf *logFlags, stderr io.Writer) (*slog.Logger, *daemonMetrics, *closer, error) {
+	stopHUP := h.catchHUP()
+	log := lf.logger(stderr)
+	c := &closer{log: log}
+	c.add("SIGHUP handler", func() error { stopHUP(); return nil })
+	if err := h.load(); err != nil {
+		c.close()
+		return nil, nil, nil, err
+	}
+	m, err := newDaemonMetrics()
+	if err != nil {
+		c.close()
+		return nil, nil, nil, err
+	}
+	return log, m, c, nil
+}

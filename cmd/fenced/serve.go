@@ -105,17 +105,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return usagef(cmd.name, "serve needs etcd for tokens: --etcd-endpoints for an external cluster, or --etcd-data-dir (with --etcd-name, --etcd-peer-url, --etcd-client-url, --etcd-initial-cluster for several nodes) for an embedded member; or run fenced dev")
 	}
 
-	stopHUP := o.h.catchHUP() // before the start, which waits for etcd
-	defer stopHUP()
-	log := o.lf.logger(stderr)
-	if err := o.h.load(); err != nil {
-		return err
-	}
-	m, err := newDaemonMetrics()
+	log, m, c, err := o.h.begin(&o.lf, stderr)
 	if err != nil {
 		return err
 	}
-	c := &closer{log: log}
 	defer c.close()
 	var rdb redis.UniversalClient
 	var dials *dialWatch
