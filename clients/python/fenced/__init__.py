@@ -452,7 +452,8 @@ class Client:
 
     def try_acquire(self, name: str, ttl_ms: Optional[int] = None,
                     holder: Optional[str] = None, owner: Optional[str] = None) -> Optional["Lease"]:
-        """One attempt to take the lock: a Lease, or None if another holder has it.
+        """One attempt to take the lock: a Lease, or None if another holder
+        has it (or the grant came with no validity left, see acquire).
         ttl_ms None means the server's default TTL (30 s unless configured);
         holder and owner as in acquire. One attempt takes a free lock
         whoever waits, so it takes no unfair. Its request carries a waiter
@@ -471,8 +472,12 @@ class Client:
         to release it or for its lease to expire; a wait longer than the
         server's --max-wait (60 s by default) goes in several requests, one
         place in the queue. Raises HeldError if it is still held then.
-        ttl_ms None means the server's default TTL. The granted TTL may be
-        longer (etcd leases are whole seconds): see Lease.ttl_ms.
+        A grant answered after its TTL ran out (no validity left: a slow
+        proxy, a pause of this process) is released at once and not
+        acquired: the call waits on if time is left, else raises HeldError
+        saying so (docs/design.md, defect 117). ttl_ms None means the
+        server's default TTL. The granted TTL may be longer (etcd leases
+        are whole seconds): see Lease.ttl_ms.
 
         holder (API field holder; default None: not reentrant) makes the
         acquisition reentrant: an acquire by the holder that holds the lock
@@ -732,7 +737,10 @@ class Client:
         body["waiter"] = secrets.token_hex(16)
         if wait_ms <= 0:
             doc = self._call("POST", name, action, body, kind=kind, sent=sent, resend_lost=True)
-            return Lease(self, doc, sent[-1])
+            lease = self._granted(doc, sent[-1])
+            if lease is None:
+                raise _no_validity(name)
+            return lease
         fair = not body.get("unfair")
         end = time.monotonic() + wait_ms / 1000.0
         backoff = _MIN_HELD_BACKOFF
@@ -772,7 +780,33 @@ class Client:
                 continue
             # The validity runs from the request that answered: a grant
             # found again is extended to ttl_ms by that request.
-            return Lease(self, doc, sent[-1])
+            lease = self._granted(doc, sent[-1])
+            if lease is not None:
+                return lease
+            if time.monotonic() >= end:
+                raise _no_validity(name)
+            # Released: wait on for the time left, as the Go client does.
+
+    def _granted(self, doc: dict[str, Any], started: float) -> Optional["Lease"]:
+        """The Lease of the grant doc, answered to a request sent at
+        started; None if it came with no validity left (answered slower
+        than its TTL: a slow proxy, a pause of this process). The server
+        may have freed such a lock already, or will any moment: a caller
+        acting on it could overlap the next holder, and one that did not
+        would leave it held until its TTL. So it is released at once,
+        best effort (bounded to about 1 s; errors ignored: it expires
+        anyway), and not acquired, as the Go client does (docs/design.md,
+        defect 117). A reentrant holder's grant added one hold, which this
+        release takes off."""
+        lease = Lease(self, doc, started)
+        if time.monotonic() < lease.deadline:
+            return lease
+        try:
+            body = {"lease_id": lease.lease_id, "release_id": secrets.token_hex(16)}
+            self._call("POST", lease.name, "/release", body, timeout=min(1.0, self.timeout), retries=0)
+        except Exception as e:  # best effort: it expires anyway
+            _log.debug("fenced: release of %r granted with no validity left failed: %s", lease.name, e)
+        return None
 
     # -- HTTP --------------------------------------------------------------
 
@@ -976,6 +1010,14 @@ _LOST_ANSWER = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
                 http.client.RemoteDisconnected, http.client.IncompleteRead)
 
 
+def _no_validity(name: str) -> HeldError:
+    """Not acquired: the grant came with no validity left, and was released
+    (Client._granted): raised as a lock still held is, so try_acquire
+    returns None (docs/design.md, defect 117)."""
+    return HeldError(f"{name!r}: granted with no validity left (answered after its TTL ran out): "
+                     "released, not acquired", 0)
+
+
 def _with_wait(path: str, wait_ms: int) -> str:
     """path with its query's wait_ms set to wait_ms."""
     u = urllib.parse.urlsplit(path)
@@ -1018,6 +1060,22 @@ def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
     if isinstance(err.get("max_wait_ms"), int):
         e.max_wait_ms = err["max_wait_ms"]
     return e
+
+
+def _maybe_applied(e: BaseException) -> bool:
+    """Whether a refresh or release that failed with e may have been
+    applied all the same. Not when fenced itself refused it: a 4xx answer
+    with an API error code (held, out_of_order, invalid_argument, ...), or
+    the client's own refusal before sending (status 0 with a code); lost
+    is the caller's to handle. Anything else may have come after fenced
+    applied it: no answer, any 5xx, a 4xx without an API error code (a
+    proxy's page), an answer that is not JSON (even a 200), or an
+    exception that is not the API's (docs/design.md, defect 114)."""
+    if not isinstance(e, FencedError):
+        return True
+    if isinstance(e, LostError):
+        return False
+    return not (e.code is not None and (e.status == 0 or 400 <= e.status < 500))
 
 
 # ---------------------------------------------------------------------------
@@ -1063,6 +1121,11 @@ class Lease:
         # from there (a wait longer than the TTL must not void the grant).
         started += max(0, int(doc.get("waited_ms", 0))) / 1000.0
         self._deadline = started + max(0.0, validity(self.ttl_ms, started, started))
+        # One release() at a time: a second waits for the one in progress,
+        # then returns if it released the lease, or sends again if it
+        # failed (the lease maybe still held), as the Go client's Release
+        # (docs/design.md, defect 118).
+        self._releasing = threading.Lock()
         self._released = False  # a release was begun (or done); reset if it failed
         # Drawn by the first release(), sent by every one and by their
         # resends: a release sent again takes off no second hold of a lock
@@ -1125,10 +1188,14 @@ class Lease:
         answered after the validity the refresh granted, or after the
         keep-alive saw the validity run out.
 
-        A refresh that fails without an answer (TransportError) or with
-        UnavailableError may have been applied all the same: the validity
-        then ends no later than this refresh would have made it end, so a
-        shorter ttl_ms that failed shortens it too.
+        A refresh that fails other than by fenced's own refusal (a 4xx
+        with an API error code, such as HeldError or OutOfOrderError) may
+        have been applied all the same: no answer (TransportError), any
+        5xx (UnavailableError, a proxy's 502 or 504), a 4xx page without
+        an API error code, an answer that is not JSON. The validity then
+        ends no later than this refresh would have made it end, so a
+        shorter ttl_ms that failed shortens it too (docs/design.md, defect
+        114).
 
         Each refresh carries a seq (next_refresh_seq), the same in the
         client's own resends of it: one that reaches fenced after a later
@@ -1146,12 +1213,22 @@ class Lease:
 
     def _refresh(self, ttl_ms: Optional[int], retries: Optional[int], current_ttl: bool = False,
                  half: bool = False) -> None:
-        with self._refreshing:
-            if current_ttl:  # read once the refresh before is done: it may have changed it
-                ttl_ms = self.ttl_ms
-            self._refresh_one(ttl_ms, retries, half)
+        # A loss this refresh finds is recorded under _refreshing, and
+        # on_lost called once it is let go: an on_lost that calls release()
+        # joins a keep-alive that may be waiting for _refreshing, and both
+        # would hang (docs/design.md, defect 116).
+        found: list[FencedError] = []
+        try:
+            with self._refreshing:
+                if current_ttl:  # read once the refresh before is done: it may have changed it
+                    ttl_ms = self.ttl_ms
+                self._refresh_one(ttl_ms, retries, half, found)
+        finally:
+            for err in found:
+                self._notify_lost(err)
 
-    def _refresh_one(self, ttl_ms: Optional[int], retries: Optional[int], half: bool = False) -> None:
+    def _refresh_one(self, ttl_ms: Optional[int], retries: Optional[int], half: bool,
+                     found: list[FencedError]) -> None:
         started = time.monotonic()
         # A lease lost, released or out of validity stays so: a refresh
         # that the server still answers does not make it held again.
@@ -1161,7 +1238,7 @@ class Lease:
             raise LostError(f"lease of {self.name!r} was released: it no longer holds the lock", 0)
         if started >= self.deadline:
             err = LostError(f"lease of {self.name!r} ran out of validity before this refresh", 0)
-            self._signal_lost(err)
+            self._lose(err, found)
             raise err
 
         def send(body: dict[str, Any]) -> dict[str, Any]:
@@ -1200,22 +1277,22 @@ class Lease:
                 del body["seq"]
                 doc = send(body)
         except LostError as e:
-            self._signal_lost(e)
+            self._lose(e, found)
             raise
         except Exception as e:
-            # No answer, or the server's store failed: the refresh may have
-            # been applied, and a shorter TTL then ends the lease sooner
-            # there. A refusal (another 4xx, out_of_order too) was not
-            # applied, and leaves the validity as it was.
-            maybe_applied = not isinstance(e, FencedError) or isinstance(e, (UnavailableError, TransportError))
-            if maybe_applied and ttl_ms is not None:
+            # No answer, a 5xx, a proxy's page: the refresh may have been
+            # applied, and a shorter TTL then ends the lease sooner there
+            # (defect 100). Only fenced's own refusal (a 4xx with an API
+            # error code, out_of_order too) was not applied, and leaves the
+            # validity as it was (docs/design.md, defect 114).
+            if _maybe_applied(e) and ttl_ms is not None:
                 with self._mu:
                     self._deadline = min(self._deadline, started + validity(ttl_ms, started, started))
                 self._wake.set()  # the keep-alive sees the deadline
             raise
         if doc.get("token") != self.token:  # a lease's token never changes
             err = LostError(f"refresh of {self.name!r} answered token {doc.get('token')}, not {self.token}", 0)
-            self._signal_lost(err)
+            self._lose(err, found)
             raise err
         with self._mu:
             self.ttl_ms = doc["ttl_ms"]
@@ -1226,7 +1303,7 @@ class Lease:
         if time.monotonic() >= deadline:
             # Answered later than the validity it granted: the lease may be
             # gone already, as if the refresh had not come.
-            self._signal_lost(LostError(f"refresh of {self.name!r} answered after the validity it granted ran out", 0))
+            self._lose(LostError(f"refresh of {self.name!r} answered after the validity it granted ran out", 0), found)
         if self.lost.is_set():
             # Lost while the refresh was on its way (the keep-alive saw the
             # validity run out first): lost is set once and stays.
@@ -1238,11 +1315,23 @@ class Lease:
         nothing. Raises LostError if the lease was no longer held (it
         expired or was taken over: writes with its token may have been
         rejected). Any other error (TransportError, UnavailableError after
-        the client's retries, ...) leaves the lease maybe still held:
-        calling release() again sends the release again, which is safe: it
-        carries the same release_id (drawn once per lease), so a lock held
-        more than once by its holder loses one hold, not two."""
-        self.stop_keep_alive()
+        the client's retries, a proxy's 502, ...) leaves the lease maybe
+        still held: calling release() again sends the release again, which
+        is safe: it carries the same release_id (drawn once per lease), so
+        a lock held more than once by its holder loses one hold, not two.
+        Only one release() runs at a time: one called while another is in
+        progress waits for it, then returns if it released the lease, or
+        sends again if it failed (docs/design.md, defect 118)."""
+        self.stop_keep_alive()  # not under _releasing: an on_lost of the keep-alive may call release()
+        found: list[FencedError] = []
+        try:
+            with self._releasing:
+                self._release_one(found)
+        finally:
+            for err in found:  # once _releasing is let go: on_lost may call release() (defect 116)
+                self._notify_lost(err)
+
+    def _release_one(self, found: list[FencedError]) -> None:
         with self._mu:
             if self._released:
                 return
@@ -1258,24 +1347,25 @@ class Lease:
         try:
             self._client._release(self.name, self.lease_id, release_id, sent)
         except LostError as e:
-            # Sent again after an attempt that got no answer (or a 503),
-            # by this call or an earlier one, and answered before the
-            # deadline: released, by that attempt. Another fenced node
+            # Sent again after an attempt that got no answer (or a 5xx, a
+            # proxy's page: maybe applied), by this call or an earlier one,
+            # and answered before the deadline: released, by that
+            # attempt. Another fenced node
             # behind the same URL knows nothing of it (with leases in etcd,
             # each remembers its own releases), and before its deadline
             # nothing but a release or a force-release takes a lease away
             # (docs/design.md, defect 97).
             if not ((len(sent) > 1 or self._unanswered) and time.monotonic() < self.deadline):
-                self._signal_lost(e)
+                self._lose(e, found)
                 raise
-        except (TransportError, UnavailableError):
+        except BaseException as e:
             with self._mu:
                 self._released = False  # maybe still held: a later release() sends again
-                self._unanswered = True  # and maybe released: see LostError above
-            raise
-        except BaseException:
-            with self._mu:
-                self._released = False
+                if _maybe_applied(e):
+                    # And maybe released (no answer, a 5xx, a proxy's page
+                    # after fenced released it): see LostError above
+                    # (docs/design.md, defect 114).
+                    self._unanswered = True
             raise
         self._release_done = True
         if lost_before is not None:
@@ -1297,13 +1387,17 @@ class Lease:
     def keep_alive(self, on_lost: Optional[Callable[["Lease", FencedError], None]] = None) -> None:
         """Refresh the lease every ttl/3 in a daemon thread of its own, with
         the TTL it was granted. A refresh that answers lost, or a validity
-        that runs out without a successful refresh (retryable errors and
-        OutOfOrderError are retried until then, but never later than a
-        third of the validity left), sets lost and calls on_lost(lease,
-        error) once, from the keep-alive thread; an on_lost that raises is
-        logged (logger "fenced"). The first refresh is a third of the TTL
-        after the grant (or the latest refresh), however late the keep-alive
-        starts: at once if that is past. A refresh() meanwhile counts: the next
+        that runs out without a successful refresh, sets lost and calls
+        on_lost(lease, error) once, from the thread that found the loss
+        (the keep-alive's, or a refresh() or release() caller's), with none
+        of the lease's locks held: on_lost may call release(). Every other
+        error (a 503, a proxy's 502, a 401 while fenced reloads its token
+        file, OutOfOrderError, ...) is retried until then, after its
+        Retry-After or ttl/30, but never later than a third of the
+        validity left (docs/design.md, defects 115 and 116). An on_lost
+        that raises is logged (logger "fenced"). The first refresh is a
+        third of the TTL after the grant (or the latest refresh), however
+        late the keep-alive starts: at once if that is past. A refresh() meanwhile counts: the next
         refresh is a third of its TTL after it.
         release() or stop_keep_alive() stops the thread and waits for it."""
         with self._mu:
@@ -1338,6 +1432,7 @@ class Lease:
             # refreshes at once, rather than sleep past the validity.
             seen = self._refreshes
             next_refresh = self._refreshed + self.ttl_ms / 3000.0
+        last_err: Optional[BaseException] = None  # of the latest refresh, if it failed
         while True:
             with self._mu:
                 if self._refreshes != seen:
@@ -1360,34 +1455,58 @@ class Lease:
                 deadline = self._deadline
             now = time.monotonic()
             if now >= deadline:
-                self._signal_lost(LostError(f"lease of {self.name!r}: no successful refresh before its validity ran out", 0))
+                why = f" (last refresh: {last_err})" if last_err is not None else ""
+                self._signal_lost(LostError(f"lease of {self.name!r}: no successful refresh before its validity "
+                                            f"ran out{why}", 0))
                 return
             if now < next_refresh:
                 continue
             try:
                 self._refresh(None, 0, current_ttl=True, half=True)  # this loop retries, within the validity
+                last_err = None
             except LostError:
                 return  # refresh signalled it
-            except FencedError as e:
-                # Out of order: not applied, but the lease is still held (a
-                # later refresh of its lease id was): refresh again, with a
-                # higher seq, within the validity as after a 503.
-                if not e.retryable and not isinstance(e, OutOfOrderError):
-                    self._signal_lost(LostError(f"lease of {self.name!r}: refresh failed: {e}", e.status))
-                    return
+            except Exception as e:
+                # Any answer but lost leaves the lease held as far as
+                # anyone knows: a proxy's 502 or 504, a 500, a 401 or 403
+                # while fenced reloads its token file, a page that is not
+                # JSON, out_of_order (a later refresh of its lease id was
+                # applied)... Refresh again, with a higher seq, within the
+                # validity, as the Go client's keep-alive does: the lease
+                # is lost only when a refresh answers lost or the validity
+                # runs out (docs/design.md, defect 115).
+                last_err = e
                 # Retry soon, but not in a busy loop, and well within the
                 # validity left: fenced's Retry-After (1 s) would outlast a
                 # short lease. The deadline still rules.
-                pause = e.retry_after if e.retry_after is not None else max(0.01, self.ttl_ms / 30000.0)
+                retry_after = getattr(e, "retry_after", None)
+                pause = retry_after if retry_after is not None else max(0.01, self.ttl_ms / 30000.0)
                 pause = min(pause, max(0.01, (self.deadline - time.monotonic()) / 3))
                 next_refresh = time.monotonic() + pause
 
-    def _signal_lost(self, err: FencedError) -> None:
+    def _lose(self, err: FencedError, found: list[FencedError]) -> None:
+        """Set lost for err, once; if this call set it, append err to found,
+        for the caller to pass to _notify_lost once it holds no lock."""
         with self._mu:
             if self.lost.is_set():
                 return
             self.lost_reason = err
             self.lost.set()
+        found.append(err)
+
+    def _signal_lost(self, err: FencedError) -> None:
+        """Set lost for err and call on_lost, once: only from a thread that
+        holds none of the lease's locks (see _lose)."""
+        found: list[FencedError] = []
+        self._lose(err, found)
+        for e in found:
+            self._notify_lost(e)
+
+    def _notify_lost(self, err: FencedError) -> None:
+        """Call on_lost for the loss err, which _lose recorded: never under
+        _refreshing, _releasing or _mu, so that on_lost may call release()
+        or refresh() (docs/design.md, defect 116)."""
+        with self._mu:
             cb = self._on_lost
         if cb is not None:
             try:

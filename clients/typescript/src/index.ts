@@ -588,7 +588,8 @@ export class Client {
    * it. It takes a free lock whoever waits, so it takes no unfair. Its
    * request carries a waiter with no place in the queue: one whose answer
    * was lost is sent again, up to `retries` times, and gets the grant the
-   * first one made (the same lease id and token).
+   * first one made (the same lease id and token). A grant answered after
+   * its validity ran out is released and counts as none: null.
    */
   async tryAcquire(name: string, options: Omit<AcquireOptions, "waitMs" | "unfair"> = {}): Promise<Lease | null> {
     try {
@@ -602,7 +603,10 @@ export class Client {
   /**
    * Take the lock, waiting up to waitMs (default 30 s) for the holder to
    * release it or for its lease to expire. Rejects with HeldError if it is
-   * still held then.
+   * still held then. A grant answered after its validity ran out (a slow
+   * proxy, a blocked event loop) is released at once and is no grant: the
+   * call goes on waiting while waitMs has time left, else rejects with
+   * HeldError saying so (docs/design.md, defect 117).
    *
    * The request carries a waiter (32 hex digits, new for each call; a place
    * in the queue when the call waits and is fair), and a request whose
@@ -661,8 +665,8 @@ export class Client {
    * lead; rejects with HeldError if another still leads then. The Lease is
    * the leadership: its token is the term, to send with every write;
    * release() resigns. The server must keep its leases in etcd (on Redis
-   * leases: InvalidArgumentError). A waiter and a lost answer are handled
-   * as in acquire.
+   * leases: InvalidArgumentError). A waiter, a lost answer and a grant
+   * with no validity left are handled as in acquire.
    */
   async elect(name: string, options: ElectOptions = {}): Promise<Lease> {
     const waitMs = checkWait(options.waitMs ?? 30_000);
@@ -698,7 +702,9 @@ export class Client {
     const onSend = () => (started = performance.now());
     if (waitMs <= 0) {
       const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs, signal, onSend, resendLost: true }, kind);
-      return new Lease(this, doc, started);
+      const lease = await this.#adopt(doc, started);
+      if (lease) return lease;
+      throw noValidity(name, action);
     }
     const fair = body.unfair !== true;
     const end = performance.now() + waitMs;
@@ -720,7 +726,10 @@ export class Client {
           waitEnd: performance.now() + askMs,
           onSend,
         }, kind);
-        return new Lease(this, doc, started);
+        const lease = await this.#adopt(doc, started);
+        if (lease) return lease;
+        if (performance.now() >= end) throw noValidity(name, action);
+        continue; // released: the next request, in what is left of the wait
       } catch (e) {
         if (e instanceof InvalidArgumentError && e.field === "wait_ms" && e.maxWaitMs && e.maxWaitMs < askMs) {
           this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
@@ -739,6 +748,23 @@ export class Client {
         if (performance.now() >= end) throw e; // it ended in the back-off
       }
     }
+  }
+
+  /**
+   * The Lease of a grant, or undefined if its answer came after its
+   * validity ran out (a slow proxy, a pause, a blocked event loop): such a
+   * lease may be gone at the server already, and a caller handed it could
+   * act on a lock another holds. It is released at once (the Go client's
+   * adopt does the same), best effort and within about a second, its
+   * errors ignored: the lease expires anyway, releasing only frees it
+   * sooner (docs/design.md, defect 117).
+   */
+  async #adopt(doc: Record<string, unknown>, started: number): Promise<Lease | undefined> {
+    const lease = new Lease(this, doc, started);
+    if (performance.now() < lease.deadline) return lease;
+    const body = { lease_id: lease.leaseID, release_id: randomBytes(16).toString("hex") };
+    await this.call("POST", lease.name, "/release", body, { timeoutMs: 1000, retries: 0 }).catch(() => {});
+    return undefined;
   }
 
   /** elect, then keepAlive: lease.signal aborts if leadership is lost. Release (resign) when done. */
@@ -1022,6 +1048,12 @@ export class Client {
   }
 }
 
+/** The HeldError of an acquire or campaign whose grant came with no validity left, released by Client.#adopt (docs/design.md, defect 117). */
+function noValidity(name: string, action: "/acquire" | "/campaign"): HeldError {
+  const verb = action === "/acquire" ? "acquire" : "campaign";
+  return new HeldError(`${verb} ${JSON.stringify(name)}: the grant came with no validity left (answered after its TTL ran out); released it, not acquired`, 0);
+}
+
 /** The pauses between the requests of a wait after a 409 that came well before the wait asked for: doubled each time, as the Go client's. */
 const MIN_HELD_BACKOFF_MS = 50;
 const MAX_HELD_BACKOFF_MS = 1000;
@@ -1053,6 +1085,25 @@ function answerLost(e: TransportError): boolean {
     cause = (cause as { cause?: unknown }).cause;
   }
   return false;
+}
+
+/**
+ * Whether a refresh or release that failed with e may have been applied by
+ * fenced all the same. Not applied: a refusal by fenced itself, an HTTP 4xx
+ * answer with an API error code (HeldError, OutOfOrderError,
+ * InvalidArgumentError, …; LostError is the caller's to handle), or an
+ * error the client raised before sending (status 0, not a TransportError).
+ * Anything else may have been: no answer, any 5xx, and an answer that is
+ * not fenced's (a proxy's 502 or 504 page, a 4xx page without a code, a
+ * body that is not JSON, even with 200) may come after fenced applied it,
+ * as the Go client counts every failure but lost (docs/design.md, defect
+ * 114).
+ */
+function maybeApplied(e: unknown): boolean {
+  if (!(e instanceof FencedError)) return true; // the call's abort, or a fault on the way: perhaps sent
+  if (e instanceof TransportError) return true;
+  if (e.status === 0) return false; // refused by the client itself: nothing was sent
+  return !(e.status >= 400 && e.status < 500 && e.code !== undefined);
 }
 
 function apiError(status: number, headers: Headers, text: string): FencedError {
@@ -1115,11 +1166,13 @@ export class Lease {
   #ttlMs: number;
   #deadline: number;
   #refreshing: Promise<void> = Promise.resolve();
+  /** The releases begun, one after another: each release() runs after the one before it settled. */
+  #releasing: Promise<void> = Promise.resolve();
   /** A release was begun (or done); reset if it failed. */
   #released = false;
   /** The server released it: no longer held. */
   #releaseDone = false;
-  /** A release got no answer (or a 503): it may have been applied. */
+  /** A release failed in a way that may have been applied (maybeApplied: no answer, a 5xx, a proxy's page). */
   #unanswered = false;
   /**
    * Drawn by the first release(), sent by every one and by their resends: a
@@ -1209,10 +1262,13 @@ export class Lease {
    * after the validity the refresh granted, or after the keep-alive saw the
    * validity run out.
    *
-   * A refresh that fails without an answer (TransportError) or with
-   * UnavailableError may have been applied all the same: the validity then
-   * ends no later than this refresh would have made it end, so a shorter
-   * ttlMs that failed shortens it too.
+   * A refresh that fails otherwise than by fenced's refusal (a 4xx with
+   * its error code: HeldError, OutOfOrderError, …) may have been applied
+   * all the same: no answer (TransportError), a 5xx (UnavailableError, a
+   * proxy's 502 or 504), a 4xx page without a code, an answer that is not
+   * JSON (docs/design.md, defect 114). The validity then ends no later
+   * than this refresh would have made it end, so a shorter ttlMs that
+   * failed shortens it too.
    *
    * Each refresh carries a sequence number (nextRefreshSeq()), the same in
    * its resends, so that fenced never applies it after a later one: one
@@ -1284,12 +1340,11 @@ export class Lease {
       }
     } catch (e) {
       if (e instanceof LostError) this.#signalLost(e);
-      // No answer, or the server's store failed: the refresh may have been
-      // applied, and a shorter TTL then ends the lease sooner there. A
-      // refusal (another 4xx, out_of_order too: a later refresh was applied
-      // instead) was not applied.
-      const maybeApplied = !(e instanceof FencedError) || e instanceof UnavailableError || e instanceof TransportError;
-      if (maybeApplied && ttlMs !== undefined) {
+      // No answer, a 5xx or an answer not fenced's: the refresh may have
+      // been applied, and a shorter TTL then ends the lease sooner there
+      // (docs/design.md, defect 114). A refusal by fenced (a 4xx with its
+      // code, out_of_order too: a later refresh was applied instead) was not.
+      else if (maybeApplied(e) && ttlMs !== undefined) {
         this.#deadline = Math.min(this.#deadline, started + validityMs(ttlMs, started, started));
         this.#wakeKeepAlive?.(); // it sees the deadline
       }
@@ -1320,14 +1375,25 @@ export class Lease {
    * check() throws after it. Calling it again once it succeeded does
    * nothing. Rejects with LostError if the lease was no longer held. Any
    * other error (TransportError, UnavailableError after the client's
-   * retries, …) leaves the lease maybe still held: calling release() again
-   * sends the release again, which is safe: it carries the same release_id
-   * (drawn once per lease), so a lock held more than once by its holder
-   * loses one hold, not two.
+   * retries, a proxy's 502, …) leaves the lease maybe still held: calling
+   * release() again sends the release again, which is safe: it carries the
+   * same release_id (drawn once per lease), so a lock held more than once
+   * by its holder loses one hold, not two. Releases run one at a time, as
+   * the Go client's: a release() called while one is in flight waits for
+   * it, then resolves if it succeeded or sends again if it failed
+   * (docs/design.md, defect 118).
    */
-  async release(): Promise<void> {
+  release(): Promise<void> {
+    // Not "begun, so done": a second call resolved at once while the first
+    // could still fail and leave the lock held (defect 118).
+    const run = this.#releasing.then(() => this.#release());
+    this.#releasing = run.catch(() => {});
+    return run;
+  }
+
+  async #release(): Promise<void> {
     await this.stopKeepAlive();
-    if (this.#released) return;
+    if (this.#released) return; // the release before this one succeeded (or found the lease lost)
     this.#released = true;
     // Lost before: writes under it may have overlapped another holder's, so
     // say so even though the server answers a release of an already
@@ -1350,8 +1416,9 @@ export class Lease {
         if (e instanceof LostError) this.#signalLost(e);
         else {
           this.#released = false; // maybe still held: a later release() sends again
-          // and maybe released: see above
-          if (e instanceof TransportError || e instanceof UnavailableError) this.#unanswered = true;
+          // and maybe released: see above. Any failure but a refusal by
+          // fenced, a proxy's 502 too (docs/design.md, defect 114).
+          if (maybeApplied(e)) this.#unanswered = true;
         }
         throw e;
       }
@@ -1366,12 +1433,14 @@ export class Lease {
    * the next refresh forward). The first refresh is a third of the TTL
    * after the grant (or the latest refresh), however late keepAlive() is
    * called: at once if that is past. A refresh that answers lost, or a
-   * validity that runs out without a successful refresh (retryable errors
-   * are retried until then), aborts signal, resolves lost and calls onLost
-   * once. An onLost that throws is reported with console.error and
-   * otherwise ignored. An out_of_order answer (another holder of the lease
-   * refreshed it later) is retried as a retryable error is: it loses
-   * nothing. release() or stopKeepAlive() stops it.
+   * validity that runs out without a successful refresh, aborts signal,
+   * resolves lost and calls onLost once. Every other error (a 503, no
+   * answer, a proxy's 502 page, a 401 while fenced reloads its tokens, an
+   * out_of_order answer: another holder of the lease refreshed it later,
+   * …) loses nothing: it is retried soon, within the validity left, as the
+   * Go client's keep-alive does (docs/design.md, defect 115). An onLost
+   * that throws is reported with console.error and otherwise ignored.
+   * release() or stopKeepAlive() stops it.
    */
   keepAlive(options: { onLost?: (lease: Lease, err: LostError) => void } = {}): void {
     if (this.#loop) throw new Error("keepAlive: already running");
@@ -1427,19 +1496,20 @@ export class Lease {
         await this.#oneAtATime(() => this.#refresh(this.#ttlMs, { retries: 0, signal: stop }, true)); // this loop retries, within the validity
       } catch (e) {
         if (stop.aborted || e instanceof LostError) return;
-        // Out of order: not applied, the lease still held. The next
-        // refresh, with a higher seq, is applied.
-        if ((e instanceof FencedError && e.retryable) || e instanceof OutOfOrderError) {
-          // Retry soon, but not in a busy loop, and well within the validity
-          // left: fenced's Retry-After (1 s) would outlast a short lease.
-          // The deadline still rules.
-          const pause = Math.min(e.retryAfterMs ?? Math.max(10, this.#ttlMs / 30), Math.max(10, (this.#deadline - performance.now()) / 3));
-          next = performance.now() + pause;
-          continue;
-        }
-        const status = e instanceof FencedError ? e.status : 0;
-        this.#signalLost(new LostError(`lease of ${JSON.stringify(this.name)}: refresh failed: ${String(e)}`, status, undefined, undefined, { cause: e }));
-        return;
+        // Any other error is retried until the deadline, as the Go
+        // client's keep-alive does: a proxy's 502 or 504, a 500, a 401 or
+        // 403 while fenced reloads its token file, a 404 or a page that is
+        // not JSON lost the lease at once (docs/design.md, defect 115).
+        // Only a lost answer or the validity's end loses it. Out of order:
+        // not applied, the lease still held; the next refresh, with a
+        // higher seq, is applied.
+        // Retry soon, but not in a busy loop, and well within the validity
+        // left: fenced's Retry-After (1 s) would outlast a short lease.
+        // The deadline still rules.
+        const retryAfterMs = e instanceof FencedError ? e.retryAfterMs : undefined;
+        const pause = Math.min(retryAfterMs ?? Math.max(10, this.#ttlMs / 30), Math.max(10, (this.#deadline - performance.now()) / 3));
+        next = performance.now() + pause;
+        continue;
       }
     }
   }

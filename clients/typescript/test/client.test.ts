@@ -133,7 +133,12 @@ async function startCuttingProxy(
  * "out_of_order" answers 409 out_of_order itself, as fenced does to a
  * refresh after one with a higher seq; "unknown_seq" answers 400
  * invalid_argument itself, as a fenced older than seq does to a body with
- * seq (OLD_SERVER_SEQ_REFUSAL); "drop"
+ * seq (OLD_SERVER_SEQ_REFUSAL); "401" answers 401 unauthenticated
+ * itself, as fenced does while it reloads its token file; "page404"
+ * answers a 404 HTML page itself, as a misrouting proxy does (no API error
+ * code); "502" and "200html" forward, discard fenced's answer and answer a
+ * text/html page with that status, as a proxy in front of fenced may
+ * (fenced acted, the client cannot tell: docs/design.md, defect 114); "drop"
  * destroys the connection without forwarding (fenced never sees it); "cut"
  * forwards, then destroys the connection instead of answering (fenced
  * acted, the client never hears); "late" forwards, then holds the answer
@@ -183,6 +188,16 @@ async function startScriptedProxy(target: string, script: Record<string, string[
       res.end('{"error":{"code":"out_of_order","message":"injected by the proxy"}}');
       return;
     }
+    if (action === "401") {
+      res.writeHead(401, { "Content-Type": "application/json" });
+      res.end('{"error":{"code":"unauthenticated","message":"injected by the proxy"}}');
+      return;
+    }
+    if (action === "page404") {
+      res.writeHead(404, { "Content-Type": "text/html" });
+      res.end("<html><body><h1>404 Not Found</h1>injected by the proxy</body></html>");
+      return;
+    }
     if (action === "unknown_seq") {
       res.writeHead(400, { "Content-Type": "application/json" });
       res.end(OLD_SERVER_SEQ_REFUSAL);
@@ -201,6 +216,11 @@ async function startScriptedProxy(target: string, script: Record<string, string[
       return;
     }
     if (action === "late") await late;
+    if (action === "502" || action === "200html") {
+      res.writeHead(action === "502" ? 502 : 200, { "Content-Type": "text/html" });
+      res.end(`<html><body><h1>${action === "502" ? "502 Bad Gateway" : "Welcome"}</h1>injected by the proxy</body></html>`);
+      return;
+    }
     res.writeHead(up.status, { "Content-Type": up.headers.get("Content-Type") ?? "application/json" });
     res.end(text);
   });
@@ -1108,6 +1128,152 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("counts a refresh or release answered by a proxy's page as maybe applied", async () => {
+    // A proxy in front of fenced forwards the request, fenced applies it,
+    // and the client gets a 502 page, a 404 page (no API error code) or a
+    // 200 that is not JSON. Only TransportError and UnavailableError
+    // counted as maybe applied: a shorter refresh answered so left the
+    // validity at its old 30 s (before: it outlasted the refresh to 200 ms
+    // by 29.4 s, while fenced freed the lock), and a release answered 502,
+    // then 410 when sent again, rejected with LostError ("injected by the
+    // proxy") though the first had released it. Now everything but fenced's own
+    // refusal (a 4xx with its code) may have been applied (docs/design.md,
+    // defect 114).
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["502", "page404", "200html"], "/release": ["502", "410"] });
+    try {
+      const c = new Client(proxy.url, { bearerToken: bearer, retries: 0 });
+      for (const [action, status] of [["502", 502], ["page404", 404], ["200html", 200]] as const) {
+        const name = unique();
+        const lease = await c.acquire(name, { ttlMs: 30_000, waitMs: 0 });
+        const started = performance.now();
+        await assert.rejects(lease.refresh(200), (e: unknown) => e instanceof FencedError && e.status === status && e.code === undefined);
+        assert.ok(lease.deadline <= started + 200, `${action}: the validity outlasts the shorter refresh by ${lease.deadline - started - 200} ms`);
+        assert.equal(lease.signal.aborted, false, `${action}: lost`);
+        await client.releaseID(name, lease.leaseID); // directly, not through the proxy
+      }
+      assert.deepEqual(proxy.actions("/refresh"), ["502", "page404", "200html"]);
+      const name = unique();
+      const lease = await c.acquire(name, { ttlMs: 30_000, waitMs: 0 });
+      await assert.rejects(lease.release(), (e: unknown) => e instanceof FencedError && e.status === 502);
+      assert.equal((await client.inspect(name)).held, false, "fenced did not release it behind the 502");
+      await lease.release(); // 410: released by the first, before the deadline (defect 97)
+      assert.deepEqual(proxy.actions("/release"), ["502", "410"]);
+      assert.equal(lease.signal.aborted, false, "the lease was released, not lost");
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("keeps a lease alive through errors other than lost", async () => {
+    // The keep-alive declared the lease lost on the first error answer but
+    // 503 or out_of_order: before, it was lost at the proxy's 502, 220 ms
+    // into a 600 ms lease ("refresh failed: FencedError: HTTP 502, not an
+    // API error"). As the Go
+    // client's, it now retries every error but lost within the validity
+    // (docs/design.md, defect 115); the deadline still rules.
+    const script = ["502", "page404", "401", "200html"];
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": [...script] });
+    try {
+      const name = unique();
+      const lease = await new Client(proxy.url, { bearerToken: bearer }).lock(name, { ttlMs: 600 });
+      const err = await within(lease.lost, 1500);
+      assert.equal(err, "timeout", `lost: ${err === "timeout" ? "" : err.message}; ${JSON.stringify(proxy.seen())}`);
+      assert.deepEqual(proxy.actions("/refresh").slice(0, 5), [...script, "forward"]);
+      assert.equal((await client.inspect(name)).token, lease.token);
+      await lease.release();
+    } finally {
+      await proxy.close();
+    }
+    const pages = await startScriptedProxy(daemon.url, { "/refresh": Array(1000).fill("page404") });
+    try {
+      const lease = await new Client(pages.url, { bearerToken: bearer }).lock(unique(), { ttlMs: 300 });
+      const err = await within(lease.lost, 2000);
+      assert.ok(err instanceof LostError && /no successful refresh before its validity ran out/.test(err.message), `want lost at the deadline: ${String(err)}`);
+      assert.ok(pages.actions("/refresh").length > 1, "not retried");
+      await lease.release().catch(() => {});
+    } finally {
+      await pages.close();
+    }
+  });
+
+  it("releases a grant answered after its validity ran out, and does not hand it out", async () => {
+    // The answer to an acquire with ttlMs 300 comes after 300 ms (a slow
+    // proxy, a blocked event loop). Before, tryAcquire resolved to a Lease
+    // with validForMs() 0, not lost and not released, and a waiting
+    // acquire resolved to it too ("valid for 0 ms", nothing released).
+    // Now it is released at once and counts as
+    // no grant: tryAcquire resolves null, a wait with time left goes on
+    // (docs/design.md, defect 117).
+    for (const waitMs of [0, 5000]) {
+      const proxy = await startScriptedProxy(daemon.url, { "/acquire": ["late"] });
+      try {
+        const name = unique();
+        const c = new Client(proxy.url, { bearerToken: bearer });
+        const sent = performance.now();
+        const got = waitMs === 0 ? c.tryAcquire(name, { ttlMs: 300 }) : c.acquire(name, { ttlMs: 300, waitMs });
+        while (proxy.actions("/acquire").length === 0) await sleep(1); // granted by fenced, its answer held
+        await sleep(Math.max(0, sent + 300 - performance.now())); // past the TTL: only the clock to wait on
+        proxy.answerLate();
+        const lease = await got;
+        if (waitMs === 0) {
+          assert.equal(lease, null, `tryAcquire resolved to a lease valid for ${lease?.validForMs()} ms`);
+          assert.deepEqual(proxy.actions("/release"), ["forward"], "the grant with no validity left was not released");
+          assert.deepEqual(proxy.actions("/acquire"), ["late"]);
+          assert.equal((await client.inspect(name)).held, false);
+          const p2 = await startScriptedProxy(daemon.url, { "/acquire": ["late"] });
+          try {
+            const acquiring = new Client(p2.url, { bearerToken: bearer }).acquire(unique(), { ttlMs: 300, waitMs: 0 });
+            const sent2 = performance.now();
+            while (p2.actions("/acquire").length === 0) await sleep(1);
+            await sleep(Math.max(0, sent2 + 300 - performance.now())); // only the clock to wait on
+            p2.answerLate();
+            await assert.rejects(acquiring, (e: unknown) => e instanceof HeldError && /no validity left/.test(e.message));
+          } finally {
+            await p2.close();
+          }
+        } else {
+          assert.ok(lease && lease.validForMs() > 0, `the waiting acquire resolved to a lease valid for ${lease?.validForMs()} ms`);
+          assert.deepEqual(proxy.actions("/release"), ["forward"], "the grant with no validity left was not released");
+          assert.deepEqual(proxy.actions("/acquire"), ["late", "forward"]);
+          assert.equal((await client.inspect(name)).token, lease.token);
+          await lease.release();
+        }
+      } finally {
+        await proxy.close();
+      }
+    }
+  });
+
+  it("runs a second release() after the one in flight", async () => {
+    // release() called while a release is in flight resolved at once as if
+    // done: before, the second resolved before the first ("second,first")
+    // and sent nothing, though the first then failed (dropped): the lock
+    // stayed held. It now waits for the first, then sends again
+    // (the same release_id) if that failed (docs/design.md, defect 118).
+    const proxy = await startScriptedProxy(daemon.url, { "/release": ["drop"] });
+    try {
+      const c = new Client(proxy.url, { bearerToken: bearer, retries: 0 });
+      const name = unique();
+      const lease = await c.acquire(name, { ttlMs: 30_000, waitMs: 0 });
+      const first = lease.release();
+      const second = lease.release();
+      await assert.rejects(first, TransportError);
+      await second;
+      assert.deepEqual(proxy.actions("/release"), ["drop", "forward"], "the second release() sent nothing");
+      const [a, b] = proxy.bodies("/release");
+      assert.equal(a.release_id, b.release_id);
+      assert.equal((await client.inspect(name)).held, false);
+      // The first succeeds: the second resolves after it, sending nothing.
+      const other = await c.acquire(unique(), { ttlMs: 30_000, waitMs: 0 });
+      const order: string[] = [];
+      await Promise.all([other.release().then(() => order.push("first")), other.release().then(() => order.push("second"))]);
+      assert.deepEqual(order, ["first", "second"]);
+      assert.equal(proxy.actions("/release").length, 3);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   /** A lock held twice by one holder: c's Leases of the first hold and of the second (count 2, same lease). */
   async function heldTwice(c: Client): Promise<{ lease: Lease; second: Lease }> {
     const name = unique();
@@ -1356,6 +1522,34 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     assert.equal(lease.validForMs(), 0);
     assert.throws(() => lease.check(), (e: unknown) => e instanceof LostError && /released/.test(e.message));
     assert.equal(lease.signal.aborted, false); // released, not lost
+  });
+
+  it("lets onLost release the lease from inside a refresh", async () => {
+    // The Python client's on_lost ran while refresh() held its lock, and a
+    // release() there waited on the keep-alive, itself waiting for that
+    // lock: both hung (docs/design.md, defect 116). Here refreshes queue on
+    // a promise, and onLost is called synchronously, its release() a
+    // promise it cannot block on: the refresh that found the loss settles,
+    // the keep-alive's refresh queued behind it then finds the lease lost
+    // and ends, and the release goes on. This checks that it cannot hang.
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["hold"] });
+    try {
+      const name = unique();
+      let released: Promise<void> | undefined;
+      const c = new Client(proxy.url, { bearerToken: bearer, retries: 0 });
+      const lease = await c.lock(name, { ttlMs: 900, onLost: (l) => void (released = l.release()) });
+      const refreshed = lease.refresh().then(() => undefined, (e: unknown) => e); // held by the proxy
+      await client.releaseID(name, lease.leaseID); // behind its back: the held refresh will answer 410
+      await sleep(400); // past the keep-alive's refresh due at 300 ms, queued behind the held one: only the clock to wait on
+      await proxy.forwardHeld();
+      assert.ok((await refreshed) instanceof LostError);
+      assert.ok(released, "onLost was not called");
+      const out = await within(released.then(() => "resolved", (e: unknown) => e), 2000);
+      assert.notEqual(out, "timeout", "release() from onLost hung");
+      assert.deepEqual(proxy.actions("/refresh"), ["hold"], "the keep-alive sent a refresh of a lost lease");
+    } finally {
+      await proxy.close();
+    }
   });
 
   it("reports an onLost that throws, and goes on", async () => {
