@@ -167,9 +167,9 @@ func WithAnswerGrace(d time.Duration) Option {
 }
 
 // WithRetries sets how many times the client sends a request again after
-// every server failed it without deciding it: each answered 503, or could
-// not be reached, or (for a request that is safe to repeat) its answer was
-// lost. It pauses before each round: the server's Retry-After, at most 1s,
+// every server failed it without deciding it: each answered 503 (or
+// another 5xx, or a proxy's page: no decision), or could not be reached,
+// or (for a request that is safe to repeat) its answer was lost. It pauses before each round: the server's Retry-After, at most 1s,
 // else 100ms more each time, both with jitter; the context bounds it all.
 // This is what rides out a node draining or a backend failing over behind
 // a single URL (a load balancer), as the Python and TypeScript clients'
@@ -498,11 +498,22 @@ func (c *Client) refusedWait(err error, asked time.Duration) bool {
 }
 
 // unanswered reports whether a request failed without the server's
-// decision: it could not be sent, its answer was lost, or the server
-// answered 503 (a backend, or the server itself, briefly unavailable).
+// decision: it could not be sent, its answer was lost, or the answer was
+// not a decision (undecidedAnswer).
 func unanswered(err error) bool {
 	var ae *APIError
-	return !errors.As(err, &ae) || ae.Status == http.StatusServiceUnavailable
+	return !errors.As(err, &ae) || undecidedAnswer(ae)
+}
+
+// undecidedAnswer reports whether an error answer may not be fenced's decision:
+// a 503 (a backend, or the server itself, briefly unavailable; fenced
+// answers so too when its backend applied the request and then failed),
+// another 5xx, or an answer without an API error code (a proxy's 502 or
+// 504 page). Each may come after fenced acted on the request, as a lost
+// answer may, and is handled as one: a grant made for a waiter is found
+// again only by asking again (docs/design.md, defect 119).
+func undecidedAnswer(ae *APIError) bool {
+	return ae.Status >= 500 || ae.Code == ""
 }
 
 // adopt turns an acquire answer into a lock.Lease. A lease granted with no
@@ -664,21 +675,23 @@ const maxAnswer = 1 << 20
 // holds the lock by then, most often the waiter the first one woke.
 var errMaybeForced = errors.New("the request was sent and its answer lost, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now, and force-release with the holder's token (lock.IfToken), which is safe to send again")
 
-// errMaybeForced503 is errMaybeForced for a 503: the server may have
-// failed after its backend applied the force-release (a backend call that
-// timed out after it was done).
-var errMaybeForced503 = errors.New("the server answered 503, which it does too when its backend applied the request and then failed, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now, and force-release with the holder's token (lock.IfToken), which is safe to send again")
+// errMaybeForcedUndecided is errMaybeForced for an answer that is not a
+// decision (undecidedAnswer): the server may have failed after its backend
+// applied the force-release (a backend call that timed out after it was
+// done), or a proxy answered for it after it did.
+var errMaybeForcedUndecided = errors.New("the answer was a 503 or not fenced's own (another 5xx, a proxy's page), which can come after the request was applied, so it may have released the lock; it is not sent again, since a second one would release the next holder's lease: inspect the lock to see who holds it now, and force-release with the holder's token (lock.IfToken), which is safe to send again")
 
 // resend says when a request may be sent to the next server.
 type resend int
 
 const (
-	// resendAlways: after a 503 or any failure to get an answer. For
-	// requests that are safe to repeat.
+	// resendAlways: after a 503, any answer that is no decision
+	// (undecidedAnswer) or any failure to get an answer. For requests
+	// that are safe to repeat.
 	resendAlways resend = iota
 	// resendUnwritten: only when the request was not written to the
-	// connection; not after a 503, which a server may answer after its
-	// backend applied the request. For an unconditional force-release,
+	// connection; not after a 503 or another answer that is no decision,
+	// which may come after the request was applied. For an unconditional force-release,
 	// which sent twice deletes the next holder too.
 	resendUnwritten
 	// resendShared: as resendAlways, and each server but the last has
@@ -715,7 +728,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, mode 
 }
 
 // doNoting is do, and sets *unanswered (if not nil) when an attempt that
-// was sent got no answer or a 503, and so may have been applied, before
+// was sent got no answer or one that is no decision (undecidedAnswer), and
+// so may have been applied, before
 // the attempt that decided it.
 func (c *Client) doNoting(ctx context.Context, method, path string, in, out any, mode resend, unanswered *bool) error {
 	retries := c.retries
@@ -813,19 +827,19 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 		}
 		next := false
 		if errors.As(err, &ae) {
-			next = ae.Status == http.StatusServiceUnavailable && mode != resendUnwritten
+			next = undecidedAnswer(ae) && mode != resendUnwritten
 		} else {
 			next = !sent || mode != resendUnwritten
 		}
-		if unanswered != nil && sent && (ae == nil || ae.Status == http.StatusServiceUnavailable) {
+		if unanswered != nil && sent && (ae == nil || undecidedAnswer(ae)) {
 			*unanswered = true
 		}
 		if !next {
 			switch {
 			case sent && ae == nil:
 				err = fmt.Errorf("%w: %w", errMaybeForced, err)
-			case ae != nil && ae.Status == http.StatusServiceUnavailable:
-				err = fmt.Errorf("%w: %w", errMaybeForced503, err)
+			case ae != nil && undecidedAnswer(ae):
+				err = fmt.Errorf("%w: %w", errMaybeForcedUndecided, err)
 			}
 			return false, err
 		}

@@ -54,7 +54,12 @@
 // that share their Redis and etcd (as etcd's client takes its endpoints).
 // A request goes to the server that answered last; when that server cannot
 // be reached or answers 503 unavailable, the client moves to the next, and
-// stays there. Whether a request is sent again depends on what it does:
+// stays there. Another 5xx, or an answer that is not fenced's own (a
+// proxy's 502 or 504 page, with no API error code), counts as a 503 does:
+// it may come after fenced acted on the request, so it is no decision, and
+// a grant made meanwhile comes back only to a request sent again with its
+// waiter (docs/design.md, defect 119). Whether a request is sent again
+// depends on what it does:
 //
 //   - Refresh, release, inspect and list are safe to repeat (a release
 //     repeated by its own lease id succeeds), so they move on after any
@@ -76,7 +81,7 @@
 //   - ForceRelease without options moves on only when its request was
 //     never written to a connection: not after a lost answer, and not
 //     after a 503 either, which a server answers too when its backend
-//     applied the force-release and then timed out. Sent again, it would
+//     applied the force-release and then timed out, or a proxy's page. Sent again, it would
 //     delete whatever holds the lock by then, most often the waiter the
 //     first one woke, or find the lock free and say "not held" of a lock
 //     it released. It returns the error, which says the lock may have
@@ -99,8 +104,8 @@
 // When every server failed, the error joins a [*ServerError] per server.
 //
 // When every server failed a request without deciding it (each answered
-// 503, could not be reached, or lost the answer to a request that may be
-// sent again), the client pauses and goes round again, up to
+// 503 or another answer that is no decision, could not be reached, or lost
+// the answer to a request that may be sent again), the client pauses and goes round again, up to
 // [WithRetries] times (2 by default): the server's Retry-After (at most
 // 1s) or 100ms, then 200ms, each with jitter, all within the context.
 // This holds for a single server too, or a load balancer in front of

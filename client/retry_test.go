@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -383,4 +384,83 @@ func TestReleaseSentToAnotherServerAfterALostAnswer(t *testing.T) {
 			t.Fatalf("after the release: %+v, %v; want free", st, err)
 		}
 	}
+}
+
+// gateway is a proxy in front of the fixture's server that forwards every
+// request and, for the first failures whose path ends with suffix, throws
+// fenced's answer away and answers a 502 page itself, as a proxy whose
+// upstream connection broke as fenced answered does: fenced acted on them.
+func gateway(t *testing.T, f *fixture, suffix string, failures int64) (string, *atomic.Int64) {
+	t.Helper()
+	target, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := httputil.NewSingleHostReverseProxy(target)
+	var left atomic.Int64
+	left.Store(failures)
+	pass.ModifyResponse = func(r *http.Response) error {
+		if !strings.HasSuffix(r.Request.URL.Path, suffix) || left.Add(-1) < 0 {
+			return nil
+		}
+		r.Body.Close()
+		page := "<html><body><h1>502 Bad Gateway</h1></body></html>"
+		r.StatusCode, r.Status = http.StatusBadGateway, "502 Bad Gateway"
+		r.Header = http.Header{"Content-Type": {"text/html"}, "Content-Length": {strconv.Itoa(len(page))}}
+		r.Body, r.ContentLength = io.NopCloser(strings.NewReader(page)), int64(len(page))
+		return nil
+	}
+	return counted(t, pass.ServeHTTP)
+}
+
+// TestProxyPageAfterAGrantFindsIt: a proxy forwards an acquisition to
+// fenced, which grants it, and answers the client with a 502 page of its
+// own. Such an answer is not fenced's decision, and may come after it
+// acted, as a lost answer may: the client sends the request again with
+// its waiter and gets the grant. Before, only a 503 or a lost answer was
+// sent again: TryAcquire and Acquire returned the 502, and the lease
+// fenced granted held the lock, known to nobody, until its TTL
+// (docs/design.md, defect 119).
+func TestProxyPageAfterAGrantFindsIt(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	for _, k := range []struct {
+		name string
+		get  func(c *client.Client, name string) (*client.Lease, error)
+	}{
+		{"TryAcquire", func(c *client.Client, name string) (*client.Lease, error) {
+			return c.TryAcquire(ctx, name, 30*time.Second)
+		}},
+		{"Acquire", func(c *client.Client, name string) (*client.Lease, error) {
+			return c.Acquire(ctx, name, 30*time.Second, lock.WithWait(10*time.Second))
+		}},
+	} {
+		u, n := gateway(t, f, "/acquire", 1)
+		c := newClient(t, u)
+		name := testenv.Name(t) + "-" + k.name
+		l, err := k.get(c, name)
+		if err != nil {
+			st, _ := f.locks.Inspect(ctx, name)
+			t.Fatalf("%s answered a proxy's 502 after fenced granted it: %v (%d requests); the lock is held: %v", k.name, err, n.Load(), st.Held)
+		}
+		if st, err := f.locks.Inspect(ctx, name); err != nil || st.LeaseID != l.ID() || st.Token != l.Token() || n.Load() != 2 {
+			t.Fatalf("%s: the store holds %+v (%v) after %d requests; the client got lease %s token %d: want the same, after 2", k.name, st, err, n.Load(), l.ID(), l.Token())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.wantFree(t, name, k.name+" after its release")
+	}
+	// The same answer to a release: sent again, and released.
+	u, n := gateway(t, f, "/release", 1)
+	c := newClient(t, u)
+	name := testenv.Name(t)
+	l, err := c.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil || n.Load() != 3 {
+		t.Fatalf("release answered a proxy's 502: %v after %d requests, want released by the second", err, n.Load())
+	}
+	f.wantFree(t, name, "after the release")
 }

@@ -21,13 +21,16 @@ Every acquire or campaign sends a waiter, 32 hex digits drawn once per
 call: the key to a grant whose answer was lost, and a fair waiting call's
 place in the server's queue (one attempt, wait_ms 0, and an unfair acquire
 have none). Such a call is asked again, with the same
-waiter, after a 503 or after its answer was lost (the connection closed or
-reset once the request was sent): the server hands back the grant it made
+waiter, after a 503, after its answer was lost (the connection closed or
+reset once the request was sent), or after an answer that is not fenced's
+decision (a proxy's 502 or 504 page, a 500, a body that is not JSON:
+docs/design.md, defect 119): the server hands back the grant it made
 for that waiter, the same lease id and token, instead of leaving a lease
 nobody knows to hold the lock until its TTL. A request asked again waits
 only what is left of wait_ms: the call as a whole waits no longer than it
 was asked to (but for one last request, at once and with wait_ms 1, after
-an answer lost when the wait is over: it may have been a grant).
+an answer lost, or a proxy's page, when the wait is over: it may have been
+a grant).
 
 Every refresh sends a seq (next_refresh_seq), drawn once per refresh and
 sent again with it: fenced applies no refresh of a lease below the highest
@@ -403,8 +406,10 @@ class Client:
     timeout: seconds to wait for an answer, on top of an acquire's wait_ms
     (default 10). retries: how often a 503 unavailable answer is retried,
     after its Retry-After or 100 ms, 200 ms, ... (default 2; 0 disables);
-    a waiting acquire or campaign also retries, within the same count, a
-    request whose answer was lost (see acquire).
+    an acquire, campaign, refresh or release (and a force-release with a
+    token) also retries, within the same count, a request whose answer was
+    lost or was not fenced's decision, such as a proxy's 502 page (see
+    acquire and Client._send).
     A Client is safe to share between threads. Each thread keeps one
     connection to the server open between its calls (HTTP keep-alive), so a
     call costs no new TCP (or TLS) handshake; close() closes the calling
@@ -457,9 +462,9 @@ class Client:
         ttl_ms None means the server's default TTL (30 s unless configured);
         holder and owner as in acquire. One attempt takes a free lock
         whoever waits, so it takes no unfair. Its request carries a waiter
-        with no place in the queue: one whose answer was lost is sent
-        again, up to retries times, and gets the grant the first one made
-        (the same lease id and token)."""
+        with no place in the queue: one whose answer was lost, or was a
+        proxy's page (defect 119), is sent again, up to retries times, and
+        gets the grant the first one made (the same lease id and token)."""
         try:
             return self.acquire(name, ttl_ms=ttl_ms, wait_ms=0, holder=holder, owner=owner)
         except HeldError:
@@ -506,13 +511,16 @@ class Client:
         The request carries a waiter (32 hex digits, new for each call; a
         place in the queue when the call waits and is fair), and a request
         whose answer was lost after it was
-        sent (the connection closed or reset: TransportError) is sent again,
-        as a 503 is, up to retries times while wait_ms has time left (each
-        such request waits what is left of it), and once more, at once and
-        with wait_ms 1, if the wait is over: the server answers it with
-        the grant it made for the lost one, the same lease id and token. With
-        wait_ms 0 (try_acquire) it is sent again at once, up to retries
-        times."""
+        sent (the connection closed or reset: TransportError), or answered
+        other than by fenced's decision (a 5xx other than 503, such as a
+        proxy's 502 or 504 page, or an answer without an API error code:
+        fenced may have granted it; docs/design.md, defect 119), is sent
+        again, as a 503 is, up to retries times while wait_ms has time left
+        (each such request waits what is left of it), and once more, at
+        once and with wait_ms 1, if the wait is over: the server answers it
+        with the grant it made for the first, the same lease id and token.
+        With wait_ms 0 (try_acquire) it is sent again, up to retries times.
+        After the last, the error is raised."""
         body: dict[str, Any] = {}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
@@ -644,7 +652,8 @@ class Client:
         With token (1 to MAX_TOKEN), only the grant with that token is
         released: a lock held by another raises HeldByOtherError (its token
         says whose), and nothing is released. Such a call is sent again
-        after a 503 or a lost answer, as a release is: the next holder has
+        after a 503, a lost answer or a proxy's page (defect 119), as a
+        release is: the next holder has
         another token, so a request sent again releases nobody else. It then
         returns held False or raises HeldByOtherError, as it would if the
         grant had gone before the first request; either way that token no
@@ -673,7 +682,12 @@ class Client:
             if e.field is not None:
                 raise
             return LockState(name, False, 0, 0)
-        except (UnavailableError, TransportError) as e:
+        except FencedError as e:
+            # A 503, an answer lost once sent, or one not fenced's decision
+            # (a proxy's page after fenced acted: defect 119) may each come
+            # after the lock was released.
+            if not (isinstance(e, (UnavailableError, TransportError)) or _not_decision(e)):
+                raise
             if token is not None or isinstance(e.__cause__, ConnectionRefusedError):
                 raise
             raise type(e)(f"{e.message}; the request may have reached the server and released the lock, "
@@ -684,8 +698,10 @@ class Client:
     def refresh_id(self, name: str, lease_id: str, ttl_ms: Optional[int] = None,
                    seq: Optional[int] = None) -> dict[str, Any]:
         """Extend the lease lease_id of name; the raw answer. Lease.refresh is the usual way.
-        A refresh whose answer was lost is sent again, as a release's is:
-        a refresh by the same lease id extends it again, from later.
+        A refresh whose answer was lost, or was not fenced's decision (a
+        proxy's page, a 5xx other than 503: defect 119), is sent again, as
+        a release's is: a refresh by the same lease id extends it again,
+        from later.
 
         seq (API field seq; default None: unordered) numbers this refresh
         among the lease's: 1 to 2^53-1, higher with each refresh, the same
@@ -704,9 +720,10 @@ class Client:
 
     def release_id(self, name: str, lease_id: str, release_id: Optional[str] = None) -> None:
         """Release the lease lease_id of name. Lease.release is the usual way.
-        A release whose answer was lost is sent again, as a 503 is (up to
-        retries times): the server answers a release by the lease id that
-        released it with success, so asking again is safe.
+        A release whose answer was lost, or was not fenced's decision (a
+        proxy's page, a 5xx other than 503: defect 119), is sent again, as a
+        503 is (up to retries times): the server answers a release by the
+        lease id that released it with success, so asking again is safe.
 
         release_id (API field release_id) is this release's id across its
         retries: 32 hex digits, such as secrets.token_hex(16); None draws a
@@ -728,7 +745,10 @@ class Client:
 
         A wait longer than the server's --max-wait (which it says in a 400
         on wait_ms, max_wait_ms) is asked for in requests of that length,
-        in one place in the queue; the client remembers the maximum."""
+        in one place in the queue; the client remembers the maximum. _call
+        sends a request again after a 503, a lost answer or a proxy's page
+        (defect 119); what still comes out of it once its retries are used
+        up is raised, ending the call."""
         sent: list[float] = []
         # The key to this call's grant if an answer is lost, and one place
         # in the queue for every request of a fair wait (API field waiter).
@@ -816,10 +836,16 @@ class Client:
               resend_lost: bool = False, sent: Optional[list[float]] = None,
               wait_end: Optional[float] = None) -> dict[str, Any]:
         """One API call, retried after a 503 up to retries times; with
-        resend_lost (a body with a waiter, a refresh or a release: requests
-        the server answers the same when asked again) also after an answer lost once
-        the request was sent. sent, if given, gets the time.monotonic()
-        before each request. wait_end, for a request that waits (wait_ms in
+        resend_lost (a body with a waiter, a refresh, a release or a
+        force-release with a token: requests the server answers the same
+        when asked again) also after an answer lost once the request was
+        sent, or one that is not fenced's decision (_not_decision: a
+        proxy's page, a 5xx other than 503, a body that is not JSON), with
+        the back-off of a lost answer (docs/design.md, defect 119). Without
+        resend_lost such a request is never sent again (a force-release
+        without a token, sent twice, releases the next holder). After the
+        last retry the error is raised. sent, if given, gets the
+        time.monotonic() before each request. wait_end, for a request that waits (wait_ms in
         its body, or in its query for a long poll), is the time.monotonic()
         its wait ends at: a request sent again asks for the wait_ms left
         (not the whole again), and none is sent after it."""
@@ -853,24 +879,35 @@ class Client:
                 sent.append(time.monotonic())
             try:
                 return self._request(method, path, body, (timeout or self.timeout) + extra_timeout, sent)
-            except (UnavailableError, TransportError) as e:
-                if isinstance(e, TransportError) and not (resend_lost and _lost_answer(e)):
+            except FencedError as e:
+                # A 503 is sent again; a request safe to send again also
+                # after an answer lost once it was sent, or one that is not
+                # fenced's decision (a proxy's 502 or 504 page, a 500, a
+                # body that is not JSON): either may come after fenced
+                # applied it, a grant for this waiter say, which only the
+                # same request finds again (docs/design.md, defect 119).
+                if not (isinstance(e, UnavailableError) or resend_lost and (
+                        isinstance(e, TransportError) and _lost_answer(e) or _not_decision(e))):
                     raise
                 if attempt >= retries:
                     raise
                 attempt += 1
-                pause = e.retry_after if e.retry_after is not None else 0.1 * attempt
+                # A 503's Retry-After; any other, the back-off of a lost answer.
+                pause = 0.1 * attempt
+                if isinstance(e, UnavailableError) and e.retry_after is not None:
+                    pause = e.retry_after
                 pause = min(pause, 1.0) * (0.5 + random.random() / 2)  # back off before retrying
                 if wait_end is not None:
                     left_ms = int((wait_end - time.monotonic() - pause) * 1000)
                     if left_ms < 1:
                         # The wait is over (or will be after the pause). A
-                        # 503 is not asked again; but a lost answer may be a
-                        # grant made for this waiter, which only another
-                        # request with the waiter finds again: ask once
-                        # more, now, waiting what is left or 1 ms (still
-                        # a waiting request, as its final says), rather than leave
-                        # that lease to hold the lock until its TTL.
+                        # 503 is not asked again; but a lost answer, or a
+                        # proxy's page, may be a grant made for this
+                        # waiter, which only another request with the
+                        # waiter finds again: ask once more, now, waiting
+                        # what is left or 1 ms (still a waiting request,
+                        # as its final says), rather than leave that lease
+                        # to hold the lock until its TTL.
                         if isinstance(e, UnavailableError) or asked_past_wait:
                             raise
                         asked_past_wait, pause = True, 0.0
@@ -1076,6 +1113,20 @@ def _maybe_applied(e: BaseException) -> bool:
     if isinstance(e, LostError):
         return False
     return not (e.code is not None and (e.status == 0 or 400 <= e.status < 500))
+
+
+def _not_decision(e: BaseException) -> bool:
+    """Whether e is an HTTP answer that is not fenced's decision: a 5xx
+    other than 503, or a body with no API error code (a proxy's HTML or
+    text page of any status, a body that is not JSON, a 200 that is not a
+    JSON object), as a proxy answers in fenced's place when its upstream
+    answer went astray (a 502 or 504 after fenced acted on the request).
+    Such a request may have been applied, as one whose answer was lost:
+    one that is safe to send again is (Client._send; docs/design.md,
+    defect 119). Not a 503 (retried as it is), nor fenced's own refusals
+    (a 4xx with a code, lost included), nor no answer (status 0)."""
+    return (isinstance(e, FencedError) and e.status != 0 and e.status != 503
+            and not isinstance(e, UnavailableError) and _maybe_applied(e))
 
 
 # ---------------------------------------------------------------------------
@@ -1314,8 +1365,8 @@ class Lease:
         check() raises after it. Calling it again once it succeeded does
         nothing. Raises LostError if the lease was no longer held (it
         expired or was taken over: writes with its token may have been
-        rejected). Any other error (TransportError, UnavailableError after
-        the client's retries, a proxy's 502, ...) leaves the lease maybe
+        rejected). Any other error (TransportError, UnavailableError or a
+        proxy's 502 after the client's retries, ...) leaves the lease maybe
         still held: calling release() again sends the release again, which
         is safe: it carries the same release_id (drawn once per lease), so
         a lock held more than once by its holder loses one hold, not two.

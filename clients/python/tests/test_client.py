@@ -1235,6 +1235,38 @@ class RedisTest(unittest.TestCase):
         self.assertEqual(self.client.inspect(name).token, got.token)
         got.release()
 
+    def test_proxy_page_after_a_grant_finds_it(self) -> None:
+        # fenced granted the acquire, and a proxy answered 502 (a page, no
+        # API error code) in its place. The request was sent again only
+        # after a 503 or a lost answer: try_acquire and acquire raised
+        # "fenced: HTTP 502: not an API error" and the lease fenced granted
+        # held the lock, known to nobody, for its TTL (inspect: held,
+        # ttl_ms 29992 after the call) (docs/design.md, defect 119). Now it
+        # is sent again, as a lost answer is, with the same waiter, and
+        # gets that grant back.
+        for wait_ms in (0, 5000):  # try_acquire, a waiting acquire
+            proxy, c = self.scripted({"/acquire": ["page502"]})
+            name = unique()
+            if wait_ms:
+                lease = c.acquire(name, ttl_ms=30_000, wait_ms=wait_ms)
+            else:
+                lease = c.try_acquire(name, ttl_ms=30_000)
+            self.assertIsNotNone(lease)
+            self.assertEqual(proxy.actions("/acquire"), ["page502", "forward"])
+            sent = proxy.bodies("/acquire")
+            self.assertEqual(sent[1]["waiter"], sent[0]["waiter"])
+            if wait_ms:  # the wait that is left
+                self.assertTrue(0 < sent[1]["wait_ms"] < wait_ms, sent[1])
+            st = self.client.inspect(name)
+            self.assertEqual((st.held, st.token), (True, lease.token))
+            lease.release()  # a lease id other than the one fenced granted would answer lost
+            self.assertFalse(self.client.inspect(name).held)
+        # With retries=0 it is not sent again: the 502 is raised, as before.
+        proxy, c = self.scripted({"/acquire": ["page502"]}, retries=0)
+        with self.assertRaises(fenced.FencedError) as cm:
+            c.try_acquire(unique(), ttl_ms=1000)
+        self.assertEqual((cm.exception.status, proxy.actions("/acquire")), (502, ["page502"]))
+
     def test_second_release_waits_for_the_first(self) -> None:
         # release() from two threads; the first's answer is slow, then a
         # proxy's 502 (fenced released the lease; the answer went astray).

@@ -19,8 +19,9 @@ class AppliedThenFails(http.server.ThreadingHTTPServer):
     """An HTTP/1.1 proxy in front of a fenced that forwards every request,
     but answers the first DELETE with a failure after the server applied
     it: it forwards the DELETE, calls applied() (the test waits there for
-    the next holder), then answers 503 ("503") or closes the connection
-    without an answer ("drop"). deletes counts the DELETEs that reached
+    the next holder), then answers 503 ("503"), a proxy's 502 page ("502":
+    not fenced's decision, defect 119) or closes the connection without an
+    answer ("drop"). deletes counts the DELETEs that reached
     the server. stop() ends it."""
 
     def __init__(self, target_url: str, fail: str, applied: Callable[[], None]):
@@ -58,6 +59,14 @@ class AppliedThenFails(http.server.ThreadingHTTPServer):
                     applied()
                     if fail == "drop":
                         self.close_connection = True
+                        return
+                    if fail == "502":
+                        page = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+                        self.send_response(502)
+                        self.send_header("Content-Type", "text/html")
+                        self.send_header("Content-Length", str(len(page)))
+                        self.end_headers()
+                        self.wfile.write(page)
                         return
                     msg = b'{"error":{"code":"unavailable","message":"lease store: context deadline exceeded"}}'
                     self.send_response(503)
@@ -154,7 +163,8 @@ class ForceReleaseTest(unittest.TestCase):
         # on a kept connection (http.client's request on it was sent again
         # at once, as for a connection the server closed while idle). Sent
         # again, the DELETE released the waiter the first one woke.
-        for fail, error in (("503", fenced.UnavailableError), ("drop", fenced.TransportError)):
+        for fail, error in (("503", fenced.UnavailableError), ("drop", fenced.TransportError),
+                            ("502", fenced.FencedError)):
             with self.subTest(fail=fail):
                 name = unique()
                 _, done, got = self._held_with_a_waiter(name)
@@ -166,7 +176,7 @@ class ForceReleaseTest(unittest.TestCase):
                 self.assertEqual(p.deletes, 1)
 
     def test_with_token_is_sent_again_and_spares_the_next_holder(self) -> None:
-        for fail in ("503", "drop"):
+        for fail in ("503", "drop", "502"):
             with self.subTest(fail=fail):
                 name = unique()
                 first, done, got = self._held_with_a_waiter(name)

@@ -23,13 +23,16 @@
  * call: the key to a grant whose answer was lost, and a fair waiting call's
  * place in the server's queue (one attempt, waitMs 0, and an unfair acquire
  * have none). Such a call is asked again, with the same
- * waiter, after a 503 or after its answer was lost (the connection closed or
- * reset once the request was sent): the server hands back the grant it made
+ * waiter, after a 503, after its answer was lost (the connection closed or
+ * reset once the request was sent), or after an answer that is not fenced's
+ * decision (a proxy's 502 or 504 page, a 500, a body that is not JSON:
+ * docs/design.md, defect 119): the server hands back the grant it made
  * for that waiter, the same lease id and token, instead of leaving a lease
  * nobody knows to hold the lock until its TTL. A request asked again waits
  * only what is left of waitMs: the call as a whole waits no longer than it
  * was asked to (but for one last request, at once and with wait_ms 1, after
- * an answer lost when the wait is over: it may have been a grant).
+ * an answer lost, or not fenced's, when the wait is over: it may have been
+ * a grant).
  */
 
 import { randomBytes } from "node:crypto";
@@ -528,9 +531,11 @@ interface CallOptions {
   retries?: number;
   signal?: AbortSignal;
   /**
-   * Also retry a request whose answer was lost once it was sent: only for a
-   * request the server answers the same when asked again (a body with a
-   * waiter, a refresh, a release).
+   * Also retry a request whose answer was lost once it was sent, or was not
+   * fenced's decision (notFencedDecision: a proxy's page, a 500, a body
+   * that is not JSON; defect 119): only for a request the server answers
+   * the same when asked again (a body with a waiter, a refresh, a release,
+   * a force-release with a token).
    */
   resendLost?: boolean;
   /** Called just before each request is sent. */
@@ -587,8 +592,9 @@ export class Client {
    * One attempt to take the lock: a Lease, or null if another holder has
    * it. It takes a free lock whoever waits, so it takes no unfair. Its
    * request carries a waiter with no place in the queue: one whose answer
-   * was lost is sent again, up to `retries` times, and gets the grant the
-   * first one made (the same lease id and token). A grant answered after
+   * was lost, or was not fenced's (a proxy's 502 page, …: defect 119), is
+   * sent again, up to `retries` times, and gets the grant the first one
+   * made (the same lease id and token). A grant answered after
    * its validity ran out is released and counts as none: null.
    */
   async tryAcquire(name: string, options: Omit<AcquireOptions, "waitMs" | "unfair"> = {}): Promise<Lease | null> {
@@ -611,7 +617,10 @@ export class Client {
    * The request carries a waiter (32 hex digits, new for each call; a place
    * in the queue when the call waits and is fair), and a request whose
    * answer was lost after it was sent (the
-   * connection closed or reset: TransportError) is sent again, as a 503 is,
+   * connection closed or reset: TransportError) or was not fenced's
+   * decision (a proxy's 502 or 504 page, a 500, a body that is not JSON,
+   * behind which fenced may have granted it: docs/design.md, defect 119)
+   * is sent again, as a 503 is,
    * up to `retries` times while waitMs has time left (each such request
    * waits what is left of it), and once more, at once and with wait_ms 1, if
    * the wait is over: the server answers it with the grant it made
@@ -735,6 +744,9 @@ export class Client {
           this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
           continue; // at once, in requests the server allows
         }
+        // A lost answer, or one not fenced's (defect 119), that still
+        // comes out of call has had its resends there (and its one request
+        // past the wait): it ends the call, as every error but held does.
         if (!(e instanceof HeldError) || last || performance.now() >= end) throw e; // no request once the wait is over
         if (performance.now() - started >= askMs / 2) {
           backoffMs = MIN_HELD_BACKOFF_MS;
@@ -867,17 +879,19 @@ export class Client {
    * With options.token (1 to MAX_TOKEN), only the grant with that token is
    * released: a lock held by another rejects with HeldByOtherError (its
    * token says whose), and nothing is released. Such a call is sent again
-   * after a 503 or a lost answer, as a release is: the next holder has
+   * after a 503, a lost answer or an answer not fenced's (a proxy's 502
+   * page, …: defect 119), as a release is: the next holder has
    * another token, so a request sent again releases nobody else. It then
    * resolves to held false or rejects with HeldByOtherError, as it would
    * if the grant had gone before the first request; either way that token
    * no longer holds the lock, which is what was asked.
    *
-   * Without a token the request is sent once: after a 503 or an answer
-   * lost once it was sent, the UnavailableError or TransportError says the
-   * lock may have been released, since a second request would release
-   * whatever holds it by then, most often the waiter the first one woke.
-   * Inspect the lock, then force-release it with the token it shows.
+   * Without a token the request is sent once: after a 503, an answer
+   * lost once it was sent or one not fenced's (a proxy's 502 page), the
+   * error says the lock may have been released, since a second request
+   * would release whatever holds it by then, most often the waiter the
+   * first one woke. Inspect the lock, then force-release it with the token
+   * it shows.
    */
   async forceRelease(name: string, options: ForceReleaseOptions = {}): Promise<LockState> {
     let token: bigint | undefined;
@@ -896,7 +910,7 @@ export class Client {
       if (e instanceof NotFoundError && e.field === undefined) {
         return { name, held: false, token: 0n, ttlMs: 0, owner: "", count: 0, lastToken: 0n, waiters: 0, oldestWaitMs: 0 };
       }
-      if (token === undefined && (e instanceof UnavailableError || (e instanceof TransportError && !refused(e)))) {
+      if (token === undefined && (e instanceof UnavailableError || (e instanceof TransportError && !refused(e)) || notFencedDecision(e))) {
         const cls = e.constructor as new (m: string, s: number, c?: string, r?: number, o?: { cause?: unknown }) => FencedError;
         throw new cls(
           `${e.message}; the request may have reached the server and released the lock, so it is not sent again ` +
@@ -913,7 +927,8 @@ export class Client {
 
   /**
    * Extend the lease leaseID of name; the raw answer. Lease.refresh is the
-   * usual way. A refresh whose answer was lost is sent again, as a
+   * usual way. A refresh whose answer was lost, or was not fenced's (a
+   * proxy's 502 page, a 500, …: defect 119), is sent again, as a
    * release's is: a refresh by the same lease id extends it again, from
    * later. options.seq orders it after the lease's earlier refreshes (see
    * RefreshOptions): pass increasing numbers, such as nextRefreshSeq()'s,
@@ -929,7 +944,8 @@ export class Client {
 
   /**
    * Release the lease leaseID of name. Lease.release is the usual way. A
-   * release whose answer was lost is sent again, as a 503 is (up to
+   * release whose answer was lost, or was not fenced's (a proxy's 502
+   * page, a 500, …: defect 119), is sent again, as a 503 is (up to
    * `retries` times): the server answers a release by the lease id that
    * released it with success, so asking again is safe. Every request of
    * the call carries the same release_id (options.releaseID, or one drawn
@@ -977,21 +993,25 @@ export class Client {
         options.onSend?.();
         return await this.request(method, url, body, timeoutMs, options.signal);
       } catch (e) {
-        // A lost answer is asked again only with a waiter (or for a
-        // release): without one, a grant the server made would hold the
+        // A lost answer, or one that is not fenced's decision (a proxy's
+        // 502 or 504 page, a 500, a body that is not JSON: fenced may have
+        // acted behind it, docs/design.md, defect 119), is asked again only
+        // with a waiter (or for a refresh, a release, a force-release with
+        // a token): without one, a grant the server made would hold the
         // lock, known to nobody, and the next request would wait behind it.
-        const again = e instanceof UnavailableError || (options.resendLost === true && e instanceof TransportError && answerLost(e));
+        const unsure = (e instanceof TransportError && answerLost(e)) || notFencedDecision(e);
+        const again = e instanceof UnavailableError || (options.resendLost === true && unsure);
         if (!again || attempt >= retries) throw e;
         let pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
         if (options.waitEnd !== undefined) {
           let leftMs = Math.floor(options.waitEnd - performance.now() - pause);
           if (leftMs < 1) {
             // The wait is over (or will be after the pause). A 503 is not
-            // asked again; but a lost answer may be a grant made for this
-            // waiter, which only another request with the waiter finds
-            // again: ask once more, now, waiting what is left or 1 ms (still
-            // a waiting request, as its final says), rather than leave that
-            // lease to hold the lock until its TTL.
+            // asked again; but a lost answer (or a proxy's page) may be a
+            // grant made for this waiter, which only another request with
+            // the waiter finds again: ask once more, now, waiting what is
+            // left or 1 ms (still a waiting request, as its final says),
+            // rather than leave that lease to hold the lock until its TTL.
             if (e instanceof UnavailableError || askedPastWait) throw e;
             askedPastWait = true;
             pause = 0;
@@ -1104,6 +1124,19 @@ function maybeApplied(e: unknown): boolean {
   if (e instanceof TransportError) return true;
   if (e.status === 0) return false; // refused by the client itself: nothing was sent
   return !(e.status >= 400 && e.status < 500 && e.code !== undefined);
+}
+
+/**
+ * Whether e is an answer that is not fenced's decision: an HTTP answer,
+ * not a 503 (UnavailableError, retried as ever), that maybeApplied counts:
+ * any other 5xx, or a body with no API error code (a proxy's HTML or text
+ * page of any status, a body that is not JSON, a 200 that is not a JSON
+ * object). fenced may have acted on the request behind it (a proxy's 502
+ * or 504 after forwarding it), so a request safe to send again is sent
+ * again, as after a lost answer (docs/design.md, defect 119).
+ */
+function notFencedDecision(e: unknown): e is FencedError {
+  return e instanceof FencedError && !(e instanceof TransportError) && !(e instanceof UnavailableError) && e.status !== 0 && maybeApplied(e);
 }
 
 function apiError(status: number, headers: Headers, text: string): FencedError {
@@ -1374,8 +1407,8 @@ export class Lease {
    * Stop the keep-alive and release the lease; validForMs() is 0 and
    * check() throws after it. Calling it again once it succeeded does
    * nothing. Rejects with LostError if the lease was no longer held. Any
-   * other error (TransportError, UnavailableError after the client's
-   * retries, a proxy's 502, …) leaves the lease maybe still held: calling
+   * other error (TransportError, UnavailableError, a proxy's 502, … after
+   * the client's retries) leaves the lease maybe still held: calling
    * release() again sends the release again, which is safe: it carries the
    * same release_id (drawn once per lease), so a lock held more than once
    * by its holder loses one hold, not two. Releases run one at a time, as

@@ -1164,6 +1164,43 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("finds an acquire's grant again after a proxy's 502 page", async () => {
+    // A proxy forwards the acquire, fenced grants it, and the proxy answers
+    // 502 itself. Only a 503 or a lost answer was sent again: before,
+    // tryAcquire and a waiting acquire rejected ("HTTP 502, not an API
+    // error") after one request, and the grant held the lock, known to
+    // nobody, until its TTL (inspect: held). Now an answer that is not
+    // fenced's decision is sent again, with the same waiter, as a lost
+    // answer is, and finds that grant (docs/design.md, defect 119).
+    for (const waitMs of [0, 5000]) {
+      const proxy = await startScriptedProxy(daemon.url, { "/acquire": ["502"] });
+      try {
+        const name = unique();
+        const c = new Client(proxy.url, { bearerToken: bearer });
+        const lease = waitMs === 0 ? await c.tryAcquire(name, { ttlMs: 30_000 }) : await c.acquire(name, { ttlMs: 30_000, waitMs });
+        assert.ok(lease, "tryAcquire resolved null");
+        assert.deepEqual(proxy.actions("/acquire"), ["502", "forward"]);
+        const sent = proxy.bodies("/acquire");
+        assert.equal(sent[1].waiter, sent[0].waiter, "the request sent again has another waiter");
+        if (waitMs) assert.ok((sent[1].wait_ms as number) > 0 && (sent[1].wait_ms as number) < waitMs, JSON.stringify(sent[1]));
+        const st = await client.inspect(name); // directly, not through the proxy
+        assert.deepEqual([st.held, st.token], [true, lease.token], "the lease returned is not the one holding the lock");
+        await lease.release();
+        assert.equal((await client.inspect(name)).held, false, "releasing the lease returned (its lease id) did not free the lock");
+      } finally {
+        await proxy.close();
+      }
+    }
+    // With retries 0 it is not sent again: the 502 rejects, as before.
+    const proxy = await startScriptedProxy(daemon.url, { "/acquire": ["502"] });
+    try {
+      await assert.rejects(new Client(proxy.url, { bearerToken: bearer, retries: 0 }).tryAcquire(unique(), { ttlMs: 1000 }), (e: unknown) => e instanceof FencedError && e.status === 502);
+      assert.deepEqual(proxy.actions("/acquire"), ["502"]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("keeps a lease alive through errors other than lost", async () => {
     // The keep-alive declared the lease lost on the first error answer but
     // 503 or out_of_order: before, it was lost at the proxy's 502, 220 ms
