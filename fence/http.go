@@ -58,7 +58,8 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 // by resource(r), and only then calls next, with the token in the request's
 // context (FromContext). A missing or malformed header, a token the store
 // cannot represent (ErrInvalidToken) or a resource name it cannot hold
-// (ErrInvalidResource) is a 400; a stale token a 409; both
+// (ErrInvalidResource) is a 400; a stale token (any store error matching
+// ErrStale, a *StaleError or not) a 409; both
 // carry a JSON body {"error":{"code":"invalid_argument"|"stale","message":"…"}}
 // and next is not called. Any other error from the store is a 503.
 //
@@ -101,6 +102,14 @@ func Middleware(store Store, resource func(*http.Request) string) func(http.Hand
 				var se *StaleError
 				if errors.As(err, &se) {
 					writeError(w, http.StatusConflict, "stale", se.Error(), se)
+					return
+				}
+				// Stale all the same, from a store that says so without a
+				// *StaleError (it cannot tell the highest): a 503 would
+				// have the writer retry a token that can never be admitted
+				// (docs/design.md, defect 122).
+				if errors.Is(err, ErrStale) {
+					writeError(w, http.StatusConflict, "stale", err.Error(), &StaleError{Token: tok})
 					return
 				}
 				// A token or a resource name the store cannot hold: no

@@ -253,3 +253,29 @@ func TestMiddlewareWhatTheStoreCannotHold(t *testing.T) {
 		}
 	}
 }
+
+// staleSaying is a store that says a token is stale without a *StaleError,
+// as a store that cannot tell the highest token does (postgres.MapError of
+// a hand-made fence_admit's error whose detail it cannot read).
+type staleSaying struct{}
+
+func (staleSaying) Admit(_ context.Context, resource string, t fence.Token) error {
+	return fmt.Errorf("%w: %d for %q, says a custom store", fence.ErrStale, t, resource)
+}
+
+// TestMiddlewareStaleWithoutStaleError: a stale token is answered 409
+// stale however the store says so. Before, only a *StaleError was: this one
+// got 503 unavailable, which docs/fencing-token-http.md tells a writer to
+// retry with the same token, for ever (docs/design.md, defect 122).
+func TestMiddlewareStaleWithoutStaleError(t *testing.T) {
+	h := fence.Middleware(staleSaying{}, func(r *http.Request) string { return r.URL.Path })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("a stale request reached the handler")
+	}))
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("PUT", "/r", nil)
+	req.Header.Set(fence.Header, "5")
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), `"code":"stale"`) || !strings.Contains(rec.Body.String(), `"token":5`) {
+		t.Fatalf("a store's stale error without *StaleError: %d %s, want 409 stale with the token", rec.Code, rec.Body)
+	}
+}

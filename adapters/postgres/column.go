@@ -16,6 +16,21 @@ import (
 // [Column.AddColumn]). The table's key is a single column. Create it with
 // [NewColumn]. A Column is safe for concurrent use.
 //
+// The guard is on the row, so a row is created carrying its creator's
+// token: a row inserted with the default, 0, admits any token, a stale one
+// too, until a holder writes it, and a row deleted takes its token with it.
+// Create rows under the lock with fence_token set to the token, best with
+// the guarded insert, which [Column.Rejected] explains when it affects no
+// row:
+//
+//	INSERT INTO t AS r (key, ..., fence_token) VALUES ($1, ..., $2)
+//	ON CONFLICT (key) DO UPDATE SET ..., fence_token = EXCLUDED.fence_token
+//	WHERE r.fence_token <= EXCLUDED.fence_token
+//
+// Rows created before any lock holder writes them (a migration, a seed) may
+// keep 0. For resources that are deleted and created again, use a [Fence],
+// whose token outlives what it guards (docs/design.md, defect 120).
+//
 // A stale error names the row as the resource "<table>/<key>", the key
 // formatted with fmt's %v. A key that the key column's type cannot hold is
 // an error from the server, except a string key (or a key of a string type)
@@ -112,7 +127,8 @@ func (c *Column) AddColumn(ctx context.Context) error {
 //
 // A token lower than the row's fence column returns a [*fence.StaleError]
 // (matching [fence.ErrStale]) with the row's token as Highest. A missing row
-// returns an error matching [ErrNoRow], which is not stale. tx stays usable
+// returns an error matching [ErrNoRow], which is not stale: create the row
+// with the token (see [Column]). tx stays usable
 // after both (roll it back). Token errors and isolation levels are as for
 // [Fence.AdmitTx].
 func (c *Column) AdmitTx(ctx context.Context, tx pgx.Tx, key any, t fence.Token) error {
@@ -175,7 +191,10 @@ func (c *Column) rejected(ctx context.Context, tx pgx.Tx, key any, t fence.Token
 	err := tx.QueryRow(ctx, c.highestSQL, key).Scan(&highest)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %s", ErrNoRow, c.resource(key))
+		// A holder that creates the row plainly leaves fence_token 0, which
+		// admits a stale holder after it (docs/design.md, defect 120).
+		return fmt.Errorf("%w: %s; create it carrying the token (%s = %d), or any stale holder may write it after you",
+			ErrNoRow, c.resource(key), c.fenceCol, tok)
 	case hasCode(err, sqlStateCharacterNotInRepertoire):
 		return c.invalidKey(key, err)
 	case err != nil:

@@ -27,7 +27,9 @@
 // that SQL can express without reading first can carry the guard itself
 // (AND fence_token <= $t, SET fence_token = $t) in a single statement; when
 // such a statement affects no row, [Column.Rejected] tells a stale token
-// from a missing row.
+// from a missing row. A row is created carrying its creator's token (an
+// INSERT … ON CONFLICT with the same guard; see [Column]): one inserted with
+// the default 0 admits a stale holder, and one deleted forgets its token.
 //
 // Either way the admit is the first statement of the transaction and locks
 // what it guards until the transaction ends, so a read-modify-write after it

@@ -56,7 +56,9 @@ const indexLimitAdvice = "PostgreSQL's index on the fence table holds names of a
 
 var (
 	// ErrNoRow is returned by the column guard when the guarded row does not
-	// exist. It is not a stale token: no holder has written the row.
+	// exist. It is not a stale token: no holder has written the row. Create
+	// it carrying the token (see [Column]): a row inserted with fence_token
+	// 0 admits a stale holder's write after yours.
 	ErrNoRow = errors.New("postgres: no such row")
 
 	// ErrTokenRange is returned for a token above math.MaxInt64, which a

@@ -205,6 +205,66 @@ func testColumnAdmit(t *testing.T, dsn string) {
 	}
 }
 
+// TestColumnRowCreatedWithItsToken: a row the guard has not seen is
+// created carrying its creator's token, so that a stale holder's write
+// after it is rejected. A row inserted with the column's default, 0,
+// admits any token, a stale one too: a holder that got ErrNoRow, which said
+// only "no such row", and inserted the row plainly was overwritten by the
+// holder before it (docs/design.md, defect 120). ErrNoRow now says to create
+// the row with the token, and the guarded insert below is the documented way.
+func TestColumnRowCreatedWithItsToken(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := poolAt(t, testDSN())
+	schema := testSchema(t, pool)
+	mustExec(t, pool, "CREATE SCHEMA "+ident(schema))
+	mustExec(t, pool, "CREATE TABLE "+ident(schema, "invoices")+" (id text PRIMARY KEY, body text NOT NULL)")
+	col, err := postgres.NewColumn(pool, "invoices", "id", postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := col.AddColumn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// B (token 7) finds no row, and is told how to create it.
+	err = col.InTx(ctx, "inv-42", 7, func(context.Context, pgx.Tx) error { return nil })
+	if !errors.Is(err, postgres.ErrNoRow) || !strings.Contains(err.Error(), "fence_token = 7") {
+		t.Fatalf("missing row: %v; want ErrNoRow saying to create the row with fence_token = 7", err)
+	}
+	// The guarded insert of doc.go: it creates the row with the token, or
+	// writes an existing one only for a token not lower than its own.
+	upsert := "INSERT INTO " + ident(schema, "invoices") + " AS i (id, body, fence_token) VALUES ($1, $3, $2) " +
+		"ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, fence_token = EXCLUDED.fence_token WHERE i.fence_token <= EXCLUDED.fence_token"
+	write := func(tok fence.Token, body string) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, upsert, "inv-42", int64(tok), body)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return col.Rejected(ctx, tx, "inv-42", tok)
+			}
+			return nil
+		})
+	}
+	if err := write(7, "B"); err != nil {
+		t.Fatal(err)
+	}
+	// A (token 5) wakes from its pause: stale, by either form.
+	wantStale(t, write(5, "A (stale)"), "invoices/inv-42", 5, 7)
+	wantStale(t, col.InTx(ctx, "inv-42", 5, func(context.Context, pgx.Tx) error { return nil }), "invoices/inv-42", 5, 7)
+	var body string
+	if err := pool.QueryRow(ctx, "SELECT body FROM "+ident(schema, "invoices")+" WHERE id = 'inv-42'").Scan(&body); err != nil || body != "B" {
+		t.Fatalf("row body %q (%v), want B's", body, err)
+	}
+	// The hazard the docs name: a row inserted with the default admits a
+	// stale token.
+	mustExec(t, pool, "INSERT INTO "+ident(schema, "invoices")+" (id, body) VALUES ('inv-43', 'B, unguarded')")
+	if err := col.InTx(ctx, "inv-43", 5, func(context.Context, pgx.Tx) error { return nil }); err != nil {
+		t.Fatalf("a row inserted with fence_token 0: %v; the docs say it admits any token", err)
+	}
+}
+
 func TestSQLFunction(t *testing.T) {
 	t.Parallel()
 	testSQLFunction(t, testDSN())

@@ -20,6 +20,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HEADER = "Fencing-Token"
+MAX_TOKEN = 2**63 - 1  # the largest token fenced issues (fenced.MAX_TOKEN)
 _DIGITS = re.compile(r"[0-9]{1,20}")
 
 
@@ -42,10 +43,12 @@ def parse_token(values: list[str] | None) -> int:
         raise ValueError(f"{len(values)} {HEADER} headers; want exactly one")
     v = values[0]
     if not _DIGITS.fullmatch(v):
-        raise ValueError(f"{HEADER} {v!r}: want a decimal number from 1 to {2**64 - 1}")
+        raise ValueError(f"{HEADER} {v!r}: want a decimal number from 1 to {MAX_TOKEN}")
     t = int(v)
-    if t == 0 or t >= 2**64:
-        raise ValueError(f"{HEADER} {v!r}: want a decimal number from 1 to {2**64 - 1}")
+    # Above the largest token fenced issues: admitted, it would be the
+    # highest for good, and every real token stale after it.
+    if t == 0 or t > MAX_TOKEN:
+        raise ValueError(f"{HEADER} {v!r}: want a decimal number from 1 to {MAX_TOKEN}")
     return t
 
 

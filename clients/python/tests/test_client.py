@@ -875,6 +875,16 @@ class RedisTest(unittest.TestCase):
         self.assertIn(b'"code": "stale"', body)
         with urllib.request.urlopen(item, timeout=5) as resp:
             self.assertIn(b'"value": "B1"', resp.read())
+        # A token above the largest fenced issues is refused: admitted, it
+        # was the highest for good, and every real token stale after it
+        # (the example followed docs/fencing-token-http.md, which allowed up
+        # to 2^64-1: b's next write got 409; docs/design.md, defect 121).
+        for raw in (str(fenced.MAX_TOKEN + 1), str(2**64 - 1)):
+            req = urllib.request.Request(item, data=b"poison", method="PUT", headers={"Fencing-Token": raw})
+            with self.assertRaises(urllib.error.HTTPError) as cm:
+                urllib.request.urlopen(req, timeout=5)
+            self.assertEqual(cm.exception.code, 400, cm.exception.read())
+        self.assertEqual(put("B2", b.token)[0], 200, "the resource no longer admits the holder's token")
 
         headers: dict[str, str] = {}
         fenced.set_fencing_token(headers, b.token)

@@ -688,6 +688,15 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
         assert.equal(late.status, 409, late.body);
         assert.equal(JSON.parse(late.body).error.code, "stale");
         assert.equal(await (await fetch(item)).text(), '{"value":"B1"}');
+        // A token above the largest fenced issues is refused: admitted, it
+        // was the highest for good and every real token stale after it (the
+        // resource followed docs/fencing-token-http.md, which allowed up to
+        // 2^64-1: B's next write got 409; docs/design.md, defect 121).
+        for (const raw of [(MAX_TOKEN + 1n).toString(), ((1n << 64n) - 1n).toString()]) {
+          const resp = await fetch(item, { method: "PUT", headers: { "Fencing-Token": raw }, body: "poison" });
+          assert.equal(resp.status, 400, await resp.text());
+        }
+        assert.equal((await put("B2", b)).status, 200, "the resource no longer admits the holder's token");
       } finally {
         await b.release();
       }

@@ -3,6 +3,7 @@
 
 import { createServer, type Server } from "node:http";
 import { once } from "node:events";
+import { MAX_TOKEN } from "../src/index.js";
 
 export async function startResource(): Promise<{ url: string; close: () => Promise<void> }> {
   const highest = new Map<string, bigint>();
@@ -20,9 +21,10 @@ export async function startResource(): Promise<{ url: string; close: () => Promi
     let body = "";
     req.setEncoding("utf8").on("data", (d: string) => (body += d));
     req.on("end", () => {
-      // node joins repeated headers with ", ": a comma is not a digit.
+      // node joins repeated headers with ", ": a comma is not a digit. A
+      // token above MAX_TOKEN, admitted, would be the highest for good.
       const raw = req.headers["fencing-token"];
-      if (typeof raw !== "string" || !/^[0-9]{1,20}$/.test(raw) || BigInt(raw) === 0n || BigInt(raw) >= 1n << 64n) {
+      if (typeof raw !== "string" || !/^[0-9]{1,20}$/.test(raw) || BigInt(raw) === 0n || BigInt(raw) > MAX_TOKEN) {
         json(400, { error: { code: "invalid_argument", message: `Fencing-Token ${JSON.stringify(raw)}: want one decimal token` } });
         return;
       }
