@@ -29,7 +29,7 @@ type AcquireRequest struct {
 	// the queue (wait_ms > 0 only; one attempt is always unfair).
 	Unfair bool `json:"unfair,omitempty"`
 	// Waiter names one acquisition, the same in every request of it (32
-	// hex digits, new for each): a request sent again after a lost answer
+	// lowercase hex digits, new for each): a request sent again after a lost answer
 	// gets the grant the first one made. A fair waiting one's is also its
 	// place in the queue, so that a wait longer than one request keeps it.
 	Waiter string `json:"waiter,omitempty"`
@@ -85,8 +85,8 @@ const MaxSeq = 1<<53 - 1
 // ReleaseRequest is the body of POST /v1/locks/{name}/release.
 type ReleaseRequest struct {
 	LeaseID string `json:"lease_id"`
-	// ReleaseID identifies this release across its retries (32 hex
-	// digits, new for each release, the same when it is sent again): a
+	// ReleaseID identifies this release across its retries (32 lowercase
+	// hex digits, new for each release, the same when it is sent again): a
 	// reentrant lock loses one hold per release id, so a retry after a
 	// lost answer cannot free a lock another hold still has.
 	ReleaseID string `json:"release_id,omitempty"`
@@ -165,9 +165,9 @@ type Error struct {
 	// head; 0 when it had none, as with unfair).
 	WaitedMs *int64 `json:"waited_ms,omitempty"`
 	Position *int   `json:"position,omitempty"`
-	// MaxWaitMs, on a 400 about a wait_ms out of range, is the longest
-	// wait the server allows (its --max-wait), so that a client can ask
-	// for that instead.
+	// MaxWaitMs, on a 400 about a wait_ms out of range (one beyond int64
+	// included), is the longest wait the server allows (its --max-wait),
+	// so that a client can ask for that instead.
 	MaxWaitMs *int64 `json:"max_wait_ms,omitempty"`
 	// Token, on the 409 of DELETE /v1/locks/{name}?token=N, is the token
 	// of the grant that holds the lock instead (0 while a Redis

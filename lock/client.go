@@ -439,7 +439,7 @@ func (c *Client) ReleaseID(ctx context.Context, name, leaseID, op string) error 
 // random bits in hex.
 func NewReleaseID() (string, error) { return newLeaseID() }
 
-// ValidateReleaseID checks a release id: 32 hex digits.
+// ValidateReleaseID checks a release id: 32 lowercase hex digits.
 func ValidateReleaseID(op string) error {
 	if err := checkID128(op); err != nil {
 		return fmt.Errorf("%w: release id: %v", ErrInvalidLeaseID, err)
@@ -461,13 +461,25 @@ func validateID(name, leaseID string) error {
 }
 
 // checkID128 checks an id of 128 random bits in hex, as lease ids, waiters
-// and release ids are: 32 hex digits.
+// and release ids are: 32 lowercase hex digits, as newLeaseID draws them
+// (and every client of fenced). The stores compare ids as strings, so an
+// uppercase spelling of a lease id is another id: it used to pass here and
+// then lose the lease it named (a refresh answered lost, a release id that
+// took a second hold off, a waiter that lost its grant), docs/design.md,
+// defect 125. It is refused instead, with what was wrong.
 func checkID128(id string) error {
+	const want = "want 32 lowercase hex digits (0-9 a-f)"
 	if len(id) != 32 {
-		return fmt.Errorf("%d characters; want 32 hex digits", len(id))
+		return fmt.Errorf("%d characters; %s", len(id), want)
 	}
-	if _, err := hex.DecodeString(id); err != nil {
-		return errors.New("not hex; want 32 hex digits")
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
+		case 'A' <= c && c <= 'F':
+			return fmt.Errorf("uppercase %q at byte %d; %s: ids compare as strings, so an uppercase spelling is another id", c, i, want)
+		default:
+			return fmt.Errorf("not hex: %q at byte %d; %s", c, i, want)
+		}
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func WithDetached() Option { return func(o *acquireOpts) { o.detached = true } }
 func WithUnfair() Option { return func(o *acquireOpts) { o.unfair = true } }
 
 // WithWaiter gives a fair acquisition made of several calls one place in
-// the lock's queue: every call with the same id (32 hex digits, 128 random
+// the lock's queue: every call with the same id (32 lowercase hex digits, 128 random
 // bits new for each acquisition, as a lease id) waits in that place, and a
 // call that ends without the lock keeps it for the next call instead of
 // giving it up. A place no call has used for DefaultWaiterTTL is given up.
@@ -177,7 +177,7 @@ type AcquireOptions struct {
 // does not apply (WithWait or WithRetry with TryAcquire, WithFinal without
 // a place in the queue), for WithDetached with WithKeepAlive, and for
 // invalid values (a negative wait, a nil strategy, a waiter id that is not
-// 32 hex digits, a nil Option).
+// 32 lowercase hex digits, a nil Option).
 func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 	var o acquireOpts
 	for _, f := range opts {
@@ -222,7 +222,7 @@ func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 // lease id. For other implementations of Locker (package client).
 func NewWaiterID() (string, error) { return newLeaseID() }
 
-// ValidateWaiter checks a WithWaiter id: 32 hex digits.
+// ValidateWaiter checks a WithWaiter id: 32 lowercase hex digits.
 func ValidateWaiter(id string) error {
 	if err := checkID128(id); err != nil {
 		return fmt.Errorf("%v (128 random bits, new for each acquisition)", err)

@@ -34,7 +34,7 @@ func TestOptionsThatDoNotApply(t *testing.T) {
 		{"acquire", []lock.Option{nil}, "nil Option"},
 		{"try", []lock.Option{lock.WithWaiter("0123456789abcdef0123456789abcdef"), lock.WithFinal()}, "WithFinal applies to a fair acquisition"},
 		{"acquire", []lock.Option{lock.WithUnfair(), lock.WithWaiter("0123456789abcdef0123456789abcdef"), lock.WithFinal()}, "no place in the queue to give up"},
-		{"acquire", []lock.Option{lock.WithWaiter("0123")}, "4 characters; want 32 hex digits"},
+		{"acquire", []lock.Option{lock.WithWaiter("0123")}, "4 characters; want 32 lowercase hex digits"},
 		{"acquire", []lock.Option{lock.WithWaiter("0123456789abcdef0123456789abcdeg")}, "not hex"},
 		{"acquire", []lock.Option{lock.WithFinal()}, "WithFinal applies with WithWaiter"},
 	} {

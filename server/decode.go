@@ -127,7 +127,7 @@ func final(fields map[string]json.RawMessage, req acquireRequest) (bool, *apiErr
 // so that a request sent again after a lost answer gets its grant; a
 // waiting, fair one's is also its place in the queue.
 func waiter(fields map[string]json.RawMessage) (string, *apiError) {
-	v, ok, aerr := stringField(fields, fieldWaiter, "a string of 32 hex digits")
+	v, ok, aerr := stringField(fields, fieldWaiter, "a string of 32 lowercase hex digits")
 	if !ok || aerr != nil {
 		return "", aerr
 	}
@@ -178,15 +178,16 @@ func (l limits) ttlAndWait(fields map[string]json.RawMessage) (acquireRequest, *
 	return req, nil
 }
 
-// wait checks a wait_ms: 0 (one attempt) to the server's --max-wait.
+// wait checks a wait_ms: 0 (one attempt) to the server's --max-wait. One
+// out of that range, beyond int64 included, carries max_wait_ms, on which
+// clients split a long wait (docs/design.md, defect 124).
 func (l limits) wait(raw json.RawMessage) (time.Duration, *apiError) {
-	want := fmt.Sprintf("want 0 to %d (milliseconds; 0 makes one attempt)", l.maxWait.Milliseconds())
-	ms, aerr := integer(fieldWaitMs, raw, want)
+	ms, aerr := integer(fieldWaitMs, raw)
 	if aerr != nil {
 		return 0, aerr
 	}
 	if ms < 0 || ms > l.maxWait.Milliseconds() {
-		aerr := invalid(fieldWaitMs, fmt.Sprintf("wait_ms %d: %s", ms, want))
+		aerr := invalid(fieldWaitMs, fmt.Sprintf("wait_ms %s: want 0 to %d (milliseconds; 0 makes one attempt)", excerpt(raw), l.maxWait.Milliseconds()))
 		aerr.maxWait = l.maxWait // a client may ask for that instead
 		return 0, aerr
 	}
@@ -281,7 +282,7 @@ func (l limits) decodeRelease(body []byte) (releaseRequest, *apiError) {
 	if aerr != nil {
 		return releaseRequest{}, aerr
 	}
-	op, ok, aerr := stringField(fields, fieldReleaseID, "a string of 32 hex digits")
+	op, ok, aerr := stringField(fields, fieldReleaseID, "a string of 32 lowercase hex digits")
 	if aerr != nil {
 		return releaseRequest{}, aerr
 	}
@@ -295,18 +296,17 @@ func (l limits) decodeRelease(body []byte) (releaseRequest, *apiError) {
 
 func (l limits) ttl(raw json.RawMessage) (time.Duration, *apiError) {
 	lo, hi := l.minTTL.Milliseconds(), l.maxTTL.Milliseconds()
-	want := fmt.Sprintf("want %d to %d (milliseconds)", lo, hi)
-	ms, aerr := integer(fieldTTLMs, raw, want)
+	ms, aerr := integer(fieldTTLMs, raw)
 	if aerr != nil {
 		return 0, aerr
 	}
 	if ms < lo || ms > hi {
-		return 0, invalid(fieldTTLMs, fmt.Sprintf("ttl_ms %d: %s", ms, want))
+		return 0, invalid(fieldTTLMs, fmt.Sprintf("ttl_ms %s: want %d to %d (milliseconds)", excerpt(raw), lo, hi))
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-// leaseID returns the required lease_id. Its form (32 hex digits) is
+// leaseID returns the required lease_id. Its form (32 lowercase hex digits) is
 // checked by package lock before any key is touched.
 func leaseID(fields map[string]json.RawMessage) (string, *apiError) {
 	raw, ok := fields["lease_id"]
@@ -321,24 +321,27 @@ func leaseID(fields map[string]json.RawMessage) (string, *apiError) {
 		return "", invalid(fieldLeaseID, fmt.Sprintf("lease_id: want a string, got %s", excerpt(raw)))
 	}
 	if id == "" {
-		return "", invalid(fieldLeaseID, "lease_id is empty: want the 32 hex digits that acquire returned")
+		return "", invalid(fieldLeaseID, "lease_id is empty: want the 32 lowercase hex digits that acquire returned")
 	}
 	return id, nil
 }
 
 // integer decodes a JSON integer: no fraction, no exponent, no quotes, no
-// null, within int64.
-func integer(field string, raw json.RawMessage, want string) (int64, *apiError) {
+// null. One beyond int64 is math.MaxInt64 or math.MinInt64, which the
+// caller's range check refuses as it refuses any number out of its range:
+// refused here, a wait_ms beyond int64 lost the max_wait_ms of that
+// refusal (docs/design.md, defect 124).
+func integer(field string, raw json.RawMessage) (int64, *apiError) {
 	// A query's value is not JSON: "100abc" or "007" reach here as they
 	// are. Only digits, after an optional minus, are an integer; then
-	// ParseInt fails only out of range.
+	// ParseInt fails only out of range, and returns the bound it passed.
 	digits := bytes.TrimPrefix(raw, []byte("-"))
 	if len(digits) == 0 || bytes.ContainsFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) {
 		return 0, invalid(field, fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil {
-		return 0, invalid(field, fmt.Sprintf("%s %s: %s", field, excerpt(raw), want))
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, invalid(field, fmt.Sprintf("%s: want an integer number of milliseconds, got %s", field, excerpt(raw)))
 	}
 	return n, nil
 }

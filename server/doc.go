@@ -52,10 +52,15 @@
 // anything else is 415. A body over Config.MaxBodyBytes is 413. Lock names are 1 to 200
 // characters of A-Z a-z 0-9 . _ - : ([lock.ValidateName]); the path is not
 // cleaned, so a name with "/" or "%2F" is a 400, and no invalid request
-// touches a key in Redis or etcd. A query string (the list's, the
-// leader's long poll) takes only its documented parameters, each once; one
-// that [net/url.ParseQuery] refuses (a bad %-escape, a ';') is a 400 as a
-// whole, never served with the pairs it could read.
+// touches a key in Redis or etcd. Every route under /v1/locks and
+// /v1/elections takes only its documented query parameters, each once:
+// the list's, the force-release's token and the leader's long poll; none
+// for acquire, refresh, release, campaign and GET of a lock, which take
+// their arguments in the JSON body (?wait_ms= on an acquire is a 400, not
+// an acquire that does not wait). A query string that [net/url.ParseQuery]
+// refuses (a bad %-escape, a ';') is a 400 as a whole, never served with
+// the pairs it could read. /healthz, /readyz, /metrics and
+// /v1/openapi.yaml ignore theirs.
 //
 // # Errors
 //

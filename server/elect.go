@@ -49,10 +49,7 @@ func (s *Server) campaign(w http.ResponseWriter, r *http.Request, name string) {
 // poll: an observer in any language follows the terms with one request
 // each).
 func (s *Server) leader(w http.ResponseWriter, r *http.Request, name string) {
-	q, aerr := query(r)
-	if aerr == nil {
-		aerr = checkQuery(q, "GET /v1/elections/{name}", fieldAfter, fieldWaitMs)
-	}
+	q, aerr := query(r) // ServeHTTP checked it (route.checkQuery)
 	if aerr != nil {
 		writeError(w, aerr)
 		return

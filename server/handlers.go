@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -270,27 +269,11 @@ func query(r *http.Request) (url.Values, *apiError) {
 	return q, nil
 }
 
-// checkQuery refuses a query parameter not in allowed, or one given more
-// than once; route names the operation in the message.
-func checkQuery(q url.Values, route string, allowed ...string) *apiError {
-	for k, v := range q {
-		if !slices.Contains(allowed, k) {
-			return invalid("", fmt.Sprintf("unknown query parameter %s: %s takes %s", excerpt([]byte(k)), route, strings.Join(allowed, ", ")))
-		}
-		if len(v) > 1 {
-			return invalid(k, fmt.Sprintf("%s given %d times: give it once", k, len(v)))
-		}
-	}
-	return nil
-}
-
 // list answers one page of the held locks under a prefix. ServeHTTP has
-// checked the prefix against the caller's token.
+// checked the query string (route.checkQuery) and the prefix against the
+// caller's token.
 func (s *Server) list(w http.ResponseWriter, r *http.Request, _ string) {
 	q, aerr := query(r)
-	if aerr == nil {
-		aerr = checkQuery(q, "GET /v1/locks", fieldPrefix, fieldLimit, fieldCursor)
-	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -334,12 +317,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, _ string) {
 // only the grant with token N: 409 held when another holds it, so that a
 // DELETE sent again after a lost answer or a 503 spares the next holder.
 func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, name string) {
-	// An unknown parameter is refused, not ignored: ?tokn=5 must not
-	// release whoever holds the lock.
+	// An unknown parameter is refused, not ignored (ServeHTTP, by
+	// route.checkQuery): ?tokn=5 must not release whoever holds the lock.
 	q, aerr := query(r)
-	if aerr == nil {
-		aerr = checkQuery(q, "DELETE /v1/locks/{name}", fieldToken)
-	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return

@@ -543,7 +543,7 @@ func TestReleaseIDTakesOffOneHold(t *testing.T) {
 				}
 			}
 			r := e.do("POST", "/v1/locks/"+name+"/release", `{"lease_id":"`+l.LeaseID+`","release_id":"xyz"}`)
-			if msg := r.errCode(t, http.StatusBadRequest, codeInvalidArgument); !strings.Contains(msg, "want 32 hex digits") {
+			if msg := r.errCode(t, http.StatusBadRequest, codeInvalidArgument); !strings.Contains(msg, "want 32 lowercase hex digits") {
 				t.Fatalf("a release_id of 3 characters: %s", msg)
 			}
 			if r := e.release(name, l.LeaseID); r.status != http.StatusOK || e.state(name).Held {

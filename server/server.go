@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -255,21 +256,29 @@ type route struct {
 	perm    Permission // what a token needs; 0: open, served without authentication
 	op      string     // the operation, for metrics and 403 answers
 	handle  func(s *Server, w http.ResponseWriter, r *http.Request, name string)
+	// query is what the route takes in its query string, as
+	// api/openapi.yaml documents it: ServeHTTP refuses any other parameter,
+	// and a query string that does not decode, before the handler runs
+	// (docs/design.md, defect 123). anyQuery routes (the probes, /metrics
+	// and the document, which document no 400) never read theirs.
+	query    []string
+	anyQuery bool
+	body     []string // the fields of its JSON body, for the 400's message
 }
 
 var (
-	routeHealthz  = &route{"/healthz", http.MethodGet, 0, "", (*Server).healthz}
-	routeReadyz   = &route{"/readyz", http.MethodGet, 0, "", (*Server).readyz}
-	routeMetrics  = &route{"/metrics", http.MethodGet, PermMetrics, "read metrics", (*Server).serveMetrics}
-	routeInspect  = &route{"/v1/locks/{name}", http.MethodGet, PermInspect, opInspect, (*Server).inspect}
-	routeForce    = &route{"/v1/locks/{name}", http.MethodDelete, PermForceRelease, opForce, (*Server).forceRelease}
-	routeList     = &route{"/v1/locks", http.MethodGet, PermInspect, opList, (*Server).list}
-	routeAcquire  = &route{"/v1/locks/{name}/acquire", http.MethodPost, PermAcquire, opAcquire, (*Server).acquire}
-	routeRefresh  = &route{"/v1/locks/{name}/refresh", http.MethodPost, PermAcquire, opRefresh, (*Server).refresh}
-	routeRelease  = &route{"/v1/locks/{name}/release", http.MethodPost, PermAcquire, opRelease, (*Server).release}
-	routeOpenAPI  = &route{"/v1/openapi.yaml", http.MethodGet, 0, "", (*Server).serveOpenAPI}
-	routeLeader   = &route{"/v1/elections/{name}", http.MethodGet, PermInspect, opLeader, (*Server).leader}
-	routeCampaign = &route{"/v1/elections/{name}/campaign", http.MethodPost, PermAcquire, opCampaign, (*Server).campaign}
+	routeHealthz  = &route{"/healthz", http.MethodGet, 0, "", (*Server).healthz, nil, true, nil}
+	routeReadyz   = &route{"/readyz", http.MethodGet, 0, "", (*Server).readyz, nil, true, nil}
+	routeMetrics  = &route{"/metrics", http.MethodGet, PermMetrics, "read metrics", (*Server).serveMetrics, nil, true, nil}
+	routeInspect  = &route{"/v1/locks/{name}", http.MethodGet, PermInspect, opInspect, (*Server).inspect, nil, false, nil}
+	routeForce    = &route{"/v1/locks/{name}", http.MethodDelete, PermForceRelease, opForce, (*Server).forceRelease, []string{fieldToken}, false, nil}
+	routeList     = &route{"/v1/locks", http.MethodGet, PermInspect, opList, (*Server).list, []string{fieldPrefix, fieldLimit, fieldCursor}, false, nil}
+	routeAcquire  = &route{"/v1/locks/{name}/acquire", http.MethodPost, PermAcquire, opAcquire, (*Server).acquire, nil, false, acquireFields}
+	routeRefresh  = &route{"/v1/locks/{name}/refresh", http.MethodPost, PermAcquire, opRefresh, (*Server).refresh, nil, false, refreshFields}
+	routeRelease  = &route{"/v1/locks/{name}/release", http.MethodPost, PermAcquire, opRelease, (*Server).release, nil, false, releaseFields}
+	routeOpenAPI  = &route{"/v1/openapi.yaml", http.MethodGet, 0, "", (*Server).serveOpenAPI, nil, true, nil}
+	routeLeader   = &route{"/v1/elections/{name}", http.MethodGet, PermInspect, opLeader, (*Server).leader, []string{fieldAfter, fieldWaitMs}, false, nil}
+	routeCampaign = &route{"/v1/elections/{name}/campaign", http.MethodPost, PermAcquire, opCampaign, (*Server).campaign, nil, false, campaignFields}
 
 	routes = []*route{routeHealthz, routeReadyz, routeMetrics, routeList, routeInspect, routeForce, routeAcquire, routeRefresh, routeRelease, routeOpenAPI, routeLeader, routeCampaign}
 )
@@ -343,6 +352,47 @@ func lockName(rawName string) (string, *apiError) {
 	return name, nil
 }
 
+// escapedSlash reports whether an escaped lock name holds a %2F, which
+// makes it no lock name whatever the route.
+func escapedSlash(rawName string) bool {
+	return strings.Contains(rawName, "%2F") || strings.Contains(rawName, "%2f")
+}
+
+// checkQuery parses the query string of r and refuses it if it does not
+// decode, or names a parameter the route does not take, or one more than
+// once; nil for an anyQuery route, which ignores its query string.
+func (rt *route) checkQuery(r *http.Request) (url.Values, *apiError) {
+	if rt.anyQuery {
+		return nil, nil
+	}
+	q, aerr := query(r)
+	if aerr != nil {
+		return nil, aerr
+	}
+	op := rt.method + " " + rt.pattern
+	for k, v := range q {
+		if slices.Contains(rt.query, k) {
+			if len(v) > 1 {
+				return nil, invalid(k, fmt.Sprintf("%s given %d times: give it once", k, len(v)))
+			}
+			continue
+		}
+		msg := fmt.Sprintf("unknown query parameter %s: %s takes %s", excerpt([]byte(k)), op, strings.Join(rt.query, ", "))
+		switch {
+		case len(rt.query) > 0:
+		case len(rt.body) > 0:
+			msg = fmt.Sprintf("unknown query parameter %s: %s takes no query parameters; it takes its arguments in the JSON body (%s)", excerpt([]byte(k)), op, strings.Join(quoteAll(rt.body), ", "))
+			if slices.Contains(rt.body, k) {
+				msg += fmt.Sprintf(`: send {"%s":…} in the body`, k)
+			}
+		default:
+			msg = fmt.Sprintf("unknown query parameter %s: %s takes no query parameters", excerpt([]byte(k)), op)
+		}
+		return nil, invalid("", msg)
+	}
+	return q, nil
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -389,6 +439,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			message: fmt.Sprintf("no such path %s; the API is under %s{name} (GET) and %s{name}/acquire|refresh|release (POST), and %s{name} (GET) and %s{name}/campaign (POST); GET /v1/openapi.yaml describes it", excerpt([]byte(r.URL.EscapedPath())), locksPrefix, locksPrefix, electionsPrefix, electionsPrefix)})
 		return
 	}
+	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) && escapedSlash(rawName) {
+		// "POST /v1/locks/x%2Facquire" is no acquire of "x" but a name
+		// with a slash, which the name's 400 says, whatever the method,
+		// rather than a 405 of GET /v1/locks/{name}. (Not counted as an
+		// invalid request of rt: it was no request of rt.)
+		if _, aerr := lockName(rawName); aerr != nil {
+			writeError(rec, aerr)
+			return
+		}
+	}
 	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
 		allow := rt.method
 		if rt.method == http.MethodGet {
@@ -411,16 +471,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Before authorization: a prefix the query string does not say
+	// clearly is the list's 400, not a 403 about a prefix read past a bad
+	// pair.
+	q, aerr := rt.checkQuery(r)
+	if aerr != nil {
+		s.countInvalid(rt.op)
+		writeError(rec, aerr)
+		return
+	}
 	if tok != nil {
 		aerr := tok.authorize(rt.perm, rt.op, name)
 		if aerr == nil && rt == routeList {
-			// A prefix the query string does not say clearly is the
-			// list's 400, not a 403 about a prefix read past a bad pair.
-			q, qerr := query(r)
-			if qerr != nil {
-				writeError(rec, qerr)
-				return
-			}
 			aerr = tok.authorizePrefix(rt.op, q.Get(fieldPrefix))
 		}
 		if aerr != nil {

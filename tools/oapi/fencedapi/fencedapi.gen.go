@@ -172,8 +172,8 @@ type AcquireRequest struct {
 
 	// Waiter The caller's place in the queue, kept across the requests of one
 	// acquisition (or campaign) whose wait is longer than one request's
-	// wait_ms: 32 hex digits, 128 random bits new for each acquisition,
-	// the same in each of its requests. A request that ends without the
+	// wait_ms: 32 lowercase hex digits (uppercase is a 400), 128 random
+	// bits new for each acquisition, the same in each of its requests. A request that ends without the
 	// lock keeps the place for the next one (unless it was final); a
 	// place no request has used for 3 s is given up. Without it, each request queues anew, behind
 	// everyone who came meanwhile. A request whose answer was lost
@@ -209,8 +209,8 @@ type CampaignRequest struct {
 
 	// Waiter The caller's place in the queue, kept across the requests of one
 	// acquisition (or campaign) whose wait is longer than one request's
-	// wait_ms: 32 hex digits, 128 random bits new for each acquisition,
-	// the same in each of its requests. A request that ends without the
+	// wait_ms: 32 lowercase hex digits (uppercase is a 400), 128 random
+	// bits new for each acquisition, the same in each of its requests. A request that ends without the
 	// lock keeps the place for the next one (unless it was final); a
 	// place no request has used for 3 s is given up. Without it, each request queues anew, behind
 	// everyone who came meanwhile. A request whose answer was lost
@@ -244,9 +244,10 @@ type Error struct {
 		// string did not decode.
 		Field *ErrorErrorField `json:"field,omitempty"`
 
-		// MaxWaitMs On a 400 about a wait_ms out of range (field wait_ms), the
-		// longest wait this server allows (its --max-wait): a client
-		// whose wait per request is longer asks for this much instead,
+		// MaxWaitMs On a 400 about a wait_ms out of range (field wait_ms),
+		// one beyond int64 included, the longest wait this server
+		// allows (its --max-wait): a client whose wait per request is
+		// longer asks for this much instead,
 		// and splits a longer wait into several requests.
 		MaxWaitMs *int64 `json:"max_wait_ms,omitempty"`
 
@@ -309,7 +310,7 @@ type Lease struct {
 	// Count Acquire only, when a reentrant holder acquired a lock it held. How many releases the lock takes to be freed; absent for 1.
 	Count *int `json:"count,omitempty"`
 
-	// LeaseId The lease id acquire returned (128 random bits in hex). A secret of the holder.
+	// LeaseId The lease id acquire returned (128 random bits, 32 lowercase hex digits; send it as returned, since uppercase is a 400). A secret of the holder.
 	LeaseId LeaseID `json:"lease_id"`
 	Name    string  `json:"name"`
 
@@ -332,7 +333,7 @@ type Lease struct {
 	WaitedMs *int64 `json:"waited_ms,omitempty"`
 }
 
-// LeaseID The lease id acquire returned (128 random bits in hex). A secret of the holder.
+// LeaseID The lease id acquire returned (128 random bits, 32 lowercase hex digits; send it as returned, since uppercase is a 400). A secret of the holder.
 type LeaseID = string
 
 // LockList defines model for LockList.
@@ -372,7 +373,7 @@ type LockState struct {
 
 // RefreshRequest defines model for RefreshRequest.
 type RefreshRequest struct {
-	// LeaseId The lease id acquire returned (128 random bits in hex). A secret of the holder.
+	// LeaseId The lease id acquire returned (128 random bits, 32 lowercase hex digits; send it as returned, since uppercase is a 400). A secret of the holder.
 	LeaseId LeaseID `json:"lease_id"`
 
 	// Seq This refresh's sequence number, higher with each refresh of the lease and the same when this refresh is sent again; the microseconds since the Unix epoch (or the last one plus one) serve. A refresh below the highest applied answers 409 out_of_order. Missing: unordered.
@@ -384,11 +385,11 @@ type RefreshRequest struct {
 
 // ReleaseRequest defines model for ReleaseRequest.
 type ReleaseRequest struct {
-	// LeaseId The lease id acquire returned (128 random bits in hex). A secret of the holder.
+	// LeaseId The lease id acquire returned (128 random bits, 32 lowercase hex digits; send it as returned, since uppercase is a 400). A secret of the holder.
 	LeaseId LeaseID `json:"lease_id"`
 
-	// ReleaseId This release's id across its retries: 32 hex digits, 128
-	// random bits new for each release, the same each time it is
+	// ReleaseId This release's id across its retries: 32 lowercase hex digits
+	// (uppercase is a 400), 128 random bits new for each release, the same each time it is
 	// sent again. A lock held more than once by its holder loses one
 	// hold per release id, so a release sent again after a lost
 	// answer takes off no second hold. Without it, each request is a
@@ -415,8 +416,8 @@ type Token = int64
 
 // Waiter The caller's place in the queue, kept across the requests of one
 // acquisition (or campaign) whose wait is longer than one request's
-// wait_ms: 32 hex digits, 128 random bits new for each acquisition,
-// the same in each of its requests. A request that ends without the
+// wait_ms: 32 lowercase hex digits (uppercase is a 400), 128 random
+// bits new for each acquisition, the same in each of its requests. A request that ends without the
 // lock keeps the place for the next one (unless it was final); a
 // place no request has used for 3 s is given up. Without it, each request queues anew, behind
 // everyone who came meanwhile. A request whose answer was lost
