@@ -113,6 +113,14 @@ type RedisStore struct {
 	epochKey, horizonKey string
 
 	calls, pipelines, pipelined atomic.Uint64
+
+	// cleanups are the store's goroutines of best-effort cleanups that
+	// outlive the failed call that started them (afterwards); Close waits
+	// for them. closed, under cleanMu: Close has begun, and a cleanup runs
+	// on its caller's goroutine.
+	cleanMu  sync.Mutex
+	closed   bool
+	cleanups sync.WaitGroup
 }
 
 var _ LeaseStore = (*RedisStore)(nil)
@@ -255,7 +263,7 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 	if err != nil {
 		// The SET, or a reentry's count, may have happened with its reply
 		// lost: free it if so.
-		s.abandon(ctx, req.Name, req.LeaseID)
+		s.abandon(ctx, req, false)
 		s.unreenter(ctx, req)
 		return Grant{}, backendErr("redis", "acquire", err)
 	}
@@ -269,12 +277,12 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 	}
 	tok, err := s.seq.Next(ctx, req.Name)
 	if err != nil {
-		s.abandon(ctx, req.Name, req.LeaseID)
+		s.abandon(ctx, req, false)
 		return Grant{}, backendErr("etcd", "token", err)
 	}
 	ok, err := s.confirm(ctx, req, tok)
 	if err != nil {
-		s.abandon(ctx, req.Name, req.LeaseID)
+		s.abandon(ctx, req, true)
 		return Grant{}, backendErr("redis", "confirm", err)
 	}
 	if !ok {
@@ -283,21 +291,72 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 	return Grant{Token: tok, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil
 }
 
-// abandon frees a lease whose token could not be taken or confirmed, so
-// that others need not wait for it to expire.
-func (s *RedisStore) abandon(ctx context.Context, name, leaseID string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_, _ = s.release(ctx, name, leaseID, "") // it expires anyway
+// cleanupTimeout bounds a best-effort cleanup after a failed call: the
+// release of a lease abandoned, a reentry taken off.
+const cleanupTimeout = time.Second
+
+// abandon frees req's lease, whose token could not be taken or confirmed,
+// so that others need not wait for it to expire (it expires anyway). Only
+// req's attempt knows its lease id, and a release of it changes nothing
+// else, so the release need not come before the caller's error: it runs
+// on a goroutine of the store (afterwards), and the error returns when the
+// caller's context ends, not up to cleanupTimeout later (defect 126).
+//
+// But a confirm that failed (confirmed) may have run, its reply lost, and
+// recorded the grant for a remote acquisition (Rejoin), whose next request
+// is handed that very lease (acquire.lua): a release after that request
+// would free the lock under the holder it was handed to. Then the release
+// comes first, as before, bounded by cleanupTimeout past the caller's end.
+func (s *RedisStore) abandon(ctx context.Context, req AcquireRequest, confirmed bool) {
+	free := func(ctx context.Context) { _, _ = s.release(ctx, req.Name, req.LeaseID, "") }
+	if confirmed && req.Rejoin != "" {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		free(ctx)
+		return
+	}
+	s.afterwards(ctx, free)
+}
+
+// afterwards runs a best-effort cleanup of a failed call, bounded by
+// cleanupTimeout and not by ctx (which may be what ended), on a goroutine
+// of the store, which Close waits for: the caller's error need not wait
+// for it. Once Close has begun it runs on the caller's goroutine.
+func (s *RedisStore) afterwards(ctx context.Context, cleanup func(context.Context)) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	s.cleanMu.Lock()
+	closed := s.closed
+	if !closed {
+		s.cleanups.Add(1)
+	}
+	s.cleanMu.Unlock()
+	if closed {
+		defer cancel()
+		cleanup(ctx)
+		return
+	}
+	go func() {
+		defer s.cleanups.Done()
+		defer cancel()
+		cleanup(ctx)
+	}()
 }
 
 // unreenter takes off the hold that req's acquire script may have counted
 // as a reentry, its reply lost and the call failed (scripts/unreenter.lua).
+// Unlike abandon's release it runs before the failed acquire returns, up
+// to cleanupTimeout past the caller's end, for its order matters: a
+// release by the holder that came first would count the lock down to the
+// one hold that unreenter never takes off, the lock then held by nobody
+// until its TTL; and an attempt sent again with the same mark (req.mark:
+// the waiter's, or the remote acquisition's, in any process) that came
+// first would find its hold counted already, which unreenter then takes
+// off: one release short of its holds.
 func (s *RedisStore) unreenter(ctx context.Context, req AcquireRequest) {
 	if req.Holder == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	_ = s.run(ctx, unreenterScript, s.keys(req.Name)[kToken:kToken+1], req.mark()).Err() // it expires anyway
 }
@@ -598,5 +657,14 @@ func (s *RedisStore) Watch(ctx context.Context, name, waiter string) (<-chan str
 	return s.n.watch(ctx, s.channel(name), waiter)
 }
 
-// Close stops the notification subscriber. It is idempotent.
-func (s *RedisStore) Close() error { return s.n.close() }
+// Close stops the notification subscriber and waits for the cleanups that
+// failed calls left running (abandon), each bounded by a second. It is
+// idempotent.
+func (s *RedisStore) Close() error {
+	s.cleanMu.Lock()
+	s.closed = true
+	s.cleanMu.Unlock()
+	err := s.n.close()
+	s.cleanups.Wait()
+	return err
+}

@@ -17,7 +17,7 @@ Errors are typed by the API's error code (never by message text): HeldError
 subclasses of FencedError. UnavailableError (503) and TransportError (no
 answer) are retryable.
 
-Every acquire or campaign sends a waiter, 32 hex digits drawn once per
+Every acquire or campaign sends a waiter, 32 lowercase hex digits drawn once per
 call: the key to a grant whose answer was lost, and a fair waiting call's
 place in the server's queue (one attempt, wait_ms 0, and an unfair acquire
 have none). Such a call is asked again, with the same
@@ -508,7 +508,7 @@ class Client:
         wait_ms 0 it changes nothing, and is not sent: one attempt takes a
         free lock whoever waits.
 
-        The request carries a waiter (32 hex digits, new for each call; a
+        The request carries a waiter (32 lowercase hex digits, new for each call; a
         place in the queue when the call waits and is fair), and a request
         whose answer was lost after it was
         sent (the connection closed or reset: TransportError), or answered
@@ -726,7 +726,7 @@ class Client:
         lease id that released it with success, so asking again is safe.
 
         release_id (API field release_id) is this release's id across its
-        retries: 32 hex digits, such as secrets.token_hex(16); None draws a
+        retries: 32 lowercase hex digits, such as secrets.token_hex(16); None draws a
         new one for this call, which its own resends carry. A lock held more
         than once by its holder (reentrant) loses one hold per release id, so
         to send a release again yourself (after a TransportError, say), pass

@@ -19,7 +19,7 @@
  * lost), InvalidArgumentError (400), …, all FencedError. UnavailableError
  * (503) and TransportError (no answer) are retryable.
  *
- * Every acquire or campaign sends a waiter, 32 hex digits drawn once per
+ * Every acquire or campaign sends a waiter, 32 lowercase hex digits drawn once per
  * call: the key to a grant whose answer was lost, and a fair waiting call's
  * place in the server's queue (one attempt, waitMs 0, and an unfair acquire
  * have none). Such a call is asked again, with the same
@@ -614,7 +614,7 @@ export class Client {
    * call goes on waiting while waitMs has time left, else rejects with
    * HeldError saying so (docs/design.md, defect 117).
    *
-   * The request carries a waiter (32 hex digits, new for each call; a place
+   * The request carries a waiter (32 lowercase hex digits, new for each call; a place
    * in the queue when the call waits and is fair), and a request whose
    * answer was lost after it was sent (the
    * connection closed or reset: TransportError) or was not fenced's

@@ -1,0 +1,229 @@
+package lock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/faultproxy"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
+	"github.com/redis/go-redis/v9"
+)
+
+// frozenAfterToken is a Redis lease store whose Redis, behind a fault
+// proxy, freezes (Hold) once the sequencer handed out a token: the
+// confirm, and the release that abandons the lease after it, wait in the
+// proxy until thaw.
+type frozenAfterToken struct {
+	store   *lock.RedisStore
+	proxy   *faultproxy.Proxy
+	direct  *redis.Client // straight to Redis, for checks behind the store's back
+	prefix  string
+	release *scriptCalls // the store's calls of the release script
+}
+
+// freezingSequencer freezes the proxy after its next token, once armed.
+type freezingSequencer struct {
+	sequencer.Sequencer
+	armed  atomic.Bool
+	freeze func()
+}
+
+func (f *freezingSequencer) Next(ctx context.Context, name string) (fence.Token, error) {
+	tok, err := f.Sequencer.Next(ctx, name)
+	if f.armed.CompareAndSwap(true, false) {
+		f.freeze()
+	}
+	return tok, err
+}
+
+// scriptCalls is a go-redis hook that counts the calls of one script (by
+// its SHA, EVALSHA) that began and that ended, lone or in a pipeline.
+type scriptCalls struct {
+	sha          string
+	began, ended atomic.Int64
+}
+
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		n := h.count(cmd)
+		h.began.Add(n)
+		defer h.ended.Add(n)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var n int64
+		for _, c := range cmds {
+			n += h.count(c)
+		}
+		h.began.Add(n)
+		defer h.ended.Add(n)
+		return next(ctx, cmds)
+	}
+}
+
+func (h *scriptCalls) count(cmd redis.Cmder) int64 {
+	if a := cmd.Args(); len(a) > 1 && strings.EqualFold(cmd.Name(), "evalsha") && a[1] == h.sha {
+		return 1
+	}
+	return 0
+}
+
+func newFrozenAfterToken(t *testing.T) (*frozenAfterToken, *freezingSequencer) {
+	t.Helper()
+	r := testenv.StartRedis(t)
+	p, err := faultproxy.New(r.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	direct := r.Client()
+	release := &scriptCalls{sha: scriptSHA(t, direct, "scripts/prelude.lua", "scripts/release.lua")}
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	rdb.AddHook(release)
+	t.Cleanup(func() { rdb.Close() })
+	seq := &freezingSequencer{Sequencer: newSequencer(t), freeze: func() { p.Hold(true) }}
+	prefix := testenv.Name(t) + ":"
+	s, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	// Warm up: a first token may take a while (the sequencer's floor).
+	ctx := t.Context()
+	g, err := s.Acquire(ctx, lock.AcquireRequest{Name: "warm-up", LeaseID: newID(t), TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "warm-up", g.LeaseID, ""); err != nil {
+		t.Fatal(err)
+	}
+	release.began.Store(0)
+	release.ended.Store(0)
+	seq.armed.Store(true)
+	return &frozenAfterToken{store: s, proxy: p, direct: direct, prefix: prefix, release: release}, seq
+}
+
+func newID(t *testing.T) string {
+	t.Helper()
+	id, err := lock.NewReleaseID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// acquireFrozen makes one acquisition of name whose confirm meets the
+// frozen Redis and fails at its 500 ms deadline, and returns its lease id
+// and how long it took.
+func (f *frozenAfterToken) acquireFrozen(t *testing.T, name string) (string, time.Duration) {
+	t.Helper()
+	id := newID(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	g, err := f.store.Acquire(ctx, lock.AcquireRequest{Name: name, LeaseID: id, TTL: 30 * time.Second})
+	took := time.Since(start)
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an acquisition whose confirm met a frozen Redis: %+v, %v; want the deadline's error", g, err)
+	}
+	return id, took
+}
+
+func (f *frozenAfterToken) leaseOf(t *testing.T, name string) string {
+	t.Helper()
+	id, err := f.direct.Get(t.Context(), f.prefix+"{"+name+"}:lease").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// Defect 126: an acquisition whose token could not be confirmed (Redis
+// frozen, the caller's deadline reached) frees its lease again, so that
+// others need not wait for its TTL; the store did that before the error
+// returned, with up to a second of its own, so that the caller got its
+// error (the server its 503) up to a second after its deadline. The
+// error now returns at the deadline, while the release still waits in
+// the frozen Redis's proxy, and the release is done once Redis thaws.
+func TestFailedAcquireDoesNotWaitForItsCleanup(t *testing.T) {
+	t.Parallel()
+	f, _ := newFrozenAfterToken(t)
+	name := testenv.Name(t)
+	id, took := f.acquireFrozen(t, name)
+	began, ended := f.release.began.Load(), f.release.ended.Load()
+	t.Logf("the failed acquisition answered after %s (its deadline 500ms); the abandon's release had begun %d, ended %d",
+		took.Round(time.Millisecond), began, ended)
+	if ended != 0 {
+		t.Fatalf("the failed acquisition returned (after %s) only once the release of its lease had ended: it waited for its cleanup",
+			took.Round(time.Millisecond))
+	}
+	if got := f.leaseOf(t, name); got != id {
+		t.Fatalf("while Redis is frozen the lease is %q, want the abandoned %q still there", got, id)
+	}
+	f.proxy.Hold(false)
+	// The lease's TTL is 30 s: gone sooner, the release did it.
+	testenv.WaitUntil(t, 5*time.Second, func() bool { return f.leaseOf(t, name) == "" })
+	testenv.WaitUntil(t, 5*time.Second, func() bool { return f.release.ended.Load() >= 1 })
+}
+
+// Close waits for the cleanups that failed calls left running: once it
+// returns, no goroutine of the store is left, though Redis is still frozen
+// and the release could not be done.
+func TestRedisCloseEndsTheCleanups(t *testing.T) {
+	f, _ := newFrozenAfterToken(t)
+	name := testenv.Name(t)
+	f.acquireFrozen(t, name)
+	if err := f.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, e := f.release.began.Load(), f.release.ended.Load(); b != e {
+		t.Fatalf("after Close, release calls begun %d, ended %d: Close left the cleanup running", b, e)
+	}
+	// A goroutine that said it was done may still be on its way out: a
+	// while, far less than the second the cleanup may wait.
+	for end := time.Now().Add(200 * time.Millisecond); ; {
+		left := storeGoroutines()
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d goroutine(s) of the store still running after Close:\n\n%s", len(left), strings.Join(left, "\n\n"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.proxy.Hold(false)
+}
+
+// storeGoroutines are the stacks of the goroutines in a RedisStore's code.
+func storeGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var in []string
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if s := string(g); strings.Contains(s, "fenced/lock.(*RedisStore)") {
+			in = append(in, s)
+		}
+	}
+	return in
+}
