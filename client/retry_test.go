@@ -26,13 +26,7 @@ import (
 // fails over, and passes the rest on.
 func flaky(t *testing.T, f *fixture, failures int64, retryAfter string) (string, *atomic.Int64) {
 	t.Helper()
-	target, err := url.Parse(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pass := httputil.NewSingleHostReverseProxy(target)
-	var left atomic.Int64
-	left.Store(failures)
+	pass, left := passOn(t, f, failures)
 	return counted(t, func(w http.ResponseWriter, r *http.Request) {
 		if left.Add(-1) >= 0 {
 			if retryAfter != "" {
@@ -45,6 +39,19 @@ func flaky(t *testing.T, f *fixture, failures int64, retryAfter string) (string,
 		}
 		pass.ServeHTTP(w, r)
 	})
+}
+
+// passOn is a reverse proxy to the fixture's server, and a count of the
+// failures it is to inject.
+func passOn(t *testing.T, f *fixture, failures int64) (*httputil.ReverseProxy, *atomic.Int64) {
+	t.Helper()
+	target, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left atomic.Int64
+	left.Store(failures)
+	return httputil.NewSingleHostReverseProxy(target), &left
 }
 
 // TestOneServerRetries: a client of one URL (one server, or a load
@@ -392,13 +399,7 @@ func TestReleaseSentToAnotherServerAfterALostAnswer(t *testing.T) {
 // upstream connection broke as fenced answered does: fenced acted on them.
 func gateway(t *testing.T, f *fixture, suffix string, failures int64) (string, *atomic.Int64) {
 	t.Helper()
-	target, err := url.Parse(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pass := httputil.NewSingleHostReverseProxy(target)
-	var left atomic.Int64
-	left.Store(failures)
+	pass, left := passOn(t, f, failures)
 	pass.ModifyResponse = func(r *http.Response) error {
 		if !strings.HasSuffix(r.Request.URL.Path, suffix) || left.Add(-1) < 0 {
 			return nil

@@ -1,10 +1,8 @@
 package lock_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -196,7 +194,7 @@ func TestRedisCloseEndsTheCleanups(t *testing.T) {
 	// A goroutine that said it was done may still be on its way out: a
 	// while, far less than the second the cleanup may wait.
 	for end := time.Now().Add(200 * time.Millisecond); ; {
-		left := storeGoroutines()
+		left := testenv.GoroutinesIn("fenced/lock.(*RedisStore)")
 		if len(left) == 0 {
 			break
 		}
@@ -206,24 +204,4 @@ func TestRedisCloseEndsTheCleanups(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	f.proxy.Hold(false)
-}
-
-// storeGoroutines are the stacks of the goroutines in a RedisStore's code.
-func storeGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	var in []string
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		if s := string(g); strings.Contains(s, "fenced/lock.(*RedisStore)") {
-			in = append(in, s)
-		}
-	}
-	return in
 }

@@ -360,10 +360,11 @@ func escapedSlash(rawName string) bool {
 
 // checkQuery parses the query string of r and refuses it if it does not
 // decode, or names a parameter the route does not take, or one more than
-// once; nil for an anyQuery route, which ignores its query string.
+// once; nil for an anyQuery route, which ignores its query string, and
+// for an empty one.
 func (rt *route) checkQuery(r *http.Request) (url.Values, *apiError) {
-	if rt.anyQuery {
-		return nil, nil
+	if rt.anyQuery || r.URL.RawQuery == "" {
+		return nil, nil // nothing to parse on the acquire and release path
 	}
 	q, aerr := query(r)
 	if aerr != nil {

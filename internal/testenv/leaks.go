@@ -36,6 +36,18 @@ func CheckGoroutines(code int) int {
 // ownGoroutines is the stack of every goroutine running fenced's code,
 // other than this check's.
 func ownGoroutines() []string {
+	var own []string
+	for _, s := range GoroutinesIn(ownPackages) {
+		if !strings.Contains(s, "testenv.ownGoroutines") {
+			own = append(own, s)
+		}
+	}
+	return own
+}
+
+// GoroutinesIn is the stack of every goroutine whose stack contains code,
+// such as "fenced/lock.(*RedisStore)": the goroutines of one component.
+func GoroutinesIn(code string) []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -45,15 +57,13 @@ func ownGoroutines() []string {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	var own []string
+	var in []string
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		s := string(g)
-		if !strings.Contains(s, ownPackages) || strings.Contains(s, "testenv.ownGoroutines") {
-			continue
+		if s := string(g); strings.Contains(s, code) {
+			in = append(in, s)
 		}
-		own = append(own, s)
 	}
-	return own
+	return in
 }
 
 // Goroutines is the set of goroutines running fenced's code now, by their
