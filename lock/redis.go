@@ -114,13 +114,9 @@ type RedisStore struct {
 
 	calls, pipelines, pipelined atomic.Uint64
 
-	// cleanups are the store's goroutines of best-effort cleanups that
-	// outlive the failed call that started them (afterwards); Close waits
-	// for them. closed, under cleanMu: Close has begun, and a cleanup runs
-	// on its caller's goroutine.
-	cleanMu  sync.Mutex
-	closed   bool
-	cleanups sync.WaitGroup
+	// cleanups are the best-effort cleanups that outlive the failed call
+	// that started them (afterwards, cleanup.go); Close waits for them.
+	cleanups
 }
 
 var _ LeaseStore = (*RedisStore)(nil)
@@ -291,10 +287,6 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 	return Grant{Token: tok, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil
 }
 
-// cleanupTimeout bounds a best-effort cleanup after a failed call: the
-// release of a lease abandoned, a reentry taken off.
-const cleanupTimeout = time.Second
-
 // abandon frees req's lease, whose token could not be taken or confirmed,
 // so that others need not wait for it to expire (it expires anyway). Only
 // req's attempt knows its lease id, and a release of it changes nothing
@@ -316,30 +308,6 @@ func (s *RedisStore) abandon(ctx context.Context, req AcquireRequest, confirmed 
 		return
 	}
 	s.afterwards(ctx, free)
-}
-
-// afterwards runs a best-effort cleanup of a failed call, bounded by
-// cleanupTimeout and not by ctx (which may be what ended), on a goroutine
-// of the store, which Close waits for: the caller's error need not wait
-// for it. Once Close has begun it runs on the caller's goroutine.
-func (s *RedisStore) afterwards(ctx context.Context, cleanup func(context.Context)) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	s.cleanMu.Lock()
-	closed := s.closed
-	if !closed {
-		s.cleanups.Add(1)
-	}
-	s.cleanMu.Unlock()
-	if closed {
-		defer cancel()
-		cleanup(ctx)
-		return
-	}
-	go func() {
-		defer s.cleanups.Done()
-		defer cancel()
-		cleanup(ctx)
-	}()
 }
 
 // unreenter takes off the hold that req's acquire script may have counted
@@ -661,10 +629,7 @@ func (s *RedisStore) Watch(ctx context.Context, name, waiter string) (<-chan str
 // failed calls left running (abandon), each bounded by a second. It is
 // idempotent.
 func (s *RedisStore) Close() error {
-	s.cleanMu.Lock()
-	s.closed = true
-	s.cleanMu.Unlock()
 	err := s.n.close()
-	s.cleanups.Wait()
+	s.cleanups.close()
 	return err
 }

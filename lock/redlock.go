@@ -42,6 +42,11 @@ type RedlockStore struct {
 	seq         sequencer.Sequencer
 	quorum      int
 	nodeTimeout time.Duration
+
+	// cleanups are the best-effort cleanups that outlive the failed
+	// acquisition that started them (abandon, cleanup.go); Close waits
+	// for them.
+	cleanups
 }
 
 var _ LeaseStore = (*RedlockStore)(nil)
@@ -276,7 +281,7 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 		return s.reentered(req, takes, o), nil
 	}
 	if ok, _ := o.count(nil); ok < s.quorum {
-		s.abandon(ctx, req.Name, req.LeaseID)
+		s.abandon(ctx, req, false)
 		if _, re := o.count(errReentered); re > 0 || o.nodeFailed() {
 			s.unreenter(ctx, req)
 		}
@@ -298,7 +303,7 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 	}
 	tok, err := s.seq.Next(ctx, req.Name)
 	if err != nil {
-		s.abandon(ctx, req.Name, req.LeaseID)
+		s.abandon(ctx, req, false)
 		return Grant{}, backendErr("etcd", "token", err)
 	}
 	confirmed := s.each(ctx, "confirm", func(ctx context.Context, i int, n *RedisStore) error {
@@ -312,7 +317,7 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 		return nil
 	})
 	if ok, _ := confirmed.count(nil); ok < s.quorum {
-		s.abandon(ctx, req.Name, req.LeaseID)
+		s.abandon(ctx, req, true)
 		return Grant{}, ErrLost
 	}
 	return Grant{Token: tok, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil
@@ -389,15 +394,44 @@ func (s *RedlockStore) reentered(req AcquireRequest, takes []taken, o outcome) G
 	return Grant{Token: t.token, TTL: req.TTL, LeaseID: t.leaseID, Count: t.count}
 }
 
-func (s *RedlockStore) abandon(ctx context.Context, name, leaseID string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_ = s.Release(ctx, name, leaseID, "") // the lease expires anyway
+// abandon frees req's lease, on every node that took it, when the
+// acquisition did not get it: too few nodes took it (contention, or nodes
+// that did not answer), its token could not be taken, or too few nodes
+// confirmed it (confirmed). It is so that others need not wait for the
+// lease to expire (it expires anyway). As in RedisStore.abandon, only
+// req's attempt knows its lease id and a release of it changes nothing
+// else, so the release need not come before the caller's error: it runs
+// on a goroutine of the store (afterwards), and the error returns when
+// the acquisition is decided, not after the nodes answered the release
+// (up to the node timeout, or cleanupTimeout, later: defect 127).
+//
+// But a confirm (confirmed) records, on each node where it ran (its reply
+// lost or not), the grant for a remote acquisition (Rejoin), whose next
+// request those nodes hand that very lease (acquire.lua), as a reentry,
+// and a majority of them as a grant: a release after that request would
+// free the lock under the holder it was handed to. Then the release comes
+// first, as in RedisStore.abandon, each node bounded by the node timeout
+// and all by cleanupTimeout past the caller's end.
+func (s *RedlockStore) abandon(ctx context.Context, req AcquireRequest, confirmed bool) {
+	free := func(ctx context.Context) { _ = s.Release(ctx, req.Name, req.LeaseID, "") }
+	if confirmed && req.Rejoin != "" {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		free(ctx)
+		return
+	}
+	s.afterwards(ctx, free)
 }
 
 // unreenter takes off, on every node, the hold that req's acquire scripts
 // may have counted as a reentry that the store did not grant (a node's
-// reply lost, or too few nodes reentered): see RedisStore.unreenter.
+// reply lost, or too few nodes reentered): see RedisStore.unreenter. Like
+// it, and unlike abandon's release, it runs before the failed acquire
+// returns, for its order matters: the holder's release, or an attempt
+// sent again with the same mark, that came first would leave the holder
+// one release short, as RedisStore.unreenter says. The nodes run at once,
+// each bounded by cleanupTimeout (RedisStore.unreenter's own, not the
+// node timeout): up to cleanupTimeout past the caller's end in all.
 func (s *RedlockStore) unreenter(ctx context.Context, req AcquireRequest) {
 	if req.Holder == "" {
 		return
@@ -656,11 +690,14 @@ func (s *RedlockStore) Watch(ctx context.Context, name, waiter string) (<-chan s
 	return ch, stopAll, nil
 }
 
-// Close stops every node's notification subscriber.
+// Close stops every node's notification subscriber and waits for the
+// cleanups that failed acquisitions left running (abandon), each bounded
+// by cleanupTimeout. It is idempotent.
 func (s *RedlockStore) Close() error {
 	var errs []error
 	for _, n := range s.nodes {
 		errs = append(errs, n.Close())
 	}
+	s.cleanups.close()
 	return errors.Join(errs...)
 }
