@@ -50,6 +50,20 @@ func (c *cleanups) afterwards(ctx context.Context, cleanup func(context.Context)
 	}()
 }
 
+// abandon runs a failed acquisition's release of its lease, free: on the
+// caller's goroutine, bounded by cleanupTimeout past the caller's end, when
+// inLine (its order against the acquisition's next request matters), else
+// afterwards.
+func (c *cleanups) abandon(ctx context.Context, inLine bool, free func(context.Context)) {
+	if !inLine {
+		c.afterwards(ctx, free)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	free(ctx)
+}
+
 // close has the cleanups started from now on run on their callers'
 // goroutines, and waits for those running, each bounded by
 // cleanupTimeout. It is idempotent.

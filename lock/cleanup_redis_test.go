@@ -80,7 +80,16 @@ func (h *scriptCalls) count(cmd redis.Cmder) int64 {
 	return 0
 }
 
-func newFrozenAfterToken(t *testing.T) (*frozenAfterToken, *freezingSequencer) {
+// proxiedNode is a redis-server of the test's own behind a fault proxy:
+// rdb goes through the proxy and counts the release script's calls in
+// release; direct goes straight to the server.
+type proxiedNode struct {
+	proxy       *faultproxy.Proxy
+	rdb, direct *redis.Client
+	release     *scriptCalls
+}
+
+func newProxiedNode(t *testing.T) proxiedNode {
 	t.Helper()
 	r := testenv.StartRedis(t)
 	p, err := faultproxy.New(r.Addr)
@@ -88,11 +97,18 @@ func newFrozenAfterToken(t *testing.T) (*frozenAfterToken, *freezingSequencer) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	direct := r.Client()
-	release := &scriptCalls{sha: scriptSHA(t, direct, "scripts/prelude.lua", "scripts/release.lua")}
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
-	rdb.AddHook(release)
-	t.Cleanup(func() { rdb.Close() })
+	n := proxiedNode{proxy: p, direct: r.Client()}
+	n.release = &scriptCalls{sha: scriptSHA(t, n.direct, "scripts/prelude.lua", "scripts/release.lua")}
+	n.rdb = redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	n.rdb.AddHook(n.release)
+	t.Cleanup(func() { n.rdb.Close() })
+	return n
+}
+
+func newFrozenAfterToken(t *testing.T) (*frozenAfterToken, *freezingSequencer) {
+	t.Helper()
+	n := newProxiedNode(t)
+	p, direct, release, rdb := n.proxy, n.direct, n.release, n.rdb
 	seq := &freezingSequencer{Sequencer: newSequencer(t), freeze: func() { p.Hold(true) }}
 	prefix := testenv.Name(t) + ":"
 	s, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))

@@ -68,21 +68,12 @@ func newRedlockCleanup(t *testing.T) *redlockCleanup {
 	r := &redlockCleanup{}
 	clients := make([]redis.UniversalClient, 3)
 	for i := range clients {
-		proc := testenv.StartRedis(t)
-		p, err := faultproxy.New(proc.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		direct := proc.Client()
-		calls := &scriptCalls{sha: scriptSHA(t, direct, "scripts/prelude.lua", "scripts/release.lua")}
-		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
-		rdb.AddHook(calls)
+		n := newProxiedNode(t)
+		p, direct, calls, rdb := n.proxy, n.direct, n.release, n.rdb
 		if i == 0 {
 			r.taken = &afterScript{scriptCalls: scriptCalls{sha: scriptSHA(t, direct, "scripts/prelude.lua", "scripts/acquire.lua")}, then: func() { p.Hold(true) }}
 			rdb.AddHook(r.taken)
 		}
-		t.Cleanup(func() { rdb.Close() })
 		if err := rdb.Ping(t.Context()).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -300,14 +300,7 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 // would free the lock under the holder it was handed to. Then the release
 // comes first, as before, bounded by cleanupTimeout past the caller's end.
 func (s *RedisStore) abandon(ctx context.Context, req AcquireRequest, confirmed bool) {
-	free := func(ctx context.Context) { _, _ = s.release(ctx, req.Name, req.LeaseID, "") }
-	if confirmed && req.Rejoin != "" {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		free(ctx)
-		return
-	}
-	s.afterwards(ctx, free)
+	s.cleanups.abandon(ctx, confirmed && req.Rejoin != "", func(ctx context.Context) { _, _ = s.release(ctx, req.Name, req.LeaseID, "") })
 }
 
 // unreenter takes off the hold that req's acquire script may have counted

@@ -413,14 +413,7 @@ func (s *RedlockStore) reentered(req AcquireRequest, takes []taken, o outcome) G
 // first, as in RedisStore.abandon, each node bounded by the node timeout
 // and all by cleanupTimeout past the caller's end.
 func (s *RedlockStore) abandon(ctx context.Context, req AcquireRequest, confirmed bool) {
-	free := func(ctx context.Context) { _ = s.Release(ctx, req.Name, req.LeaseID, "") }
-	if confirmed && req.Rejoin != "" {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		free(ctx)
-		return
-	}
-	s.afterwards(ctx, free)
+	s.cleanups.abandon(ctx, confirmed && req.Rejoin != "", func(ctx context.Context) { _ = s.Release(ctx, req.Name, req.LeaseID, "") })
 }
 
 // unreenter takes off, on every node, the hold that req's acquire scripts
