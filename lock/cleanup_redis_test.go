@@ -209,15 +209,6 @@ func TestRedisCloseEndsTheCleanups(t *testing.T) {
 	}
 	// A goroutine that said it was done may still be on its way out: a
 	// while, far less than the second the cleanup may wait.
-	for end := time.Now().Add(200 * time.Millisecond); ; {
-		left := testenv.GoroutinesIn("fenced/lock.(*RedisStore)")
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%d goroutine(s) of the store still running after Close:\n\n%s", len(left), strings.Join(left, "\n\n"))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitGoroutinesInEnd(t, "fenced/lock.(*RedisStore)", 200*time.Millisecond)
 	f.proxy.Hold(false)
 }

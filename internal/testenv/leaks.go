@@ -24,7 +24,7 @@ func CheckGoroutines(code int) int {
 	if code != 0 {
 		return code
 	}
-	left := outliving(nil, 10*time.Second)
+	left := outliving(func() []string { return newSince(nil) }, 10*time.Second)
 	if len(left) == 0 {
 		return 0
 	}
@@ -82,25 +82,43 @@ func Goroutines() map[string]bool {
 // test started and stopped must leave behind is nothing.
 func WaitGoroutinesEnd(t testing.TB, before map[string]bool, within time.Duration) {
 	t.Helper()
-	left := outliving(before, within)
+	left := outliving(func() []string { return newSince(before) }, within)
 	if len(left) == 0 {
 		return
 	}
 	t.Fatalf("%d goroutine(s) of fenced's code still running %s after it stopped:\n\n%s", len(left), within, strings.Join(left, "\n\n"))
 }
 
-// outliving waits until every goroutine of fenced's code not in before has
-// ended, or within has passed, and returns the stacks of those left.
-// Polling: nothing tells when a goroutine ends.
-func outliving(before map[string]bool, within time.Duration) []string {
+// WaitGoroutinesInEnd fails the test unless every goroutine whose stack
+// contains code (GoroutinesIn) ends within the given time: what a stopped
+// component leaves behind is nothing.
+func WaitGoroutinesInEnd(t testing.TB, code string, within time.Duration) {
+	t.Helper()
+	left := outliving(func() []string { return GoroutinesIn(code) }, within)
+	if len(left) == 0 {
+		return
+	}
+	t.Fatalf("%d goroutine(s) in %s still running %s after it stopped:\n\n%s", len(left), code, within, strings.Join(left, "\n\n"))
+}
+
+// newSince is the stacks of the goroutines of fenced's code not in before.
+func newSince(before map[string]bool) []string {
+	var left []string
+	for _, g := range ownGoroutines() {
+		if !before[goroutineID(g)] {
+			left = append(left, g)
+		}
+	}
+	return left
+}
+
+// outliving waits until running lists none, or within has passed, and
+// returns the stacks it listed last. Polling: nothing tells when a
+// goroutine ends.
+func outliving(running func() []string, within time.Duration) []string {
 	deadline := time.Now().Add(within)
 	for {
-		var left []string
-		for _, g := range ownGoroutines() {
-			if !before[goroutineID(g)] {
-				left = append(left, g)
-			}
-		}
+		left := running()
 		if len(left) == 0 || time.Now().After(deadline) {
 			return left
 		}
