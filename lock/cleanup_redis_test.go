@@ -116,7 +116,17 @@ func newFrozenAfterToken(t *testing.T) (*frozenAfterToken, *freezingSequencer) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	// Warm up: a first token may take a while (the sequencer's floor).
+	warmUp(t, s) // a first token may take a while (the sequencer's floor)
+	release.began.Store(0)
+	release.ended.Store(0)
+	seq.armed.Store(true)
+	return &frozenAfterToken{store: s, proxy: p, direct: direct, prefix: prefix, release: release}, seq
+}
+
+// warmUp takes and releases a lock in s, so that what a fresh store does
+// once (a first token, epochs) is done before a test times anything.
+func warmUp(t *testing.T, s lock.LeaseStore) {
+	t.Helper()
 	ctx := t.Context()
 	g, err := s.Acquire(ctx, lock.AcquireRequest{Name: "warm-up", LeaseID: newID(t), TTL: 10 * time.Second})
 	if err != nil {
@@ -125,10 +135,6 @@ func newFrozenAfterToken(t *testing.T) (*frozenAfterToken, *freezingSequencer) {
 	if err := s.Release(ctx, "warm-up", g.LeaseID, ""); err != nil {
 		t.Fatal(err)
 	}
-	release.began.Store(0)
-	release.ended.Store(0)
-	seq.armed.Store(true)
-	return &frozenAfterToken{store: s, proxy: p, direct: direct, prefix: prefix, release: release}, seq
 }
 
 func newID(t *testing.T) string {

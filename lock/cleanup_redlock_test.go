@@ -87,15 +87,7 @@ func newRedlockCleanup(t *testing.T) *redlockCleanup {
 	}
 	t.Cleanup(func() { s.Close() })
 	r.store = s
-	// Warm up: fresh nodes set their epochs, a first token may take a while.
-	ctx := t.Context()
-	g, err := s.Acquire(ctx, lock.AcquireRequest{Name: "warm-up", LeaseID: newID(t), TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(ctx, "warm-up", g.LeaseID, ""); err != nil {
-		t.Fatal(err)
-	}
+	warmUp(t, s) // fresh nodes set their epochs, a first token may take a while
 	for _, c := range r.release {
 		c.began.Store(0)
 		c.ended.Store(0)
