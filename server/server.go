@@ -267,18 +267,18 @@ type route struct {
 }
 
 var (
-	routeHealthz  = &route{"/healthz", http.MethodGet, 0, "", (*Server).healthz, nil, true, nil}
-	routeReadyz   = &route{"/readyz", http.MethodGet, 0, "", (*Server).readyz, nil, true, nil}
-	routeMetrics  = &route{"/metrics", http.MethodGet, PermMetrics, "read metrics", (*Server).serveMetrics, nil, true, nil}
-	routeInspect  = &route{"/v1/locks/{name}", http.MethodGet, PermInspect, opInspect, (*Server).inspect, nil, false, nil}
-	routeForce    = &route{"/v1/locks/{name}", http.MethodDelete, PermForceRelease, opForce, (*Server).forceRelease, []string{fieldToken}, false, nil}
-	routeList     = &route{"/v1/locks", http.MethodGet, PermInspect, opList, (*Server).list, []string{fieldPrefix, fieldLimit, fieldCursor}, false, nil}
-	routeAcquire  = &route{"/v1/locks/{name}/acquire", http.MethodPost, PermAcquire, opAcquire, (*Server).acquire, nil, false, acquireFields}
-	routeRefresh  = &route{"/v1/locks/{name}/refresh", http.MethodPost, PermAcquire, opRefresh, (*Server).refresh, nil, false, refreshFields}
-	routeRelease  = &route{"/v1/locks/{name}/release", http.MethodPost, PermAcquire, opRelease, (*Server).release, nil, false, releaseFields}
-	routeOpenAPI  = &route{"/v1/openapi.yaml", http.MethodGet, 0, "", (*Server).serveOpenAPI, nil, true, nil}
-	routeLeader   = &route{"/v1/elections/{name}", http.MethodGet, PermInspect, opLeader, (*Server).leader, []string{fieldAfter, fieldWaitMs}, false, nil}
-	routeCampaign = &route{"/v1/elections/{name}/campaign", http.MethodPost, PermAcquire, opCampaign, (*Server).campaign, nil, false, campaignFields}
+	routeHealthz  = &route{pattern: "/healthz", method: http.MethodGet, handle: (*Server).healthz, anyQuery: true}
+	routeReadyz   = &route{pattern: "/readyz", method: http.MethodGet, handle: (*Server).readyz, anyQuery: true}
+	routeMetrics  = &route{pattern: "/metrics", method: http.MethodGet, perm: PermMetrics, op: "read metrics", handle: (*Server).serveMetrics, anyQuery: true}
+	routeInspect  = &route{pattern: "/v1/locks/{name}", method: http.MethodGet, perm: PermInspect, op: opInspect, handle: (*Server).inspect}
+	routeForce    = &route{pattern: "/v1/locks/{name}", method: http.MethodDelete, perm: PermForceRelease, op: opForce, handle: (*Server).forceRelease, query: []string{fieldToken}}
+	routeList     = &route{pattern: "/v1/locks", method: http.MethodGet, perm: PermInspect, op: opList, handle: (*Server).list, query: []string{fieldPrefix, fieldLimit, fieldCursor}}
+	routeAcquire  = &route{pattern: "/v1/locks/{name}/acquire", method: http.MethodPost, perm: PermAcquire, op: opAcquire, handle: (*Server).acquire, body: acquireFields}
+	routeRefresh  = &route{pattern: "/v1/locks/{name}/refresh", method: http.MethodPost, perm: PermAcquire, op: opRefresh, handle: (*Server).refresh, body: refreshFields}
+	routeRelease  = &route{pattern: "/v1/locks/{name}/release", method: http.MethodPost, perm: PermAcquire, op: opRelease, handle: (*Server).release, body: releaseFields}
+	routeOpenAPI  = &route{pattern: "/v1/openapi.yaml", method: http.MethodGet, handle: (*Server).serveOpenAPI, anyQuery: true}
+	routeLeader   = &route{pattern: "/v1/elections/{name}", method: http.MethodGet, perm: PermInspect, op: opLeader, handle: (*Server).leader, query: []string{fieldAfter, fieldWaitMs}}
+	routeCampaign = &route{pattern: "/v1/elections/{name}/campaign", method: http.MethodPost, perm: PermAcquire, op: opCampaign, handle: (*Server).campaign, body: campaignFields}
 
 	routes = []*route{routeHealthz, routeReadyz, routeMetrics, routeList, routeInspect, routeForce, routeAcquire, routeRefresh, routeRelease, routeOpenAPI, routeLeader, routeCampaign}
 )
