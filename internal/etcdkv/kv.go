@@ -135,23 +135,35 @@ func reads(ops []clientv3.Op) bool {
 	return true
 }
 
-// maxResends bounds the sends again of one held read: one for each other
-// member of a cluster of seven.
+// maxResends bounds the sends again of one held read in one round: one
+// for each other member of a cluster of seven.
 const maxResends = 6
+
+// Rounds of sends again: the first after Stall, the others restall apart
+// while no answer came. A member that answers does so in milliseconds, so
+// a round unanswered for restall most likely reached the holding member
+// too (see Hedge).
+const (
+	maxRounds = 4
+	restall   = Stall / 4
+)
 
 // Hedge sends a read on cli, and if it is unanswered after Stall sends it
 // again, once for each other endpoint of cli (up to maxResends), all at
-// once; the first answer that is not an error is taken, or else the last
-// error. The sends still out are cancelled on return. Only for requests
-// that change nothing.
+// once; and again so every restall, up to maxRounds rounds, while none
+// answered. The first answer that is not an error is taken, or else the
+// last error. The sends still out are cancelled on return. Only for
+// requests that change nothing.
 //
 // One send again is not enough: the balancer gives each request the next
 // member in turn, and the requests sent by others in the meantime decide
 // whose turn it is, so a single resend could reach the member that held
 // the first (defect 112). Sends made together take turns next to each
-// other, and so go to different members unless other requests come
-// between them: with one for each other member, one all but always
-// reaches a member other than the one that holds the first.
+// other, and so mostly go to different members; but other requests may
+// come between them, and on a loaded machine every send of a round
+// reached the holding member about once in 200 held reads (defect 129).
+// Each further round is another such chance, and a read stays held only
+// if every round's sends reached that member.
 func Hedge[T any](ctx context.Context, cli *clientv3.Client, send func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -159,7 +171,7 @@ func Hedge[T any](ctx context.Context, cli *clientv3.Client, send func(context.C
 		resp T
 		err  error
 	}
-	answers := make(chan answer, 1+maxResends) // each send's goroutine ends once it has answered
+	answers := make(chan answer, 1+maxRounds*maxResends) // each send's goroutine ends once it has answered
 	run := func() {
 		resp, err := send(ctx)
 		answers <- answer{resp, err}
@@ -167,16 +179,19 @@ func Hedge[T any](ctx context.Context, cli *clientv3.Client, send func(context.C
 	go run()
 	again := time.NewTimer(Stall)
 	defer again.Stop()
-	for sent, answered := 1, 0; ; {
+	others := 0 // sends in a round, read at the first: Endpoints copies them
+	for sent, answered, rounds := 1, 0, 0; ; {
 		select {
 		case <-again.C:
-			if sent == 1 {
-				// Read here, not on every read: Endpoints copies them.
-				others := min(max(len(cli.Endpoints())-1, 1), maxResends)
-				sent += others
-				for range others {
-					go run()
-				}
+			if rounds == 0 {
+				others = min(max(len(cli.Endpoints())-1, 1), maxResends)
+			}
+			sent += others
+			for range others {
+				go run()
+			}
+			if rounds++; rounds < maxRounds {
+				again.Reset(restall)
 			}
 		case a := <-answers:
 			// An error before Stall is the answer: nothing says another

@@ -201,3 +201,29 @@ func TestHedgeReachesAnotherMember(t *testing.T) {
 		}
 	}
 }
+
+// A read whose every send of the first round went to the holding member
+// (others' requests took the balancer's turns between them) is sent again
+// in another round, restall later. Before, it was held until its caller
+// gave up: TestHedgeReachesAnotherMember met it in two of six runs on a
+// loaded machine (CI), about once in 200 held reads (defect 129).
+func TestHedgeSendsAnotherRound(t *testing.T) {
+	t.Parallel()
+	e, _ := testenv.Etcd(t)
+	url := e.ClientURL()
+	cli := testenv.EtcdClient(t, url, url, url) // a read and its round of two sends again
+	var sends atomic.Int64
+	held := func(ctx context.Context) (int64, error) {
+		if n := sends.Add(1); n > 3 {
+			return n, nil
+		}
+		<-ctx.Done() // each of the first three reached the holding member
+		return 0, ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), etcdkv.Stall+5*time.Second)
+	defer cancel()
+	n, err := etcdkv.Hedge(ctx, cli, held)
+	if err != nil || n <= 3 {
+		t.Fatalf("a read whose first round was held: send %d answered, %v; want a send of the next round", n, err)
+	}
+}
