@@ -350,6 +350,16 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if campaign {
 		path = electionPath(name, "campaign")
 	}
+	// The wait may end after a request that was not final: one answered
+	// late, or held a while on its way, or early (the server's own
+	// deadline). That request's place is kept for a next one, and a kept
+	// place holds a free lock from those behind it for the waiter TTL (3 s).
+	// So while placed, the wait ends with one more request, final and of
+	// 1 ms, which gives the place up (docs/design.md, defect 128). A place
+	// of the caller's own (WithWaiter without WithFinal) is the caller's to
+	// keep.
+	givesUp := !o.Unfair && (o.Waiter == "" || o.Final)
+	placed := false // the last request sent kept its place if it ended held
 	for {
 		// The body is built for each server the request goes to, so that
 		// a request passed on to the next server asks only for the wait
@@ -372,7 +382,10 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 					wait, final = min(wait, left), left <= wait
 				}
 				wait = max(wait.Truncate(time.Millisecond), 0)
-				if wait == 0 && !start.IsZero() {
+				switch {
+				case wait == 0 && placed:
+					wait, final = time.Millisecond, true // the wait ended: give the place up
+				case wait == 0 && !start.IsZero():
 					return attempt{}, false // the wait ended: no request to the next server
 				}
 				within = wait + c.answerGrace
@@ -384,7 +397,8 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			// wait has one (one attempt, wait_ms 0, has none), and a waiter
 			// of the caller's own (WithWaiter) may come back with another
 			// call, unless it said this is the last (WithFinal).
-			final = final && waitMs > 0 && !o.Unfair && (o.Waiter == "" || o.Final)
+			final = final && waitMs > 0 && givesUp
+			placed = givesUp && waitMs > 0 && !final
 			if campaign {
 				return attempt{api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: waiter, Final: final}, within}, true
 			}
@@ -434,6 +448,9 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			position = ae.Position
 		}
 		if err := budgetOver(); err != nil {
+			if placed {
+				continue // one more request, to give the place up
+			}
 			return nil, err
 		}
 		// A server that answers held well before the wait it was asked for
@@ -450,7 +467,10 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if !clock.Sleep(ctx, pause) {
 			return nil, fmt.Errorf("client: %s %q: %w", verb, name, c.ctxErr(ctx))
 		}
-		if err := budgetOver(); err != nil { // it ended in the back-off: no request once it is over
+		if err := budgetOver(); err != nil { // it ended in the back-off: no request to wait once it is over
+			if placed {
+				continue // but one to give the place up
+			}
 			return nil, err
 		}
 		backoff = min(2*backoff, maxBackoff)

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -232,6 +234,66 @@ func TestEndedWaitLeavesTheQueue(t *testing.T) {
 	}
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A wait that ends after a request that was not final (its answer came
+// late, after the wait was over) gives its place up with one more
+// request, final and of 1 ms. Before, the client returned at once and the
+// server kept the place 3 s for a next request that never came, a free
+// lock answered "held" to everyone behind it meanwhile; CI met it when a
+// loaded machine delayed the answers of TestEndedWaitLeavesTheQueue's
+// split wait (docs/design.md, defect 128).
+func TestWaitEndedAfterARequestLeavesTheQueue(t *testing.T) {
+	f := newFixture(t)
+	const wait = 300 * time.Millisecond
+	var end atomic.Int64 // when the wait ends, in Unix nanoseconds
+	var late atomic.Bool
+	var bodies []api.AcquireRequest
+	var mu sync.Mutex
+	pass, _ := passOn(t, f, 0)
+	pass.ModifyResponse = func(r *http.Response) error {
+		if r.StatusCode == http.StatusConflict && late.CompareAndSwap(false, true) {
+			// The first "held" reaches the client after its wait is over,
+			// as a slow network or a loaded machine delivers it.
+			time.Sleep(time.Until(time.Unix(0, end.Load())) + 10*time.Millisecond)
+		}
+		return nil
+	}
+	url, _ := counted(t, func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		var req api.AcquireRequest
+		if json.Unmarshal(body, &req) == nil {
+			mu.Lock()
+			bodies = append(bodies, req)
+			mu.Unlock()
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		pass.ServeHTTP(w, r)
+	})
+	c := newClient(t, url, client.WithMaxRequestWait(100*time.Millisecond))
+	ctx := t.Context()
+	name := testenv.Name(t)
+	holder, err := f.locks.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	end.Store(time.Now().Add(wait).UnixNano())
+	if _, err := c.Acquire(ctx, name, 10*time.Second, lock.WithWait(wait)); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("a wait on a held lock: %v", err)
+	}
+	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Waiters != 0 {
+		t.Fatalf("after the wait ended: %+v, %v; want no waiters", st, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(bodies); n != 2 || bodies[0].Final || *bodies[0].WaitMs != 100 || !bodies[1].Final || *bodies[1].WaitMs != 1 ||
+		bodies[1].Waiter != bodies[0].Waiter {
+		t.Fatalf("%d requests %+v; want one of 100 ms, not final, then one of 1 ms, final, with its waiter", n, bodies)
 	}
 }
 

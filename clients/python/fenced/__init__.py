@@ -745,7 +745,12 @@ class Client:
 
         A wait longer than the server's --max-wait (which it says in a 400
         on wait_ms, max_wait_ms) is asked for in requests of that length,
-        in one place in the queue; the client remembers the maximum. _call
+        in one place in the queue; the client remembers the maximum. Only
+        the request whose wait is all the call has left is final (gives
+        its place up if it ends held); if a fair wait ends after a 409 to
+        an earlier one (answered late, or the back-off ran to the end), one
+        more request, final with wait_ms 1, gives the place up, and its
+        grant is returned or its HeldError raised (defect 128). _call
         sends a request again after a 503, a lost answer or a proxy's page
         (defect 119); what still comes out of it once its retries are used
         up is raised, ending the call."""
@@ -785,9 +790,17 @@ class Client:
                 raise
             except HeldError:
                 now = time.monotonic()
-                if last or now >= end:
+                if last or (now >= end and not fair):
                     raise  # no request once the wait is over
-                if now - sent[-1] >= ask_ms / 2000.0:
+                # A fair wait may end after a request that was not final:
+                # its 409 came late (a slow network, a loaded machine), or
+                # the back-off below ran to the end. That request's place
+                # is kept 3 s for a next one, holding a free lock from
+                # every later waiter; so the wait ends with one more
+                # request, final and of 1 ms (left_ms once the wait is
+                # over), which gives the place up (docs/design.md, defect
+                # 128). An unfair wait has no place.
+                if now >= end or now - sent[-1] >= ask_ms / 2000.0:
                     backoff = _MIN_HELD_BACKOFF
                     continue
                 # Held well before the wait asked for (a server's shorter
@@ -795,9 +808,9 @@ class Client:
                 # in a busy loop, as the Go client does.
                 time.sleep(min(backoff, end - now))
                 backoff = min(2 * backoff, _MAX_HELD_BACKOFF)
-                if time.monotonic() >= end:
+                if time.monotonic() >= end and not fair:
                     raise  # it ended in the back-off
-                continue
+                continue  # a fair one's wait may be over: then the request giving its place up
             # The validity runs from the request that answered: a grant
             # found again is extended to ttl_ms by that request.
             lease = self._granted(doc, sent[-1])

@@ -211,8 +211,10 @@ class ScriptedProxy:
     without forwarding (the server never sees the request); "lose"
     forwards it and closes the connection without its answer (the server
     acted on it); "late" forwards the request at once and holds the
-    answer until the event late is set; "hold" holds the request itself
-    (holding is set) until the event deliver is set, then forwards it and
+    answer until the event late is set; "slowNNN" ("slow600", ...)
+    forwards the request at once and holds the answer until NNN ms after
+    the request came, as a slow network delivers it; "hold" holds the
+    request itself (holding is set) until the event deliver is set, then forwards it and
     closes the connection without its answer, as the network delivers a
     request whose caller gave up on it (delivered lists the server's
     answers (status, body) to those, and is set once one came). Every
@@ -239,6 +241,7 @@ class ScriptedProxy:
                 pass
 
             def _any(self) -> None:
+                came = time.monotonic()
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else None
                 action = "forward"
@@ -304,6 +307,9 @@ class ScriptedProxy:
                     return
                 if action == "late":
                     outer.late.wait(timeout=30)
+                slow = re.fullmatch(r"slow(\d+)", action)
+                if slow:
+                    time.sleep(max(0.0, came + int(slow.group(1)) / 1000.0 - time.monotonic()))
                 self.send_response(r.status)
                 for k, v in r.getheaders():
                     if k.lower() not in ("connection", "content-length", "transfer-encoding"):
@@ -2103,8 +2109,10 @@ class ShortMaxWaitTest(unittest.TestCase):
         # The server's 400 teaches the client its 400 ms requests; then a
         # proxy answers each at once with 409, long before the 400 ms it
         # asked for. The client backs off between them (50 ms, doubling)
-        # rather than send hundreds in the 1.2 s wait, and sends none once
-        # the wait is over.
+        # rather than send hundreds in the 1.2 s wait, and sends none to
+        # wait once the wait is over: the last is final, the one whose wait
+        # is all that is left or, if the wait ended in a back-off, one of
+        # 1 ms that gives the place up (defect 128).
         proxy = ScriptedProxy(self.daemon.url, {"/acquire": ["forward"] + ["409"] * 10_000})
         self.addCleanup(proxy.stop)
         c = fenced.Client(proxy.url)
@@ -2117,6 +2125,40 @@ class ShortMaxWaitTest(unittest.TestCase):
         self.assertEqual(sent[0], "forward")
         self.assertTrue(3 <= sent.count("409") <= 10, f"{len(sent)} requests in a 1.2 s wait: {sent[:12]}")
         self.assertGreaterEqual(took, 0.8, "HeldError came before the wait was (nearly) over")
+        bodies = proxy.bodies("/acquire")
+        self.assertIs(bodies[-1]["final"], True, f"the wait ended without a final request: {bodies[-3:]}")
+        self.assertEqual(len({b["waiter"] for b in bodies}), 1, "one waiter for the whole wait")
+
+    def test_wait_ended_after_a_request_gives_its_place_up(self) -> None:
+        # The server's 400 teaches the client its 400 ms requests, so a 1 s
+        # wait goes in requests of 400 ms, not final (each keeps its place if
+        # it ends held), and then the rest, final. The proxy holds fenced's
+        # 409 to the first until 1 s after that request came, past the end of
+        # the wait, as a slow network or a loaded machine delivers it. The
+        # client raised HeldError at once, and the server kept the place 3 s
+        # for a next request that never came, holding the lock from every
+        # later waiter once it was free. It now ends the wait with one more
+        # request, final and of 1 ms, with the same waiter, which gives the
+        # place up (docs/design.md, defect 128).
+        c = fenced.Client(self.daemon.url)
+        self.addCleanup(c.close)
+        name = unique()
+        holder = c.acquire(name, ttl_ms=30_000)
+        self.addCleanup(holder.release)
+        proxy = ScriptedProxy(self.daemon.url, {"/acquire": ["forward", "slow1000"]})
+        self.addCleanup(proxy.stop)
+        w = fenced.Client(proxy.url)
+        self.addCleanup(w.close)
+        with self.assertRaises(fenced.HeldError):
+            w.acquire(name, ttl_ms=5000, wait_ms=1000)
+        st = c.inspect(name)
+        self.assertEqual(st.waiters, 0, "the wait ended with its place kept in the queue")
+        bodies = proxy.bodies("/acquire")
+        self.assertEqual(proxy.actions("/acquire")[:2], ["forward", "slow1000"])
+        self.assertGreater(bodies[0]["wait_ms"], 400)  # refused: 400 on wait_ms, max_wait_ms 400
+        self.assertEqual([(b["wait_ms"], b["final"]) for b in bodies[1:]], [(400, False), (1, True)],
+                         f"want one of 400 ms, not final, then one of 1 ms, final: {bodies}")
+        self.assertEqual(len({b["waiter"] for b in bodies}), 1, "one waiter for the whole wait")
 
 
 class KeptConnectionTest(unittest.TestCase):

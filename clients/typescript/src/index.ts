@@ -690,7 +690,12 @@ export class Client {
    * POST an acquire or campaign body and make its answer a Lease. A wait
    * longer than the server's --max-wait (which it says in a 400 on wait_ms,
    * max_wait_ms) is asked for in requests of that length, in one place in
-   * the queue; the client remembers the maximum.
+   * the queue; the client remembers the maximum. Only the request whose
+   * wait is all the call has left is final (gives its place up if it ends
+   * held); if a fair wait ends after a 409 to an earlier one (answered
+   * late, or the back-off ran to the end), one more request, final with
+   * wait_ms 1, gives the place up, and its grant is returned or its
+   * HeldError thrown (docs/design.md, defect 128).
    */
   async #take(
     name: string,
@@ -747,8 +752,15 @@ export class Client {
         // A lost answer, or one not fenced's (defect 119), that still
         // comes out of call has had its resends there (and its one request
         // past the wait): it ends the call, as every error but held does.
-        if (!(e instanceof HeldError) || last || performance.now() >= end) throw e; // no request once the wait is over
-        if (performance.now() - started >= askMs / 2) {
+        if (!(e instanceof HeldError) || last || (!fair && performance.now() >= end)) throw e; // no request once the wait is over
+        // A fair wait may end after a request that was not final: its 409
+        // came late (a slow network, a loaded machine), or the back-off
+        // below ran to the end. That request's place is kept 3 s for a next
+        // one, holding a free lock from every later waiter; so the wait
+        // ends with one more request, final and of 1 ms (leftMs once the
+        // wait is over), which gives the place up (docs/design.md, defect
+        // 128). An unfair wait has no place.
+        if (performance.now() >= end || performance.now() - started >= askMs / 2) {
           backoffMs = MIN_HELD_BACKOFF_MS;
           continue;
         }
@@ -757,7 +769,8 @@ export class Client {
         // the Go client does.
         await sleep(Math.min(backoffMs, end - performance.now()), undefined, { signal });
         backoffMs = Math.min(2 * backoffMs, MAX_HELD_BACKOFF_MS);
-        if (performance.now() >= end) throw e; // it ended in the back-off
+        if (!fair && performance.now() >= end) throw e; // it ended in the back-off
+        // A fair one's wait may be over: then the request giving its place up.
       }
     }
   }

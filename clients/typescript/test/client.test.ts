@@ -142,9 +142,11 @@ async function startCuttingProxy(
  * destroys the connection without forwarding (fenced never sees it); "cut"
  * forwards, then destroys the connection instead of answering (fenced
  * acted, the client never hears); "late" forwards, then holds the answer
- * until answerLate() is called; "hold" holds the request itself until
- * forwardHeld() is called, then forwards it (fenced sees it late, after
- * its caller may have given up). Anything else is forwarded. seen() lists
+ * until answerLate() is called; "slowNNN" ("slow600", …) forwards, then
+ * holds the answer until NNN ms after the request came, as a slow network
+ * delivers it; "hold" holds the request itself until forwardHeld() is
+ * called, then forwards it (fenced sees it late, after its caller may have
+ * given up). Anything else is forwarded. seen() lists
  * "<path> <action>" for every request, bodies(suffix) the JSON bodies of
  * the requests whose path ends with suffix.
  */
@@ -162,6 +164,7 @@ async function startScriptedProxy(target: string, script: Record<string, string[
   let heldAnswered!: (status: number) => void;
   const heldStatus = new Promise<number>((resolve) => (heldAnswered = resolve));
   const server = createHTTPServer(async (req: IncomingMessage, res: ServerResponse) => {
+    const came = performance.now();
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const body = Buffer.concat(chunks);
@@ -216,6 +219,8 @@ async function startScriptedProxy(target: string, script: Record<string, string[
       return;
     }
     if (action === "late") await late;
+    const slow = /^slow(\d+)$/.exec(action);
+    if (slow) await sleep(Math.max(0, came + Number(slow[1]) - performance.now()));
     if (action === "502" || action === "200html") {
       res.writeHead(action === "502" ? 502 : 200, { "Content-Type": "text/html" });
       res.end(`<html><body><h1>${action === "502" ? "502 Bad Gateway" : "Welcome"}</h1>injected by the proxy</body></html>`);
@@ -1901,7 +1906,10 @@ describe("fenced dev with --max-wait 400ms", () => {
     // The server's 400 teaches the client its 400 ms requests; then a proxy
     // answers each at once with 409, long before the 400 ms it asked for.
     // The client backs off between them (50 ms, doubling) rather than send
-    // hundreds in the 1.2 s wait, and sends none once the wait is over.
+    // hundreds in the 1.2 s wait, and sends none to wait once the wait is
+    // over: the last is final, the one whose wait is all that is left or,
+    // if the wait ended in a back-off, one of 1 ms that gives the place up
+    // (defect 128).
     const proxy = await startScriptedProxy(daemon.url, { "/acquire": ["forward", ...Array(10_000).fill("409")] });
     try {
       const started = performance.now();
@@ -1912,8 +1920,45 @@ describe("fenced dev with --max-wait 400ms", () => {
       const held = sent.filter((a) => a === "409").length;
       assert.ok(held >= 3 && held <= 10, `${sent.length} requests in a 1.2 s wait: ${sent.slice(0, 12)}`);
       assert.ok(took >= 800, `HeldError after ${took} ms, before the wait was (nearly) over`);
+      const bodies = proxy.bodies("/acquire");
+      assert.equal(bodies.at(-1)!.final, true, `the wait ended without a final request: ${JSON.stringify(bodies.slice(-3))}`);
+      assert.equal(new Set(bodies.map((b) => b.waiter)).size, 1, "one waiter for the whole wait");
     } finally {
       await proxy.close();
+    }
+  });
+
+  it("gives its place up when the wait ends after a request that was not final", async () => {
+    // The server's 400 teaches the client its 400 ms requests, so a 1 s
+    // wait goes in requests of 400 ms, not final (each keeps its place if
+    // it ends held), and then the rest, final. The proxy holds fenced's 409
+    // to the first until 1 s after that request came, past the end of the
+    // wait, as a slow network or a loaded machine delivers it. The client
+    // threw HeldError at once, and the server kept the place 3 s for a next
+    // request that never came, holding the lock from every later waiter
+    // once it was free. It now ends the wait with one more request, final
+    // and of 1 ms, with the same waiter, which gives the place up
+    // (docs/design.md, defect 128).
+    const client = new Client(daemon.url);
+    const name = unique();
+    const holder = await client.acquire(name, { ttlMs: 30_000 });
+    const proxy = await startScriptedProxy(daemon.url, { "/acquire": ["forward", "slow1000"] });
+    try {
+      await assert.rejects(new Client(proxy.url).acquire(name, { ttlMs: 5000, waitMs: 1000 }), HeldError);
+      const st = await client.inspect(name);
+      assert.equal(st.waiters, 0, "the wait ended with its place kept in the queue");
+      assert.deepEqual(proxy.actions("/acquire").slice(0, 2), ["forward", "slow1000"]);
+      const bodies = proxy.bodies("/acquire");
+      assert.ok((bodies[0].wait_ms as number) > 400); // refused: 400 on wait_ms, max_wait_ms 400
+      assert.deepEqual(
+        bodies.slice(1).map((b) => [b.wait_ms, b.final]),
+        [[400, false], [1, true]],
+        `want one of 400 ms, not final, then one of 1 ms, final: ${JSON.stringify(bodies)}`,
+      );
+      assert.equal(new Set(bodies.map((b) => b.waiter)).size, 1, "one waiter for the whole wait");
+    } finally {
+      await proxy.close();
+      await holder.release();
     }
   });
 });
