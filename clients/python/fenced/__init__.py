@@ -26,11 +26,14 @@ reset once the request was sent), or after an answer that is not fenced's
 decision (a proxy's 502 or 504 page, a 500, a body that is not JSON:
 docs/design.md, defect 119): the server hands back the grant it made
 for that waiter, the same lease id and token, instead of leaving a lease
-nobody knows to hold the lock until its TTL. A request asked again waits
-only what is left of wait_ms: the call as a whole waits no longer than it
-was asked to (but for one last request, at once and with wait_ms 1, after
-an answer lost, or a proxy's page, when the wait is over: it may have been
-a grant).
+nobody knows to hold the lock until its TTL. One attempt (wait_ms 0) is
+asked again up to retries times; a waiting call rides out every failure
+without fenced's decision (those, a refused connection, a timeout: a fenced
+restarting) until its wait ends, whatever retries says, as the Go client
+does (docs/design.md, defect 130). A request asked again waits only what
+is left of wait_ms: the call as a whole waits no longer than it was asked
+to (but for one last request, at once and with wait_ms 1, after an answer
+lost, or a proxy's page, when the wait is over: it may have been a grant).
 
 Every refresh sends a seq (next_refresh_seq), drawn once per refresh and
 sent again with it: fenced applies no refresh of a lease below the highest
@@ -405,11 +408,13 @@ class Client:
     or "": none). Bad arguments here raise ValueError.
     timeout: seconds to wait for an answer, on top of an acquire's wait_ms
     (default 10). retries: how often a 503 unavailable answer is retried,
-    after its Retry-After or 100 ms, 200 ms, ... (default 2; 0 disables);
-    an acquire, campaign, refresh or release (and a force-release with a
-    token) also retries, within the same count, a request whose answer was
-    lost or was not fenced's decision, such as a proxy's 502 page (see
-    acquire and Client._send).
+    after the answer's Retry-After (at most 1 s) or 100 ms, 200 ms, ...
+    (default 2; 0 disables); a one-attempt acquire, a refresh or release
+    (and a force-release with a token) also retries, within the same count,
+    a request whose answer was lost or was not fenced's decision, such as a
+    proxy's 502 page, after its Retry-After if it has one (see Client._send).
+    A waiting acquire or campaign (wait_ms > 0) does not count: it rides out
+    such failures until its wait ends (see acquire).
     A Client is safe to share between threads. Each thread keeps one
     connection to the server open between its calls (HTTP keep-alive), so a
     call costs no new TCP (or TLS) handshake; close() closes the calling
@@ -515,12 +520,20 @@ class Client:
         other than by fenced's decision (a 5xx other than 503, such as a
         proxy's 502 or 504 page, or an answer without an API error code:
         fenced may have granted it; docs/design.md, defect 119), is sent
-        again, as a 503 is, up to retries times while wait_ms has time left
-        (each such request waits what is left of it), and once more, at
-        once and with wait_ms 1, if the wait is over: the server answers it
-        with the grant it made for the first, the same lease id and token.
-        With wait_ms 0 (try_acquire) it is sent again, up to retries times.
-        After the last, the error is raised."""
+        again, as a 503 is: the server answers it with the grant it made
+        for the first, the same lease id and token. With wait_ms 0
+        (try_acquire) it is sent again up to retries times, then the error
+        is raised. A wait rides out these, and every other failure without
+        fenced's decision (a refused connection, a timeout: a fenced
+        restarting), until wait_ms is over, whatever retries says, as the
+        Go client does (docs/design.md, defect 130): after a pause (the
+        answer's Retry-After, at most 1 s, or 100 ms more each time, with
+        jitter; never past the wait's end) the next request, with the same
+        waiter, waits what is left of wait_ms. Once the wait is over the
+        error is raised; but after a lost answer or a proxy's page one more
+        request goes at once, with wait_ms 1, to find a grant made in the
+        wait's last moments. fenced's refusals (a 4xx with an API error
+        code: 400, 401, 403, ...) end the call at once."""
         body: dict[str, Any] = {}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
@@ -750,10 +763,14 @@ class Client:
         its place up if it ends held); if a fair wait ends after a 409 to
         an earlier one (answered late, or the back-off ran to the end), one
         more request, final with wait_ms 1, gives the place up, and its
-        grant is returned or its HeldError raised (defect 128). _call
-        sends a request again after a 503, a lost answer or a proxy's page
-        (defect 119); what still comes out of it once its retries are used
-        up is raised, ending the call."""
+        grant is returned or its HeldError raised (defect 128). One
+        attempt (wait_ms 0) is sent again by _call, up to retries times,
+        after a 503, a lost answer or a proxy's page (defect 119). A wait
+        rides out every failure without fenced's decision (_unanswered: no
+        answer, a 5xx, a page) until it ends, whatever retries says, as the
+        Go client does: its next request asks for what is left, with the
+        same waiter and the final of its own (defect 130); the failure is
+        raised once the wait is over. fenced's refusals end the call."""
         sent: list[float] = []
         # The key to this call's grant if an answer is lost, and one place
         # in the queue for every request of a fair wait (API field waiter).
@@ -769,6 +786,8 @@ class Client:
         fair = not body.get("unfair")
         end = time.monotonic() + wait_ms / 1000.0
         backoff = _MIN_HELD_BACKOFF
+        failed = 0  # requests in a row that failed without fenced's decision
+        asked_past_wait = False
         while True:
             left_ms = max(1, math.ceil((end - time.monotonic()) * 1000))
             ask_ms = min(left_ms, self._max_wait_ms or left_ms)
@@ -781,14 +800,16 @@ class Client:
                 body["final"] = last
             sent = []
             try:
+                # retries=0: this loop sends it again, within the wait.
                 doc = self._call("POST", name, action, body, extra_timeout=ask_ms / 1000.0, kind=kind,
-                                 resend_lost=True, sent=sent, wait_end=time.monotonic() + ask_ms / 1000.0)
+                                 retries=0, resend_lost=True, sent=sent)
             except InvalidArgumentError as e:
                 if e.field == "wait_ms" and e.max_wait_ms and e.max_wait_ms < ask_ms:
                     self._max_wait_ms = min(e.max_wait_ms, self._max_wait_ms or e.max_wait_ms)
                     continue  # at once, in requests the server allows
                 raise
             except HeldError:
+                failed = 0
                 now = time.monotonic()
                 if last or (now >= end and not fair):
                     raise  # no request once the wait is over
@@ -811,6 +832,33 @@ class Client:
                 if time.monotonic() >= end and not fair:
                     raise  # it ended in the back-off
                 continue  # a fair one's wait may be over: then the request giving its place up
+            except FencedError as e:
+                if not _unanswered(e):
+                    raise  # fenced's refusal (401, 403, 404, ...): the call ends
+                # No decision (a restart, a refused connection, a lost
+                # answer, a 503, a proxy's page): ride it out until the
+                # wait ends, as the Go client does, rather than give up
+                # after retries with most of the wait left; each request
+                # asks for what is left, with the same waiter, so a grant
+                # whose answer was lost is found (docs/design.md, defect
+                # 130).
+                failed += 1
+                pause = _retry_pause(e, failed)
+                if time.monotonic() + pause >= end:
+                    # The wait is over (or will be after the pause): no
+                    # request to wait once it is over. But a lost answer,
+                    # or a proxy's page, may be a grant made for this
+                    # waiter, which only another request with the waiter
+                    # finds again: ask once more, now, waiting what is
+                    # left or 1 ms (still a waiting request, final),
+                    # rather than leave that lease to hold the lock until
+                    # its TTL. A 503 is not asked again.
+                    if asked_past_wait or not _lost_or_not_decision(e):
+                        raise
+                    asked_past_wait = True
+                    continue
+                time.sleep(pause)
+                continue
             # The validity runs from the request that answered: a grant
             # found again is extended to ttl_ms by that request.
             lease = self._granted(doc, sent[-1])
@@ -853,15 +901,18 @@ class Client:
         force-release with a token: requests the server answers the same
         when asked again) also after an answer lost once the request was
         sent, or one that is not fenced's decision (_not_decision: a
-        proxy's page, a 5xx other than 503, a body that is not JSON), with
-        the back-off of a lost answer (docs/design.md, defect 119). Without
+        proxy's page, a 5xx other than 503, a body that is not JSON)
+        (docs/design.md, defect 119). Each after a pause (_retry_pause: the
+        answer's Retry-After, whatever its status, else 100 ms more each
+        time). Without
         resend_lost such a request is never sent again (a force-release
         without a token, sent twice, releases the next holder). After the
         last retry the error is raised. sent, if given, gets the
         time.monotonic() before each request. wait_end, for a request that waits (wait_ms in
         its body, or in its query for a long poll), is the time.monotonic()
         its wait ends at: a request sent again asks for the wait_ms left
-        (not the whole again), and none is sent after it."""
+        (not the whole again), and none is sent after it. A waiting acquire
+        or campaign sends its requests again itself (Client._take)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"lock name {name!r}: want a non-empty string")
         if name in (".", ".."):
@@ -886,7 +937,6 @@ class Client:
         (the list) or one _call checked."""
         attempt = 0
         retries = self.retries if retries is None else retries
-        asked_past_wait = False
         while True:
             if sent is not None:
                 sent.append(time.monotonic())
@@ -899,32 +949,16 @@ class Client:
                 # body that is not JSON): either may come after fenced
                 # applied it, a grant for this waiter say, which only the
                 # same request finds again (docs/design.md, defect 119).
-                if not (isinstance(e, UnavailableError) or resend_lost and (
-                        isinstance(e, TransportError) and _lost_answer(e) or _not_decision(e))):
+                if not (isinstance(e, UnavailableError) or resend_lost and _lost_or_not_decision(e)):
                     raise
                 if attempt >= retries:
                     raise
                 attempt += 1
-                # A 503's Retry-After; any other, the back-off of a lost answer.
-                pause = 0.1 * attempt
-                if isinstance(e, UnavailableError) and e.retry_after is not None:
-                    pause = e.retry_after
-                pause = min(pause, 1.0) * (0.5 + random.random() / 2)  # back off before retrying
+                pause = _retry_pause(e, attempt)
                 if wait_end is not None:
                     left_ms = int((wait_end - time.monotonic() - pause) * 1000)
                     if left_ms < 1:
-                        # The wait is over (or will be after the pause). A
-                        # 503 is not asked again; but a lost answer, or a
-                        # proxy's page, may be a grant made for this
-                        # waiter, which only another request with the
-                        # waiter finds again: ask once more, now, waiting
-                        # what is left or 1 ms (still a waiting request,
-                        # as its final says), rather than leave that lease
-                        # to hold the lock until its TTL.
-                        if isinstance(e, UnavailableError) or asked_past_wait:
-                            raise
-                        asked_past_wait, pause = True, 0.0
-                        left_ms = max(1, int((wait_end - time.monotonic()) * 1000))
+                        raise  # the wait is over (or will be after the pause): no request to wait
                     if body is not None:
                         body["wait_ms"] = left_ms
                     else:
@@ -1080,6 +1114,39 @@ def _lost_answer(e: TransportError) -> bool:
     """Whether e is a request sent (or being sent) whose answer never came:
     not a refused connection, a timeout, or a bad answer."""
     return isinstance(e.__cause__, _LOST_ANSWER)
+
+
+def _lost_or_not_decision(e: FencedError) -> bool:
+    """Whether e is an answer lost once the request was sent (_lost_answer)
+    or one that is not fenced's decision (_not_decision): fenced may have
+    acted on the request, a grant for its waiter say, which only the same
+    request sent again finds (docs/design.md, defect 119)."""
+    return isinstance(e, TransportError) and _lost_answer(e) or _not_decision(e)
+
+
+def _unanswered(e: BaseException) -> bool:
+    """Whether e is a failure without fenced's decision, which a waiting
+    acquire or campaign rides out within its wait (Client._take), as the Go
+    client's unanswered: no answer (TransportError: a refused connection, a
+    reset, a lost answer, a timeout), any 5xx (503 too), or an answer
+    without an API error code (a proxy's page, a body that is not JSON).
+    Not fenced's refusals (a 4xx with its code: held, invalid_argument,
+    forbidden, ...) nor the client's own (status 0 with a code)
+    (docs/design.md, defect 130)."""
+    if isinstance(e, TransportError):
+        return True
+    return isinstance(e, FencedError) and e.status != 0 and (e.status >= 500 or e.code is None)
+
+
+def _retry_pause(e: FencedError, attempt: int) -> float:
+    """Seconds to pause before a request is sent again after its attempt-th
+    failure in a row, e: the Retry-After of e's answer, whatever its status
+    (fenced's 503, a proxy's 502 or 504 page), else 100 ms a failure; at
+    most 1 s, and from half of that to all of it, so that the clients one
+    failure hit do not come back at once. As the TypeScript client
+    (docs/design.md, defect 131): a 503's Retry-After alone was honoured."""
+    pause = 0.1 * attempt if e.retry_after is None else e.retry_after
+    return min(pause, 1.0) * (0.5 + random.random() / 2)
 
 
 def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
@@ -1259,7 +1326,10 @@ class Lease:
         an API error code, an answer that is not JSON. The validity then
         ends no later than this refresh would have made it end, so a
         shorter ttl_ms that failed shortens it too (docs/design.md, defect
-        114).
+        114). A refresh that fails when the validity is over (so shrunk,
+        or failing late) loses the lease at once (lost set, on_lost called,
+        as when the validity runs out), and its own error is raised, as
+        the Go client's Refresh does (defect 132).
 
         Each refresh carries a seq (next_refresh_seq), the same in the
         client's own resends of it: one that reaches fenced after a later
@@ -1349,10 +1419,20 @@ class Lease:
             # (defect 100). Only fenced's own refusal (a 4xx with an API
             # error code, out_of_order too) was not applied, and leaves the
             # validity as it was (docs/design.md, defect 114).
-            if _maybe_applied(e) and ttl_ms is not None:
-                with self._mu:
+            with self._mu:
+                if _maybe_applied(e) and ttl_ms is not None:
                     self._deadline = min(self._deadline, started + validity(ttl_ms, started, started))
-                self._wake.set()  # the keep-alive sees the deadline
+                deadline = self._deadline
+            if time.monotonic() >= deadline:
+                # No validity left (this refresh's shorter TTL may have
+                # ended it, or it failed late): lost now, as the Go
+                # client's Refresh loses it, not at the keep-alive's next
+                # wake; on_lost is called once _refreshing is let go
+                # (defect 116). The refresh's own error is raised, as Go
+                # returns it (docs/design.md, defect 132).
+                self._lose(LostError(f"lease of {self.name!r}: no successful refresh before its validity "
+                                     f"ran out (last refresh: {e})", 0), found)
+            self._wake.set()  # the keep-alive sees the deadline, or the loss
             raise
         if doc.get("token") != self.token:  # a lease's token never changes
             err = LostError(f"refresh of {self.name!r} answered token {doc.get('token')}, not {self.token}", 0)

@@ -40,11 +40,12 @@ class FaultProxy:
     hears of it. cut is set then; with every, each such request is cut,
     not only the first. With refuse_on, each request (without a body)
     containing it never reaches the server: the proxy answers it 503 itself,
-    as a fenced whose backend is down. stop() ends every thread and joins
-    it."""
+    as a fenced whose backend is down. With refusing, its port refuses
+    connections (bound, not listening), as a fenced restarting, until
+    open(). stop() ends every thread and joins it."""
 
     def __init__(self, target_url: str, cut_on: Optional[bytes] = None, every: bool = False,
-                 refuse_on: Optional[bytes] = None):
+                 refuse_on: Optional[bytes] = None, refusing: bool = False):
         u = urllib.parse.urlsplit(target_url)
         self._target = (u.hostname, u.port)
         self._cut_on = cut_on
@@ -59,9 +60,18 @@ class FaultProxy:
         self._threads: list[threading.Thread] = []
         self._socks: list[socket.socket] = []
         self._closing = threading.Event()
-        self._ln = socket.create_server(("127.0.0.1", 0))
+        self._ln = socket.socket()
+        self._ln.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._ln.getsockname()[1]}"
-        self._spawn(self._accept)
+        self._accepting: Optional[threading.Thread] = None
+        if not refusing:
+            self.open()
+
+    def open(self) -> None:
+        """Accept connections (refused until then, with refusing)."""
+        self._ln.listen(16)
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
 
     def _spawn(self, target: Any, *args: Any) -> None:
         t = threading.Thread(target=target, args=args, daemon=True)
@@ -152,10 +162,9 @@ class FaultProxy:
 
     def stop(self) -> None:
         self._closing.set()
-        socket.create_connection(self._ln.getsockname()).close()  # wakes accept
-        with self._mu:
-            accept = self._threads[0]
-        accept.join(timeout=10)
+        if self._accepting is not None:
+            socket.create_connection(self._ln.getsockname()).close()  # wakes accept
+            self._accepting.join(timeout=10)
         self._ln.close()
         with self._mu:
             socks, threads = list(self._socks), list(self._threads)
@@ -164,7 +173,7 @@ class FaultProxy:
             t.join(timeout=10)
         for s in socks:
             s.close()
-        alive = [t for t in threads if t.is_alive()]
+        alive = [t for t in threads + [self._accepting] if t is not None and t.is_alive()]
         if alive:
             raise AssertionError(f"proxy threads still running: {alive}")
 
@@ -207,7 +216,11 @@ class ScriptedProxy:
     fenced's answer and answers status NNN with a text/html page, as a
     proxy in front of fenced whose upstream answer went astray: fenced
     applied it, and the client sees no API error code (nor JSON);
-    "late_pageNNN" does the same once the event late is set; "drop" closes the connection without an answer and
+    "late_pageNNN" does the same once the event late is set; "downNNN"
+    answers status NNN with that page itself at once, without forwarding,
+    as a proxy whose fenced is away (restarting): fenced never sees it; a
+    page action with "_raN" after it ("down502_ra1") sends Retry-After: N
+    with its page; "drop" closes the connection without an answer and
     without forwarding (the server never sees the request); "lose"
     forwards it and closes the connection without its answer (the server
     acted on it); "late" forwards the request at once and holds the
@@ -219,7 +232,8 @@ class ScriptedProxy:
     request whose caller gave up on it (delivered lists the server's
     answers (status, body) to those, and is set once one came). Every
     other request is forwarded. seen lists (path, action) for every
-    request, and sent (path, JSON body or None)."""
+    request, sent (path, JSON body or None), and came the time.monotonic()
+    each came at."""
 
     def __init__(self, target_url: str, script: dict[str, list[str]]):
         u = urllib.parse.urlsplit(target_url)
@@ -227,6 +241,7 @@ class ScriptedProxy:
         lock = threading.Lock()
         self.seen: list[tuple[str, str]] = []
         self.sent: list[tuple[str, Optional[dict]]] = []
+        self.came: list[float] = []
         self.late = threading.Event()
         self.holding = threading.Event()
         self.deliver = threading.Event()
@@ -252,6 +267,22 @@ class ScriptedProxy:
                             break
                     outer.seen.append((self.path, action))
                     outer.sent.append((self.path, json.loads(body) if body else None))
+                    outer.came.append(came)
+                page = re.fullmatch(r"(late_page|page|down)(\d{3})(?:_ra(\d+))?", action)
+
+                def answer_page() -> None:
+                    assert page is not None
+                    html = b"<html><body><h1>Bad Gateway</h1>injected by the proxy</body></html>"
+                    self.send_response(int(page.group(2)))
+                    self.send_header("Content-Type", "text/html")
+                    if page.group(3) is not None:
+                        self.send_header("Retry-After", page.group(3))
+                    self.send_header("Content-Length", str(len(html)))
+                    self.end_headers()
+                    self.wfile.write(html)
+                if page and page.group(1) == "down":
+                    answer_page()
+                    return
                 if action == "drop":
                     self.close_connection = True
                     return
@@ -294,16 +325,10 @@ class ScriptedProxy:
                     outer.delivered_set.set()
                     self.close_connection = True
                     return
-                page = re.fullmatch(r"(late_)?page(\d{3})", action)
                 if page:
-                    if page.group(1):
+                    if page.group(1) == "late_page":
                         outer.late.wait(timeout=30)
-                    html = b"<html><body><h1>Bad Gateway</h1>injected by the proxy</body></html>"
-                    self.send_response(int(page.group(2)))
-                    self.send_header("Content-Type", "text/html")
-                    self.send_header("Content-Length", str(len(html)))
-                    self.end_headers()
-                    self.wfile.write(html)
+                    answer_page()
                     return
                 if action == "late":
                     outer.late.wait(timeout=30)
@@ -1282,6 +1307,159 @@ class RedisTest(unittest.TestCase):
         with self.assertRaises(fenced.FencedError) as cm:
             c.try_acquire(unique(), ttl_ms=1000)
         self.assertEqual((cm.exception.status, proxy.actions("/acquire")), (502, ["page502"]))
+
+    def test_wait_rides_out_a_server_briefly_away(self) -> None:
+        # A waiting acquire whose requests fail without fenced's decision:
+        # 503s (a backend failing over), a proxy's 502 and 504 pages and a
+        # connection closed unanswered, fenced never seeing them (restarting
+        # behind the proxy), and refused connections. The call sent such a
+        # request again at most retries (2) times, a refused one never, and
+        # then raised with most of its 20 s wait left: a fenced restart of a
+        # second or two failed a long wait (docs/design.md, defect 130). Now
+        # it rides them out until the wait ends, as the Go client does: the
+        # same waiter, each request asking for what is left, and final.
+        for script in (["503"] * 3, ["down502", "503", "drop", "down504"]):
+            with self.subTest(script=script):
+                proxy, c = self.scripted({"/acquire": list(script)})
+                name = unique()
+                try:
+                    lease = c.acquire(name, ttl_ms=30_000, wait_ms=20_000)
+                except fenced.FencedError as e:
+                    self.fail(f"the wait gave up with most of it left: {e!r}; requests {proxy.actions('/acquire')}")
+                self.assertEqual(proxy.actions("/acquire"), script + ["forward"])
+                sent = proxy.bodies("/acquire")
+                self.assertEqual(len({b["waiter"] for b in sent}), 1, "one waiter for the whole wait")
+                waits = [b["wait_ms"] for b in sent]
+                self.assertEqual(waits[0], 20_000)
+                self.assertEqual(waits, sorted(waits, reverse=True), waits)  # what is left of the wait
+                self.assertEqual([b["final"] for b in sent], [True] * len(sent))  # each the whole wait left
+                self.assertEqual(self.client.inspect(name).token, lease.token)
+                lease.release()
+
+        with self.subTest("refused connections: the port opens once the wait met four"):
+            proxy = FaultProxy(self.daemon.url, refusing=True)
+            self.addCleanup(proxy.stop)
+            c = fenced.Client(proxy.url, bearer_token=self.bearer)
+            self.addCleanup(c.close)
+            tries: list[float] = []
+            request = c._request
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                tries.append(time.monotonic())
+                return request(*args, **kwargs)
+            c._request = counted  # type: ignore[method-assign]
+            name, out = unique(), []
+
+            def wait() -> None:
+                try:
+                    out.append(c.acquire(name, ttl_ms=30_000, wait_ms=20_000))
+                except BaseException as e:  # reported by the test's thread
+                    out.append(e)
+            t = threading.Thread(target=wait)
+            t.start()
+            deadline = time.monotonic() + 15
+            while len(tries) < 4 and not out:
+                self.assertLess(time.monotonic(), deadline, "the wait sent no fourth request")
+                time.sleep(0.005)
+            proxy.open()
+            t.join(timeout=30)
+            self.assertIsInstance(out[0], fenced.Lease,
+                                  f"the wait gave up on refused connections after {len(tries)} requests")
+            self.assertEqual(self.client.inspect(name).token, out[0].token)
+            self.assertEqual(len({b["waiter"] for b in proxy.bodies(b"/acquire")}), 1)
+            out[0].release()
+
+        with self.subTest("fenced's own refusal ends the wait at once"):
+            proxy, c = self.scripted({"/acquire": ["401"]})
+            with self.assertRaises(fenced.UnauthenticatedError):
+                c.acquire(unique(), ttl_ms=30_000, wait_ms=20_000)
+            self.assertEqual(proxy.actions("/acquire"), ["401"])
+
+        with self.subTest("failing for the whole wait: raised once it is over"):
+            # After one more request at once: a page may come after a grant.
+            proxy, c = self.scripted({"/acquire": ["down502"] * 1000})
+            started = time.monotonic()
+            with self.assertRaises(fenced.FencedError) as cm:
+                c.acquire(unique(), ttl_ms=30_000, wait_ms=1000)
+            took = time.monotonic() - started
+            self.assertEqual(cm.exception.status, 502)
+            # Each pause is at most 0.1 s a request so far, and none goes
+            # past the end: the last began 0.5 s in at least.
+            self.assertGreaterEqual(took, 0.5, "raised well before the wait was over")
+            self.assertLess(took, 5, "the call waited far longer than it was asked to")
+            sent = proxy.bodies("/acquire")
+            self.assertLess(len(sent), 20, "a busy loop")
+            self.assertEqual(len({b["waiter"] for b in sent}), 1)
+            self.assertTrue(sent[-1]["final"])
+
+    def test_retry_after_of_a_proxy_page(self) -> None:
+        # A proxy's 502 page with Retry-After (fenced away behind it). Only
+        # a 503's Retry-After was honoured: the request went again 50 to
+        # 100 ms later, as after a page without one (docs/design.md, defect
+        # 131). Now any answer's is, as the TypeScript client does: capped
+        # at 1 s as a 503's is, with jitter, from half of it to all of it.
+        for ra, wait_ms in ((1, 0), (1, 5000), (30, 0)):
+            with self.subTest(retry_after=ra, wait_ms=wait_ms):
+                proxy, c = self.scripted({"/acquire": [f"down502_ra{ra}"]})
+                if wait_ms:
+                    lease = c.acquire(unique(), ttl_ms=30_000, wait_ms=wait_ms)
+                else:
+                    lease = c.try_acquire(unique(), ttl_ms=30_000)
+                self.assertIsNotNone(lease)
+                self.assertEqual(proxy.actions("/acquire"), [f"down502_ra{ra}", "forward"])
+                gap = proxy.came[1] - proxy.came[0]
+                self.assertGreaterEqual(gap, 0.5, f"Retry-After: {ra} on a 502 page, sent again after {gap:.3f} s")
+                self.assertLess(gap, 5, f"Retry-After: {ra} not capped at 1 s")
+                lease.release()
+
+    def test_failed_refresh_that_ends_the_validity_loses_the_lease(self) -> None:
+        # A refresh to 100 ms of a 30 s lease that fenced applied, its
+        # answer a proxy's 502 page that comes after those 100 ms: it may
+        # have been applied, so the validity ends where it would have
+        # (defect 114), in the past. lost stayed unset and on_lost uncalled
+        # until the keep-alive's next wake, and for good without one
+        # (docs/design.md, defect 132). Now the lease is lost at once, as
+        # the Go client's Refresh loses it; on_lost is called from the
+        # refresh's thread before it returns, once; the refresh's own error
+        # is raised, as Go returns it.
+        for keep_alive in (False, True):
+            with self.subTest(keep_alive=keep_alive):
+                proxy, c = self.scripted({"/refresh": ["late_page502"]}, retries=0)
+                name = unique()
+                lease = c.acquire(name, ttl_ms=30_000, wait_ms=0)
+                calls: list[tuple[fenced.FencedError, threading.Thread]] = []
+                if keep_alive:  # its first refresh is 10 s away
+                    lease.keep_alive(on_lost=lambda l, err: calls.append((err, threading.current_thread())))
+                    self.addCleanup(lease.stop_keep_alive)
+                out: list[tuple[BaseException, bool, list]] = []
+
+                def refresh() -> None:
+                    try:
+                        lease.refresh(100)
+                    except BaseException as e:
+                        out.append((e, lease.lost.is_set(), list(calls)))
+                t = threading.Thread(target=refresh)
+                t.start()
+                self.inspect_until(name, lambda st: not st.held)  # fenced applied it: freed 100 ms later
+                proxy.late.set()
+                t.join(timeout=30)
+                self.assertEqual(len(out), 1, "the refresh did not fail")
+                err, lost, called = out[0]
+                self.assertEqual((type(err), err.status), (fenced.FencedError, 502))
+                self.assertTrue(lost, f"keep_alive={keep_alive}: the refresh raised with the lease not lost, "
+                                      f"{time.monotonic() - lease.deadline:.3f} s past its validity")
+                self.assertIsInstance(lease.lost_reason, fenced.LostError)
+                self.assertIn("validity ran out (last refresh: fenced: HTTP 502", lease.lost_reason.message)
+                if keep_alive:
+                    self.assertEqual(called, [(lease.lost_reason, t)], "on_lost not called by the refresh, once")
+                    lease.stop_keep_alive()
+                    self.assertEqual(calls, called)
+                self.assertEqual(lease.valid_for(), 0.0)
+                with self.assertRaises(fenced.LostError):
+                    lease.check()
+                with self.assertRaises(fenced.LostError):
+                    lease.refresh()  # lost stays lost: not sent
+                self.assertEqual(proxy.actions("/refresh"), ["late_page502"])
 
     def test_second_release_waits_for_the_first(self) -> None:
         # release() from two threads; the first's answer is slow, then a

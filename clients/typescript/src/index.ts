@@ -28,11 +28,15 @@
  * decision (a proxy's 502 or 504 page, a 500, a body that is not JSON:
  * docs/design.md, defect 119): the server hands back the grant it made
  * for that waiter, the same lease id and token, instead of leaving a lease
- * nobody knows to hold the lock until its TTL. A request asked again waits
- * only what is left of waitMs: the call as a whole waits no longer than it
- * was asked to (but for one last request, at once and with wait_ms 1, after
- * an answer lost, or not fenced's, when the wait is over: it may have been
- * a grant).
+ * nobody knows to hold the lock until its TTL. A waiting call (waitMs > 0)
+ * rides out every failure without fenced's decision (a refused connection
+ * and a timeout too) until its wait ends, not `retries` times: a fenced
+ * restarting does not end a 30 s wait (docs/design.md, defect 130). A
+ * request asked again waits only what is left of waitMs: the call as a
+ * whole waits no longer than it was asked to (but for one last request, at
+ * once and with wait_ms 1, after an answer lost, or not fenced's, when the
+ * wait is over: it may have been a grant). One attempt is asked again up to
+ * `retries` times.
  */
 
 import { randomBytes } from "node:crypto";
@@ -419,7 +423,7 @@ export interface ElectOptions extends Omit<AcquireOptions, "holder" | "owner" | 
 }
 
 export interface LeadOptions extends ElectOptions {
-  /** Called once if leadership is lost, from the keep-alive; a throw is reported with console.error. */
+  /** Called once if leadership is lost, from the keep-alive; a throw, or an async one's rejection, is reported with console.error. */
   onLost?: (lease: Lease, err: LostError) => void;
 }
 
@@ -437,9 +441,14 @@ export interface ClientOptions {
   /** Milliseconds to wait for an answer, on top of an acquire's waitMs. Default 10000. */
   timeoutMs?: number;
   /**
-   * How often a 503 unavailable answer is retried, after its Retry-After or
-   * 100 ms, 200 ms, …. Default 2; 0 disables. A waiting acquire or campaign
-   * also retries, within the same count, a request whose answer was lost.
+   * How often a request is sent again after a 503 unavailable answer, and,
+   * when it is safe to send again (tryAcquire and acquire with waitMs 0, a
+   * refresh, a release, a force-release with a token), after a lost answer
+   * or one that is not fenced's decision (a proxy's 502 page, …: defect
+   * 119); after its Retry-After (at most 1 s) or 100 ms, 200 ms, …. Default
+   * 2; 0 disables. Not a waiting acquire or campaign (waitMs > 0): it rides
+   * out such failures, and refused connections and timeouts too, until its
+   * wait ends (docs/design.md, defect 130).
    */
   retries?: number;
 }
@@ -513,7 +522,7 @@ export interface RefreshOptions {
 }
 
 export interface LockOptions extends AcquireOptions {
-  /** Called once if the lease is lost, from the keep-alive; a throw is reported with console.error. */
+  /** Called once if the lease is lost, from the keep-alive; a throw, or an async one's rejection, is reported with console.error. */
   onLost?: (lease: Lease, err: LostError) => void;
 }
 
@@ -541,10 +550,11 @@ interface CallOptions {
   /** Called just before each request is sent. */
   onSend?: () => void;
   /**
-   * For a request that waits (wait_ms in its body, or in its query for a
-   * long poll): the performance.now() its wait ends at. A request sent
-   * again asks for the wait_ms left, not the whole again, and none is sent
-   * after it.
+   * For a request that waits (a long poll: wait_ms in its query): the
+   * performance.now() its wait ends at. A request sent again asks for the
+   * wait_ms left, not the whole again, and none is sent after it. A
+   * waiting acquire or campaign has none: #take sends each of its
+   * requests once, and rides out their failures itself.
    */
   waitEnd?: number;
 }
@@ -615,17 +625,21 @@ export class Client {
    * HeldError saying so (docs/design.md, defect 117).
    *
    * The request carries a waiter (32 lowercase hex digits, new for each call; a place
-   * in the queue when the call waits and is fair), and a request whose
-   * answer was lost after it was sent (the
-   * connection closed or reset: TransportError) or was not fenced's
-   * decision (a proxy's 502 or 504 page, a 500, a body that is not JSON,
-   * behind which fenced may have granted it: docs/design.md, defect 119)
-   * is sent again, as a 503 is,
-   * up to `retries` times while waitMs has time left (each such request
-   * waits what is left of it), and once more, at once and with wait_ms 1, if
-   * the wait is over: the server answers it with the grant it made
-   * for the lost one, the same lease id and token. With waitMs 0
-   * (tryAcquire) it is sent again at once, up to `retries` times.
+   * in the queue when the call waits and is fair). A request that fails
+   * without fenced's decision (no answer: the connection refused, closed or
+   * reset, or a timeout, TransportError; a 503; an answer not fenced's, a
+   * proxy's 502 or 504 page, a 500, a body that is not JSON, behind which
+   * fenced may have granted it: docs/design.md, defect 119) is sent again
+   * with the same waiter while waitMs has time left, however often, after a
+   * pause of 50 ms doubling to 1 s (or its Retry-After if longer, at most
+   * 1 s) that never goes past the wait's end, as the Go client's (defect 130); each
+   * such request waits what is left. Once no time is left for the pause,
+   * the call rejects with that error, but after a lost answer or a page,
+   * which may have been a grant, it asks once more at once, for what is
+   * left or 1 ms: the server answers it with the grant it made for the lost
+   * one, the same lease id and token. A refusal by fenced (a 4xx with its
+   * error code) rejects at once. With waitMs 0 (tryAcquire) a lost answer,
+   * a page or a 503 is sent again, up to `retries` times.
    *
    * With options.holder the acquisition is reentrant: see
    * AcquireOptions.holder and Lease.count. options.owner labels the lease
@@ -695,7 +709,9 @@ export class Client {
    * held); if a fair wait ends after a 409 to an earlier one (answered
    * late, or the back-off ran to the end), one more request, final with
    * wait_ms 1, gives the place up, and its grant is returned or its
-   * HeldError thrown (docs/design.md, defect 128).
+   * HeldError thrown (docs/design.md, defect 128). A failure without
+   * fenced's decision is ridden out until the wait ends (see acquire;
+   * defect 130).
    */
   async #take(
     name: string,
@@ -723,6 +739,10 @@ export class Client {
     const fair = body.unfair !== true;
     const end = performance.now() + waitMs;
     let backoffMs = MIN_HELD_BACKOFF_MS;
+    // The pause after a request that got no decision: 50 ms doubling to
+    // 1 s, as the Go client's (docs/design.md, defect 130).
+    let awayMs = MIN_HELD_BACKOFF_MS;
+    let askedPastWait = false;
     for (;;) {
       const leftMs = Math.max(1, Math.ceil(end - performance.now()));
       const askMs = Math.min(leftMs, this.#maxWaitMs ?? leftMs);
@@ -733,13 +753,9 @@ export class Client {
       const last = askMs >= leftMs;
       if (fair) body.final = last;
       try {
-        const doc = await this.call("POST", name, action, body, {
-          timeoutMs: this.timeoutMs + askMs,
-          signal,
-          resendLost: true,
-          waitEnd: performance.now() + askMs,
-          onSend,
-        }, kind);
+        // Sent once (retries 0): a failure without fenced's decision is
+        // ridden out below, for the whole wait, not `retries` times.
+        const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs + askMs, signal, retries: 0, onSend }, kind);
         const lease = await this.#adopt(doc, started);
         if (lease) return lease;
         if (performance.now() >= end) throw noValidity(name, action);
@@ -749,9 +765,36 @@ export class Client {
           this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
           continue; // at once, in requests the server allows
         }
-        // A lost answer, or one not fenced's (defect 119), that still
-        // comes out of call has had its resends there (and its one request
-        // past the wait): it ends the call, as every error but held does.
+        if (undecided(e)) {
+          // No decision of fenced's (no answer: refused, reset, lost or
+          // timed out; a 503; another 5xx or a page without an API error
+          // code): a fenced restarting, a proxy between two nodes. The
+          // wait rides it out until it ends, as the Go client's does,
+          // with the same waiter, so that a grant whose answer was lost
+          // comes back with the next request (docs/design.md, defect
+          // 130); before, `retries` failures ended a wait with most of it
+          // left.
+          // A Retry-After is waited (at most 1 s, as in send), but never
+          // less than the back-off: "0" must not poll for the whole wait.
+          const pause = Math.min(Math.max(e.retryAfterMs ?? 0, awayMs), MAX_HELD_BACKOFF_MS);
+          awayMs = Math.min(2 * awayMs, MAX_HELD_BACKOFF_MS);
+          if (performance.now() + pause >= end) {
+            // No time is left for the pause. No request once the wait is
+            // over; but a lost answer (or a page: defect 119) may be a
+            // grant made for this waiter, which only another request with
+            // it finds: ask once more, now, for what is left or 1 ms
+            // (still a waiting request), rather than leave that lease
+            // holding the lock until its TTL. Any other failure ends the
+            // call here, as it would after the pause.
+            const mayBeGrant = (e instanceof TransportError && answerLost(e)) || notFencedDecision(e);
+            if (!mayBeGrant || askedPastWait) throw e;
+            askedPastWait = true;
+            continue;
+          }
+          await sleep(pause, undefined, { signal });
+          continue;
+        }
+        awayMs = MIN_HELD_BACKOFF_MS; // fenced answered
         if (!(e instanceof HeldError) || last || (!fair && performance.now() >= end)) throw e; // no request once the wait is over
         // A fair wait may end after a request that was not final: its 409
         // came late (a slow network, a loaded machine), or the back-off
@@ -1000,7 +1043,6 @@ export class Client {
   ): Promise<Record<string, unknown>> {
     const retries = options.retries ?? this.retries;
     let timeoutMs = options.timeoutMs ?? this.timeoutMs;
-    let askedPastWait = false;
     for (let attempt = 0; ; attempt++) {
       try {
         options.onSend?.();
@@ -1015,21 +1057,13 @@ export class Client {
         const unsure = (e instanceof TransportError && answerLost(e)) || notFencedDecision(e);
         const again = e instanceof UnavailableError || (options.resendLost === true && unsure);
         if (!again || attempt >= retries) throw e;
-        let pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
+        const pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
         if (options.waitEnd !== undefined) {
-          let leftMs = Math.floor(options.waitEnd - performance.now() - pause);
-          if (leftMs < 1) {
-            // The wait is over (or will be after the pause). A 503 is not
-            // asked again; but a lost answer (or a proxy's page) may be a
-            // grant made for this waiter, which only another request with
-            // the waiter finds again: ask once more, now, waiting what is
-            // left or 1 ms (still a waiting request, as its final says),
-            // rather than leave that lease to hold the lock until its TTL.
-            if (e instanceof UnavailableError || askedPastWait) throw e;
-            askedPastWait = true;
-            pause = 0;
-            leftMs = Math.max(1, Math.floor(options.waitEnd - performance.now()));
-          }
+          // A long poll (leader): none is sent once its wait is over (or
+          // will be after the pause). A waiting acquire or campaign rides
+          // out its failures in #take, request by request.
+          const leftMs = Math.floor(options.waitEnd - performance.now() - pause);
+          if (leftMs < 1) throw e;
           if (body !== undefined) {
             body.wait_ms = leftMs;
           } else {
@@ -1150,6 +1184,19 @@ function maybeApplied(e: unknown): boolean {
  */
 function notFencedDecision(e: unknown): e is FencedError {
   return e instanceof FencedError && !(e instanceof TransportError) && !(e instanceof UnavailableError) && e.status !== 0 && maybeApplied(e);
+}
+
+/**
+ * Whether e is a request's failure without fenced's decision, which a
+ * waiting acquire or campaign rides out until its wait ends (the Go
+ * client's unanswered: docs/design.md, defect 130): no answer
+ * (TransportError: a refused or reset connection, a lost answer, a
+ * timeout), a 503, or an answer that is not fenced's decision
+ * (notFencedDecision). Not fenced's refusal (a 4xx with its error code),
+ * the client's own (status 0), nor the caller's abort.
+ */
+function undecided(e: unknown): e is FencedError {
+  return e instanceof FencedError && maybeApplied(e);
 }
 
 function apiError(status: number, headers: Headers, text: string): FencedError {
@@ -1314,7 +1361,11 @@ export class Lease {
    * proxy's 502 or 504), a 4xx page without a code, an answer that is not
    * JSON (docs/design.md, defect 114). The validity then ends no later
    * than this refresh would have made it end, so a shorter ttlMs that
-   * failed shortens it too.
+   * failed shortens it too. A failed refresh that leaves no validity (so
+   * shortened, or answered after the deadline) loses the lease at once, as
+   * the Go client's Refresh does: signal aborts (with a LostError), lost
+   * resolves and onLost is called before refresh() rejects with the
+   * refresh's own error (defect 132).
    *
    * Each refresh carries a sequence number (nextRefreshSeq()), the same in
    * its resends, so that fenced never applies it after a later one: one
@@ -1390,9 +1441,21 @@ export class Lease {
       // been applied, and a shorter TTL then ends the lease sooner there
       // (docs/design.md, defect 114). A refusal by fenced (a 4xx with its
       // code, out_of_order too: a later refresh was applied instead) was not.
-      else if (maybeApplied(e) && ttlMs !== undefined) {
-        this.#deadline = Math.min(this.#deadline, started + validityMs(ttlMs, started, started));
-        this.#wakeKeepAlive?.(); // it sees the deadline
+      else {
+        if (maybeApplied(e) && ttlMs !== undefined) {
+          this.#deadline = Math.min(this.#deadline, started + validityMs(ttlMs, started, started));
+          this.#wakeKeepAlive?.(); // it sees the deadline
+        }
+        // A validity that ran out, shortened so or not, is a lease lost
+        // now, as the Go client's Refresh says it (ErrExpired): signal
+        // aborted, lost resolved and onLost called before this rejects,
+        // not at the keep-alive's next wake (and, without a keep-alive,
+        // never): docs/design.md, defect 132. The rejection is still the
+        // refresh's own error.
+        if (performance.now() >= this.#deadline) {
+          const why = e instanceof Error ? e.message : String(e);
+          this.#signalLost(new LostError(`lease of ${JSON.stringify(this.name)}: no successful refresh before its validity ran out (the last failed: ${why})`));
+        }
       }
       throw e;
     }
@@ -1485,7 +1548,8 @@ export class Lease {
    * out_of_order answer: another holder of the lease refreshed it later,
    * …) loses nothing: it is retried soon, within the validity left, as the
    * Go client's keep-alive does (docs/design.md, defect 115). An onLost
-   * that throws is reported with console.error and otherwise ignored.
+   * that throws, or an async one whose promise rejects, is reported with
+   * console.error and otherwise ignored (defect 133).
    * release() or stopKeepAlive() stops it.
    */
   keepAlive(options: { onLost?: (lease: Lease, err: LostError) => void } = {}): void {
@@ -1565,7 +1629,15 @@ export class Lease {
     this.#lost.abort(err);
     this.#resolveLost(err);
     try {
-      this.#onLost?.(this, err);
+      // Typed as returning void, which an async function is too: its
+      // promise, if it rejects, is reported as a throw is, not left
+      // unhandled, which ends a Node process (docs/design.md, defect 133).
+      const out: unknown = this.#onLost?.(this, err);
+      if (typeof (out as PromiseLike<unknown> | undefined)?.then === "function") {
+        (out as PromiseLike<unknown>).then(undefined, (e: unknown) => {
+          console.error(`fenced: onLost callback for lock ${JSON.stringify(this.name)} rejected:`, e);
+        });
+      }
     } catch (e) {
       // Not the caller's error: the refresh(), release() or keep-alive that
       // found the loss goes on as if onLost had returned (a throw here would

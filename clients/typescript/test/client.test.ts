@@ -49,6 +49,17 @@ async function within<T>(p: Promise<T>, ms: number): Promise<T | "timeout"> {
   }
 }
 
+/** A TCP port on 127.0.0.1 that nothing listens on (now): connecting to it is refused. */
+async function freePort(): Promise<number> {
+  const s = createServer();
+  s.listen(0, "127.0.0.1");
+  await once(s, "listening");
+  const { port } = s.address() as { port: number };
+  s.close();
+  await once(s, "close");
+  return port;
+}
+
 /**
  * A TCP proxy to target (http://host:port) that forwards both ways, except
  * that the first request whose bytes contain marker (with every, each such
@@ -142,20 +153,23 @@ async function startCuttingProxy(
  * destroys the connection without forwarding (fenced never sees it); "cut"
  * forwards, then destroys the connection instead of answering (fenced
  * acted, the client never hears); "late" forwards, then holds the answer
- * until answerLate() is called; "slowNNN" ("slow600", …) forwards, then
+ * until answerLate() is called; "late502" does too, then answers a 502
+ * page instead of fenced's answer (fenced acted, late); "slowNNN" ("slow600", …) forwards, then
  * holds the answer until NNN ms after the request came, as a slow network
  * delivers it; "hold" holds the request itself until forwardHeld() is
  * called, then forwards it (fenced sees it late, after its caller may have
  * given up). Anything else is forwarded. seen() lists
  * "<path> <action>" for every request, bodies(suffix) the JSON bodies of
- * the requests whose path ends with suffix.
+ * the requests whose path ends with suffix; arrived(suffix) resolves once
+ * such a request has come. port: listen on that one (0: any free one).
  */
 /** What a fenced older than seq answers a refresh carrying seq (HTTP 400). */
 const OLD_SERVER_SEQ_REFUSAL =
   '{"error":{"code":"invalid_argument","message":"request body: unknown field \\"seq\\"; allowed are \\"lease_id\\", \\"ttl_ms\\""}}';
 
-async function startScriptedProxy(target: string, script: Record<string, string[]>) {
+async function startScriptedProxy(target: string, script: Record<string, string[]>, port = 0) {
   const seen: string[] = [];
+  const arrivals: { suffix: string; resolve: () => void }[] = [];
   const bodies: { url: string; body: Record<string, unknown> }[] = [];
   let answerLate!: () => void;
   const late = new Promise<void>((resolve) => (answerLate = resolve));
@@ -171,6 +185,7 @@ async function startScriptedProxy(target: string, script: Record<string, string[
     const suffix = Object.keys(script).find((s) => (req.url ?? "").endsWith(s) && script[s].length > 0);
     const action = suffix ? script[suffix].shift()! : "forward";
     seen.push(`${req.url} ${action}`);
+    for (const a of arrivals.filter((a) => (req.url ?? "").endsWith(a.suffix))) a.resolve();
     if (body.length) bodies.push({ url: req.url ?? "", body: JSON.parse(body.toString()) as Record<string, unknown> });
     if (action === "drop") {
       req.socket.destroy();
@@ -218,23 +233,27 @@ async function startScriptedProxy(target: string, script: Record<string, string[
       req.socket.destroy();
       return;
     }
-    if (action === "late") await late;
+    if (action === "late" || action === "late502") await late;
     const slow = /^slow(\d+)$/.exec(action);
     if (slow) await sleep(Math.max(0, came + Number(slow[1]) - performance.now()));
-    if (action === "502" || action === "200html") {
-      res.writeHead(action === "502" ? 502 : 200, { "Content-Type": "text/html" });
-      res.end(`<html><body><h1>${action === "502" ? "502 Bad Gateway" : "Welcome"}</h1>injected by the proxy</body></html>`);
+    if (action === "502" || action === "late502" || action === "200html") {
+      const page = action !== "200html";
+      res.writeHead(page ? 502 : 200, { "Content-Type": "text/html" });
+      res.end(`<html><body><h1>${page ? "502 Bad Gateway" : "Welcome"}</h1>injected by the proxy</body></html>`);
       return;
     }
     res.writeHead(up.status, { "Content-Type": up.headers.get("Content-Type") ?? "application/json" });
     res.end(text);
   });
-  server.listen(0, "127.0.0.1");
+  server.listen(port, "127.0.0.1");
   await once(server, "listening");
-  const { port } = server.address() as { port: number };
+  const addr = server.address() as { port: number };
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: `http://127.0.0.1:${addr.port}`,
     seen: () => [...seen],
+    /** Resolves once a request whose path ends with suffix has come (at once if one came before). */
+    arrived: (suffix: string) =>
+      seen.some((s) => s.split(" ")[0].endsWith(suffix)) ? Promise.resolve() : new Promise<void>((resolve) => arrivals.push({ suffix, resolve })),
     /** Lets the answers held by "late" go. */
     answerLate,
     /** Forwards the request held by "hold" (now, or once it comes); resolves with the status fenced answered it. */
@@ -497,6 +516,83 @@ describe("fenced dev (etcd leases)", () => {
       assert.equal(new Set(sent.map((b) => b.waiter)).size, 1, "one waiter for the whole call");
     } finally {
       await proxy.close();
+    }
+  });
+
+  it("rides out 503s and pages for the whole wait, not `retries` times", async () => {
+    // fenced restarting behind a proxy: 503s (Retry-After: 1), then a 502
+    // page after fenced granted. Before, the third 503 (retries 2) ended
+    // the call with 17 s of its wait left (docs/design.md, defect 130).
+    const proxy = await startScriptedProxy(daemon.url, { "/acquire": ["503", "503", "503", "502"] });
+    try {
+      const name = unique();
+      const lease = await new Client(proxy.url).acquire(name, { ttlMs: 30_000, waitMs: 20_000 });
+      assert.deepEqual(proxy.actions("/acquire"), ["503", "503", "503", "502", "forward"]);
+      const sent = proxy.bodies("/acquire");
+      assert.equal(new Set(sent.map((b) => b.waiter)).size, 1, "one waiter for the whole call: the grant behind the 502 is found again");
+      // Each asks for what is left of the wait, all of it: final.
+      for (let i = 1; i < sent.length; i++) assert.ok((sent[i].wait_ms as number) < (sent[i - 1].wait_ms as number), JSON.stringify(sent));
+      assert.deepEqual(sent.map((b) => b.final), [true, true, true, true, true]);
+      const st = await client.inspect(name); // directly, not through the proxy
+      assert.deepEqual([st.held, st.token], [true, lease.token], "the lease returned is not the one holding the lock");
+      await lease.release();
+    } finally {
+      await proxy.close();
+    }
+    // One attempt keeps `retries`: a page without an API error code (no
+    // decision) is sent again twice, then rejects.
+    const oneAttempt = await startScriptedProxy(daemon.url, { "/acquire": ["page404", "page404", "page404", "page404"] });
+    try {
+      await assert.rejects(new Client(oneAttempt.url).tryAcquire(unique()), (e: unknown) => e instanceof FencedError && e.status === 404 && e.code === undefined);
+      assert.deepEqual(oneAttempt.actions("/acquire"), ["page404", "page404", "page404"]);
+    } finally {
+      await oneAttempt.close();
+    }
+    // fenced's refusal, a 4xx with its error code, ends a wait at once.
+    const refusing = await startScriptedProxy(daemon.url, { "/acquire": ["401"] });
+    try {
+      await assert.rejects(new Client(refusing.url).acquire(unique(), { waitMs: 20_000 }), UnauthenticatedError);
+      assert.deepEqual(refusing.actions("/acquire"), ["401"]);
+    } finally {
+      await refusing.close();
+    }
+  });
+
+  it("rides out a fenced that refuses connections for a while, within the wait", async () => {
+    // Nothing listens on the port (fenced restarting), then a proxy does,
+    // whose first answer is lost. Before, the first refused connection
+    // ended the campaign: a refused connection was not asked again at all
+    // (docs/design.md, defect 130).
+    const port = await freePort();
+    const realFetch = globalThis.fetch;
+    let failed = 0;
+    let thirdFailed!: () => void;
+    const failedThrice = new Promise<void>((resolve) => (thirdFailed = resolve));
+    globalThis.fetch = async (input, init) => {
+      try {
+        return await realFetch(input, init);
+      } catch (e) {
+        if (++failed === 3) thirdFailed();
+        throw e;
+      }
+    };
+    let proxy: Awaited<ReturnType<typeof startScriptedProxy>> | undefined;
+    try {
+      const name = unique();
+      const electing = new Client(`http://127.0.0.1:${port}`).elect(name, { value: "ts-away:8080", ttlMs: 30_000, waitMs: 30_000 });
+      const first = await Promise.race([failedThrice.then(() => "refused thrice"), electing.then(() => "elected", (e: unknown) => e)]);
+      assert.equal(first, "refused thrice");
+      proxy = await startScriptedProxy(daemon.url, { "/campaign": ["cut"] }, port);
+      const term = await electing;
+      assert.deepEqual(proxy.actions("/campaign"), ["cut", "forward"]);
+      const sent = proxy.bodies("/campaign");
+      assert.equal(sent[1].waiter, sent[0].waiter, "the request sent again has another waiter");
+      const now = await client.leader(name);
+      assert.deepEqual([now.leading, now.value, now.token], [true, "ts-away:8080", term.token]);
+      await term.release();
+    } finally {
+      globalThis.fetch = realFetch;
+      await proxy?.close();
     }
   });
 
@@ -862,6 +958,53 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       await kept.release();
     } finally {
       await proxy.close();
+    }
+  });
+
+  it("loses the lease at once when a failed refresh that may have been applied leaves no validity", async () => {
+    // A refresh to 10 ms that fenced applied, answered by a proxy's 502
+    // page after those 10 ms: the validity, shortened to what the refresh
+    // may have set (defect 114), is over when refresh() rejects. The Go
+    // client's Refresh loses the lease there; before, lease.signal was not
+    // aborted, and without a keep-alive never was (docs/design.md, defect
+    // 132).
+    const refreshTo10ms = async (lease: Lease, proxy: Awaited<ReturnType<typeof startScriptedProxy>>) => {
+      const refreshing = lease.refresh(10).then(() => undefined, (e: unknown) => e);
+      await proxy.arrived("/refresh"); // sent by now: the validity it may have set ends within 8 ms of this
+      await sleep(50); // the clock, past that
+      proxy.answerLate();
+      return refreshing;
+    };
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": ["late502"] });
+    try {
+      const c = new Client(proxy.url, { bearerToken: bearer, retries: 0 });
+      const lease = await c.acquire(unique(), { ttlMs: 30_000, waitMs: 0 }); // no keep-alive
+      const err = await refreshTo10ms(lease, proxy);
+      // The refresh's own error, as Go's Refresh returns; the lease lost with it.
+      assert.ok(err instanceof FencedError && !(err instanceof LostError) && err.status === 502, String(err));
+      assert.equal(lease.signal.aborted, true, "a lease with no validity left is not lost");
+      assert.ok(lease.signal.reason instanceof LostError, String(lease.signal.reason));
+      assert.equal(await within(lease.lost, 1000), lease.signal.reason);
+      assert.throws(() => lease.check(), LostError);
+      await assert.rejects(lease.release(), LostError);
+    } finally {
+      await proxy.close();
+    }
+    // With a keep-alive: onLost is called before refresh() rejects, and the
+    // keep-alive ends.
+    const kept = await startScriptedProxy(daemon.url, { "/refresh": ["late502"] });
+    try {
+      const c = new Client(kept.url, { bearerToken: bearer, retries: 0 });
+      const lost: LostError[] = [];
+      const lease = await c.lock(unique(), { ttlMs: 30_000, onLost: (_, e) => void lost.push(e) });
+      const err = await refreshTo10ms(lease, kept);
+      assert.ok(err instanceof FencedError && err.status === 502, String(err));
+      assert.equal(lost.length, 1, "onLost was not called before refresh() rejected");
+      assert.equal(lease.signal.reason, lost[0]);
+      await assert.rejects(lease.release(), LostError);
+      assert.deepEqual(kept.actions("/refresh"), ["late502"], "the keep-alive refreshed a lost lease");
+    } finally {
+      await kept.close();
     }
   });
 
@@ -1637,6 +1780,49 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       await assert.rejects(l2.refresh(), LostError);
       await assert.rejects(l2.release(), LostError);
       assert.equal(reported.length, 2);
+    } finally {
+      console.error = consoleError;
+      process.off("unhandledRejection", onUnhandled);
+      await proxy.close();
+    }
+  });
+
+  it("reports an async onLost that rejects, and goes on", async () => {
+    // An async onLost returns a promise, which the lease dropped: its
+    // rejection was unhandled, which ends a Node 20 process
+    // (docs/design.md, defect 133). It is reported as a throw is.
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown) => unhandled.push(e);
+    process.on("unhandledRejection", onUnhandled);
+    const reported: unknown[][] = [];
+    const consoleError = console.error;
+    console.error = (...args: unknown[]) => void reported.push(args);
+    const proxy = await startScriptedProxy(daemon.url, { "/refresh": Array(100).fill("503") });
+    try {
+      // Found by the keep-alive: the validity runs out, every refresh answered 503.
+      let called!: () => void;
+      const wasCalled = new Promise<void>((resolve) => (called = resolve));
+      const boom = async () => {
+        called();
+        throw new Error("async onLost failed");
+      };
+      const lease = await new Client(proxy.url, { bearerToken: bearer }).lock(unique(), { ttlMs: 300, onLost: boom });
+      await wasCalled;
+      await new Promise((resolve) => setImmediate(resolve)); // a rejection unhandled by now is reported
+      assert.deepEqual(unhandled, []);
+      assert.equal(reported.length, 1, JSON.stringify(reported));
+      assert.match(String(reported[0][0]), /onLost callback .* rejected/);
+      assert.equal((reported[0][1] as Error).message, "async onLost failed");
+      await assert.rejects(lease.release(), LostError);
+
+      // Found by refresh() (the keep-alive's next refresh is 10 s away).
+      const l2 = await client.lock(unique(), { ttlMs: 30_000, onLost: boom });
+      await client.releaseID(l2.name, l2.leaseID); // behind its back
+      await assert.rejects(l2.refresh(), LostError);
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.deepEqual(unhandled, []);
+      assert.equal(reported.length, 2);
+      await assert.rejects(l2.release(), LostError);
     } finally {
       console.error = consoleError;
       process.off("unhandledRejection", onUnhandled);
