@@ -285,7 +285,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 
 // acquire takes a lease, or campaigns in an election (o.Owner is then the
 // leader's value).
-func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o lock.AcquireOptions, campaign bool) (*Lease, error) {
+func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o lock.AcquireOptions, campaign bool) (got *Lease, _ error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -360,6 +360,16 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	// keep.
 	givesUp := !o.Unfair && (o.Waiter == "" || o.Final)
 	placed := false // the last request sent kept its place if it ended held
+	// A wait its caller cuts short (ctx, Close) may leave a place at the
+	// server too: the request in flight keeps it when it ends, final or
+	// not, if it had not yet found the lock held. Kept, it would stand 3 s
+	// before everyone behind it (defect 134); so the call gives it up.
+	queued := false // a fair waiting request was sent
+	defer func() {
+		if queued && got == nil && ctx.Err() != nil {
+			c.giveUp(ctx, name, path, ttl, waiter, o, campaign)
+		}
+	}()
 	for {
 		// The body is built for each server the request goes to, so that
 		// a request passed on to the next server asks only for the wait
@@ -399,6 +409,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			// call, unless it said this is the last (WithFinal).
 			final = final && waitMs > 0 && givesUp
 			placed = givesUp && waitMs > 0 && !final
+			queued = queued || (givesUp && waitMs > 0)
 			if campaign {
 				return attempt{api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: waiter, Final: final}, within}, true
 			}
@@ -474,6 +485,27 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			return nil, err
 		}
 		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// giveUp gives up the place of a fair wait its caller cut short: one
+// request with the wait's waiter, final and of 1 ms, within a second of
+// its own. The server then gives the place up as soon as the request cut
+// short ends there too (lock.WithFinal). Its answer may be a grant: the
+// lock came free, or the request cut short was granted and its answer is
+// found again by the waiter (which would otherwise hold the lock, known to
+// nobody, until its TTL); either is not the caller's, and is released.
+func (c *Client) giveUp(ctx context.Context, name, path string, ttl time.Duration, waiter string, o lock.AcquireOptions, campaign bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	ttlMs, waitMs := ttl.Milliseconds(), int64(1)
+	var body any = api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Waiter: waiter, Final: true}
+	if campaign {
+		body = api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: waiter, Final: true}
+	}
+	var a api.Lease
+	if c.do(ctx, http.MethodPost, path, body, &a, resendShared) == nil && a.LeaseID != "" {
+		_ = keeper{c}.Release(ctx, name, a.LeaseID, "")
 	}
 }
 

@@ -297,6 +297,68 @@ func TestWaitEndedAfterARequestLeavesTheQueue(t *testing.T) {
 	}
 }
 
+// A wait its caller cuts short (its context, or Close) gives its place
+// up: the call sends one request with its waiter, final and of 1 ms,
+// which the server answers once the request cut short has ended there
+// too. Before, the place stood DefaultWaiterTTL (3 s) ahead of everyone
+// behind it, a free lock answered "held" meanwhile: an interrupted
+// `fenced elect` or a cancelled Elect left an election with no leader
+// for up to 3 s after its leader resigned (docs/design.md, defect 134).
+func TestCutWaitLeavesTheQueue(t *testing.T) {
+	f := newFixture(t)
+	c := newClient(t, f.url)
+	ctx := t.Context()
+	for _, how := range []string{"cancelled", "deadline", "closed"} {
+		t.Run(how, func(t *testing.T) {
+			name := testenv.Name(t)
+			holder, err := f.locks.TryAcquire(ctx, name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release(ctx)
+			w := c
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var opts []lock.Option // no WithWait: the context bounds the wait
+			switch how {
+			case "deadline":
+				cctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+			case "closed":
+				w = newClient(t, f.url)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := w.Acquire(cctx, name, 10*time.Second, opts...)
+				done <- err
+			}()
+			if how != "deadline" {
+				testenv.WaitUntil(t, 10*time.Second, func() bool {
+					st, err := f.locks.Inspect(ctx, name)
+					return err == nil && st.Waiters == 1
+				})
+			}
+			switch how {
+			case "cancelled":
+				cancel()
+			case "closed":
+				if err := w.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-done; err == nil || errors.Is(err, lock.ErrNotAcquired) && how != "deadline" {
+				t.Fatalf("a wait cut short: %v", err)
+			}
+			// Gone well before the waiter TTL: the request cut short ends
+			// at the server as soon as it sees its connection closed.
+			testenv.WaitUntil(t, lock.DefaultWaiterTTL/3, func() bool {
+				st, err := f.locks.Inspect(ctx, name)
+				return err == nil && st.Waiters == 0
+			})
+		})
+	}
+}
+
 // TestServerWithAShorterMaxWait: a server whose --max-wait (400ms) is
 // shorter than the client's request wait (DefaultMaxRequestWait, 30s)
 // refused every waiting Acquire with 400 on wait_ms, free lock or held, so

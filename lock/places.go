@@ -32,6 +32,7 @@ type placeID struct{ name, waiter string }
 
 type keptPlace struct {
 	calls int         // calls in progress with this place
+	final bool        // a call said it was the last: the place goes when the calls end
 	timer *time.Timer // set while idle: gives the place up when it fires
 }
 
@@ -66,6 +67,10 @@ func (k *keptPlaces) end(name, waiter string, acquired, final bool) {
 	id := placeID{name, waiter}
 	p := k.m[id]
 	p.calls--
+	// A final call that ends while another of the same waiter runs (one
+	// whose caller gave up, still waiting here) marks the place: it goes
+	// when the last call ends, not 3 s later (docs/design.md, defect 134).
+	p.final = p.final || final
 	switch {
 	case p.calls > 0:
 		k.mu.Unlock()
@@ -74,7 +79,7 @@ func (k *keptPlaces) end(name, waiter string, acquired, final bool) {
 		delete(k.m, id)
 		k.mu.Unlock()
 		return
-	case k.closed || final:
+	case k.closed || p.final:
 		// Given up before the call returns, so that the caller's answer
 		// finds the queue without it.
 		delete(k.m, id)

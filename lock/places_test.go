@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -78,6 +79,46 @@ func TestWaiterKeepsItsPlaceAcrossCalls(t *testing.T) {
 				t.Fatalf("after Close: %d waiters (%v), want the kept place given up", st.Waiters, err)
 			}
 			r.l.Release(ctx)
+		})
+	}
+}
+
+// A final call that ends while another call of the same waiter is still
+// waiting (a request whose client gave up, not yet ended at the server,
+// and the request the client sent to give its place up) marks the place:
+// it goes when the last call ends. Before, the last call to end kept it
+// for DefaultWaiterTTL, as any call that is not final does
+// (docs/design.md, defect 134).
+func TestFinalCallWhileAnotherWaits(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			c := newClient(t, b.store)
+			ctx := t.Context()
+			name := testenv.Name(t)
+			holder, err := c.TryAcquire(ctx, name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release(ctx)
+			const w = "0123456789abcdef0123456789abcdef"
+			cut, cancel := context.WithCancel(ctx)
+			defer cancel()
+			first := acquireAsync(cut, c, name, lock.WithWaiter(w), lock.WithWait(30*time.Second))
+			testenv.WaitUntil(t, 10*time.Second, func() bool {
+				st, err := c.Inspect(ctx, name)
+				return err == nil && st.Waiters == 1
+			})
+			if _, err := c.Acquire(ctx, name, 5*time.Second, lock.WithWaiter(w), lock.WithFinal(), lock.WithWait(50*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("the final call: %v, want ErrNotAcquired", err)
+			}
+			cancel()
+			if r := testenv.Next(t, first); r.err == nil {
+				t.Fatal("the call cut short got the lock")
+			}
+			if st, err := c.Inspect(ctx, name); err != nil || st.Waiters != 0 {
+				t.Fatalf("after both calls ended: %d waiters (%v), want the place given up", st.Waiters, err)
+			}
 		})
 	}
 }
