@@ -265,13 +265,17 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration,
 // stop answering"), budget or not. The server does the waiting:
 // each request asks it to wait up to WithMaxRequestWait. Options as for
 // lock.Client.Acquire, except lock.WithRetry: the server is notified of
-// releases, and the client has no fallback to tune. Waiting is fair within
-// each request (the server's queue); a request that ends with the wait
-// budget left is sent again and queues again. When the budget runs out the
-// error is a *lock.WaitError with the place the last request had.
+// releases, and the client has no fallback to tune. Waiting is fair: a
+// request that ends with the wait budget left is sent again, with the
+// same waiter, and keeps its place in the server's queue. When the budget
+// runs out the error is a *lock.WaitError with the place the last request
+// had.
 //
-// When the context ends while a request is in flight, the server may still
-// grant a lease that this client never learns of; it expires after its TTL.
+// When the context ends (or Close ends the call) while a request is in
+// flight, the call gives its place in the queue up with one more request,
+// and releases a grant that request finds (docs/design.md, defect 134); if
+// the server cannot be reached within a second, the place goes after 3 s
+// and a grant it made after its TTL.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...lock.Option) (*Lease, error) {
 	o, err := lock.ResolveOptions(false, opts...)
 	if err != nil {

@@ -23,8 +23,8 @@ var _ lock.Elector = (*Client)(nil)
 // The server must keep its leases in etcd; a server on Redis leases
 // refuses, and the error matches lock.ErrElectionStore. Options as for
 // lock.Client.Elect, except WithRetry (the server waits). The campaign is
-// sent as requests of up to WithMaxRequestWait each; between two of them
-// the candidate's place in the queue may pass to one that waited less.
+// sent as requests of up to WithMaxRequestWait each, in one place in the
+// queue (API field waiter), as Acquire's wait is.
 func (c *Client) Elect(ctx context.Context, name, value string, ttl time.Duration, opts ...lock.Option) (*Lease, error) {
 	o, err := lock.ResolveElectOptions(value, opts...)
 	if err != nil {
@@ -166,7 +166,14 @@ func final(err error) bool {
 func storeRefused(err error) error {
 	var ae *APIError
 	if errors.As(err, &ae) && ae.Code == api.CodeInvalidArgument && ae.Field == "" {
-		return fmt.Errorf("%w: %w", lock.ErrElectionStore, err)
+		return storeRefusal{err}
 	}
 	return err
 }
+
+// storeRefusal is err, matching lock.ErrElectionStore too, and saying only
+// err's message: the server's says why and what to run instead.
+type storeRefusal struct{ err error }
+
+func (e storeRefusal) Error() string   { return e.err.Error() }
+func (e storeRefusal) Unwrap() []error { return []error{lock.ErrElectionStore, e.err} }

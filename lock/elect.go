@@ -19,7 +19,7 @@ import (
 
 // ErrElectionStore: elections need the etcd lease store. A Redis lease can
 // be forgotten by a failover, and a term must not be.
-var ErrElectionStore = errors.New("lock: elections need the etcd lease store (EtcdStore); a Redis lease can be lost in a failover, which would give two leaders the same term")
+var ErrElectionStore = errors.New("lock: elections need the etcd lease store (EtcdStore): a Redis failover can forget a leader's lease, and two candidates would then lead at once")
 
 // Elector holds elections: *Client with an EtcdStore in this process, and
 // *client.Client through a fenced server whose leases are in etcd.

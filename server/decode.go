@@ -187,7 +187,7 @@ func (l limits) wait(raw json.RawMessage) (time.Duration, *apiError) {
 		return 0, aerr
 	}
 	if ms < 0 || ms > l.maxWait.Milliseconds() {
-		aerr := invalid(fieldWaitMs, fmt.Sprintf("wait_ms %s: want 0 to %d (milliseconds; 0 makes one attempt)", excerpt(raw), l.maxWait.Milliseconds()))
+		aerr := invalid(fieldWaitMs, fmt.Sprintf("wait_ms %s: want 0 to %d (milliseconds; 0: no wait)", excerpt(raw), l.maxWait.Milliseconds()))
 		aerr.maxWait = l.maxWait // a client may ask for that instead
 		return 0, aerr
 	}

@@ -27,8 +27,8 @@ func (s *Server) electable(w http.ResponseWriter) bool {
 	if s.locks.Electable() {
 		return true
 	}
-	writeError(w, invalid("", "elections need etcd leases, and this server keeps its leases in Redis, where a failover can lose a leader's term; "+
-		"run a fenced server with --lease-store etcd for elections"))
+	writeError(w, invalid("", "elections need etcd leases, and this server keeps its leases in Redis, where a failover can forget a leader's lease "+
+		"and two candidates would then lead at once; hold elections on a fenced serve with --lease-store etcd, or a fenced dev without --redis-addr"))
 	return false
 }
 
@@ -60,9 +60,10 @@ func (s *Server) leader(w http.ResponseWriter, r *http.Request, name string) {
 		wait    time.Duration
 	)
 	if v, ok := q[fieldAfter]; ok {
+		// Up to fence.MaxToken, as the spec's int64 says: no term is above it.
 		t, err := strconv.ParseUint(v[0], 10, 64)
-		if err != nil {
-			writeError(w, invalid(fieldAfter, fmt.Sprintf("after_token %s: want the token of the term to wait past, an integer from 0 (0: wait until someone leads)", excerpt([]byte(v[0])))))
+		if err != nil || fence.Token(t) > fence.MaxToken {
+			writeError(w, invalid(fieldAfter, fmt.Sprintf("after_token %s: want the token of the term to wait past, an integer from 0 to %d (0: wait until someone leads)", excerpt([]byte(v[0])), fence.MaxToken)))
 			return
 		}
 		after, waitFor = fence.Token(t), true

@@ -144,6 +144,7 @@ func TestElectionRefusals(t *testing.T) {
 	}{
 		{"GET", "?after_token=x", "", fieldAfter},
 		{"GET", "?after_token=-1", "", fieldAfter},
+		{"GET", "?after_token=9223372036854775808", "", fieldAfter}, // above fence.MaxToken, the spec's int64
 		{"GET", "?wait_ms=100", "", fieldWaitMs},
 		{"GET", "?after_token=1&wait_ms=99999999", "", fieldWaitMs},
 		{"GET", "?after_token=1&after_token=2", "", fieldAfter},

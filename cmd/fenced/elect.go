@@ -109,9 +109,7 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return signalExit(ctx, fmt.Sprintf("fenced elect: %%v while campaigning in %q", name))
 	case errors.Is(err, lock.ErrNotAcquired):
 		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: election %q still has another leader after --wait %s", name, o.wait)}
-	case errors.Is(err, lock.ErrElectionStore):
-		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w; point --url at a fenced server with --lease-store etcd (fenced dev is one)", err)}
-	default:
+	default: // a server on Redis leases says what to run instead (lock.ErrElectionStore)
 		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w", err)}
 	}
 	release := releaser(lease, stderr, fmt.Sprintf("fenced elect: resign %q", name), "the term ends after its TTL")
@@ -133,9 +131,6 @@ func observeLeaders(ctx context.Context, c *client.Client, name string, stdout i
 		if err != nil {
 			if isSignalCause(ctx) {
 				return nil
-			}
-			if errors.Is(err, lock.ErrElectionStore) {
-				return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w; point --url at a fenced server with --lease-store etcd (fenced dev is one)", err)}
 			}
 			return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: %w", err)}
 		}
