@@ -38,8 +38,9 @@ type Client struct {
 	// the longest wait_ms the client asks for; 0 before.
 	allowedWait atomic.Int64
 	// calls are the acquisitions in progress, which Close ends (cause
-	// lock.ErrClosed) and waits for.
-	calls calls.Set
+	// lock.ErrClosed) and waits for, and their give-ups (giveUp).
+	calls    calls.Set
+	givingUp atomic.Int32 // give-ups running
 
 	// leases gives every lease lock.Lease's machinery (validity,
 	// keep-alive, Done) over keeper, which refreshes and releases through
@@ -307,7 +308,11 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if err != nil {
 		return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 	}
-	defer end()
+	defer func() {
+		if end != nil { // nil once a give-up took the call over
+			end()
+		}
+	}()
 	began := time.Now()
 	var budgetEnd time.Time
 	if o.Wait > 0 {
@@ -367,12 +372,26 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	// A wait its caller cuts short (ctx, Close) may leave a place at the
 	// server too: the request in flight keeps it when it ends, final or
 	// not, if it had not yet found the lock held. Kept, it would stand 3 s
-	// before everyone behind it (defect 134); so the call gives it up.
+	// before everyone behind it (defect 134); so the call gives it up, on
+	// a goroutine of its own, which stays a call of the client until it
+	// ends (Close waits for it): the caller, whose deadline may be what
+	// ended, does not wait for it (as defect 126's stores do not).
 	queued := false // a fair waiting request was sent
 	defer func() {
-		if queued && got == nil && ctx.Err() != nil {
-			c.giveUp(ctx, name, path, ttl, waiter, o, campaign)
+		if !queued || got != nil || ctx.Err() == nil {
+			return
 		}
+		if c.givingUp.Add(1) > maxGivingUp {
+			c.givingUp.Add(-1) // too many: the place goes after 3 s
+			return
+		}
+		done := end
+		end = nil
+		go func() {
+			defer done()
+			defer c.givingUp.Add(-1)
+			c.giveUp(ctx, name, path, ttl, waiter, o, campaign)
+		}()
 	}()
 	for {
 		// The body is built for each server the request goes to, so that
@@ -491,6 +510,11 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		backoff = min(2*backoff, maxBackoff)
 	}
 }
+
+// maxGivingUp bounds the give-ups running at once: when a server is away
+// every wait cut short asks for one, and past this many their places are
+// left to expire (3 s).
+const maxGivingUp = 64
 
 // giveUp gives up the place of a fair wait its caller cut short: one
 // request with the wait's waiter, final and of 1 ms, within a second of

@@ -359,6 +359,70 @@ func TestCutWaitLeavesTheQueue(t *testing.T) {
 	}
 }
 
+// The give-up of a wait cut short runs after the call returned: a caller
+// whose deadline ended the wait gets its error at the deadline, not up to
+// a second later when the server does not answer the give-up (the class
+// of defect 126). The proxy holds the give-up request until the test lets
+// it go: the call must have returned with it still held, and the place
+// goes once it reaches the server (docs/design.md, defect 134).
+func TestCutWaitDoesNotWaitForItsGiveUp(t *testing.T) {
+	f := newFixture(t)
+	pass, _ := passOn(t, f, 0)
+	let := make(chan struct{}) // closed by the test: the give-up goes on
+	var arrived, ended atomic.Bool
+	url, _ := counted(t, func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var req api.AcquireRequest
+		if json.Unmarshal(body, &req) == nil && req.Final && req.WaitMs != nil && *req.WaitMs == 1 {
+			arrived.Store(true)
+			select {
+			case <-let:
+			case <-r.Context().Done():
+				ended.Store(true) // the client gave the give-up up
+				return
+			}
+		}
+		pass.ServeHTTP(w, r)
+	})
+	c := newClient(t, url)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	holder, err := f.locks.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	cut, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(cut, name, 10*time.Second)
+		done <- err
+	}()
+	testenv.WaitUntil(t, 10*time.Second, func() bool {
+		st, err := f.locks.Inspect(ctx, name)
+		return err == nil && st.Waiters == 1
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a wait cut short: %v", err)
+	}
+	if ended.Load() {
+		t.Fatal("the call returned only once its give-up had been given up: it waited for it")
+	}
+	close(let)
+	testenv.WaitUntil(t, lock.DefaultWaiterTTL/3, func() bool {
+		st, err := f.locks.Inspect(ctx, name)
+		return err == nil && st.Waiters == 0
+	})
+	if !arrived.Load() {
+		t.Fatal("no give-up request came")
+	}
+}
+
 // TestServerWithAShorterMaxWait: a server whose --max-wait (400ms) is
 // shorter than the client's request wait (DefaultMaxRequestWait, 30s)
 // refused every waiting Acquire with 400 on wait_ms, free lock or held, so
