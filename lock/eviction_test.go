@@ -1,10 +1,13 @@
 package lock_test
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -57,5 +60,58 @@ func TestRedisEvicts(t *testing.T) {
 	}
 	if evicts, policy, err := lock.RedisEvicts(ctx, cc); err != nil || !evicts || policy != "volatile-ttl" {
 		t.Fatalf("cluster with one evicting master: evicts %v, policy %q, %v; want true, volatile-ttl", evicts, policy, err)
+	}
+}
+
+// A lease key gone alone (evicted under a volatile-* policy, deleted by
+// hand) left its token hash behind, and the next lease of the name failed
+// its confirm on that hash's token: the acquisition returned ErrLost and
+// its own lease key stayed, held by nobody, for its TTL; a reentry of the
+// old holder would have been handed the new lease. A new lease now starts
+// with no hash (docs/design.md, defect 142).
+func TestLeaseKeyGoneAloneLeavesNoStaleToken(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	rdb := testenv.Redis(t)
+	_, cli := testenv.Etcd(t)
+	seq, err := sequencer.NewEtcd(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seq.Close() })
+	prefix := testenv.Name(t) + ":"
+	s, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c := newClient(t, s)
+	name := testenv.Name(t)
+	old, err := c.TryAcquire(ctx, name, 30*time.Second, lock.WithHolder("old"), lock.WithOwner("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.Del(ctx, prefix+"{"+name+"}:lease").Result(); err != nil || n != 1 {
+		t.Fatalf("deleting the lease key: %d, %v", n, err)
+	}
+	next, err := c.TryAcquire(ctx, name, time.Hour)
+	if err != nil {
+		t.Fatalf("acquiring after the lease key went: %v", err)
+	}
+	if next.Token() <= old.Token() {
+		t.Fatalf("token %d after %d", next.Token(), old.Token())
+	}
+	if st, err := c.Inspect(ctx, name); err != nil || st.Token != next.Token() || st.Owner != "" {
+		t.Fatalf("inspect: %+v, %v; want the new lease's token %d and no owner", st, err, next.Token())
+	}
+	// The old holder's reentry finds the lock held, not the new lease.
+	if _, err := c.TryAcquire(ctx, name, 30*time.Second, lock.WithHolder("old")); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("the old holder's reentry: %v, want ErrNotAcquired", err)
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Inspect(ctx, name); err != nil || st.Held {
+		t.Fatalf("after the release: %+v, %v", st, err)
 	}
 }

@@ -282,6 +282,10 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 		return Grant{}, backendErr("redis", "confirm", err)
 	}
 	if !ok {
+		// The lease expired or went while the token was taken; if it is
+		// still this attempt's (its token hash said another token), free
+		// it rather than hold the lock, known to nobody, for its TTL.
+		s.abandon(ctx, req, false)
 		return Grant{}, ErrLost
 	}
 	return Grant{Token: tok, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil

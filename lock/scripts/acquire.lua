@@ -35,9 +35,17 @@ if KEYS[5] then
     redis.call('SET', KEYS[6], '1', 'PX', ttl + math.floor(ttl / 8))
   end
 end
+-- A new lease takes no token hash from an earlier one: the hash lives no
+-- longer than its lease, unless the lease key alone went (an evicting
+-- policy, a DEL by hand). Left, it failed this lease's confirm, which kept
+-- the lock for this lease's TTL, known to nobody, and a reentry of its
+-- holder would be handed this lease (docs/design.md, defect 142).
 -- The common case first: nobody waits, so a free lock goes to whoever asks.
 if redis.call('EXISTS', KEYS[3]) == 0 then
-  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0} end
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    redis.call('DEL', KEYS[2])
+    return {0}
+  end
 end
 local now = now_ms()
 drop_expired(KEYS[3], KEYS[4], now)
@@ -92,6 +100,7 @@ if not cur then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if ARGV[3] == '' or head == nil or head == ARGV[3] then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('DEL', KEYS[2])
     if ARGV[3] ~= '' then
       redis.call('ZREM', KEYS[3], ARGV[3])
       redis.call('ZREM', KEYS[4], ARGV[3])

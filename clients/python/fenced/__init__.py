@@ -44,6 +44,7 @@ cannot shorten the lease a later refresh extended (OutOfOrderError, 409).
 from __future__ import annotations
 
 import http.client
+import inspect
 import json
 import logging
 import math
@@ -533,7 +534,17 @@ class Client:
         error is raised; but after a lost answer or a proxy's page one more
         request goes at once, with wait_ms 1, to find a grant made in the
         wait's last moments. fenced's refusals (a 4xx with an API error
-        code: 400, 401, 403, ...) end the call at once."""
+        code: 400, 401, 403, ...) end the call at once.
+
+        A fair wait its caller cuts short, by an exception that is not
+        fenced's in a request or a pause (KeyboardInterrupt: Ctrl-C,
+        SystemExit, ...), gives its place in the queue up before that
+        exception is raised: one more request with the waiter, final and
+        of 1 ms, within about 1 s, which releases a grant it finds, as the
+        Go client does for a cancelled context; otherwise the place would
+        stand 3 s in front of later waiters of a lock that may be free
+        (docs/design.md, defect 134). close() cuts no call short: a wait
+        in another thread goes on, on a new connection."""
         body: dict[str, Any] = {}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
@@ -555,8 +566,9 @@ class Client:
         releases the lease on exit (one hold, for a reentrant holder).
         on_lost(lease, error) is called once if the lease is lost, from the
         thread that finds out (usually the keep-alive's); if it raises, its
-        error is logged (logger "fenced"). holder, owner and unfair as in
-        acquire."""
+        error is logged (logger "fenced"). It must be a plain function: an
+        async def one is never run (logged as an error; see keep_alive).
+        holder, owner and unfair as in acquire."""
         lease = self.acquire(name, ttl_ms=ttl_ms, wait_ms=wait_ms, holder=holder, owner=owner, unfair=unfair)
         lease.keep_alive(on_lost=on_lost)
         return lease
@@ -567,7 +579,8 @@ class Client:
         (candidates are served in the order they began); raises HeldError if
         another still leads then. The Lease is the leadership: its token is
         the term, to send with every write; release() resigns. value is what
-        leader() shows of the leader, such as its address. The server must
+        leader() shows of the leader, such as its address; None or "" is
+        none (leader() shows ""), as in the Go client. The server must
         keep its leases in etcd: on Redis leases it answers
         InvalidArgumentError. A lost answer is asked again as in acquire."""
         body: dict[str, Any] = {}
@@ -575,7 +588,10 @@ class Client:
             body["ttl_ms"] = ttl_ms
         if _check_wait(wait_ms):
             body["wait_ms"] = wait_ms
-        if value is not None:
+        # "" is no value, left out as the Go client's Elect leaves it: the
+        # API refuses an empty one, which leader() shows for none anyway
+        # (docs/design.md, defect 135).
+        if value is not None and value != "":
             body["value"] = value
         return self._take(name, "/campaign", body, wait_ms, "elections")
 
@@ -591,23 +607,41 @@ class Client:
     def leader(self, name: str, after_token: Optional[int] = None, wait_ms: int = 0) -> Leader:
         """Who leads the election name. With after_token (the last answer's
         token, or 0) and wait_ms, waits up to wait_ms for a term other than
-        after_token: a long poll, to follow every change. A poll retried
-        after a 503 waits only what is left of wait_ms. wait_ms without
-        after_token is an InvalidArgumentError: there is nothing to wait
-        past."""
+        after_token: a long poll, to follow every change. It returns at
+        the change, or once wait_ms is over with who leads then (the term
+        after_token still, or nobody). A wait longer than the server's
+        --max-wait (60 s by default) goes in several polls of the longest
+        it allows, until the term changes or wait_ms is over, as the Go
+        client's Observe does; the client remembers that maximum, as
+        acquire does. A poll retried after a 503 waits only what is left
+        of its own wait. wait_ms without after_token is an
+        InvalidArgumentError: there is nothing to wait past."""
         if _check_wait(wait_ms) and after_token is None:
             raise _invalid("wait_ms", f"wait_ms {wait_ms}: a long poll needs after_token, the term to wait past "
                                       "(0: wait until someone leads)")
-        query, wait_end = "", None
-        if after_token is not None:
-            q = {"after_token": str(after_token)}
-            if wait_ms:
-                q["wait_ms"] = str(wait_ms)
-                wait_end = time.monotonic() + wait_ms / 1000.0
-            query = "?" + urllib.parse.urlencode(q)
-        doc = self._call("GET", name, query, None, extra_timeout=wait_ms / 1000.0, kind="elections",
-                         wait_end=wait_end)
-        return Leader(doc["name"], doc["leading"], doc.get("value", ""), doc["token"])
+        if not wait_ms:
+            query = "" if after_token is None else "?" + urllib.parse.urlencode({"after_token": str(after_token)})
+            return _leader(self._call("GET", name, query, None, kind="elections"))
+        end = time.monotonic() + wait_ms / 1000.0
+        while True:
+            # At most the server's --max-wait a poll, which a 400 on
+            # wait_ms says (max_wait_ms), as _take asks: a longer wait_ms
+            # was refused outright (docs/design.md, defect 135).
+            left_ms = max(1, math.ceil((end - time.monotonic()) * 1000))
+            ask_ms = min(left_ms, self._max_wait_ms or left_ms)
+            query = "?" + urllib.parse.urlencode({"after_token": str(after_token), "wait_ms": str(ask_ms)})
+            try:
+                doc = self._call("GET", name, query, None, extra_timeout=ask_ms / 1000.0, kind="elections",
+                                 wait_end=time.monotonic() + ask_ms / 1000.0)
+            except InvalidArgumentError as e:
+                if e.field == "wait_ms" and e.max_wait_ms and e.max_wait_ms < ask_ms:
+                    self._max_wait_ms = min(e.max_wait_ms, self._max_wait_ms or e.max_wait_ms)
+                    continue  # at once, in polls the server allows
+                raise
+            # The server answers at a change, or at the end of the poll's
+            # wait: then the next poll, while wait_ms lasts.
+            if doc["token"] != after_token or time.monotonic() >= end:
+                return _leader(doc)
 
     def inspect(self, name: str) -> LockState:
         """The lock's state: whether it is held, its token, TTL left, owner
@@ -770,7 +804,10 @@ class Client:
         answer, a 5xx, a page) until it ends, whatever retries says, as the
         Go client does: its next request asks for what is left, with the
         same waiter and the final of its own (defect 130); the failure is
-        raised once the wait is over. fenced's refusals end the call."""
+        raised once the wait is over. fenced's refusals end the call. A
+        fair wait cut short by an exception that is not fenced's
+        (KeyboardInterrupt, SystemExit, ...) gives its place up with one
+        more request before it is raised (_give_up; defect 134)."""
         sent: list[float] = []
         # The key to this call's grant if an answer is lost, and one place
         # in the queue for every request of a fair wait (API field waiter).
@@ -783,6 +820,22 @@ class Client:
             if lease is None:
                 raise _no_validity(name)
             return lease
+        try:
+            return self._wait(name, action, body, wait_ms, kind)
+        except BaseException as e:
+            # Cut short by the caller: an exception that is not fenced's
+            # (KeyboardInterrupt, SystemExit, ...) in a request or a
+            # back-off. A fair request sent (final is set on each) may
+            # have left a place that would stand 3 s before everyone
+            # behind it, so it is given up first (docs/design.md, defect
+            # 134). A FencedError is the wait's own end, which the rules
+            # of defect 128 handle.
+            if "final" in body and not isinstance(e, FencedError):
+                self._give_up(name, action, body, kind)
+            raise
+
+    def _wait(self, name: str, action: str, body: dict[str, Any], wait_ms: int, kind: str) -> "Lease":
+        """The requests of a waiting _take (wait_ms > 0), as _take says."""
         fair = not body.get("unfair")
         end = time.monotonic() + wait_ms / 1000.0
         backoff = _MIN_HELD_BACKOFF
@@ -867,6 +920,30 @@ class Client:
             if time.monotonic() >= end:
                 raise _no_validity(name)
             # Released: wait on for the time left, as the Go client does.
+
+    def _give_up(self, name: str, action: str, body: dict[str, Any], kind: str) -> None:
+        """Give up the place of a fair wait its caller cut short, as the Go
+        client's giveUp: one request with the wait's waiter, final and of
+        1 ms, within about 1 s of its own. The server gives the place up
+        as soon as the request cut short ends there too (its connection
+        was closed: _request). Its answer may be a grant (the lock came
+        free, or the request cut short was granted and its waiter finds
+        that grant again): not the caller's, so it is released at once,
+        best effort, where it would otherwise hold the lock, known to
+        nobody, until its TTL. Every error is ignored: the caller gets the
+        exception that cut the wait short. A second one (another Ctrl-C)
+        ends the give-up too (docs/design.md, defect 134)."""
+        end = time.monotonic() + 1.0
+        try:
+            doc = self._call("POST", name, action, dict(body, wait_ms=1, final=True), kind=kind,
+                             timeout=min(1.0, self.timeout), retries=0)
+            if doc.get("lease_id"):
+                # What is left of the second, but time for one request.
+                self._call("POST", name, "/release", {"lease_id": doc["lease_id"],
+                                                      "release_id": secrets.token_hex(16)},
+                           timeout=max(end - time.monotonic(), 0.1), retries=0)
+        except Exception as e:  # best effort: the place goes in 3 s anyway, and a grant at its TTL
+            _log.debug("fenced: giving up the place of a wait for %r cut short failed: %s", name, e)
 
     def _granted(self, doc: dict[str, Any], started: float) -> Optional["Lease"]:
         """The Lease of the grant doc, answered to a request sent at
@@ -969,7 +1046,9 @@ class Client:
     def close(self) -> None:
         """Close every connection the client keeps, every thread's: an idle
         one at once, one that a call in another thread is using as that
-        call returns. The client stays usable: the next call opens another."""
+        call returns. The client stays usable: the next call opens another;
+        so it ends no call in progress (a waiting acquire in another thread
+        waits on, its next request on a new connection)."""
         with self._conns_mu:
             self._gen += 1
             idle = [c for c in self._conns if c not in self._busy]
@@ -1071,6 +1150,14 @@ class Client:
             except (OSError, http.client.HTTPException) as e:
                 self._drop()
                 raise TransportError(f"{method} {self.base_url}{path}: {e}") from e
+            except BaseException:
+                # Cut short by the caller (KeyboardInterrupt, ...): the
+                # connection may have a request out whose answer is unread,
+                # and the next call on it would fail. Closed, it also tells
+                # fenced to end that request (a wait's would wait on, its
+                # place with it: docs/design.md, defect 134).
+                self._drop()
+                raise
             finally:
                 self._done(conn)
         if status >= 400:
@@ -1100,6 +1187,11 @@ def _no_validity(name: str) -> HeldError:
     returns None (docs/design.md, defect 117)."""
     return HeldError(f"{name!r}: granted with no validity left (answered after its TTL ran out): "
                      "released, not acquired", 0)
+
+
+def _leader(doc: dict[str, Any]) -> Leader:
+    """The Leader of an answer of GET /v1/elections/{name}."""
+    return Leader(doc["name"], doc["leading"], doc.get("value", ""), doc["token"])
 
 
 def _with_wait(path: str, wait_ms: int) -> str:
@@ -1539,7 +1631,9 @@ class Lease:
         file, OutOfOrderError, ...) is retried until then, after its
         Retry-After or ttl/30, but never later than a third of the
         validity left (docs/design.md, defects 115 and 116). An on_lost
-        that raises is logged (logger "fenced"). The first refresh is a
+        that raises is logged (logger "fenced"). on_lost is called, not
+        awaited: an async def one is not run, and its coroutine is closed
+        and logged as an error (defect 136). The first refresh is a
         third of the TTL after the grant (or the latest refresh), however
         late the keep-alive starts: at once if that is past. A refresh() meanwhile counts: the next
         refresh is a third of its TTL after it.
@@ -1654,10 +1748,23 @@ class Lease:
             cb = self._on_lost
         if cb is not None:
             try:
-                cb(self, err)
+                ret = cb(self, err)
             except Exception:
                 # Not the caller's error: the refresh(), release() or
                 # keep-alive that found the loss goes on as if the callback
                 # had returned, and the callback's error is logged.
                 _log.exception("fenced: on_lost callback for lock %r raised", self.name)
+                return
+            if inspect.isawaitable(ret):
+                # An async def on_lost: this client has no event loop to
+                # run it on, so it was never run, and said so only by a
+                # RuntimeWarning at garbage collection. Say it in the log,
+                # and close a coroutine, which ends that warning
+                # (docs/design.md, defect 136).
+                _log.error("fenced: on_lost callback for lock %r returned an awaitable (an async def?), which "
+                           "was not run: the sync client cannot await it; pass a plain function (it may hand "
+                           "the loss to an event loop with asyncio.run_coroutine_threadsafe)", self.name)
+                close = getattr(ret, "close", None)
+                if callable(close):
+                    close()
 

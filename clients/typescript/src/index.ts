@@ -36,7 +36,8 @@
  * whole waits no longer than it was asked to (but for one last request, at
  * once and with wait_ms 1, after an answer lost, or not fenced's, when the
  * wait is over: it may have been a grant). One attempt is asked again up to
- * `retries` times.
+ * `retries` times. A fair wait whose signal aborts gives its place up
+ * with one more request before it rejects (docs/design.md, defect 134).
  */
 
 import { randomBytes } from "node:crypto";
@@ -418,7 +419,7 @@ export interface Leader {
  * what observers see) and unfair (candidates are served in order).
  */
 export interface ElectOptions extends Omit<AcquireOptions, "holder" | "owner" | "unfair"> {
-  /** What leader() shows of the leader, such as its address. Default: none. */
+  /** What leader() shows of the leader, such as its address. Default: none; "" is none too (no value sent), as in the Go client. */
   value?: string;
 }
 
@@ -430,7 +431,7 @@ export interface LeadOptions extends ElectOptions {
 export interface LeaderOptions {
   /** Wait for a term other than this one (the last answer's token, or 0n). */
   afterToken?: bigint;
-  /** With afterToken: how long to wait for another term. Default 0. */
+  /** With afterToken: how long to wait for another term; past the server's --max-wait, in several polls. Default 0. */
   waitMs?: number;
   signal?: AbortSignal;
 }
@@ -488,7 +489,7 @@ export interface AcquireOptions {
    * whoever waits (tryAcquire takes none).
    */
   unfair?: boolean;
-  /** Cancels the request. */
+  /** Cancels the call. A fair wait cut short gives its place in the queue up before the call rejects (docs/design.md, defect 134). */
   signal?: AbortSignal;
 }
 
@@ -639,7 +640,11 @@ export class Client {
    * left or 1 ms: the server answers it with the grant it made for the lost
    * one, the same lease id and token. A refusal by fenced (a 4xx with its
    * error code) rejects at once. With waitMs 0 (tryAcquire) a lost answer,
-   * a page or a 503 is sent again, up to `retries` times.
+   * a page or a 503 is sent again, up to `retries` times. A fair wait that
+   * options.signal aborts sends, before it rejects with the abort's error,
+   * one more request with its waiter, final and of 1 ms, within about 1 s
+   * of its own, and releases a grant it gets: else its place would stand
+   * 3 s before every later waiter (docs/design.md, defect 134).
    *
    * With options.holder the acquisition is reentrant: see
    * AcquireOptions.holder and Lease.count. options.owner labels the lease
@@ -688,15 +693,18 @@ export class Client {
    * lead; rejects with HeldError if another still leads then. The Lease is
    * the leadership: its token is the term, to send with every write;
    * release() resigns. The server must keep its leases in etcd (on Redis
-   * leases: InvalidArgumentError). A waiter, a lost answer and a grant
-   * with no validity left are handled as in acquire.
+   * leases: InvalidArgumentError). A waiter, a lost answer, a grant with
+   * no validity left and an abort are handled as in acquire. A value of ""
+   * is none, as in the Go client (docs/design.md, defect 135).
    */
   async elect(name: string, options: ElectOptions = {}): Promise<Lease> {
     const waitMs = checkWait(options.waitMs ?? 30_000);
     const body: Record<string, unknown> = {};
     if (options.ttlMs !== undefined) body.ttl_ms = checkTTL(options.ttlMs);
     if (waitMs) body.wait_ms = waitMs;
-    if (options.value !== undefined) body.value = options.value;
+    // "" is no value, as in the Go client's Elect: the field is left out,
+    // where the server refuses an empty one (docs/design.md, defect 135).
+    if (options.value !== undefined && options.value !== "") body.value = options.value;
     return this.#take(name, "/campaign", body, waitMs, options.signal, "elections");
   }
 
@@ -711,7 +719,9 @@ export class Client {
    * wait_ms 1, gives the place up, and its grant is returned or its
    * HeldError thrown (docs/design.md, defect 128). A failure without
    * fenced's decision is ridden out until the wait ends (see acquire;
-   * defect 130).
+   * defect 130). A fair wait its signal cuts short gives its place up
+   * (#giveUp), in the background, as it rejects with the abort's error
+   * (defect 134).
    */
   async #take(
     name: string,
@@ -743,78 +753,118 @@ export class Client {
     // 1 s, as the Go client's (docs/design.md, defect 130).
     let awayMs = MIN_HELD_BACKOFF_MS;
     let askedPastWait = false;
-    for (;;) {
-      const leftMs = Math.max(1, Math.ceil(end - performance.now()));
-      const askMs = Math.min(leftMs, this.#maxWaitMs ?? leftMs);
-      body.wait_ms = askMs;
-      // The request whose wait is all the call has left gives its place up
-      // if it ends held, rather than keep a free lock from those behind
-      // it; an earlier one keeps it for the next.
-      const last = askMs >= leftMs;
-      if (fair) body.final = last;
-      try {
-        // Sent once (retries 0): a failure without fenced's decision is
-        // ridden out below, for the whole wait, not `retries` times.
-        const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs + askMs, signal, retries: 0, onSend }, kind);
-        const lease = await this.#adopt(doc, started);
-        if (lease) return lease;
-        if (performance.now() >= end) throw noValidity(name, action);
-        continue; // released: the next request, in what is left of the wait
-      } catch (e) {
-        if (e instanceof InvalidArgumentError && e.field === "wait_ms" && e.maxWaitMs && e.maxWaitMs < askMs) {
-          this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
-          continue; // at once, in requests the server allows
-        }
-        if (undecided(e)) {
-          // No decision of fenced's (no answer: refused, reset, lost or
-          // timed out; a 503; another 5xx or a page without an API error
-          // code): a fenced restarting, a proxy between two nodes. The
-          // wait rides it out until it ends, as the Go client's does,
-          // with the same waiter, so that a grant whose answer was lost
-          // comes back with the next request (docs/design.md, defect
-          // 130); before, `retries` failures ended a wait with most of it
-          // left.
-          // A Retry-After is waited (at most 1 s, as in send), but never
-          // less than the back-off: "0" must not poll for the whole wait.
-          const pause = Math.min(Math.max(e.retryAfterMs ?? 0, awayMs), MAX_HELD_BACKOFF_MS);
-          awayMs = Math.min(2 * awayMs, MAX_HELD_BACKOFF_MS);
-          if (performance.now() + pause >= end) {
-            // No time is left for the pause. No request once the wait is
-            // over; but a lost answer (or a page: defect 119) may be a
-            // grant made for this waiter, which only another request with
-            // it finds: ask once more, now, for what is left or 1 ms
-            // (still a waiting request), rather than leave that lease
-            // holding the lock until its TTL. Any other failure ends the
-            // call here, as it would after the pause.
-            const mayBeGrant = (e instanceof TransportError && answerLost(e)) || notFencedDecision(e);
-            if (!mayBeGrant || askedPastWait) throw e;
-            askedPastWait = true;
+    // A fair waiting request was sent (a place in the queue). The server
+    // keeps the place when such a request ends, final or not, if it had not
+    // yet found the lock held; a wait its caller cuts short (the signal
+    // aborts) sends no next request, and the place would stand 3 s before
+    // everyone behind it: a free lock answered held, an election with no
+    // leader. So the call gives it up (#giveUp; docs/design.md, defect
+    // 134), in the background: the caller that aborted does not wait for
+    // a server that may not answer (the Go client does the same).
+    let queued = false;
+    try {
+      for (;;) {
+        const leftMs = Math.max(1, Math.ceil(end - performance.now()));
+        const askMs = Math.min(leftMs, this.#maxWaitMs ?? leftMs);
+        body.wait_ms = askMs;
+        // The request whose wait is all the call has left gives its place up
+        // if it ends held, rather than keep a free lock from those behind
+        // it; an earlier one keeps it for the next.
+        const last = askMs >= leftMs;
+        if (fair) body.final = last;
+        queued ||= fair;
+        try {
+          // Sent once (retries 0): a failure without fenced's decision is
+          // ridden out below, for the whole wait, not `retries` times.
+          const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs + askMs, signal, retries: 0, onSend }, kind);
+          const lease = await this.#adopt(doc, started);
+          if (lease) return lease;
+          if (performance.now() >= end) throw noValidity(name, action);
+          continue; // released: the next request, in what is left of the wait
+        } catch (e) {
+          if (e instanceof InvalidArgumentError && e.field === "wait_ms" && e.maxWaitMs && e.maxWaitMs < askMs) {
+            this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
+            continue; // at once, in requests the server allows
+          }
+          if (undecided(e)) {
+            // No decision of fenced's (no answer: refused, reset, lost or
+            // timed out; a 503; another 5xx or a page without an API error
+            // code): a fenced restarting, a proxy between two nodes. The
+            // wait rides it out until it ends, as the Go client's does,
+            // with the same waiter, so that a grant whose answer was lost
+            // comes back with the next request (docs/design.md, defect
+            // 130); before, `retries` failures ended a wait with most of it
+            // left.
+            // A Retry-After is waited (at most 1 s, as in send), but never
+            // less than the back-off: "0" must not poll for the whole wait.
+            const pause = Math.min(Math.max(e.retryAfterMs ?? 0, awayMs), MAX_HELD_BACKOFF_MS);
+            awayMs = Math.min(2 * awayMs, MAX_HELD_BACKOFF_MS);
+            if (performance.now() + pause >= end) {
+              // No time is left for the pause. No request once the wait is
+              // over; but a lost answer (or a page: defect 119) may be a
+              // grant made for this waiter, which only another request with
+              // it finds: ask once more, now, for what is left or 1 ms
+              // (still a waiting request), rather than leave that lease
+              // holding the lock until its TTL. Any other failure ends the
+              // call here, as it would after the pause.
+              const mayBeGrant = (e instanceof TransportError && answerLost(e)) || notFencedDecision(e);
+              if (!mayBeGrant || askedPastWait) throw e;
+              askedPastWait = true;
+              continue;
+            }
+            await sleep(pause, undefined, { signal });
             continue;
           }
-          await sleep(pause, undefined, { signal });
-          continue;
+          awayMs = MIN_HELD_BACKOFF_MS; // fenced answered
+          if (!(e instanceof HeldError) || last || (!fair && performance.now() >= end)) throw e; // no request once the wait is over
+          // A fair wait may end after a request that was not final: its 409
+          // came late (a slow network, a loaded machine), or the back-off
+          // below ran to the end. That request's place is kept 3 s for a next
+          // one, holding a free lock from every later waiter; so the wait
+          // ends with one more request, final and of 1 ms (leftMs once the
+          // wait is over), which gives the place up (docs/design.md, defect
+          // 128). An unfair wait has no place.
+          if (performance.now() >= end || performance.now() - started >= askMs / 2) {
+            backoffMs = MIN_HELD_BACKOFF_MS;
+            continue;
+          }
+          // Held well before the wait asked for (a server's shorter limit, a
+          // proxy's timeout): back off rather than poll it in a busy loop, as
+          // the Go client does.
+          await sleep(Math.min(backoffMs, end - performance.now()), undefined, { signal });
+          backoffMs = Math.min(2 * backoffMs, MAX_HELD_BACKOFF_MS);
+          if (!fair && performance.now() >= end) throw e; // it ended in the back-off
+          // A fair one's wait may be over: then the request giving its place up.
         }
-        awayMs = MIN_HELD_BACKOFF_MS; // fenced answered
-        if (!(e instanceof HeldError) || last || (!fair && performance.now() >= end)) throw e; // no request once the wait is over
-        // A fair wait may end after a request that was not final: its 409
-        // came late (a slow network, a loaded machine), or the back-off
-        // below ran to the end. That request's place is kept 3 s for a next
-        // one, holding a free lock from every later waiter; so the wait
-        // ends with one more request, final and of 1 ms (leftMs once the
-        // wait is over), which gives the place up (docs/design.md, defect
-        // 128). An unfair wait has no place.
-        if (performance.now() >= end || performance.now() - started >= askMs / 2) {
-          backoffMs = MIN_HELD_BACKOFF_MS;
-          continue;
-        }
-        // Held well before the wait asked for (a server's shorter limit, a
-        // proxy's timeout): back off rather than poll it in a busy loop, as
-        // the Go client does.
-        await sleep(Math.min(backoffMs, end - performance.now()), undefined, { signal });
-        backoffMs = Math.min(2 * backoffMs, MAX_HELD_BACKOFF_MS);
-        if (!fair && performance.now() >= end) throw e; // it ended in the back-off
-        // A fair one's wait may be over: then the request giving its place up.
       }
+    } catch (e) {
+      // Not after fenced's refusal (a 409 of a final request gave its place
+      // up; a 4xx has none), nor the client's own (status 0).
+      if (queued && signal?.aborted && !(e instanceof FencedError && !undecided(e))) void this.#giveUp(name, action, body, kind); // it catches every error
+      throw e; // the call's own error, whatever became of the give-up
+    }
+  }
+
+  /**
+   * Give up the place of a fair wait its caller cut short (the signal
+   * aborted; docs/design.md, defect 134): one more request with the wait's
+   * waiter and body (ttl, owner, holder, value), final and of 1 ms, bounded
+   * to a second of its own, not by the aborted signal. The server then lets
+   * the place go as soon as the request cut short ends there too. Its
+   * answer may be a grant: the lock came free, or the request cut short was
+   * granted and its waiter finds that grant again (which would otherwise
+   * hold the lock, known to nobody, until its TTL); neither is the caller's,
+   * so it is released at once. Best effort: every error is ignored.
+   */
+  async #giveUp(name: string, action: "/acquire" | "/campaign", body: Record<string, unknown>, kind: "locks" | "elections"): Promise<void> {
+    const bound = AbortSignal.timeout(1000);
+    try {
+      const doc = await this.call("POST", name, action, { ...body, wait_ms: 1, final: true }, { timeoutMs: 1000, signal: bound, resendLost: true }, kind);
+      if (typeof doc.lease_id !== "string") return;
+      const release = { lease_id: doc.lease_id, release_id: randomBytes(16).toString("hex") };
+      await this.call("POST", name, "/release", release, { timeoutMs: 1000, signal: bound, resendLost: true });
+    } catch {
+      // Best effort: the caller gets its own error; a place left goes in 3 s, a grant with its TTL.
     }
   }
 
@@ -845,25 +895,50 @@ export class Client {
   /**
    * Who leads the election name. With afterToken and waitMs, waits up to
    * waitMs for a term other than afterToken: a long poll, to follow every
-   * change. A poll retried after a 503 waits only what is left of waitMs.
+   * change. A wait longer than the server's --max-wait (60 s by default),
+   * which it refuses with a 400 saying its maximum (max_wait_ms, remembered
+   * as acquire does), goes in polls of that length, one after another, as
+   * the Go client's Observe does (docs/design.md, defect 135): the call
+   * resolves with the first answer of another term, or with the last
+   * answer once waitMs is over. A poll retried after a 503 waits only what
+   * is left of its wait.
    */
   async leader(name: string, options: LeaderOptions = {}): Promise<Leader> {
-    let query = "";
-    let waitEnd: number | undefined;
     const waitMs = checkWait(options.waitMs ?? 0);
-    if (waitMs && options.afterToken === undefined) {
+    const after = options.afterToken;
+    if (waitMs && after === undefined) {
       throw invalid("wait_ms", `waitMs ${waitMs}: a long poll needs afterToken, the term to wait past (0n: wait until someone leads)`);
     }
-    if (options.afterToken !== undefined) {
-      const q = new URLSearchParams({ after_token: options.afterToken.toString() });
-      if (waitMs) {
-        q.set("wait_ms", String(waitMs));
-        waitEnd = performance.now() + waitMs;
+    const end = performance.now() + waitMs;
+    for (;;) {
+      let query = "";
+      let askMs = 0;
+      let waitEnd: number | undefined;
+      if (after !== undefined) {
+        const q = new URLSearchParams({ after_token: after.toString() });
+        if (waitMs) {
+          const leftMs = Math.max(1, Math.ceil(end - performance.now()));
+          askMs = Math.min(leftMs, this.#maxWaitMs ?? leftMs);
+          q.set("wait_ms", String(askMs));
+          waitEnd = performance.now() + askMs;
+        }
+        query = "?" + q.toString();
       }
-      query = "?" + q.toString();
+      let doc: Record<string, unknown>;
+      try {
+        doc = await this.call("GET", name, query, undefined, { timeoutMs: this.timeoutMs + askMs, signal: options.signal, waitEnd }, "elections");
+      } catch (e) {
+        if (e instanceof InvalidArgumentError && e.field === "wait_ms" && e.maxWaitMs && e.maxWaitMs < askMs) {
+          this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
+          continue; // at once, in polls the server allows
+        }
+        throw e;
+      }
+      const leader = { name: doc.name as string, leading: doc.leading as boolean, value: (doc.value as string | undefined) ?? "", token: doc.token as bigint };
+      // The same term after a poll shorter than the wait: the next poll, for what is left.
+      if (leader.token === after && askMs && performance.now() < end) continue;
+      return leader;
     }
-    const doc = await this.call("GET", name, query, undefined, { timeoutMs: this.timeoutMs + waitMs, signal: options.signal, waitEnd }, "elections");
-    return { name: doc.name as string, leading: doc.leading as boolean, value: (doc.value as string | undefined) ?? "", token: doc.token as bigint };
   }
 
   /**

@@ -60,6 +60,36 @@ async function freePort(): Promise<number> {
   return port;
 }
 
+/** The lock's state once its queue has n waiters, polling inspect every 20 ms for up to ms; the last state seen if it never has. */
+async function queueOf(client: Client, name: string, n: number, ms: number): Promise<LockState> {
+  const deadline = performance.now() + ms;
+  for (;;) {
+    const st = await client.inspect(name);
+    if (st.waiters === n || performance.now() >= deadline) return st;
+    await sleep(20);
+  }
+}
+
+/** The JSON bodies fetch sends to URLs ending with suffix while fn runs, in order; onBody runs (awaited) before each goes out. */
+async function sentBodies(suffix: string, fn: () => Promise<void>, onBody?: (body: Record<string, unknown>) => Promise<void>): Promise<Record<string, unknown>[]> {
+  const bodies: Record<string, unknown>[] = [];
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = async (input, init) => {
+    if (String(input).endsWith(suffix) && typeof init?.body === "string") {
+      const body = JSON.parse(init.body) as Record<string, unknown>;
+      bodies.push(body);
+      await onBody?.(body);
+    }
+    return realFetch(input, init);
+  };
+  try {
+    await fn();
+  } finally {
+    globalThis.fetch = realFetch;
+  }
+  return bodies;
+}
+
 /**
  * A TCP proxy to target (http://host:port) that forwards both ways, except
  * that the first request whose bytes contain marker (with every, each such
@@ -349,6 +379,26 @@ describe("fenced dev (etcd leases)", () => {
     }
   });
 
+  it("takes an empty election value as none, as the Go client does", async () => {
+    // The value "" went out as it was, and the server refused it (400
+    // value: empty); the Go client's Elect sends no value for "". So do
+    // elect and lead now (docs/design.md, defect 135).
+    const name = unique();
+    let term: Lease | undefined;
+    const sent = await sentBodies("/campaign", async () => {
+      term = await client.elect(name, { value: "", ttlMs: 10_000, waitMs: 0 });
+    });
+    try {
+      assert.equal("value" in sent[0], false, `value sent: ${JSON.stringify(sent)}`);
+      const now = await client.leader(name);
+      assert.deepEqual([now.leading, now.value, now.token], [true, "", term!.token]);
+    } finally {
+      await term?.release();
+    }
+    const led = await client.lead(name, { value: "", ttlMs: 10_000, waitMs: 5000 });
+    await led.release();
+  });
+
   it("releases after withLock, also when fn throws", async () => {
     const name = unique();
     await client.withLock(name, { ttlMs: 3000 }, async (lease) => {
@@ -447,6 +497,79 @@ describe("fenced dev (etcd leases)", () => {
     } finally {
       await holder.release();
     }
+  });
+
+  it("gives its place up when the caller aborts a fair wait", async () => {
+    // A fair wait's request keeps its place at the server when it ends
+    // without the lock, for the next request of the same wait. A wait whose
+    // signal aborts sends no next request: its place stood 3 s at the head
+    // of the queue, a free lock answered held to everyone behind it, an
+    // election with no leader after its leader resigned (measured: 3.0 s).
+    // The call now gives it up before it rejects: one more request with its
+    // waiter, final and of 1 ms (docs/design.md, defect 134).
+    for (const kind of ["acquire", "elect"] as const) {
+      const name = unique();
+      const holder = kind === "acquire" ? await client.acquire(name, { ttlMs: 30_000, waitMs: 0 }) : await client.elect(name, { ttlMs: 30_000, waitMs: 0 });
+      try {
+        const ac = new AbortController();
+        const options = { ttlMs: 30_000, waitMs: 90_000, signal: ac.signal }; // past --max-wait: requests of 60 s
+        const waiting = kind === "acquire" ? client.acquire(name, options) : client.elect(name, { ...options, value: "cut-short" });
+        waiting.catch(() => {});
+        assert.equal((await queueOf(client, name, 1, 10_000)).waiters, 1, `${kind}: the wait took no place`);
+        const reason = new Error("cut short by its caller");
+        ac.abort(reason);
+        const aborted = performance.now();
+        await assert.rejects(waiting, (e: unknown) => e === reason); // the call's own error
+        const st = await queueOf(client, name, 0, Math.max(0, 1000 - (performance.now() - aborted)));
+        assert.equal(st.waiters, 0, `${kind}: the aborted wait's place outlived 1 s`);
+        assert.equal(st.token, holder.token, `${kind}: still held by the holder`);
+      } finally {
+        await holder.release();
+      }
+    }
+  });
+
+  it("releases the grant that an aborted wait's give-up finds", async () => {
+    // The give-up request may be granted: the lock came free, or the
+    // request cut short was granted as it ended, a grant its waiter finds
+    // again. Neither is the caller's: it is released, in the background
+    // after the call rejected, rather than hold the lock, known to nobody,
+    // until its TTL (docs/design.md, defect 134). The holder releases just
+    // before the give-up goes out.
+    const name = unique();
+    const holder = await client.acquire(name, { ttlMs: 30_000, waitMs: 0 });
+    let sawGiveUp!: () => void;
+    const giveUpSent = new Promise<void>((resolve) => (sawGiveUp = resolve));
+    const sent = await sentBodies(
+      "/acquire",
+      async () => {
+        const ac = new AbortController();
+        const waiting = client.acquire(name, { ttlMs: 30_000, waitMs: 90_000, owner: "cut-short", signal: ac.signal });
+        waiting.catch(() => {});
+        assert.equal((await queueOf(client, name, 1, 10_000)).waiters, 1, "the wait took no place");
+        ac.abort();
+        await assert.rejects(waiting, (e: unknown) => e instanceof Error && e.name === "AbortError");
+        await giveUpSent; // the hook stays until the background give-up went out
+      },
+      async (body) => {
+        if (body.wait_ms === 1) {
+          await holder.release();
+          sawGiveUp();
+        }
+      },
+    );
+    let st = await client.inspect(name);
+    for (const deadline = performance.now() + 5000; (st.held || st.waiters !== 0) && performance.now() < deadline; ) {
+      await sleep(20);
+      st = await client.inspect(name);
+    }
+    assert.deepEqual([st.held, st.waiters], [false, 0], `the give-up's grant holds the lock: ${JSON.stringify(st, (_, v) => (typeof v === "bigint" ? String(v) : v))}`);
+    const giveUp = sent.at(-1)!;
+    assert.deepEqual(
+      [giveUp.wait_ms, giveUp.final, giveUp.waiter, giveUp.ttl_ms, giveUp.owner],
+      [1, true, sent[0].waiter, 30_000, "cut-short"],
+      `want the wait's last request of 1 ms, final, with its waiter and body: ${JSON.stringify(sent)}`,
+    );
   });
 
   it("finds a waiting acquire's grant again when its answer is lost", async () => {
@@ -2086,6 +2209,47 @@ describe("fenced dev with --max-wait 400ms", () => {
     assert.equal(refused.status, 400);
     const body = (await refused.json()) as { error: { field?: string; max_wait_ms?: number } };
     assert.deepEqual([body.error.field, body.error.max_wait_ms], ["wait_ms", 400]);
+  });
+
+  it("long-polls a leader past the server's --max-wait, in polls it allows", async () => {
+    // leader() sent the whole wait in one poll, which the server refused
+    // (400 wait_ms: want 0 to 400). It now polls for at most what the
+    // server allows (max_wait_ms, remembered), one poll after another, until
+    // the term changes or the wait is over, as the Go client's Observe does
+    // (docs/design.md, defect 135).
+    const client = new Client(daemon.url);
+    const name = unique();
+    const term = await client.elect(name, { value: "a", ttlMs: 30_000, waitMs: 0 });
+    const polls: number[][] = [];
+    const realFetch = globalThis.fetch;
+    globalThis.fetch = (input, init) => {
+      const wait = new URL(String(input)).searchParams.get("wait_ms");
+      if (wait !== null) polls.at(-1)!.push(Number(wait));
+      return realFetch(input, init);
+    };
+    try {
+      // No change: the same term, once the whole wait is over.
+      polls.push([]);
+      const started = performance.now();
+      const same = await client.leader(name, { afterToken: term.token, waitMs: 1000 });
+      const took = performance.now() - started;
+      assert.deepEqual([same.leading, same.value, same.token], [true, "a", term.token]);
+      assert.ok(took >= 900, `resolved after ${took} ms of a 1000 ms wait`);
+      assert.ok(polls[0][0] > 400, `first poll of ${polls[0][0]} ms`); // the whole wait (what is left of it): refused, 400 on wait_ms, max_wait_ms 400
+      assert.ok(polls[0].length >= 4 && polls[0].slice(1).every((w) => w <= 400), `polls of ${polls[0]} ms`);
+      // A change after several polls: the next term.
+      polls.push([]);
+      const polled = client.leader(name, { afterToken: term.token, waitMs: 20_000 });
+      assert.equal(await within(polled, 1000), "timeout", "the long poll ended before the term changed");
+      await term.release(); // resign
+      const next = await within(polled, 5000);
+      assert.ok(next !== "timeout", "the long poll missed the resignation");
+      assert.notEqual(next.token, term.token);
+      assert.ok(polls[1].length >= 3 && polls[1].every((w) => w === 400), `polls of ${polls[1]} ms: the maximum is remembered`);
+    } finally {
+      globalThis.fetch = realFetch;
+      await term.release();
+    }
   });
 
   it("does not poll held answers that come early in a busy loop", async () => {
