@@ -489,12 +489,19 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 		// A server that answers held well before the wait it was asked for
 		// (a shorter --max-wait, a context deadline) must not be polled in
-		// a busy loop.
-		if time.Since(start) >= asked/2 && asked > 0 {
-			backoff = minBackoff
-			continue
-		}
+		// a busy loop: it gets a back-off that doubles. One that answers at
+		// the end of it is asked again at once, but no sooner than
+		// minBackoff after the last request began: requests of a few
+		// milliseconds (WithMaxRequestWait, a server's --max-wait of 1ms)
+		// made a waiter send hundreds a second (docs/design.md, defect 143).
+		early := asked == 0 || time.Since(start) < asked/2
 		pause := backoff
+		if !early {
+			backoff = minBackoff
+			if pause = minBackoff - time.Since(start); pause <= 0 {
+				continue
+			}
+		}
 		if !budgetEnd.IsZero() {
 			pause = min(pause, time.Until(budgetEnd))
 		}
@@ -507,7 +514,9 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			}
 			return nil, err
 		}
-		backoff = min(2*backoff, maxBackoff)
+		if early {
+			backoff = min(2*backoff, maxBackoff)
+		}
 	}
 }
 

@@ -423,6 +423,33 @@ func TestCutWaitDoesNotWaitForItsGiveUp(t *testing.T) {
 	}
 }
 
+// A wait in requests of a millisecond (WithMaxRequestWait, or a server's
+// --max-wait of 1ms) sends one no sooner than 50 ms after the last began.
+// Before, each answered at the end of its wait was followed by the next at
+// once: a waiter of 3 s sent 1,360 requests, 2.4 s of the server's CPU
+// (docs/design.md, defect 143).
+func TestTinyRequestWaitsAreNoBusyLoop(t *testing.T) {
+	f := newFixture(t)
+	pass, _ := passOn(t, f, 0)
+	url, requests := counted(t, pass.ServeHTTP)
+	c := newClient(t, url, client.WithMaxRequestWait(time.Millisecond))
+	ctx := t.Context()
+	name := testenv.Name(t)
+	holder, err := f.locks.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	const wait = time.Second
+	if _, err := c.Acquire(ctx, name, 10*time.Second, lock.WithWait(wait)); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("a wait on a held lock: %v", err)
+	}
+	// One a 50 ms at most, the last request too; a loaded machine sends fewer.
+	if n := requests.Load(); n > int64(wait/(50*time.Millisecond))+3 {
+		t.Fatalf("%d requests in a wait of %s in requests of 1 ms: a busy loop", n, wait)
+	}
+}
+
 // TestServerWithAShorterMaxWait: a server whose --max-wait (400ms) is
 // shorter than the client's request wait (DefaultMaxRequestWait, 30s)
 // refused every waiting Acquire with 400 on wait_ms, free lock or held, so
