@@ -351,7 +351,7 @@ func TestCutWaitLeavesTheQueue(t *testing.T) {
 			}
 			// Gone well before the waiter TTL: the request cut short ends
 			// at the server as soon as it sees its connection closed.
-			testenv.WaitUntil(t, lock.DefaultWaiterTTL/3, func() bool {
+			testenv.WaitUntil(t, 2*lock.DefaultWaiterTTL/3, func() bool {
 				st, err := f.locks.Inspect(ctx, name)
 				return err == nil && st.Waiters == 0
 			})
@@ -414,7 +414,7 @@ func TestCutWaitDoesNotWaitForItsGiveUp(t *testing.T) {
 		t.Fatal("the call returned only once its give-up had been given up: it waited for it")
 	}
 	close(let)
-	testenv.WaitUntil(t, lock.DefaultWaiterTTL/3, func() bool {
+	testenv.WaitUntil(t, 2*lock.DefaultWaiterTTL/3, func() bool {
 		st, err := f.locks.Inspect(ctx, name)
 		return err == nil && st.Waiters == 0
 	})
