@@ -59,6 +59,8 @@ func (o *clientOpts) register(fs *flag.FlagSet) {
 // closes it. A bad flag is a usage error of cmdName.
 func (o *clientOpts) client(cmdName string) (*client.Client, error) {
 	switch {
+	// A variable of one of the two loses to the other on the command line
+	// (exclusions, defect 139): this refuses two flags, or two variables.
 	case o.token != "" && o.tokenFile != "":
 		return nil, usagef(cmdName, "--client-token and --client-token-file: give one")
 	case o.maxReq < time.Millisecond:

@@ -62,7 +62,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		if redisOpts, err = o.redis.validate(cmd.name); err != nil {
 			return err
 		}
-	} else if cmd.set["redis-prefix"] {
+	} else if cmd.set["redis-prefix"] { // not by an empty FENCED_REDIS_PREFIX (defect 139)
 		return usagef(cmd.name, "--redis-prefix without --redis-addr: leases are in etcd; give --redis-addr to keep them in Redis")
 	}
 	log, m, c, err := o.h.begin(&o.lf, stderr)

@@ -27,7 +27,8 @@ own secrets, as fenced exec). FENCED_TOKEN is the leader's term: pass it to
 the protected resource with every write, and a deposed leader's late writes
 are rejected once the next leader has written. If leadership is lost, CMD
 (its process group, as with fenced exec) gets SIGTERM, then SIGKILL after
---grace, and fenced elect exits 1; run it
+--grace, and fenced elect exits 1, as it does when leadership turns out
+lost only as it resigns (deposed since the last refresh); run it
 under a supervisor that starts it again to campaign again. Without a
 command, print the term and lead until interrupted.
 

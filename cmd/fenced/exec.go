@@ -36,7 +36,10 @@ the next when one cannot be reached or answers 503.
 
 If the lease is lost (a refresh answered lost, or no successful refresh
 before the deadline), CMD gets SIGTERM, then SIGKILL after --grace, and
-fenced exec exits 1. SIGTERM and SIGINT sent to fenced exec are passed on to
+fenced exec exits 1. A loss that only the release finds (the lock
+force-released, or the lease gone from the store, since the last refresh)
+exits 1 too, saying so and CMD's status: CMD's writes may have overlapped
+another holder's. SIGTERM and SIGINT sent to fenced exec are passed on to
 CMD, and so are SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 while CMD runs. CMD runs in a process group of its
 own, which these signals go to, so that what it started stops with it; what
 it leaves running there when it exits gets SIGTERM, then SIGKILL after
@@ -176,6 +179,8 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		return err
 	}
 	switch {
+	// A variable of one of the two loses to the other on the command line
+	// (exclusions, defect 139): this refuses two flags, or two variables.
 	case o.try && cmd.set["wait"]:
 		return usagef(cmd.name, "--try and --wait: --try makes one attempt, --wait bounds a wait; give one")
 	case cmd.set["owner"] && lock.ValidateLabel(o.owner) != nil:
@@ -213,10 +218,11 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 // in its environment: it passes signals on, stops the child (SIGTERM, then
 // SIGKILL after grace) when the lease is lost or ctx is cancelled, and
 // calls release when the child exits. It returns the child's status as an
-// *ExitError (1 after a loss; 127 when it cannot start). prog names the
-// command in messages, what the lease ("the lease of "x"").
+// *ExitError (1 after a loss, or when release returns one; 127 when it
+// cannot start). prog names the command in messages, what the lease ("the
+// lease of "x"").
 func superviseChild(ctx context.Context, prog, what string, lease *client.Lease, argv []string, sigs <-chan os.Signal,
-	grace time.Duration, release func(), stdout, stderr io.Writer) error {
+	grace time.Duration, release func() error, stdout, stderr io.Writer) error {
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
 	child.Env = childEnv(os.Environ(), lease)
@@ -248,7 +254,7 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 	// part of the work too: adopted, it is stopped with the rest.
 	adopted := adoptOrphans()
 	if err := child.Start(); err != nil {
-		release()
+		_ = release() // a loss found here overlapped no write: CMD never ran
 		return &ExitError{Code: 127, Err: fmt.Errorf("%s: start %s: %w", prog, argv[0], err)}
 	}
 	send := func(s os.Signal) {
@@ -299,9 +305,16 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 					fmt.Fprintf(stderr, "%s: %s exited and left %d process(es) running outside its process group (detached: setsid, a daemon); stopping them before %s ends: SIGTERM, SIGKILL after %s\n", prog, argv[0], n, what, grace)
 				})
 			}
-			release() // after a loss too: an expired lease may still be held on the server
+			rerr := release() // after a loss too: an expired lease may still be held on the server
 			if lost != nil {
 				return &ExitError{Code: 1, Err: fmt.Errorf("%s: %s exited (status %d) after %s was lost: %w", prog, argv[0], code, what, lost)}
+			}
+			if rerr != nil {
+				// Lost with Done not yet closed (force-released, or gone
+				// from the store, between refreshes): the release is the
+				// first to know, and CMD's status alone said the work went
+				// well (defect 138).
+				return &ExitError{Code: 1, Err: fmt.Errorf("%s: %s exited (status %d), but %s had been lost before its release: %s's writes may have overlapped another holder's: %w", prog, argv[0], code, what, argv[0], rerr)}
 			}
 			if code != 0 {
 				return &ExitError{Code: code}
@@ -442,27 +455,31 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 // holdUntilInterrupted holds the lease with no command: it prints the token
 // and waits for SIGINT, SIGTERM or SIGHUP (exit 0, released) or the loss of
 // the lease (exit 1). SIGHUP, the terminal closing, killed it and left the
-// lock held by nobody until its TTL ran out.
-func holdUntilInterrupted(ctx context.Context, prog, banner, what string, lease *client.Lease, release func(), stdout io.Writer) error {
+// lock held by nobody until its TTL ran out. A loss the release finds
+// (force-released, or gone from the store, between refreshes) exits 1 too
+// (defect 138): what was done with the token meanwhile may have overlapped
+// another holder's writes.
+func holdUntilInterrupted(ctx context.Context, prog, banner, what string, lease *client.Lease, release func() error, stdout io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	fmt.Fprintln(stdout, banner)
+	var err error
 	select {
 	case <-hup:
-		release()
-		return nil
 	case <-ctx.Done():
-		release()
-		if isSignalCause(ctx) {
-			return nil
+		if !isSignalCause(ctx) {
+			err = &ExitError{Code: 1, Err: fmt.Errorf("%s: %w", prog, context.Cause(ctx))}
 		}
-		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %w", prog, context.Cause(ctx))}
 	case <-lease.Done():
 		lost := lease.Err()
-		release()
+		_ = release() // returns lost again, said here
 		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %s was lost: %w", prog, what, lost)}
 	}
+	if rerr := release(); rerr != nil {
+		return &ExitError{Code: 1, Err: fmt.Errorf("%s: %s had been lost before its release: writes made with its token %d may have overlapped another holder's: %w", prog, what, lease.Token(), rerr)}
+	}
+	return err
 }
 
 // closeClient closes c at the end of exec or elect, when its lease is
@@ -473,15 +490,25 @@ func closeClient(c *client.Client) {
 	_ = c.Close(ctx)
 }
 
-// releaser releases lease within 5s, saying on stderr (what: then) if it
-// could not, unless it was lost already.
-func releaser(lease *client.Lease, stderr io.Writer, what, then string) func() {
-	return func() {
+// releaser releases lease within 5s. If it could not (the server away),
+// it says so on stderr (what: then) and returns nil: the lease ends after
+// its TTL, and the work under it was done while it was held. It returns a
+// loss (lock.ErrLost: the lease had been lost before the release) for the
+// caller to exit 1 with: dropped, a lease force-released or gone from the
+// store between two refreshes exited 0, silent, though another holder may
+// have written meanwhile (defect 138).
+func releaser(lease *client.Lease, stderr io.Writer, what, then string) func() error {
+	return func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := lease.Release(ctx); err != nil && !errors.Is(err, lock.ErrLost) {
+		err := lease.Release(ctx)
+		if errors.Is(err, lock.ErrLost) {
+			return err
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v (%s)\n", what, err, then)
 		}
+		return nil
 	}
 }
 

@@ -53,13 +53,45 @@ type command struct {
 	summary string
 	set     map[string]bool   // flags given on the command line or in the environment
 	env     map[string]string // of those, the ones the environment gave: their variables
+	cmdline map[string]bool   // of those, the ones the command line gave
 }
 
 func newCommand(name, args, summary string) *command {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // parse reports errors itself
 	fs.Usage = func() {}
-	return &command{fs: fs, name: name, args: args, summary: summary, set: map[string]bool{}, env: map[string]string{}}
+	return &command{fs: fs, name: name, args: args, summary: summary,
+		set: map[string]bool{}, env: map[string]string{}, cmdline: map[string]bool{}}
+}
+
+// exclusion is a group of flags that cannot be given together: each side
+// excludes the others. A member is a flag's name, given when its value is
+// not empty (a boolean: true), or name=value, given with that value. A
+// side of a command that has none of its flags does not count.
+type exclusion [][]string
+
+// exclusions are the flags that exclude each other, for every command that
+// has them (a flag's name means the same in every command). When the
+// command line gives a side, the environment's variables of the other
+// sides are ignored, as if unset: a flag on the command line overrides the
+// environment, and a variable that a deployment sets (FENCED_WAIT in a
+// unit file) blocked a flag an operator gave (--try) instead (defect 139).
+// Two sides both from the environment, or both from the command line,
+// are left to the checks that refuse them, which name the variables.
+// Dependent flags (--tls-cert with --tls-key, --redis-sentinel-addrs with
+// --redis-master) are not here: given half on the command line and half in
+// the environment, they go together.
+var exclusions = []exclusion{
+	{{"try"}, {"wait"}}, // fenced exec: runExec
+	{{"observe"}, {"value", "wait", "ttl", "grace"}},                                    // fenced elect: runElect
+	{{"client-token"}, {"client-token-file"}},                                           // clientOpts.client
+	{{"lease-store=etcd"}, redisFlagNames},                                              // fenced serve: runServe
+	{{"redis-addr"}, {"redis-sentinel-addrs", "redis-master"}, {"redis-cluster-addrs"}}, // redisFlags.validate
+	{{"redis-cluster-addrs"}, {"redis-db"}},                                             // redisFlags.validate
+	{ // fenced serve: runServe
+		append([]string{"etcd-endpoints"}, externalFlagNames...),
+		append([]string{"etcd-data-dir"}, embedFlagNames...),
+	},
 }
 
 // explainEnv adds to a usage error that names a flag the environment set
@@ -102,9 +134,12 @@ func namesFlag(msg, name string) bool {
 
 // parse reads the command line, then the environment variables of the
 // flags it did not set: a flag on the command line overrides its
-// environment variable, which overrides the default. It returns errHelp
-// after printing the usage to stdout for --help, and a *usageError for
-// anything wrong, naming the flag or the variable.
+// environment variable, which overrides the default. An empty variable
+// counts as unset. A variable of a flag that the command line excludes
+// (exclusions) is ignored too. It returns errHelp after printing the usage
+// to stdout for --help, and a *usageError for anything wrong, naming the
+// flag or the variable. It may be called again with more arguments (flags
+// after fenced locks get NAME).
 func (c *command) parse(args []string, stdout io.Writer) error {
 	if err := c.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -118,15 +153,33 @@ func (c *command) parse(args []string, stdout io.Writer) error {
 		}
 		return &usageError{cmd: c.name, err: errors.New(msg)}
 	}
-	c.fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
+	for name := range c.onCommandLine(args) {
+		c.cmdline[name], c.set[name] = true, true
+		delete(c.env, name) // overridden, if an earlier call took it from the environment
+	}
+	excluded := c.excluded()
 	var err error
 	c.fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || c.set[f.Name] {
+		if err != nil {
+			return
+		}
+		if env, ok := c.env[f.Name]; ok && excluded(f, os.Getenv(env)) {
+			// Taken from the environment by an earlier call, before the
+			// command line excluded it: unset again.
+			if serr := f.Value.Set(f.DefValue); serr == nil {
+				delete(c.env, f.Name)
+				delete(c.set, f.Name)
+			}
+		}
+		if c.set[f.Name] {
 			return
 		}
 		env := envName(f.Name)
-		v, ok := os.LookupEnv(env)
-		if !ok {
+		v := os.Getenv(env)
+		if v == "" || excluded(f, v) {
+			// An empty variable is unset, as FENCED_X= in a shell or an
+			// env file often means: it set --redis-prefix to "", which
+			// fenced dev refused without --redis-addr (defect 139).
 			return
 		}
 		if serr := c.fs.Set(f.Name, v); serr != nil {
@@ -141,6 +194,88 @@ func (c *command) parse(args []string, stdout io.Writer) error {
 		c.env[f.Name] = env
 	})
 	return err
+}
+
+// onCommandLine returns the flags args sets. It parses args as c.fs did
+// (without an error, then), into values that only note the flag: c.fs
+// counts the flags set from the environment as set too.
+func (c *command) onCommandLine(args []string) map[string]bool {
+	seen := map[string]bool{}
+	shadow := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	shadow.SetOutput(io.Discard)
+	c.fs.VisitAll(func(f *flag.Flag) {
+		shadow.Var(&noted{name: f.Name, seen: seen, isBool: isBoolFlag(f)}, f.Name, "")
+	})
+	_ = shadow.Parse(args)
+	return seen
+}
+
+// noted is a flag value that notes that its flag was given.
+type noted struct {
+	name   string
+	seen   map[string]bool
+	isBool bool
+}
+
+func (n *noted) Set(string) error { n.seen[n.name] = true; return nil }
+func (n *noted) String() string   { return "" }
+func (n *noted) IsBoolFlag() bool { return n.isBool }
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// excluded returns whether the environment's value v of a flag is ignored:
+// it would give a side of an exclusion another side of which the command
+// line gives.
+func (c *command) excluded() func(f *flag.Flag, v string) bool {
+	out := map[string][]string{} // flag: the members it is on a side excluded as
+	for _, ex := range exclusions {
+		given := make([]bool, len(ex))
+		anyGiven := false
+		for i, side := range ex {
+			for _, m := range side {
+				name, _, _ := strings.Cut(m, "=")
+				if f := c.fs.Lookup(name); f != nil && c.cmdline[name] && gives(f, m, f.Value.String()) {
+					given[i], anyGiven = true, true
+				}
+			}
+		}
+		if !anyGiven {
+			continue
+		}
+		for i, side := range ex {
+			if given[i] {
+				continue
+			}
+			for _, m := range side {
+				name, _, _ := strings.Cut(m, "=")
+				out[name] = append(out[name], m)
+			}
+		}
+	}
+	return func(f *flag.Flag, v string) bool {
+		for _, m := range out[f.Name] {
+			if gives(f, m, v) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// gives reports whether value v of flag f gives the exclusion's member m:
+// m is f's name and v is not empty (a boolean: true), or m is name=v.
+func gives(f *flag.Flag, m, v string) bool {
+	if _, want, ok := strings.Cut(m, "="); ok {
+		return v == want
+	}
+	if isBoolFlag(f) {
+		b, err := strconv.ParseBool(v)
+		return err == nil && b
+	}
+	return v != ""
 }
 
 // singleDash finds the flag names in the flag package's errors.
@@ -173,7 +308,7 @@ func (c *command) want(name string) string {
 // usage prints the usage line, the summary and every flag with its
 // default and environment variable.
 func (c *command) usage(w io.Writer) {
-	fmt.Fprintf(w, "Usage: %s [flags]%s\n\n%s\n\nFlags (each also from its environment variable; a flag on the command line wins):\n", c.name, c.args, c.summary)
+	fmt.Fprintf(w, "Usage: %s [flags]%s\n\n%s\n\nFlags (each also from its environment variable, unless empty; a flag on the command line wins,\nover its own variable and over those of flags it cannot be given with):\n", c.name, c.args, c.summary)
 	c.fs.VisitAll(func(f *flag.Flag) {
 		typ, help := flag.UnquoteUsage(f)
 		line := "  --" + f.Name

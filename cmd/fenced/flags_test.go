@@ -76,7 +76,7 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"exec"}, "NAME"},
 		{nil, []string{"exec", "demo", "true"}, "put -- before the command"},
 		{nil, []string{"exec", "--try", "--wait", "1s", "demo"}, "--try and --wait"},
-		{[]string{"FENCED_WAIT=1s"}, []string{"exec", "--try", "demo"}, "--try and --wait"},
+		{[]string{"FENCED_TRY=true", "FENCED_WAIT=1s"}, []string{"exec", "demo"}, "--try and --wait"}, // a command-line flag beats a variable (defect 139)
 		{nil, []string{"exec", "--client-tls-cert", "c.pem", "demo"}, "--client-tls-key"},
 		{nil, []string{"dev", "--redis-prefix", "x:"}, "--redis-addr"},
 		{nil, []string{"dev", "--default-ttl", "1ms"}, "--default-ttl 1ms: want 10ms to 24h"},
@@ -207,7 +207,7 @@ func TestEveryCommandNamesTheVariable(t *testing.T) {
 		{[]string{"FENCED_MAX_REQUEST_WAIT=0s"}, []string{"locks", "release", "demo"}, "--max-request-wait is set by $FENCED_MAX_REQUEST_WAIT"},
 		{[]string{"FENCED_TIMEOUT=0s"}, append([]string{"admin", "raise-floor"}, etcd...), "--timeout is set by $FENCED_TIMEOUT"},
 		{[]string{"FENCED_TIMEOUT=0s"}, append([]string{"admin", "floor"}, etcd...), "--timeout is set by $FENCED_TIMEOUT"},
-		{[]string{"FENCED_TABLE="}, []string{"admin", "pg-sql"}, "--table is set by $FENCED_TABLE"},
+		{[]string{"FENCED_TABLE=" + strings.Repeat("t", 64)}, []string{"admin", "pg-sql"}, "--table is set by $FENCED_TABLE"}, // an empty one is unset (defect 139)
 		{[]string{"FENCED_TIMEOUT=0s", "FENCED_DATABASE_URL=postgres://127.0.0.1:1/db"}, []string{"admin", "pg-migrate"}, "--timeout 0s: want > 0; --timeout is set by $FENCED_TIMEOUT"},
 	}
 	for _, c := range cases {

@@ -36,7 +36,10 @@ Usage:
   fenced version                            print the version
 
 Every flag can also be set by an environment variable: --max-ttl is
-FENCED_MAX_TTL. A flag on the command line overrides the environment.
+FENCED_MAX_TTL; an empty one counts as unset. A flag on the command line
+overrides the environment: its own variable, and those of the flags it
+cannot be given with (--try overrides FENCED_WAIT, --client-token-file
+FENCED_CLIENT_TOKEN, --lease-store etcd FENCED_REDIS_ADDR).
 fenced exec's, elect's and locks' variables (FENCED_URL, FENCED_CLIENT_TOKEN, ...) are distinct
 from those of dev and serve (FENCED_LISTEN, FENCED_AUTH_TOKEN_FILE, ...).
 Run 'fenced COMMAND --help' for the flags of a command.

@@ -199,7 +199,8 @@ func validatePrefix(cmd, prefix string) error {
 }
 
 // anySet returns the first of names that was given on the command line or
-// in the environment, or "".
+// in the environment, or "". An empty variable, or one of a flag that the
+// command line excludes (exclusions), is not given (defect 139).
 func (c *command) anySet(names []string) string {
 	for _, n := range names {
 		if c.set[n] {
