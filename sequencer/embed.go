@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -88,7 +89,8 @@ type Embedded struct {
 	etcd      *embed.Etcd
 	dir       string
 	tempDir   bool
-	tempLock  *os.File // held while the member runs (see tempDataDir)
+	tempLock  *os.File      // held while the member runs (see tempDataDir)
+	startDone chan struct{} // closed when etcd's start has returned: see startEtcd
 	clientURL string
 	localURL  string // where this process reaches it: see LocalClientURL
 	peerURL   string
@@ -144,6 +146,18 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	case c.ListenPeerURL != "" && c.PeerURL == "":
 		return nil, fmt.Errorf("sequencer: listen peer URL %s without a peer URL: want the URL the other members reach it at too", c.ListenPeerURL)
 	}
+	// etcd takes any scheme, and serves plain HTTP on it, where no client
+	// reaches it (docs/design.md, defect 141).
+	for _, u := range []struct{ what, url string }{
+		{"client URL", c.ClientURL}, {"peer URL", c.PeerURL}, {"listen client URL", c.ListenClientURL}, {"listen peer URL", c.ListenPeerURL},
+	} {
+		if u.url == "" {
+			continue
+		}
+		if p, err := url.Parse(u.url); err != nil || p.Scheme != "http" || p.Port() == "" {
+			return nil, fmt.Errorf("sequencer: %s %q: want http://host:port: the embedded member serves plain HTTP", u.what, u.url)
+		}
+	}
 	var err error
 	if c.ClientURL == "" {
 		if c.ClientURL, err = freeLoopbackURL(); err != nil {
@@ -158,7 +172,7 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	if c.InitialCluster == "" {
 		c.InitialCluster = c.Name + "=" + c.PeerURL
 	}
-	e := &Embedded{dir: c.Dir, clientURL: c.ClientURL, peerURL: c.PeerURL, name: c.Name}
+	e := &Embedded{dir: c.Dir, clientURL: c.ClientURL, peerURL: c.PeerURL, name: c.Name, startDone: make(chan struct{})}
 	if e.dir == "" {
 		if e.dir, e.tempLock, err = tempDataDir(); err != nil {
 			return nil, fmt.Errorf("sequencer: temporary data dir: %w", err)
@@ -226,9 +240,18 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	e.localURL = localURL(cfg.ListenClientUrls[0])
 	e.listenOn = cfg.ListenPeerUrls[0].String()
 
-	e.etcd, err = embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, e.failStart(fmt.Errorf("sequencer: start embedded etcd in %s: %w", e.dir, err))
+	// etcd waits without limit, silently, for the lock of a data dir
+	// another process runs on (docs/design.md, defect 140): refuse that at
+	// once.
+	if !e.tempDir {
+		if err := checkDataDirFree(e.dir); err != nil {
+			return nil, e.failStart(err)
+		}
+	}
+	if abandoned, err := e.startEtcd(ctx, cfg, embed.StartEtcd, c.Log); abandoned {
+		return nil, err
+	} else if err != nil {
+		return nil, e.failStart(err)
 	}
 	timer := time.NewTimer(c.StartTimeout)
 	defer timer.Stop()
@@ -260,6 +283,60 @@ func startEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 // startWaitLog is how often StartEmbedded says it still waits for its
 // cluster.
 const startWaitLog = 5 * time.Second
+
+// startEtcd runs start (embed.StartEtcd) until it returns or ctx ends.
+// etcd cannot be cancelled while it opens its data, and waits there
+// without limit for a lock that another process took after
+// checkDataDirFree looked (defect 140). So on ctx's end it is left to
+// finish, abandoned is true, and the member is closed (its temporary dir
+// removed) once it has: the caller must not close it. startDone is closed
+// then.
+func (e *Embedded) startEtcd(ctx context.Context, cfg *embed.Config, start func(*embed.Config) (*embed.Etcd, error), log *slog.Logger) (abandoned bool, err error) {
+	type started struct {
+		etcd *embed.Etcd
+		err  error
+	}
+	done := make(chan started, 1)
+	go func() { // ends when etcd's start does, which ctx cannot hasten
+		etcd, err := start(cfg) // on an error, etcd is nil: StartEtcd closed it
+		done <- started{etcd, err}
+	}()
+	waiting := time.NewTicker(startWaitLog)
+	defer waiting.Stop()
+	began := time.Now()
+	for {
+		select {
+		case s := <-done:
+			close(e.startDone)
+			if s.err != nil {
+				return false, fmt.Errorf("sequencer: start embedded etcd in %s: %w", e.dir, s.err)
+			}
+			e.etcd = s.etcd
+			return false, nil
+		case <-ctx.Done():
+			go func() { // owned by nobody: see above
+				defer close(e.startDone)
+				s := <-done
+				e.etcd = s.etcd
+				if e.etcd != nil {
+					e.closing.Store(true)
+					e.etcd.Server.HardStop() // see failStart
+				}
+				_ = e.Close()
+			}()
+			err := fmt.Errorf("sequencer: start embedded etcd in %s: %w while etcd was still opening its data", e.dir, ctx.Err())
+			if !e.tempDir { // a new temporary dir is nobody else's
+				err = fmt.Errorf("%w, which it waits for without limit while another process holds %s: is a fenced or etcd running on that dir?", err, filepath.Join(e.dir, "member", "snap", "db"))
+			}
+			return true, err
+		case <-waiting.C:
+			if log != nil {
+				log.Warn("embedded etcd still opens its data dir", "data_dir", e.dir, "waited", time.Since(began).Round(time.Second),
+					"hint", "etcd waits without limit while another process holds the lock of member/snap/db: stop any fenced or etcd running on this dir")
+			}
+		}
+	}
+}
 
 // failStart closes a member that did not start, and returns err. etcd's
 // Close waits for the member to serve clients, which a member that never
@@ -464,7 +541,10 @@ func freeLoopbackURL() (string, error) {
 }
 
 // ParseEndpoints splits a comma-separated list of etcd endpoints and checks
-// that each is a URL or host:port.
+// that each is an http:// or https:// URL, or host:port. Any other scheme
+// (a typo such as htp://, or unix://) is refused: the etcd client takes
+// it, then never connects, and its caller waits until its deadline, or
+// for ever (docs/design.md, defect 141).
 func ParseEndpoints(s string) ([]string, error) {
 	var out []string
 	for _, ep := range strings.Split(s, ",") {
@@ -477,6 +557,9 @@ func ParseEndpoints(s string) ([]string, error) {
 			u, err := url.Parse(ep)
 			if err != nil || u.Host == "" {
 				return nil, fmt.Errorf("sequencer: etcd endpoint %q is not a URL like http://host:2379", ep)
+			}
+			if u.Scheme != "http" && u.Scheme != "https" {
+				return nil, fmt.Errorf("sequencer: etcd endpoint %q: scheme %s:// is neither http nor https: want http://host:port, https://host:port or host:port", ep, u.Scheme)
 			}
 			host = u.Host
 		}

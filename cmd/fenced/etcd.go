@@ -118,10 +118,14 @@ type embedFlags struct {
 	heartbeat, election time.Duration
 	retention           time.Duration
 	unsafeNoFsync       bool
+	// dirFlag is the flag of dataDir, for messages: --etcd-data-dir of
+	// serve (register), or --data-dir of dev, which registers its own.
+	dirFlag string
 }
 
 func (m *embedFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&m.dataDir, "etcd-data-dir", "", "Run an embedded etcd member with its data in this `dir`, instead of --etcd-endpoints.\nThree fenced nodes with embedded members form one Raft cluster (see --etcd-initial-cluster).")
+	m.dirFlag = "--etcd-data-dir"
+	fs.StringVar(&m.dataDir, "etcd-data-dir", "", "Run an embedded etcd member with its data in this `dir`, instead of --etcd-endpoints; one process at a time.\nThree fenced nodes with embedded members form one Raft cluster (see --etcd-initial-cluster).")
 	fs.StringVar(&m.name, "etcd-name", "fenced", "Embedded member: its `name`, unique in the cluster.")
 	fs.StringVar(&m.peerURL, "etcd-peer-url", "", "Embedded member: `URL` the other members reach it at, http://host:port; it listens there too unless\n--etcd-listen-peer-url says otherwise. Empty: a free loopback port (single member only).")
 	fs.StringVar(&m.clientURL, "etcd-client-url", "", "Embedded member: `URL` etcd clients reach it at, http://host:port; it listens there too unless\n--etcd-listen-client-url says otherwise. Empty: a free loopback port.")
@@ -298,6 +302,15 @@ func (m *embedFlags) start(ctx context.Context, log *slog.Logger) (*sequencer.Em
 			peer = fmt.Sprintf("--etcd-listen-peer-url %q", m.listenPeerURL)
 		}
 		return nil, fmt.Errorf("%s or %s: the address is in use (another etcd or fenced?): stop that process, pick another port, or leave the flag empty for a free one: %w", client, peer, err)
+	}
+	var inUse *sequencer.DataDirInUseError
+	if errors.As(err, &inUse) { // etcd would wait for it without limit (docs/design.md, defect 140)
+		dirFlag := m.dirFlag
+		if dirFlag == "" {
+			dirFlag = "--data-dir"
+		}
+		return nil, fmt.Errorf("%s %q is in use by %s, a fenced or etcd still running on it (it holds the lock of %s): stop that process, or give another %s",
+			dirFlag, m.dataDir, inUse.Holder(), inUse.File, dirFlag)
 	}
 	if err != nil {
 		return nil, err
