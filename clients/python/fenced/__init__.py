@@ -874,14 +874,25 @@ class Client:
                 # request, final and of 1 ms (left_ms once the wait is
                 # over), which gives the place up (docs/design.md, defect
                 # 128). An unfair wait has no place.
-                if now >= end or now - sent[-1] >= ask_ms / 2000.0:
-                    backoff = _MIN_HELD_BACKOFF
+                if now >= end:
                     continue
-                # Held well before the wait asked for (a server's shorter
-                # limit, a proxy's timeout): back off rather than poll it
-                # in a busy loop, as the Go client does.
-                time.sleep(min(backoff, end - now))
-                backoff = min(2 * backoff, _MAX_HELD_BACKOFF)
+                if now - sent[-1] >= ask_ms / 2000.0:
+                    # Held at the end of the wait asked for: the next
+                    # request at once, but no sooner than 50 ms after this
+                    # one began. Requests of a millisecond (a server's
+                    # --max-wait 1ms) made a waiter send hundreds a second
+                    # (docs/design.md, defect 143).
+                    backoff = _MIN_HELD_BACKOFF
+                    pause = _MIN_HELD_BACKOFF - (now - sent[-1])
+                    if pause <= 0:
+                        continue
+                else:
+                    # Held well before the wait asked for (a server's
+                    # shorter limit, a proxy's timeout): back off rather
+                    # than poll it in a busy loop, as the Go client does.
+                    pause = backoff
+                    backoff = min(2 * backoff, _MAX_HELD_BACKOFF)
+                time.sleep(min(pause, end - now))
                 if time.monotonic() >= end and not fair:
                     raise  # it ended in the back-off
                 continue  # a fair one's wait may be over: then the request giving its place up
@@ -1173,6 +1184,8 @@ class Client:
 
 # The pauses between the requests of a wait after a 409 that came well
 # before the wait asked for (seconds): doubled each time, as the Go client's.
+# After one at the end of it, the next request goes no sooner than
+# _MIN_HELD_BACKOFF after that one began (defect 143).
 _MIN_HELD_BACKOFF, _MAX_HELD_BACKOFF = 0.05, 1.0
 
 # The connection closed or was reset while the request went out or its

@@ -824,15 +824,25 @@ export class Client {
           // ends with one more request, final and of 1 ms (leftMs once the
           // wait is over), which gives the place up (docs/design.md, defect
           // 128). An unfair wait has no place.
-          if (performance.now() >= end || performance.now() - started >= askMs / 2) {
+          const now = performance.now();
+          if (now >= end) continue;
+          let pauseMs: number;
+          if (now - started >= askMs / 2) {
+            // Held at the end of the wait asked for: the next request at
+            // once, but no sooner than 50 ms after this one began. Requests
+            // of a millisecond (a server's --max-wait 1ms) made a waiter
+            // send hundreds a second (docs/design.md, defect 143).
             backoffMs = MIN_HELD_BACKOFF_MS;
-            continue;
+            pauseMs = MIN_HELD_BACKOFF_MS - (now - started);
+            if (pauseMs <= 0) continue;
+          } else {
+            // Held well before the wait asked for (a server's shorter limit,
+            // a proxy's timeout): back off rather than poll it in a busy
+            // loop, as the Go client does.
+            pauseMs = backoffMs;
+            backoffMs = Math.min(2 * backoffMs, MAX_HELD_BACKOFF_MS);
           }
-          // Held well before the wait asked for (a server's shorter limit, a
-          // proxy's timeout): back off rather than poll it in a busy loop, as
-          // the Go client does.
-          await sleep(Math.min(backoffMs, end - performance.now()), undefined, { signal });
-          backoffMs = Math.min(2 * backoffMs, MAX_HELD_BACKOFF_MS);
+          await sleep(Math.min(pauseMs, end - now), undefined, { signal });
           if (!fair && performance.now() >= end) throw e; // it ended in the back-off
           // A fair one's wait may be over: then the request giving its place up.
         }
@@ -1196,7 +1206,7 @@ function noValidity(name: string, action: "/acquire" | "/campaign"): HeldError {
   return new HeldError(`${verb} ${JSON.stringify(name)}: the grant came with no validity left (answered after its TTL ran out); released it, not acquired`, 0);
 }
 
-/** The pauses between the requests of a wait after a 409 that came well before the wait asked for: doubled each time, as the Go client's. */
+/** The pauses between the requests of a wait after a 409 that came well before the wait asked for: doubled each time, as the Go client's. After one at the end of it, the next request goes no sooner than MIN_HELD_BACKOFF_MS after that one began (defect 143). */
 const MIN_HELD_BACKOFF_MS = 50;
 const MAX_HELD_BACKOFF_MS = 1000;
 

@@ -174,7 +174,9 @@ async function startCuttingProxy(
  * "out_of_order" answers 409 out_of_order itself, as fenced does to a
  * refresh after one with a higher seq; "unknown_seq" answers 400
  * invalid_argument itself, as a fenced older than seq does to a body with
- * seq (OLD_SERVER_SEQ_REFUSAL); "401" answers 401 unauthenticated
+ * seq (OLD_SERVER_SEQ_REFUSAL); "max_waitN" ("max_wait1", …) answers 400
+ * on wait_ms with max_wait_ms N itself, as a fenced with --max-wait of N ms
+ * does to a longer wait; "401" answers 401 unauthenticated
  * itself, as fenced does while it reloads its token file; "page404"
  * answers a 404 HTML page itself, as a misrouting proxy does (no API error
  * code); "502" and "200html" forward, discard fenced's answer and answer a
@@ -244,6 +246,13 @@ async function startScriptedProxy(target: string, script: Record<string, string[
     if (action === "page404") {
       res.writeHead(404, { "Content-Type": "text/html" });
       res.end("<html><body><h1>404 Not Found</h1>injected by the proxy</body></html>");
+      return;
+    }
+    const maxWait = /^max_wait(\d+)$/.exec(action);
+    if (maxWait) {
+      const n = Number(maxWait[1]);
+      res.writeHead(400, { "Content-Type": "application/json" });
+      res.end(JSON.stringify({ error: { code: "invalid_argument", message: `wait_ms: want 0 to ${n} (injected by the proxy)`, field: "wait_ms", max_wait_ms: n } }));
       return;
     }
     if (action === "unknown_seq") {
@@ -831,6 +840,36 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
     assert.equal(lease.signal.aborted, false);
     assert.equal((await client.inspect(name)).held, false);
+  });
+
+  it("does not send the requests of a wait in requests of 1 ms in a busy loop", async () => {
+    // A proxy answers the first request 400 on wait_ms with max_wait_ms 1,
+    // as a fenced with --max-wait 1ms does, and forwards the rest: the
+    // client waits in requests of 1 ms, each answered held at the end of its
+    // wait. It sent the next at once, hundreds a second; now no sooner than
+    // 50 ms after the last began (docs/design.md, defect 143). A loaded
+    // machine sends fewer: the bound holds all the same.
+    const name = unique();
+    const holder = await client.acquire(name, { ttlMs: 30_000 });
+    const proxy = await startScriptedProxy(daemon.url, { "/acquire": ["max_wait1"] });
+    try {
+      const waitMs = 1000;
+      const started = performance.now();
+      await assert.rejects(new Client(proxy.url, { bearerToken: bearer }).acquire(name, { ttlMs: 5000, waitMs }), HeldError);
+      const took = performance.now() - started;
+      const sent = proxy.actions("/acquire");
+      assert.equal(sent[0], "max_wait1");
+      assert.ok(sent.length <= waitMs / 50 + 3, `${sent.length} requests in a wait of ${waitMs} ms in requests of 1 ms: a busy loop`);
+      assert.ok(took >= 900, `HeldError after ${took} ms, before the wait was (nearly) over`);
+      const bodies = proxy.bodies("/acquire");
+      assert.ok(bodies.slice(1).every((b) => b.wait_ms === 1), `requests of more than 1 ms: ${JSON.stringify(bodies.slice(0, 4))}`);
+      assert.equal(bodies.at(-1)!.final, true, `the wait ended without a final request: ${JSON.stringify(bodies.slice(-3))}`);
+      assert.equal(new Set(bodies.map((b) => b.waiter)).size, 1, "one waiter for the whole wait");
+      assert.equal((await client.inspect(name)).waiters, 0, "the wait ended with its place kept in the queue");
+    } finally {
+      await proxy.close();
+      await holder.release();
+    }
   });
 
   it("refuses an election on Redis leases, saying why", async () => {
