@@ -237,6 +237,25 @@ func TestEndedWaitLeavesTheQueue(t *testing.T) {
 	}
 }
 
+// seeingAcquires is a server that shows see each acquire request's body
+// (an api.AcquireRequest) before pass gets the request, if see says so.
+func seeingAcquires(t *testing.T, pass http.Handler, see func(api.AcquireRequest, *http.Request) bool) string {
+	t.Helper()
+	url, _ := counted(t, func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var req api.AcquireRequest
+		if strings.HasSuffix(r.URL.Path, "/acquire") && json.Unmarshal(body, &req) == nil && !see(req, r) {
+			return
+		}
+		pass.ServeHTTP(w, r)
+	})
+	return url
+}
+
 // A wait that ends after a request that was not final (its answer came
 // late, after the wait was over) gives its place up with one more
 // request, final and of 1 ms. Before, the client returned at once and the
@@ -260,19 +279,11 @@ func TestWaitEndedAfterARequestLeavesTheQueue(t *testing.T) {
 		}
 		return nil
 	}
-	url, _ := counted(t, func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			t.Error(err)
-		}
-		var req api.AcquireRequest
-		if json.Unmarshal(body, &req) == nil {
-			mu.Lock()
-			bodies = append(bodies, req)
-			mu.Unlock()
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		pass.ServeHTTP(w, r)
+	url := seeingAcquires(t, pass, func(req api.AcquireRequest, _ *http.Request) bool {
+		mu.Lock()
+		bodies = append(bodies, req)
+		mu.Unlock()
+		return true
 	})
 	c := newClient(t, url, client.WithMaxRequestWait(100*time.Millisecond))
 	ctx := t.Context()
@@ -370,23 +381,18 @@ func TestCutWaitDoesNotWaitForItsGiveUp(t *testing.T) {
 	pass, _ := passOn(t, f, 0)
 	let := make(chan struct{}) // closed by the test: the give-up goes on
 	var arrived, ended atomic.Bool
-	url, _ := counted(t, func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			t.Error(err)
+	url := seeingAcquires(t, pass, func(req api.AcquireRequest, r *http.Request) bool {
+		if !req.Final || req.WaitMs == nil || *req.WaitMs != 1 {
+			return true
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		var req api.AcquireRequest
-		if json.Unmarshal(body, &req) == nil && req.Final && req.WaitMs != nil && *req.WaitMs == 1 {
-			arrived.Store(true)
-			select {
-			case <-let:
-			case <-r.Context().Done():
-				ended.Store(true) // the client gave the give-up up
-				return
-			}
+		arrived.Store(true)
+		select {
+		case <-let:
+			return true
+		case <-r.Context().Done():
+			ended.Store(true) // the client gave the give-up up
+			return false
 		}
-		pass.ServeHTTP(w, r)
 	})
 	c := newClient(t, url)
 	ctx := t.Context()

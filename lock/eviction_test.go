@@ -7,7 +7,6 @@ import (
 
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
-	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -72,28 +71,14 @@ func TestRedisEvicts(t *testing.T) {
 func TestLeaseKeyGoneAloneLeavesNoStaleToken(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	rdb := testenv.Redis(t)
-	_, cli := testenv.Etcd(t)
-	seq, err := sequencer.NewEtcd(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { seq.Close() })
-	prefix := testenv.Name(t) + ":"
-	s, err := lock.NewRedisStore(rdb, seq, lock.WithRedisPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	c := newClient(t, s)
+	b := redisBackend(t)
+	c := newClient(t, b.store)
 	name := testenv.Name(t)
 	old, err := c.TryAcquire(ctx, name, 30*time.Second, lock.WithHolder("old"), lock.WithOwner("old"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := rdb.Del(ctx, prefix+"{"+name+"}:lease").Result(); err != nil || n != 1 {
-		t.Fatalf("deleting the lease key: %d, %v", n, err)
-	}
+	b.deleteLease(t, name)
 	next, err := c.TryAcquire(ctx, name, time.Hour)
 	if err != nil {
 		t.Fatalf("acquiring after the lease key went: %v", err)

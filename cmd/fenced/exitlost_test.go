@@ -50,6 +50,33 @@ func wantLostAtRelease(t *testing.T, p *proc, status string) {
 	}
 }
 
+// lostRunningCMD runs `fenced VERB NAME -- CMD` (a waitForGo that exits
+// with status), takes its lease away while CMD runs (takeAway), lets CMD
+// finish, and wants the loss said at the release.
+func lostRunningCMD(t *testing.T, url, verb, name, status string, takeAway func(*testing.T, string)) {
+	t.Helper()
+	dir := t.TempDir()
+	p := start(t, nil, verb, "--url", url, "--ttl", "60s", name, "--", "sh", "-c", waitForGo, dir, status)
+	runsCMD(t, dir)
+	takeAway(t, name)
+	letGo(t, dir)
+	wantLostAtRelease(t, p, "sh exited (status "+status+")")
+}
+
+// lostHolding runs `fenced VERB NAME` without a command, waits for its
+// first line (first), takes its lease away, ends it with sig, and wants
+// the loss said at the release.
+func lostHolding(t *testing.T, url, verb, name, first string, sig syscall.Signal, takeAway func(*testing.T, string)) {
+	t.Helper()
+	p := start(t, nil, verb, "--url", url, "--ttl", "60s", name)
+	if l := p.line(30 * time.Second); !strings.HasPrefix(l, first) {
+		t.Fatalf("first line %q, want %s …", l, first)
+	}
+	takeAway(t, name)
+	p.signal(sig)
+	wantLostAtRelease(t, p, "writes made with its token")
+}
+
 // TestExitLostAtRelease: a lease taken away between two refreshes (an
 // operator's fenced locks release, the Redis key gone) is found lost only
 // by the release at the end; fenced exec and fenced elect then exit 1 and
@@ -64,59 +91,21 @@ func TestExitLostAtRelease(t *testing.T) {
 		}
 	}
 
-	t.Run("Exec", func(t *testing.T) {
-		t.Parallel()
-		name, dir := testenv.Name(t), t.TempDir()
-		p := start(t, nil, "exec", "--url", url, "--ttl", "60s", name, "--", "sh", "-c", waitForGo, dir, "0")
-		runsCMD(t, dir)
-		forceRelease(t, name)
-		letGo(t, dir)
-		wantLostAtRelease(t, p, "sh exited (status 0)")
-	})
-
-	t.Run("ExecCommandFailed", func(t *testing.T) {
-		t.Parallel()
-		name, dir := testenv.Name(t), t.TempDir()
-		p := start(t, nil, "exec", "--url", url, "--ttl", "60s", name, "--", "sh", "-c", waitForGo, dir, "3")
-		runsCMD(t, dir)
-		forceRelease(t, name)
-		letGo(t, dir)
-		wantLostAtRelease(t, p, "sh exited (status 3)")
-	})
-
-	t.Run("ExecHold", func(t *testing.T) {
-		t.Parallel()
-		name := testenv.Name(t)
-		p := start(t, nil, "exec", "--url", url, "--ttl", "60s", name)
-		if l := p.line(30 * time.Second); !strings.HasPrefix(l, "holding lock") {
-			t.Fatalf("first line %q, want holding lock …", l)
-		}
-		forceRelease(t, name)
-		p.signal(syscall.SIGINT)
-		wantLostAtRelease(t, p, "writes made with its token")
-	})
-
-	t.Run("Elect", func(t *testing.T) {
-		t.Parallel()
-		name, dir := testenv.Name(t), t.TempDir()
-		p := start(t, nil, "elect", "--url", url, "--ttl", "60s", name, "--", "sh", "-c", waitForGo, dir, "0")
-		runsCMD(t, dir)
-		forceRelease(t, name)
-		letGo(t, dir)
-		wantLostAtRelease(t, p, "sh exited (status 0)")
-	})
-
-	t.Run("ElectHold", func(t *testing.T) {
-		t.Parallel()
-		name := testenv.Name(t)
-		p := start(t, nil, "elect", "--url", url, "--ttl", "60s", name)
-		if l := p.line(30 * time.Second); !strings.HasPrefix(l, "leading election") {
-			t.Fatalf("first line %q, want leading election …", l)
-		}
-		forceRelease(t, name)
-		p.signal(syscall.SIGTERM)
-		wantLostAtRelease(t, p, "writes made with its token")
-	})
+	for _, c := range []struct{ verb, status string }{{"exec", "0"}, {"exec", "3"}, {"elect", "0"}} {
+		t.Run(c.verb+c.status, func(t *testing.T) {
+			t.Parallel()
+			lostRunningCMD(t, url, c.verb, testenv.Name(t), c.status, forceRelease)
+		})
+	}
+	for _, c := range []struct {
+		verb, first string
+		sig         syscall.Signal
+	}{{"exec", "holding lock", syscall.SIGINT}, {"elect", "leading election", syscall.SIGTERM}} {
+		t.Run(c.verb+"Hold", func(t *testing.T) {
+			t.Parallel()
+			lostHolding(t, url, c.verb, testenv.Name(t), c.first, c.sig, forceRelease)
+		})
+	}
 
 	// The server away at the release is no loss: said, the lease expires
 	// after its TTL, and CMD's status stands.
@@ -153,23 +142,10 @@ func TestExitLostAtReleaseRedis(t *testing.T) {
 
 	t.Run("Exec", func(t *testing.T) {
 		t.Parallel()
-		name, dir := "exec", t.TempDir()
-		p := start(t, nil, "exec", "--url", url, "--ttl", "60s", name, "--", "sh", "-c", waitForGo, dir, "0")
-		runsCMD(t, dir)
-		dropKey(t, name)
-		letGo(t, dir)
-		wantLostAtRelease(t, p, "sh exited (status 0)")
+		lostRunningCMD(t, url, "exec", "exec", "0", dropKey)
 	})
-
 	t.Run("ExecHold", func(t *testing.T) {
 		t.Parallel()
-		name := "hold"
-		p := start(t, nil, "exec", "--url", url, "--ttl", "60s", name)
-		if l := p.line(30 * time.Second); !strings.HasPrefix(l, "holding lock") {
-			t.Fatalf("first line %q, want holding lock …", l)
-		}
-		dropKey(t, name)
-		p.signal(syscall.SIGINT)
-		wantLostAtRelease(t, p, "writes made with its token")
+		lostHolding(t, url, "exec", "hold", "holding lock", syscall.SIGINT, dropKey)
 	})
 }
