@@ -93,7 +93,7 @@ func TestStartEmbeddedRefusesADataDirInUse(t *testing.T) {
 func TestDataDirInUseNamesTheProcess(t *testing.T) {
 	flock, err := exec.LookPath("flock")
 	if err != nil {
-		t.Skip("no flock(1)")
+		t.Fatalf("flock(1), from util-linux, is needed to hold the lock as another process: %v", err)
 	}
 	dir := t.TempDir()
 	e, err := StartEmbedded(t.Context(), EmbedConfig{Dir: dir, UnsafeNoFsync: true})
