@@ -53,7 +53,8 @@ sent to fenced exec alone is not passed on; send it to the group, kill -INT
 -PGID.)
 Exit status: CMD's (128+N when a signal N ended it); 1 when fenced exec
 itself failed (the lock is still held after --wait or at --try, the server
-is unreachable, the lease was lost); 2 for a usage error; 127 when CMD
+is unreachable — with --wait, still so when the wait ends —, the lease was
+lost); 2 for a usage error; 127 when CMD
 cannot be started; 128+N when signal N interrupted the wait.
 
 Its environment variables are its own, distinct from fenced serve's:
@@ -397,6 +398,13 @@ func reap(pid int) {
 	}
 }
 
+// refusal reports whether err is fenced's own refusal of a request (a 4xx
+// with its API error code), which asking again would not change.
+func refusal(err error) bool {
+	var ae *client.APIError
+	return errors.As(err, &ae) && ae.Status < 500 && ae.Code != ""
+}
+
 // terminalForeground reports whether this process's group is the
 // foreground group of the terminal on stdin: the terminal then sends
 // Ctrl-C (SIGINT) and Ctrl-Z to the whole group, the child's children
@@ -425,7 +433,14 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 	lease, err := c.TryAcquire(tctx, name, o.ttl, lock.WithKeepAlive(), lock.WithOwner(o.owner))
 	noAnswer := err != nil && timedOut(ctx, tctx)
 	cancel()
-	if errors.Is(err, lock.ErrNotAcquired) && !o.try {
+	held := errors.Is(err, lock.ErrNotAcquired)
+	// A --wait rides out a server that is away at the first attempt (a
+	// refused connection, a 503 while it restarts), as the wait rides out
+	// one that goes away during it; before, the first attempt's error ended
+	// the command at once (docs/design.md, defect 144). fenced's own
+	// refusals (a 4xx with its code) still end it.
+	away := err != nil && !held && !noAnswer && o.wait > 0 && ctx.Err() == nil && !refusal(err)
+	if (held || away) && !o.try {
 		until := "until it is free (interrupt to give up)"
 		var opts []lock.Option
 		if o.wait > 0 {
@@ -434,7 +449,11 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 			until = "up to --wait " + o.wait.String()
 			opts = append(opts, lock.WithWait(left))
 		}
-		fmt.Fprintf(stderr, "fenced exec: lock %q is held; waiting %s\n", name, until)
+		if held {
+			fmt.Fprintf(stderr, "fenced exec: lock %q is held; waiting %s\n", name, until)
+		} else {
+			fmt.Fprintf(stderr, "fenced exec: lock %q: %v; trying again %s\n", name, err, until)
+		}
 		lease, err = c.Acquire(ctx, name, o.ttl, append(opts, lock.WithKeepAlive(), lock.WithOwner(o.owner))...)
 	}
 	switch {
