@@ -237,6 +237,28 @@ func TestEndedWaitLeavesTheQueue(t *testing.T) {
 	}
 }
 
+// heldName is a new lock name, held 30 s through the fixture's lock
+// client until the test ends.
+func (f *fixture) heldName(t *testing.T) string {
+	t.Helper()
+	name := testenv.Name(t)
+	holder, err := f.locks.TryAcquire(t.Context(), name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Release(context.Background()) })
+	return name
+}
+
+// waitWaiters waits until lock name has n waiters, within d.
+func (f *fixture) waitWaiters(t *testing.T, name string, n int, d time.Duration) {
+	t.Helper()
+	testenv.WaitUntil(t, d, func() bool {
+		st, err := f.locks.Inspect(t.Context(), name)
+		return err == nil && st.Waiters == n
+	})
+}
+
 // seeingAcquires is a server that shows see each acquire request's body
 // (an api.AcquireRequest) before pass gets the request, if see says so.
 func seeingAcquires(t *testing.T, pass http.Handler, see func(api.AcquireRequest, *http.Request) bool) string {
@@ -287,12 +309,7 @@ func TestWaitEndedAfterARequestLeavesTheQueue(t *testing.T) {
 	})
 	c := newClient(t, url, client.WithMaxRequestWait(100*time.Millisecond))
 	ctx := t.Context()
-	name := testenv.Name(t)
-	holder, err := f.locks.TryAcquire(ctx, name, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release(ctx)
+	name := f.heldName(t)
 	end.Store(time.Now().Add(wait).UnixNano())
 	if _, err := c.Acquire(ctx, name, 10*time.Second, lock.WithWait(wait)); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("a wait on a held lock: %v", err)
@@ -321,12 +338,7 @@ func TestCutWaitLeavesTheQueue(t *testing.T) {
 	ctx := t.Context()
 	for _, how := range []string{"cancelled", "deadline", "closed"} {
 		t.Run(how, func(t *testing.T) {
-			name := testenv.Name(t)
-			holder, err := f.locks.TryAcquire(ctx, name, 30*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer holder.Release(ctx)
+			name := f.heldName(t)
 			w := c
 			cctx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -344,10 +356,7 @@ func TestCutWaitLeavesTheQueue(t *testing.T) {
 				done <- err
 			}()
 			if how != "deadline" {
-				testenv.WaitUntil(t, 10*time.Second, func() bool {
-					st, err := f.locks.Inspect(ctx, name)
-					return err == nil && st.Waiters == 1
-				})
+				f.waitWaiters(t, name, 1, 10*time.Second)
 			}
 			switch how {
 			case "cancelled":
@@ -362,10 +371,7 @@ func TestCutWaitLeavesTheQueue(t *testing.T) {
 			}
 			// Gone well before the waiter TTL: the request cut short ends
 			// at the server as soon as it sees its connection closed.
-			testenv.WaitUntil(t, 2*lock.DefaultWaiterTTL/3, func() bool {
-				st, err := f.locks.Inspect(ctx, name)
-				return err == nil && st.Waiters == 0
-			})
+			f.waitWaiters(t, name, 0, 2*lock.DefaultWaiterTTL/3)
 		})
 	}
 }
@@ -396,22 +402,14 @@ func TestCutWaitDoesNotWaitForItsGiveUp(t *testing.T) {
 	})
 	c := newClient(t, url)
 	ctx := t.Context()
-	name := testenv.Name(t)
-	holder, err := f.locks.TryAcquire(ctx, name, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release(ctx)
+	name := f.heldName(t)
 	cut, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Acquire(cut, name, 10*time.Second)
 		done <- err
 	}()
-	testenv.WaitUntil(t, 10*time.Second, func() bool {
-		st, err := f.locks.Inspect(ctx, name)
-		return err == nil && st.Waiters == 1
-	})
+	f.waitWaiters(t, name, 1, 10*time.Second)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a wait cut short: %v", err)
@@ -420,10 +418,7 @@ func TestCutWaitDoesNotWaitForItsGiveUp(t *testing.T) {
 		t.Fatal("the call returned only once its give-up had been given up: it waited for it")
 	}
 	close(let)
-	testenv.WaitUntil(t, 2*lock.DefaultWaiterTTL/3, func() bool {
-		st, err := f.locks.Inspect(ctx, name)
-		return err == nil && st.Waiters == 0
-	})
+	f.waitWaiters(t, name, 0, 2*lock.DefaultWaiterTTL/3)
 	if !arrived.Load() {
 		t.Fatal("no give-up request came")
 	}
@@ -440,12 +435,7 @@ func TestTinyRequestWaitsAreNoBusyLoop(t *testing.T) {
 	url, requests := counted(t, pass.ServeHTTP)
 	c := newClient(t, url, client.WithMaxRequestWait(time.Millisecond))
 	ctx := t.Context()
-	name := testenv.Name(t)
-	holder, err := f.locks.TryAcquire(ctx, name, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release(ctx)
+	name := f.heldName(t)
 	const wait = time.Second
 	if _, err := c.Acquire(ctx, name, 10*time.Second, lock.WithWait(wait)); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("a wait on a held lock: %v", err)
