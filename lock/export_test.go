@@ -14,8 +14,14 @@ import (
 func (s *RedisStore) PipelineAcquireAndRefresh(ctx context.Context, name, leaseID string, ttl time.Duration) (acquire, refresh *redis.Cmd) {
 	k := s.keys(name)
 	cmds := s.send(ctx, []scriptCall{
-		{acquireScript, []string{k[kLease], k[kToken], k[kQueue], k[kPlaces]}, []any{"lease-never-granted", ttl.Milliseconds(), "", 0, "", 0}},
+		{acquireScript, []string{k[kLease], k[kToken], k[kQueue], k[kPlaces], s.abandonedKey(name, "lease-never-granted")}, []any{"lease-never-granted", ttl.Milliseconds(), "", 0, "", 0}},
 		{refreshScript, k[:2], []any{leaseID, ttl.Milliseconds(), 0}},
 	})
 	return cmds[0], cmds[1]
+}
+
+// AbandonLease is abandonLease: the release of an attempt that failed
+// without knowing whether its acquire script ran (defect 145).
+func (s *RedisStore) AbandonLease(ctx context.Context, name, leaseID string, ttl time.Duration) error {
+	return s.abandonLease(ctx, name, leaseID, ttl)
 }

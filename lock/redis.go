@@ -84,6 +84,9 @@ var (
 //	        list, living as long as the longest lease it names had left): a
 //	        release sent again after the next holder came and went still
 //	        succeeds
+//	abandoned:<lease id>  an attempt its caller gave up, whose acquire
+//	        script Redis may yet run: it then takes nothing (for the
+//	        attempt's TTL; abandonLease)
 //
 // and <prefix>ready, which Ping writes for a minute (scripts/ready.lua); a
 // Redlock node of one server also keeps <prefix>epoch and <prefix>horizon
@@ -206,7 +209,7 @@ type taken struct {
 // place in the queue.
 func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error) {
 	k := s.keys(req.Name)
-	keys := append(make([]string, 0, 6), k[kLease], k[kToken], k[kQueue], k[kPlaces])
+	keys := append(make([]string, 0, 7), k[kLease], k[kToken], k[kQueue], k[kPlaces], s.abandonedKey(req.Name, req.LeaseID))
 	if s.epochKey != "" {
 		keys = append(keys, s.epochKey, s.horizonKey)
 	}
@@ -252,6 +255,25 @@ func (s *RedisStore) release(ctx context.Context, name, leaseID, op string) (ok 
 	return err == nil && n != 0, err
 }
 
+// abandonedKey marks leaseID's attempt abandoned (abandonLease).
+func (s *RedisStore) abandonedKey(name, leaseID string) string {
+	return s.prefix + "{" + name + "}:abandoned:" + leaseID
+}
+
+// abandonLease is the release of an attempt that failed without knowing
+// whether its acquire script ran: it frees the lease if the attempt took
+// it, and if it finds no trace of it, marks the attempt abandoned for its
+// TTL, so that the script, if it runs yet (a paused Redis, a link that
+// held it), takes nothing (defect 145).
+func (s *RedisStore) abandonLease(ctx context.Context, name, leaseID string, ttl time.Duration) error {
+	op, err := newLeaseID()
+	if err != nil {
+		return err
+	}
+	keys := append(s.keys(name), s.abandonedKey(name, leaseID))
+	return s.run(ctx, releaseScript, keys, leaseID, s.channel(name), op, max(ttl.Milliseconds(), 1)).Err()
+}
+
 // Acquire implements LeaseStore: SET NX PX (or the queue's turn), a token
 // from the sequencer, and the confirm script.
 func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
@@ -295,8 +317,12 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 // so that others need not wait for it to expire (it expires anyway). Only
 // req's attempt knows its lease id, and a release of it changes nothing
 // else, so the release need not come before the caller's error: it runs
-// on a goroutine of the store (afterwards), and the error returns when the
-// caller's context ends, not up to cleanupTimeout later (defect 126).
+// on a goroutine of the store, and the error returns when the caller's
+// context ends, not up to cleanupTimeout later (defect 126). Redis may run
+// the acquire script after that (paused, or its request held on the way):
+// the abandon marks the attempt so that the script then takes nothing, and
+// tries again until Redis answers (abandonLease, cleanups.abandon; defect
+// 145).
 //
 // But a confirm that failed (confirmed) may have run, its reply lost, and
 // recorded the grant for a remote acquisition (Rejoin), whose next request
@@ -304,7 +330,9 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 // would free the lock under the holder it was handed to. Then the release
 // comes first, as before, bounded by cleanupTimeout past the caller's end.
 func (s *RedisStore) abandon(ctx context.Context, req AcquireRequest, confirmed bool) {
-	s.cleanups.abandon(ctx, confirmed && req.Rejoin != "", func(ctx context.Context) { _, _ = s.release(ctx, req.Name, req.LeaseID, "") })
+	s.cleanups.abandon(ctx, confirmed && req.Rejoin != "", abandonWindow(req.TTL), func(ctx context.Context) error {
+		return s.abandonLease(ctx, req.Name, req.LeaseID, req.TTL)
+	})
 }
 
 // unreenter takes off the hold that req's acquire script may have counted

@@ -403,7 +403,10 @@ func (s *RedlockStore) reentered(req AcquireRequest, takes []taken, o outcome) G
 // else, so the release need not come before the caller's error: it runs
 // on a goroutine of the store (afterwards), and the error returns when
 // the acquisition is decided, not after the nodes answered the release
-// (up to the node timeout, or cleanupTimeout, later: defect 127).
+// (up to the node timeout, or cleanupTimeout, later: defect 127). A node
+// that does not answer is asked again, and one that runs the attempt's
+// acquire script late then takes nothing (RedisStore.abandonLease, defect
+// 145).
 //
 // But a confirm (confirmed) records, on each node where it ran (its reply
 // lost or not), the grant for a remote acquisition (Rejoin), whose next
@@ -413,7 +416,21 @@ func (s *RedlockStore) reentered(req AcquireRequest, takes []taken, o outcome) G
 // first, as in RedisStore.abandon, each node bounded by the node timeout
 // and all by cleanupTimeout past the caller's end.
 func (s *RedlockStore) abandon(ctx context.Context, req AcquireRequest, confirmed bool) {
-	s.cleanups.abandon(ctx, confirmed && req.Rejoin != "", func(ctx context.Context) { _ = s.Release(ctx, req.Name, req.LeaseID, "") })
+	// Nodes that answered are not asked again.
+	answered := make([]bool, len(s.nodes))
+	s.cleanups.abandon(ctx, confirmed && req.Rejoin != "", abandonWindow(req.TTL), func(ctx context.Context) error {
+		o := s.each(ctx, "abandon", func(ctx context.Context, i int, n *RedisStore) error {
+			if answered[i] {
+				return nil
+			}
+			if err := n.abandonLease(ctx, req.Name, req.LeaseID, req.TTL); err != nil {
+				return nodeErr(i, err)
+			}
+			answered[i] = true
+			return nil
+		})
+		return errors.Join(o.errs...)
+	})
 }
 
 // unreenter takes off, on every node, the hold that req's acquire scripts

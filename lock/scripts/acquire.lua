@@ -1,7 +1,8 @@
 -- Step 2 of the acquisition protocol: take the lease if it is free.
 -- KEYS: 1 lease, 2 token (hash: t token, o owner, h holder, c count),
---       3 queue (zset: waiter by arrival), 4 places (zset: waiter by expiry);
---       a Redlock node's also 5 <prefix>epoch and 6 <prefix>horizon (below).
+--       3 queue (zset: waiter by arrival), 4 places (zset: waiter by expiry),
+--       5 abandoned:<lease id> (release.lua); a Redlock node's also
+--       6 <prefix>epoch and 7 <prefix>horizon (below).
 -- ARGV: 1 lease id, 2 ttl ms, 3 waiter ('' takes a free lock whatever the
 --       queue: unfair), 4 a place's ttl ms, 5 holder ('' not reentrant),
 --       6 the id of a remote acquisition ('' for none; a fair one's is its
@@ -16,7 +17,7 @@
 -- lease extended to ttl ms (not shortened while held more than once).
 -- Safe to run twice: a retry after a lost reply finds its own lease id
 -- (docs/design.md, defect 4).
--- A Redlock node passes KEYS 5 and 6, its epoch and horizon: a node that
+-- A Redlock node passes KEYS 6 and 7, its epoch and horizon: a node that
 -- lost its data (restarted empty, flushed) has no epoch, and takes no lease
 -- until RedlockStore.recover has set one (recover.lua); until the time the
 -- epoch holds, every lease it may have forgotten may still be held on
@@ -25,14 +26,20 @@
 -- node took, reentered or refreshed: its TTL, when it falls below the TTL
 -- asked for, goes to that plus an eighth (a write per eighth of a TTL, not
 -- per acquire).
-if KEYS[5] then
-  local from = redis.call('GET', KEYS[5])
+-- An attempt its caller abandoned takes nothing: a Redis that was paused,
+-- or a link that held the request, can run it after the caller gave up
+-- and its abandon ran first, which found no lease to free and left this
+-- mark; the lease taken then would keep the lock, known to nobody, for its
+-- TTL (docs/design.md, defect 145).
+if redis.call('EXISTS', KEYS[5]) == 1 then return {2, 0, -1} end
+if KEYS[6] then
+  local from = redis.call('GET', KEYS[6])
   if not from then return {3, -1} end
   local wait = tonumber(from) - now_ms()
   if wait > 0 then return {3, wait} end
   local ttl = tonumber(ARGV[2])
-  if redis.call('PTTL', KEYS[6]) < ttl then
-    redis.call('SET', KEYS[6], '1', 'PX', ttl + math.floor(ttl / 8))
+  if redis.call('PTTL', KEYS[7]) < ttl then
+    redis.call('SET', KEYS[7], '1', 'PX', ttl + math.floor(ttl / 8))
   end
 end
 -- A new lease takes no token hash from an earlier one: the hash lives no

@@ -1,9 +1,16 @@
 -- Release the lease if ARGV[1] holds it. KEYS: 1 lease, 2 token (hash),
 -- 3 last (the last released lease id and its token), 4 queue, 5 places,
--- 6 released (the lease ids released lately, newest first).
--- ARGV: 1 lease id, 2 the release channel, 3 a nonce drawn for this call.
+-- 6 released (the lease ids released lately, newest first); an abandon's
+-- also 7 abandoned:<lease id>.
+-- ARGV: 1 lease id, 2 the release channel, 3 a nonce drawn for this call;
+-- an abandon's also 4 the attempt's TTL in ms.
 -- Returns 1 when released, 2 when a reentrant holder still holds it (its
 -- count went down by one), 0 when not held.
+-- An abandon (the release of an attempt that failed without knowing
+-- whether it took the lease) that finds no trace of the lease leaves the
+-- mark abandoned:<lease id> for the attempt's TTL: the attempt may still
+-- run (a paused Redis, a link that held it), and acquire.lua then takes
+-- nothing (docs/design.md, defect 145).
 -- A release wakes the waiter at the head of the queue (publish_head).
 -- Safe to run twice: the last-released record and the released ids, kept
 -- for as long as the lease had left, make a retry a success, even after
@@ -44,4 +51,5 @@ if last and string.sub(last, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then return 1 en
 for _, id in ipairs(redis.call('LRANGE', KEYS[6], 0, 15)) do
   if id == ARGV[1] then return 1 end
 end
+if KEYS[7] then redis.call('SET', KEYS[7], '1', 'PX', ARGV[4]) end
 return 0
