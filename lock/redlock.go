@@ -624,16 +624,19 @@ func (s *RedlockStore) List(ctx context.Context, req ListRequest) (ListPage, err
 		node, inner = i, c
 	}
 	var page ListPage
+	// down: nodes that did not answer in this call, which it asks no more:
+	// each question would cost the node timeout again, for every lock.
+	down := make([]bool, len(s.nodes))
 	for node < len(s.nodes) {
 		p, err := s.nodes[node].List(ctx, ListRequest{Prefix: req.Prefix, Limit: req.Limit - len(page.Locks), Cursor: inner})
 		if err != nil && !errors.Is(err, ErrInvalidCursor) {
 			// A node that does not answer: its locks are on a majority of the others.
-			p = ListPage{}
+			p, down[node] = ListPage{}, true
 		} else if err != nil {
 			return ListPage{}, err
 		}
 		for _, st := range p.Locks {
-			if s.onEarlierNode(ctx, node, st.Name) {
+			if s.onEarlierNode(ctx, node, st.Name, down) {
 				continue
 			}
 			if q, err := s.Inspect(ctx, st.Name); err == nil && q.Held {
@@ -653,13 +656,20 @@ func (s *RedlockStore) List(ctx context.Context, req ListRequest) (ListPage, err
 	return page, nil
 }
 
-// onEarlierNode reports whether a node before node holds a lease of name.
-func (s *RedlockStore) onEarlierNode(ctx context.Context, node int, name string) bool {
+// onEarlierNode reports whether a node before node holds a lease of name,
+// and so listed it already. A node down (in this List) listed nothing: it
+// is not asked, and one that does not answer is down from then on.
+func (s *RedlockStore) onEarlierNode(ctx context.Context, node int, name string, down []bool) bool {
 	for i := 0; i < node; i++ {
+		if down[i] {
+			continue
+		}
 		nctx, cancel := s.nodes[i].callContext(ctx)
 		n, err := s.nodes[i].rdb.Exists(nctx, s.nodes[i].keys(name)[kLease]).Result()
 		cancel()
-		if err == nil && n > 0 {
+		if err != nil {
+			down[i] = true
+		} else if n > 0 {
 			return true
 		}
 	}
