@@ -833,6 +833,14 @@ func (s *EtcdStore) setHolds(name, leaseID string, n int) {
 // knows no deadline for a create whose reply was lost, and the lock would
 // otherwise stay, held by nobody, for as long as the store's session lives
 // (defect 14). Each try waits up to 5 s.
+//
+// The create may also be committed after the release found nothing: a
+// member whose link to the leader held the forwarded proposal hands it on
+// later, while the release went to another member. So the abandon first
+// marks the attempt (abandonedKey, on a lease of its own for
+// abandonedFor), which every create compares, and releases after: a
+// create committed before the mark is released, one after it takes
+// nothing (defect 147).
 func (s *EtcdStore) abandon(name, leaseID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -842,11 +850,31 @@ func (s *EtcdStore) abandon(name, leaseID string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		marked := false
 		s.untilAnswered(5*time.Second, func(ctx context.Context) bool {
+			if !marked {
+				lg, err := s.cli.Grant(ctx, int64(abandonedFor/time.Second))
+				if err != nil {
+					return false
+				}
+				if _, err := s.kv.Txn(ctx).Then(clientv3.OpPut(s.abandonedKey(leaseID), "", clientv3.WithLease(lg.ID))).Commit(); err != nil {
+					return false
+				}
+				marked = true
+			}
 			err := s.Release(ctx, name, leaseID, "")
 			return err == nil || errors.Is(err, ErrLost) // released, or it was never created
 		})
 	}()
+}
+
+// abandonedFor is how long an abandoned attempt's mark lasts: a create
+// etcd commits later than that takes its lock, as before the mark.
+const abandonedFor = time.Minute
+
+// abandonedKey marks an attempt whose caller gave up (abandon).
+func (s *EtcdStore) abandonedKey(leaseID string) string {
+	return s.ks.Prefix() + "abandoned/" + leaseID
 }
 
 // untilAnswered calls try, each call bounded by timeout, until it reports
@@ -2066,6 +2094,11 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 		for i, r := range batch {
 			t := s.opTxn(r.Arg, offset)
 			ops[i] = clientv3.OpTxn(t.cmps, t.then, t.els)
+			if r.Arg.kind == opCreate {
+				// An attempt abandoned before etcd committed this takes
+				// nothing: no lock, no place in the queue (abandon).
+				ops[i] = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Version(s.abandonedKey(r.Arg.id)), "=", 0)}, []clientv3.Op{ops[i]}, nil)
+			}
 		}
 		if creates {
 			// Every token Txn writes the counter key, which every issuer
@@ -2085,8 +2118,10 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 		// (or only queue places and deletes) and its revision is no token.
 		created := func(resp *clientv3.TxnResponse) bool {
 			for i, r := range batch {
-				if r.Arg.kind == opCreate && resp.Responses[i].GetResponseTxn().Succeeded {
-					return true
+				if r.Arg.kind == opCreate {
+					if sub := createTxn(resp.Responses[i]); sub != nil && sub.Succeeded {
+						return true
+					}
 				}
 			}
 			return false
@@ -2107,9 +2142,27 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 	restored := errors.Is(err, sequencer.ErrRestored)
 	for i, r := range batch {
 		sub := resp.Responses[i].GetResponseTxn()
+		if r.Arg.kind == opCreate {
+			if sub = createTxn(resp.Responses[i]); sub == nil {
+				// Abandoned: only a Txn sent again after its caller gave up
+				// meets its mark, and nobody waits for its answer.
+				r.Done(heldResult{}, errHeld)
+				continue
+			}
+		}
 		s.answer(ctx, r, sub.Succeeded, sub.Responses, tok, resp.Header.Revision, restored)
 	}
 	return nil
+}
+
+// createTxn is a create's own Txn in the batch's response, inside the
+// guard of its abandoned mark; nil if the mark stopped it.
+func createTxn(r *pb.ResponseOp) *pb.TxnResponse {
+	guard := r.GetResponseTxn()
+	if !guard.GetSucceeded() {
+		return nil
+	}
+	return guard.Responses[0].GetResponseTxn()
 }
 
 // joinsSent marks the queue joins the batch is about to send as in flight,

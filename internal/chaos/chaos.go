@@ -447,8 +447,11 @@ func Etcd(t *testing.T) Setup {
 		}
 		var keys []string
 		for _, kv := range r.Kvs {
-			// The token's counter and floor stay, one each per store.
-			if k := string(kv.Key); k != prefix+"counter" && k != prefix+"floor" {
+			// The token's counter and floor stay, one each per store; an
+			// abandoned attempt's mark names no lock and goes with its own
+			// lease, in a minute (lock/etcd.go, abandon).
+			k := string(kv.Key)
+			if k != prefix+"counter" && k != prefix+"floor" && !strings.HasPrefix(k, prefix+"abandoned/") {
 				keys = append(keys, k)
 			}
 		}
