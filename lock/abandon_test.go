@@ -47,13 +47,7 @@ func TestAcquireRunLateTakesNothing(t *testing.T) {
 			name := testenv.Name(t)
 			// The scripts loaded, the connections made, the first token
 			// taken: the attempt below is sent at once.
-			warm, err := c.Acquire(ctx, name, time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := warm.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+			warmUp(t, s)
 			for _, p := range procs {
 				p.Stop()
 			}
@@ -66,7 +60,7 @@ func TestAcquireRunLateTakesNothing(t *testing.T) {
 				}
 			}()
 			actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			_, err = c.Acquire(actx, name, 30*time.Second)
+			_, err := c.Acquire(actx, name, 30*time.Second)
 			cancel()
 			if err == nil {
 				t.Fatal("acquired from a paused Redis")
@@ -134,16 +128,10 @@ func TestAbandonTriesAgainUntilRedisAnswers(t *testing.T) {
 	c := newClient(t, pr.store)
 	ctx := t.Context()
 	name := testenv.Name(t)
-	warm, err := c.Acquire(ctx, name, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	warmUp(t, pr.store)
 	lost := pr.proxy.LoseReplyAndRefuse([]byte(scriptSHA(t, pr.direct, "scripts/prelude.lua", "scripts/acquire.lua")))
 	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = c.TryAcquire(actx, name, 30*time.Second)
+	_, err := c.TryAcquire(actx, name, 30*time.Second)
 	cancel()
 	<-lost
 	if err == nil {
