@@ -192,7 +192,8 @@ func LoadTokens(path string) (*Tokens, error) {
 // metrics (default all). Leading and trailing white space is ignored, and
 // so are blank lines and lines whose first non-blank character is #. A
 // token must have at least MinTokenLen bytes of printable ASCII. Errors
-// name the line, never the token.
+// name the line, never a token: of a field after it that is not an
+// attribute, at most a misspelt attribute's name.
 func ParseTokens(data []byte) (*Tokens, error) {
 	var ts []Token
 	var lines []int
@@ -210,9 +211,18 @@ func ParseTokens(data []byte) (*Tokens, error) {
 		}
 		seen := map[string]bool{}
 		for _, attr := range fields[1:] {
+			// Only a recognised key is ever quoted: any other field may be
+			// a second token on this line, or a token with '=' in it
+			// (base64).
 			k, v, ok := strings.Cut(attr, "=")
-			if !ok || v == "" {
-				return nil, fmt.Errorf("line %d: %q after the token: want name=, prefixes= or allow= with a value", n, excerpt([]byte(attr)))
+			if !ok {
+				return nil, fmt.Errorf("line %d: a second field without '=' after the token (its text not shown: it may be a secret); one token per line, followed only by the attributes name=, prefixes= and allow=", n)
+			}
+			if k != "name" && k != "prefixes" && k != "allow" {
+				return nil, unknownAttribute(n, k)
+			}
+			if v == "" {
+				return nil, fmt.Errorf("line %d: %s= without a value", n, k)
 			}
 			if seen[k] {
 				return nil, fmt.Errorf("line %d: %s= appears twice", n, k)
@@ -234,8 +244,6 @@ func ParseTokens(data []byte) (*Tokens, error) {
 					return nil, fmt.Errorf("line %d: allow=: %w", n, err)
 				}
 				tok.Allow = p
-			default:
-				return nil, fmt.Errorf("line %d: unknown attribute %q; want name=, prefixes= or allow=", n, excerpt([]byte(k)))
 			}
 		}
 		ts = append(ts, tok)
@@ -252,6 +260,18 @@ func ParseTokens(data []byte) (*Tokens, error) {
 		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "server: "))
 	}
 	return t, nil
+}
+
+// unknownAttribute is the error of a field key=… after a token whose key
+// is not an attribute. The key is quoted only if it looks like a
+// misspelt attribute (a short lower-case word): a longer one may be a
+// base64 token, cut at its padding.
+func unknownAttribute(line int, key string) error {
+	const want = "the attributes are name=, prefixes= and allow= (one token per line)"
+	if len(key) > 0 && len(key) <= 12 && strings.Trim(key, "abcdefghijklmnopqrstuvwxyz_-") == "" {
+		return fmt.Errorf("line %d: unknown attribute %q; %s", line, key, want)
+	}
+	return fmt.Errorf("line %d: a field with '=' after the token that is no attribute (its text not shown: it may be a secret); %s", line, want)
 }
 
 func checkToken(tok []byte) error {

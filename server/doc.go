@@ -82,7 +82,11 @@
 // "cancelled" (and as status 499 in fenced_http_requests_total and the
 // request log), not as a backend error, and answers 503 unavailable,
 // which only a client still listening (a server whose base context ended)
-// can see. A lease taken for a client that went away is released at once.
+// can see. A lease taken for a client that went away is released at once,
+// unless the acquire carried a waiter id: its grant may already have
+// reached the client through a copy of the request, and the waiter's next
+// request, on any server, is handed it; the client's give-up (a final
+// request) or the TTL ends it.
 //
 // [Server.Drain], for a server about to shut down, ends every wait at
 // once: an acquire or campaign with wait_ms, and an election long poll,
@@ -121,7 +125,7 @@
 //	fenced_refreshes_total{result="refreshed|lost|out_of_order|invalid|error|cancelled"}
 //	fenced_releases_total{result="released|lost|invalid|error|cancelled"}
 //	fenced_leases_lost_total                 refresh or release answered 410
-//	fenced_backend_errors_total{op="acquire|refresh|release|inspect|ready"}
+//	fenced_backend_errors_total{op="acquire|refresh|release|inspect|list|force_release|leader|ready"}
 //	fenced_http_requests_total{route,code}   route is the OpenAPI path
 //	fenced_http_request_duration_seconds{route}
 //	fenced_waiters                           acquire requests with wait_ms > 0 in progress
@@ -131,5 +135,7 @@
 // server that it has not seen released or lost and whose TTL has not run
 // out since. Expired entries are dropped lazily, when the gauge is read and
 // on acquire, by no goroutine. A lease released through another fenced node
-// stays counted here until its TTL runs out.
+// stays counted here until its TTL runs out. A lease its reentrant holder
+// acquired more than once counts until a release frees the lock: after
+// each release of one, the server reads the lock's state.
 package server

@@ -17,10 +17,9 @@ import (
 // refreshes and resigns through the lock's refresh and release. Only a
 // server whose leases are in etcd holds elections.
 
-const (
-	opCampaign = "campaign"
-	opLeader   = "leader"
-)
+// opCampaign names a campaign in 403 answers; its lease store failures
+// count as acquire's (grant), and the leader read's as opLeader.
+const opCampaign = "campaign"
 
 // electable answers a 400 when this server's leases are in Redis.
 func (s *Server) electable(w http.ResponseWriter) bool {

@@ -19,16 +19,35 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
-// Operations, the op label of fenced_backend_errors_total.
+// Operations, the op label of fenced_backend_errors_total and of the
+// "lease store failed" log line: one word each, as doc.go and the metric's
+// help list them (backendOps).
 const (
-	opAcquire = "acquire"
+	opAcquire = "acquire" // campaigns too
 	opRefresh = "refresh"
 	opRelease = "release"
 	opInspect = "inspect"
-	opList    = "list locks"
-	opForce   = "force-release"
+	opList    = "list"
+	opForce   = "force_release"
+	opLeader  = "leader"
 	opReady   = "ready"
 )
+
+// backendOps is every op of fenced_backend_errors_total.
+var backendOps = []string{opAcquire, opRefresh, opRelease, opInspect, opList, opForce, opLeader, opReady}
+
+// opWords is op as an answer's message says it.
+func opWords(op string) string {
+	switch op {
+	case opList:
+		return "list locks under"
+	case opForce:
+		return "force-release"
+	case opLeader:
+		return "read the leader of"
+	}
+	return op
+}
 
 // The answers, as package api defines them.
 type (
@@ -163,27 +182,46 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 		s.metrics.tokensIssued.Inc()
 	}
 	if r.Context().Err() != nil {
-		// The client went away while the lease was being taken: nobody
-		// will ever learn its lease id, so free it now rather than at the
-		// end of its TTL.
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.backendTimeout)
-		defer rcancel()
-		err := s.locks.ReleaseID(rctx, name, l.ID(), "")
-		s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease released",
-			slog.String("lock", name), slog.Any("release_err", err))
-		s.metrics.acquisitions.WithLabelValues(resultCancelled).Inc()
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
-			message: "request cancelled while the lease was taken; the lease was released"})
+		s.clientGone(w, r, name, req, l)
 		return
 	}
 	s.metrics.acquisitions.WithLabelValues(resultAcquired).Inc()
-	s.leases.held(name, l.ID(), l.Deadline())
+	s.leases.held(name, l.ID(), l.Deadline(), l.Count() > 1)
 	count := l.Count()
 	if count == 1 {
 		count = 0 // omitted: the usual case says nothing
 	}
 	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds(), Count: count,
 		WaitedMs: waitedBefore(l, start).Milliseconds()})
+}
+
+// clientGone answers an acquire whose client went away while the lease l
+// was being taken. Without a waiter id nobody can ever learn l's lease id,
+// so it is released now rather than at the end of its TTL (for a holder's
+// reentry, that takes off the one hold this request added). With one, l
+// is the acquisition's grant, which a copy of this request, on this server
+// or another, may already have handed to the client, and which the
+// waiter's next request is handed: releasing it would free a lock its
+// holder believes it holds. The client's give-up (a final request) or the
+// TTL ends it.
+func (s *Server) clientGone(w http.ResponseWriter, r *http.Request, name string, req acquireRequest, l *lock.Lease) {
+	s.metrics.acquisitions.WithLabelValues(resultCancelled).Inc()
+	// A grant found again without a waiter is a reentry this request
+	// counted; any other is someone's grant.
+	if req.waiter != "" || (l.Reused() && req.holder == "") {
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease kept for the waiter's next request",
+			slog.String("lock", name), slog.Bool("found_again", l.Reused()))
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			message: "request cancelled while the lease was taken; the lease is kept for the waiter's next request"})
+		return
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.backendTimeout)
+	defer rcancel()
+	err := s.locks.ReleaseID(rctx, name, l.ID(), "")
+	s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease released",
+		slog.String("lock", name), slog.Any("release_err", err))
+	writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+		message: "request cancelled while the lease was taken; the lease was released"})
 }
 
 // waitedBefore is how long after start the attempt that granted l began,
@@ -214,7 +252,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	s.metrics.refreshes.WithLabelValues(resultRefreshed).Inc()
-	s.leases.held(name, req.leaseID, start.Add(g.TTL))
+	s.leases.held(name, req.leaseID, start.Add(g.TTL), false)
 	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: req.leaseID, Token: g.Token, TTLMs: g.TTL.Milliseconds()})
 }
 
@@ -236,8 +274,33 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	s.metrics.releases.WithLabelValues(resultReleased).Inc()
-	s.leases.gone(name, req.leaseID)
+	s.releasedHold(r, name, req.leaseID)
 	writeJSON(w, http.StatusOK, api.Empty{})
+}
+
+// releasedHold updates fenced_active_leases after a release by id of name
+// succeeded. A lease seen held more than once (a reentrant holder's) may
+// still hold the lock after a release (one hold taken off, or none by a
+// release sent again with its release_id), and ReleaseID does not say
+// which: for those only the store is asked, so that the common release
+// costs no second call.
+func (s *Server) releasedHold(r *http.Request, name, id string) {
+	if !s.leases.reentered(name, id) {
+		s.leases.gone(name, id)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
+	defer cancel()
+	st, err := s.locks.Inspect(ctx, name)
+	switch {
+	case err != nil:
+		// Still counted, until its TTL runs out: the gauge is no reason
+		// to fail a release that succeeded.
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "released a reentered lease; could not read whether the lock is still held",
+			slog.String("lock", name), slog.Any("err", err))
+	case !st.Held || st.LeaseID != id:
+		s.leases.gone(name, id)
+	}
 }
 
 // inspect reports a lock's state, never its lease id: the lease id is the
@@ -408,16 +471,16 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 	s.metrics.backendErrors.WithLabelValues(op).Inc()
 	backend := backendOf(err)
 	took := time.Since(start)
-	msg := fmt.Sprintf("lease store failed (%s %q): %v; check that Redis and etcd are reachable from fenced (GET /readyz)", op, name, err)
+	msg := fmt.Sprintf("lease store failed (%s %q): %v; check that Redis and etcd are reachable from fenced (GET /readyz)", opWords(op), name, err)
 	hint, refused := backendHint(backend, err)
 	if !refused {
 		hint += "; GET /readyz runs the same check; --backend-timeout bounds each request"
 	}
 	switch {
 	case ctx.Err() != nil:
-		msg = fmt.Sprintf("lease store did not answer %s %q within %s; check that Redis and etcd are reachable and have a leader (GET /readyz)", op, name, took.Round(time.Millisecond))
+		msg = fmt.Sprintf("lease store did not answer %s %q within %s; check that Redis and etcd are reachable and have a leader (GET /readyz)", opWords(op), name, took.Round(time.Millisecond))
 	case refused:
-		msg = fmt.Sprintf("lease store failed (%s %q): %v; %s", op, name, err, hint)
+		msg = fmt.Sprintf("lease store failed (%s %q): %v; %s", opWords(op), name, err, hint)
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelWarn, "lease store failed",
 		slog.String("op", op), slog.String("lock", name), slog.String("backend", backend),

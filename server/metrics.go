@@ -67,7 +67,7 @@ func newMetrics(reg prometheus.Registerer, leases *leaseTracker) (*metrics, erro
 		}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_backend_errors_total",
-			Help: "Lease store (Redis, etcd) failures by operation: acquire, refresh, release, inspect, ready.",
+			Help: "Lease store (Redis, etcd) failures by operation: acquire (campaigns too), refresh, release, inspect, list, force_release, leader (an election's), ready.",
 		}, []string{"op"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_http_requests_total",
@@ -107,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, leases *leaseTracker) (*metrics, erro
 	for _, r := range []string{resultReleased, resultLost, resultInvalid, resultError, resultCancelled} {
 		m.releases.WithLabelValues(r)
 	}
-	for _, op := range []string{opAcquire, opRefresh, opRelease, opInspect, opReady} {
+	for _, op := range backendOps {
 		m.backendErrors.WithLabelValues(op)
 	}
 	for _, c := range []string{string(codeUnauthenticated), string(codeForbidden)} {
@@ -125,33 +125,50 @@ func newMetrics(reg prometheus.Registerer, leases *leaseTracker) (*metrics, erro
 // sweepEvery. No goroutine.
 type leaseTracker struct {
 	mu        sync.Mutex
-	deadlines map[leaseKey]time.Time
+	leases    map[leaseKey]trackedLease
 	lastSweep time.Time
 }
 
 type leaseKey struct{ name, id string }
 
+type trackedLease struct {
+	deadline time.Time
+	// reentered: seen held more than once (a reentrant holder's), so that
+	// a release may leave it held.
+	reentered bool
+}
+
 const sweepEvery = time.Second
 
 func newLeaseTracker() *leaseTracker {
-	return &leaseTracker{deadlines: make(map[leaseKey]time.Time)}
+	return &leaseTracker{leases: make(map[leaseKey]trackedLease)}
 }
 
 // held records that name is held by id until deadline (an acquire or a
-// refresh through this server).
-func (t *leaseTracker) held(name, id string, deadline time.Time) {
+// refresh through this server), and whether it is held more than once
+// now; once reentered, a lease stays marked so.
+func (t *leaseTracker) held(name, id string, deadline time.Time, reentered bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.deadlines[leaseKey{name, id}] = deadline
+	k := leaseKey{name, id}
+	t.leases[k] = trackedLease{deadline: deadline, reentered: reentered || t.leases[k].reentered}
 	if now := time.Now(); now.Sub(t.lastSweep) >= sweepEvery {
 		t.sweep(now)
 	}
 }
 
+// reentered reports whether id was seen holding name more than once, so
+// that a release may not have freed it.
+func (t *leaseTracker) reentered(name, id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.leases[leaseKey{name, id}].reentered
+}
+
 // gone records that id no longer holds name (released or lost).
 func (t *leaseTracker) gone(name, id string) {
 	t.mu.Lock()
-	delete(t.deadlines, leaseKey{name, id})
+	delete(t.leases, leaseKey{name, id})
 	t.mu.Unlock()
 }
 
@@ -159,13 +176,13 @@ func (t *leaseTracker) count(now time.Time) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sweep(now)
-	return len(t.deadlines)
+	return len(t.leases)
 }
 
 func (t *leaseTracker) sweep(now time.Time) {
-	for k, d := range t.deadlines {
-		if !now.Before(d) {
-			delete(t.deadlines, k)
+	for k, l := range t.leases {
+		if !now.Before(l.deadline) {
+			delete(t.leases, k)
 		}
 	}
 	t.lastSweep = now

@@ -131,13 +131,13 @@ func findMetric(mfs map[string]*dto.MetricFamily, name string, labels ...string)
 func TestLeaseTracker(t *testing.T) {
 	lt := newLeaseTracker()
 	now := time.Now()
-	lt.held("a", "1", now.Add(time.Minute))
-	lt.held("b", "2", now.Add(time.Second))
-	lt.held("c", "3", now.Add(-time.Second))
+	lt.held("a", "1", now.Add(time.Minute), false)
+	lt.held("b", "2", now.Add(time.Second), false)
+	lt.held("c", "3", now.Add(-time.Second), false)
 	if n := lt.count(now); n != 2 {
 		t.Fatalf("count %d, want 2 (one expired)", n)
 	}
-	lt.held("b", "2", now.Add(time.Hour)) // refreshed
+	lt.held("b", "2", now.Add(time.Hour), false) // refreshed
 	if n := lt.count(now.Add(2 * time.Second)); n != 2 {
 		t.Fatalf("count after refresh %d, want 2", n)
 	}
@@ -146,7 +146,7 @@ func TestLeaseTracker(t *testing.T) {
 	if n := lt.count(now.Add(2 * time.Second)); n != 1 {
 		t.Fatalf("count after release %d, want 1", n)
 	}
-	if n := len(lt.deadlines); n != 1 {
+	if n := len(lt.leases); n != 1 {
 		t.Fatalf("%d entries kept, want 1", n)
 	}
 }

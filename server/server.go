@@ -254,7 +254,7 @@ type route struct {
 	pattern string
 	method  string     // GET routes also answer HEAD
 	perm    Permission // what a token needs; 0: open, served without authentication
-	op      string     // the operation, for metrics and 403 answers
+	op      string     // the operation, for 403 answers and the invalid results of acquire, refresh and release
 	handle  func(s *Server, w http.ResponseWriter, r *http.Request, name string)
 	// query is what the route takes in its query string, as
 	// api/openapi.yaml documents it: ServeHTTP refuses any other parameter,
@@ -271,8 +271,8 @@ var (
 	routeReadyz   = &route{pattern: "/readyz", method: http.MethodGet, handle: (*Server).readyz, anyQuery: true}
 	routeMetrics  = &route{pattern: "/metrics", method: http.MethodGet, perm: PermMetrics, op: "read metrics", handle: (*Server).serveMetrics, anyQuery: true}
 	routeInspect  = &route{pattern: "/v1/locks/{name}", method: http.MethodGet, perm: PermInspect, op: opInspect, handle: (*Server).inspect}
-	routeForce    = &route{pattern: "/v1/locks/{name}", method: http.MethodDelete, perm: PermForceRelease, op: opForce, handle: (*Server).forceRelease, query: []string{fieldToken}}
-	routeList     = &route{pattern: "/v1/locks", method: http.MethodGet, perm: PermInspect, op: opList, handle: (*Server).list, query: []string{fieldPrefix, fieldLimit, fieldCursor}}
+	routeForce    = &route{pattern: "/v1/locks/{name}", method: http.MethodDelete, perm: PermForceRelease, op: "force-release", handle: (*Server).forceRelease, query: []string{fieldToken}}
+	routeList     = &route{pattern: "/v1/locks", method: http.MethodGet, perm: PermInspect, op: "list locks", handle: (*Server).list, query: []string{fieldPrefix, fieldLimit, fieldCursor}}
 	routeAcquire  = &route{pattern: "/v1/locks/{name}/acquire", method: http.MethodPost, perm: PermAcquire, op: opAcquire, handle: (*Server).acquire, body: acquireFields}
 	routeRefresh  = &route{pattern: "/v1/locks/{name}/refresh", method: http.MethodPost, perm: PermAcquire, op: opRefresh, handle: (*Server).refresh, body: refreshFields}
 	routeRelease  = &route{pattern: "/v1/locks/{name}/release", method: http.MethodPost, perm: PermAcquire, op: opRelease, handle: (*Server).release, body: releaseFields}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"time"
 )
 
 // tlsFiles are the PEM files a set of TLS flags names, and the flags'
@@ -62,6 +63,9 @@ func (f tlsFiles) server() (*tls.Config, error) {
 	return tc, nil
 }
 
+// certificate loads f.cert and f.key into tc, refusing a certificate
+// outside its validity now: served, every handshake would fail, and only
+// as a line per connection in the log.
 func (f tlsFiles) certificate(tc *tls.Config) error {
 	if f.cert == "" {
 		return nil
@@ -70,7 +74,31 @@ func (f tlsFiles) certificate(tc *tls.Config) error {
 	if err != nil {
 		return fmt.Errorf("%s %s, %s %s: %w", f.certFlag, f.cert, f.keyFlag, f.key, err)
 	}
+	if err := checkValidity(c, time.Now()); err != nil {
+		return fmt.Errorf("%s %s: %w", f.certFlag, f.cert, err)
+	}
 	tc.Certificates = []tls.Certificate{c}
+	return nil
+}
+
+// checkValidity refuses a certificate whose leaf has expired or is not
+// valid yet at now.
+func checkValidity(c tls.Certificate, now time.Time) error {
+	leaf := c.Leaf
+	if leaf == nil { // LoadX509KeyPair fills it, unless GODEBUG x509keypairleaf=0
+		var err error
+		if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return err
+		}
+	}
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("the certificate expired at %s (%s ago): renew it",
+			leaf.NotAfter.UTC().Format(time.RFC3339), now.Sub(leaf.NotAfter).Round(time.Second))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("the certificate is not valid before %s (%s from now): check this machine's clock, or the certificate's dates",
+			leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotBefore.Sub(now).Round(time.Second))
+	}
 	return nil
 }
 

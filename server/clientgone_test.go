@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/fenced/fenced/internal/testenv"
+)
+
+// TestClientGoneKeepsWaitersGrant: two servers share the lease store. The
+// caller's acquire with a waiter id is answered by B (lease L); a copy of
+// the same request reaches A, whose lock client finds L again, and A's
+// client has gone by the time it does. A used to release L: the caller
+// held a token whose lock was free, and the next caller took it at once.
+// A keeps it, and so it does with a new grant made for a waiter whose
+// client went away: the waiter's next request is handed it.
+func TestClientGoneKeepsWaitersGrant(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			for _, c := range []struct{ name, body string }{
+				{"try", `{"ttl_ms":30000,"waiter":"` + strings.Repeat("ab", 16) + `"}`},
+				{"fair", `{"ttl_ms":30000,"wait_ms":1000,"waiter":"` + strings.Repeat("cd", 16) + `"}`},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					ctx, cancel := context.WithCancel(t.Context())
+					eB := newEnv(t, b.store, nil)
+					eA := newEnv(t, &hookStore{LeaseStore: b.store, after: cancel}, nil)
+					name := testenv.Name(t)
+					l := eB.mustAcquire(name, c.body)
+
+					// A's copy: its client is gone once the store has answered.
+					req := httptest.NewRequestWithContext(ctx, "POST", "/v1/locks/"+name+"/acquire", strings.NewReader(c.body))
+					rec := httptest.NewRecorder()
+					eA.srv.ServeHTTP(rec, req)
+					if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "kept for the waiter's next request") {
+						t.Errorf("the late copy: %d %s; want 503 saying the lease is kept", rec.Code, rec.Body)
+					}
+					if st := eB.state(name); !st.Held || st.Token != l.Token {
+						t.Fatalf("after a late copy of the acquire whose client went away: %+v; want still held with token %d", st, l.Token)
+					}
+					r := eB.do("POST", "/v1/locks/"+name+"/refresh", `{"lease_id":"`+l.LeaseID+`","ttl_ms":30000}`)
+					if r.status != http.StatusOK {
+						t.Fatalf("refresh of the caller's lease: %d %s; want it still held", r.status, r.body)
+					}
+					if _, r := eB.acquire(name, `{"ttl_ms":30000}`); r.status != http.StatusConflict {
+						t.Fatalf("another caller's acquire: %d %s; want 409 held", r.status, r.body)
+					}
+					if v := metric(eA.scrape(), "fenced_acquisitions_total", "result", "cancelled"); v != 1 {
+						t.Fatalf("fenced_acquisitions_total{result=cancelled} %v, want 1", v)
+					}
+				})
+			}
+
+			t.Run("new grant", func(t *testing.T) {
+				ctx, cancel := context.WithCancel(t.Context())
+				eA := newEnv(t, &hookStore{LeaseStore: b.store, after: cancel}, nil)
+				eB := newEnv(t, b.store, nil)
+				name := testenv.Name(t)
+				body := `{"ttl_ms":30000,"waiter":"` + strings.Repeat("ef", 16) + `"}`
+				req := httptest.NewRequestWithContext(ctx, "POST", "/v1/locks/"+name+"/acquire", strings.NewReader(body))
+				rec := httptest.NewRecorder()
+				eA.srv.ServeHTTP(rec, req)
+				if rec.Code != http.StatusServiceUnavailable {
+					t.Fatalf("acquire whose client went away: %d %s", rec.Code, rec.Body)
+				}
+				st := eB.state(name)
+				if !st.Held {
+					t.Fatalf("a waiter's grant was released when its client went away: %+v", st)
+				}
+				// The waiter's next request, here through B, is handed it.
+				if l := eB.mustAcquire(name, body); l.Token != st.Token {
+					t.Fatalf("the waiter's next request got token %d, want the kept grant's %d", l.Token, st.Token)
+				}
+			})
+		})
+	}
+}
+
+// TestClientGoneTakesOffReentry: a holder's reentry without a waiter id
+// whose client went away is taken off again: one release, which leaves
+// the holder's own hold.
+func TestClientGoneTakesOffReentry(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			e := newEnv(t, b.store, nil)
+			hooked := newEnv(t, &hookStore{LeaseStore: b.store, after: cancel}, nil)
+			name := testenv.Name(t)
+			body := `{"ttl_ms":30000,"holder":"worker-5c1d9e2f7a3b"}`
+			l := e.mustAcquire(name, body)
+			req := httptest.NewRequestWithContext(ctx, "POST", "/v1/locks/"+name+"/acquire", strings.NewReader(body))
+			rec := httptest.NewRecorder()
+			hooked.srv.ServeHTTP(rec, req)
+			if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "released") {
+				t.Fatalf("reentry whose client went away: %d %s", rec.Code, rec.Body)
+			}
+			if st := e.state(name); !st.Held || st.Count != 0 || st.Token != l.Token { // count absent for one hold
+				t.Fatalf("after the reentry was taken off: %+v; want held once with token %d", st, l.Token)
+			}
+			if r := e.release(name, l.LeaseID); r.status != http.StatusOK || e.state(name).Held {
+				t.Fatalf("the holder's one release: %d %s; want the lock free", r.status, r.body)
+			}
+		})
+	}
+}
