@@ -113,10 +113,15 @@
 // database that must not be done twice. They roll back and return the error
 // wrapped; [IsRetryable] reports whether running the whole transaction
 // again may succeed. A COMMIT that was sent and got no answer (the
-// connection lost, the context ended) matches [ErrCommitUnknown]: the server
-// may have applied it, and the fence, which admits a holder's token again,
-// cannot stop the write from being applied twice if it is run again. Read
-// what it changed first, or make it idempotent.
+// connection lost, the context ended), or whose session was ended while it
+// ran, by PostgreSQL (an error of severity FATAL or PANIC) or by a pooler
+// (PgBouncer's own errors, SQLSTATE 08P01, when it loses the server
+// connection or its query_timeout fires), matches [ErrCommitUnknown]: the
+// server may have applied it, and the fence, which admits a holder's token
+// again, cannot stop the write from being applied twice if it is run again.
+// Read what it changed first, or make it idempotent. An ERROR answering the
+// COMMIT, a session that ended before COMMIT was sent, and a COMMIT never
+// sent because the context had ended, are rollbacks.
 //
 // # Connection poolers
 //
@@ -137,6 +142,11 @@
 // [Fence.Migrate] applies the versioned SQL files embedded in this package,
 // each once, in one transaction under the advisory lock [MigrationLockKey],
 // and records them in the table fence_schema_version; it is safe to run at
-// every start, from many processes at once. A schema holds one fence table,
-// because it holds one fence_admit function.
+// every start, from many processes at once. Once they are applied it creates
+// nothing, so the role that writes may run it with no CREATE privilege (USAGE
+// on the schema and SELECT, INSERT and UPDATE on its tables); the first run
+// needs a role that may create in the schema, such as its owner (fenced
+// admin pg-migrate, or the script of fenced admin pg-sql, does it apart from
+// the application). A schema holds one fence table, because it holds one
+// fence_admit function.
 package postgres

@@ -27,6 +27,10 @@ const (
 	sqlStateDeadlockDetected     = "40P01"
 )
 
+// sqlStateClassConnectionException is the class of SQLSTATEs for a lost
+// connection, 08; PgBouncer's own errors are 08P01.
+const sqlStateClassConnectionException = "08"
+
 // sqlStateCharacterNotInRepertoire is what the server answers for a text
 // parameter with a NUL byte or invalid UTF-8.
 const sqlStateCharacterNotInRepertoire = "22021"
@@ -70,10 +74,15 @@ var (
 	ErrInvalidName = errors.New("postgres: invalid name")
 
 	// ErrCommitUnknown is matched by the error of a transaction whose COMMIT
-	// was sent and got no answer (the connection was lost, or the context
-	// ended): the server may have committed it. Do not run the write again
-	// blindly; the fence admits the same token again, so it cannot tell.
-	// Read what the write changed first, or make the write idempotent.
+	// was sent and got no answer from the transaction's session: the
+	// connection was lost, the context ended, or the session itself was
+	// ended while COMMIT ran, by PostgreSQL (an error of severity FATAL or
+	// PANIC, such as 57P01 admin_shutdown) or by a pooler such as PgBouncer
+	// (its own FATAL errors, SQLSTATE class 08, when it loses the server
+	// connection or its query_timeout fires). The server may have committed
+	// it. Do not run the write again blindly; the fence admits the same
+	// token again, so it cannot tell. Read what the write changed first, or
+	// make the write idempotent.
 	ErrCommitUnknown = errors.New("postgres: the commit's outcome is unknown: the write may have been applied")
 
 	// ErrInvalidOption is returned by the constructors for an option that is
@@ -82,14 +91,41 @@ var (
 	ErrInvalidOption = errors.New("postgres: invalid option")
 )
 
-// commitUnknown reports whether a failed COMMIT may have been applied: the
-// server did not answer it (a *pgconn.PgError or pgx.ErrTxCommitRollback
-// means it rolled back). pgconn.SafeToRetry is no guide here: a COMMIT the
-// server applied, its answer lost with the connection, came back as pgx's
-// "conn closed", which it calls safe to retry.
+// commitUnknown reports whether a failed COMMIT may have been applied.
+// PostgreSQL's answer to it (an ERROR, such as a serialization failure,
+// or pgx.ErrTxCommitRollback) means it rolled back; an error that
+// ends the session instead (FATAL or PANIC, or class 08, which PgBouncer
+// sends when it loses the server connection or its query_timeout fires
+// while COMMIT runs) does not say whether the server got as far as
+// committing, and neither does no answer.
 func commitUnknown(err error) bool {
-	var pgErr *pgconn.PgError
-	return !errors.As(err, &pgErr) && !errors.Is(err, pgx.ErrTxCommitRollback)
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return endsSession(pe)
+	}
+	return !commitNotSent(err)
+}
+
+// endsSession reports whether pe ends the session rather than answering a
+// statement.
+func endsSession(pe *pgconn.PgError) bool {
+	sev := pe.SeverityUnlocalized
+	if sev == "" {
+		sev = pe.Severity // PgBouncer and servers before 9.6 send only this
+	}
+	return sev == "FATAL" || sev == "PANIC" || strings.HasPrefix(pe.Code, sqlStateClassConnectionException)
+}
+
+// commitNotSent reports whether err says that pgconn never sent the COMMIT
+// (the context had ended before it), so the transaction rolled back with
+// its connection. pgconn.SafeToRetry alone is no guide: a COMMIT the server
+// applied, its answer lost with the connection, comes back as "conn closed"
+// (pgconn.ErrConnClosed), which it also calls safe to retry.
+func commitNotSent(err error) bool {
+	return pgconn.SafeToRetry(err) && !errors.Is(err, pgconn.ErrConnClosed)
 }
 
 // hasCode reports whether err is a PostgreSQL error with SQLSTATE code.

@@ -160,9 +160,10 @@ func (f *Fence) admit(ctx context.Context, q querier, resource string, t fence.T
 // as a [*fence.StaleError] (fn is not called), an error raised by the SQL
 // function fence_admit inside fn mapped by [MapError], and a serialization
 // failure wrapped so that [IsRetryable] reports it. A COMMIT sent that got
-// no answer matches [ErrCommitUnknown]: it may have been applied. InTx does
-// not retry; retrying is the caller's choice because fn may have effects
-// outside the database.
+// no answer, or whose session ended while it ran (a FATAL error, or a
+// pooler's class 08 error), matches [ErrCommitUnknown]: it may have been
+// applied. InTx does not retry; retrying is the caller's choice because fn
+// may have effects outside the database.
 func (f *Fence) InTx(ctx context.Context, resource string, t fence.Token, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if _, err := pgToken(t); err != nil {
 		return err
@@ -220,9 +221,17 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, admit, fn func(c
 			return dbError(ctx, MapError(err))
 		}
 	}
+	// The error of a session that ended before COMMIT is read only after
+	// COMMIT is sent, and would pass for COMMIT's own.
+	if err := sessionEnded(tx); err != nil {
+		return dbError(ctx, fmt.Errorf("postgres: commit not sent: the session ended before it, so the transaction rolled back: %w", err))
+	}
 	if err := tx.Commit(ctx); err != nil {
-		if commitUnknown(err) {
+		switch {
+		case commitUnknown(err):
 			return dbError(ctx, fmt.Errorf("postgres: commit: %w: %w", ErrCommitUnknown, err))
+		case commitNotSent(err):
+			return dbError(ctx, fmt.Errorf("postgres: commit not sent, so the transaction rolled back: %w", err))
 		}
 		return dbError(ctx, fmt.Errorf("postgres: commit: %w", err))
 	}

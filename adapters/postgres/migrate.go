@@ -18,6 +18,10 @@ import (
 // ASCII.
 const MigrationLockKey int64 = 0x66656e636564
 
+// sqlStateInsufficientPrivilege is what the server answers a statement its
+// role may not run.
+const sqlStateInsufficientPrivilege = "42501"
+
 // versionTable records the migrations applied in a schema.
 const versionTable = "fence_schema_version"
 
@@ -28,8 +32,8 @@ type migration struct {
 }
 
 type migrateSQL struct {
-	schemaExists, createSchema, versionTable, applied, record, lock, check string
-	migrations                                                             []migration
+	schemaExists, createSchema, versionTableExists, versionTable, applied, record, lock, check string
+	migrations                                                                                 []migration
 }
 
 // renderMigrate renders the migration runner's statements and the
@@ -37,13 +41,14 @@ type migrateSQL struct {
 func renderMigrate(idents map[string]string) (migrateSQL, error) {
 	var m migrateSQL
 	err := renderAll(idents, map[string]*string{
-		"sql/migrate_lock.sql":      &m.lock,
-		"sql/schema_exists.sql":     &m.schemaExists,
-		"sql/create_schema.sql":     &m.createSchema,
-		"sql/version_table.sql":     &m.versionTable,
-		"sql/versions_applied.sql":  &m.applied,
-		"sql/version_record.sql":    &m.record,
-		"sql/fence_table_check.sql": &m.check,
+		"sql/migrate_lock.sql":         &m.lock,
+		"sql/schema_exists.sql":        &m.schemaExists,
+		"sql/create_schema.sql":        &m.createSchema,
+		"sql/version_table_exists.sql": &m.versionTableExists,
+		"sql/version_table.sql":        &m.versionTable,
+		"sql/versions_applied.sql":     &m.applied,
+		"sql/version_record.sql":       &m.record,
+		"sql/fence_table_check.sql":    &m.check,
 	})
 	if err != nil {
 		return m, err
@@ -79,6 +84,11 @@ func renderMigrate(idents map[string]string) (migrateSQL, error) {
 // fence_schema_version that records the migrations applied. It creates the
 // schema if it is missing.
 //
+// When every migration is recorded, Migrate creates nothing and needs no
+// CREATE privilege: a role that only writes may run it at every start. When
+// something is missing and the role may not create it, the error (SQLSTATE
+// 42501) says to run Migrate once as the schema's owner, or to grant CREATE.
+//
 // Migrate is idempotent and safe to run from several processes at once: it
 // runs in one READ COMMITTED transaction that first takes the advisory lock
 // [MigrationLockKey], applies only the migrations not recorded yet, and
@@ -112,11 +122,19 @@ func (f *Fence) migrateTx(ctx context.Context, tx pgx.Tx) error {
 	}
 	if !exists {
 		if _, err := tx.Exec(ctx, m.createSchema); err != nil {
-			return err
+			return f.mayNotCreate(err, "database")
 		}
 	}
-	if _, err := tx.Exec(ctx, m.versionTable); err != nil {
+	// Nor the version table: CREATE TABLE IF NOT EXISTS needs CREATE on the
+	// schema even when the table exists, and a role that only uses the
+	// fence runs Migrate at start too.
+	if err := tx.QueryRow(ctx, m.versionTableExists, f.schema, versionTable).Scan(&exists); err != nil {
 		return err
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, m.versionTable); err != nil {
+			return f.mayNotCreate(err, "schema")
+		}
 	}
 	rows, err := tx.Query(ctx, m.applied)
 	if err != nil {
@@ -141,7 +159,7 @@ func (f *Fence) migrateTx(ctx context.Context, tx pgx.Tx) error {
 			continue
 		}
 		if _, err := tx.Exec(ctx, mig.sql); err != nil {
-			return fmt.Errorf("migration %04d_%s: %w", mig.version, mig.name, err)
+			return fmt.Errorf("migration %04d_%s: %w", mig.version, mig.name, f.mayNotCreate(err, "schema"))
 		}
 		if _, err := tx.Exec(ctx, m.record, mig.version, mig.name, f.table); err != nil {
 			return err
@@ -156,4 +174,20 @@ func (f *Fence) migrateTx(ctx context.Context, tx pgx.Tx) error {
 			ErrInvalidOption, f.schema, f.table, problem)
 	}
 	return nil
+}
+
+// mayNotCreate adds to a refusal of CREATE (on the "database" for a
+// missing schema, else on the "schema") what to do about it; other errors
+// it returns as they are.
+func (f *Fence) mayNotCreate(err error, on string) error {
+	if !hasCode(err, sqlStateInsufficientPrivilege) {
+		return err
+	}
+	grant := "GRANT CREATE ON SCHEMA " + pgx.Identifier{f.schema}.Sanitize()
+	if on == "database" {
+		grant = "GRANT CREATE ON DATABASE (this database)"
+	}
+	return fmt.Errorf("%w; Migrate has something to create and this role may not: run it once as the schema's owner "+
+		"(or fenced admin pg-migrate --database-url with the owner's URL, or the script of fenced admin pg-sql through psql), "+
+		"or %s TO this role; once the migrations are applied, Migrate needs no CREATE", err, grant)
 }

@@ -87,6 +87,14 @@ func testStatementCacheAdvice(t *testing.T, dsn string) {
 // not installed: CI installs it. The process is stopped when the test ends.
 func startPgBouncer(t *testing.T) string {
 	t.Helper()
+	return startPgBouncerTo(t, "", 0, "")
+}
+
+// startPgBouncerTo is startPgBouncer with the server at host:port instead
+// of the test database's (when host is not empty; a fault proxy, say) and
+// extra lines for the [pgbouncer] section.
+func startPgBouncerTo(t *testing.T, host string, port int, extra string) string {
+	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		bin, err = exec.LookPath("/usr/sbin/pgbouncer") // Debian's, off a user's PATH
@@ -108,13 +116,16 @@ func startPgBouncer(t *testing.T) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if host == "" {
+		host, port = target.Host, int(target.Port)
+	}
 	server := fmt.Sprintf("host=%s port=%d dbname=%s user=%s",
-		connValue(target.Host), target.Port, connValue(target.Database), connValue(target.User))
+		connValue(host), port, connValue(target.Database), connValue(target.User))
 	if target.Password != "" {
 		server += " password=" + connValue(target.Password)
 	}
 	for try := 1; ; try++ {
-		port, err := freeport.Port()
+		listen, err := freeport.Port()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,11 +143,12 @@ default_pool_size = 2
 max_client_conn = 500
 logfile =
 pidfile =
-`, server, port)
+%[3]s
+`, server, listen, extra)
 		if err := os.WriteFile(conf, []byte(ini), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		dsn := fmt.Sprintf("postgres://fenced@127.0.0.1:%d/fenced?sslmode=disable", port)
+		dsn := fmt.Sprintf("postgres://fenced@127.0.0.1:%d/fenced?sslmode=disable", listen)
 		out, err := runPgBouncer(t, bin, conf, dsn)
 		if err == nil {
 			return dsn

@@ -21,8 +21,12 @@ import (
 // table of another name makes the script fail, as Migrate does.
 //
 // The script is BEGIN, one DO statement and COMMIT; it needs no psql
-// meta-command. Tools that run each migration file in a transaction of their
-// own may drop the BEGIN and COMMIT lines: the DO statement is atomic alone.
+// meta-command. Tools that run each migration file in a READ COMMITTED
+// transaction of their own (PostgreSQL's default level) may drop the BEGIN
+// and COMMIT lines: the DO statement is atomic alone. At REPEATABLE READ or
+// SERIALIZABLE its snapshot would predate the advisory lock and miss what
+// another migrator applied meanwhile, so there it fails at once, saying so,
+// and applies nothing.
 //
 // Options are those of [NewFence]: [WithSchema] (default "public") and
 // [WithTable] (default "fence_tokens") name what is migrated, and
@@ -53,7 +57,7 @@ func MigrationSQL(opts ...Option) (string, error) {
 	q := map[string]*string{}
 	stmts := []struct{ name, sql string }{
 		{"lock", m.lock}, {"schemaExists", m.schemaExists}, {"createSchema", m.createSchema},
-		{"versionTable", m.versionTable}, {"applied", m.applied}, {"record", m.record},
+		{"versionTableExists", m.versionTableExists}, {"versionTable", m.versionTable}, {"applied", m.applied}, {"record", m.record},
 		{"check", m.check},
 	}
 	for _, s := range stmts {
@@ -74,20 +78,28 @@ func MigrationSQL(opts ...Option) (string, error) {
 -- missing, and applies only the migrations not recorded in its table
 -- %s.
 -- Run it with: psql -v ON_ERROR_STOP=1 -f THIS_FILE
--- A tool that wraps each migration in its own transaction (Flyway,
--- Liquibase) may drop the BEGIN and COMMIT lines: the DO statement is atomic
--- on its own.
+-- A tool that wraps each migration in its own READ COMMITTED transaction
+-- (Flyway, Liquibase) may drop the BEGIN and COMMIT lines: the DO statement
+-- is atomic on its own. At another isolation level it fails, changing nothing.
 BEGIN ISOLATION LEVEL READ COMMITTED;
 
 DO $fenced_migrate$
 DECLARE
 	schema_exists boolean;
+	version_table_exists boolean;
 	applied_version integer;
 	applied_table text;
 	applied integer[] := '{}';
 	done integer := 0;
 	problem text;
 BEGIN
+	-- At REPEATABLE READ or SERIALIZABLE the snapshot is taken before the
+	-- lock, and misses the versions that a migrator holding it recorded.
+	IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
+		RAISE EXCEPTION 'postgres: the fence migrations must run at READ COMMITTED, not %%', upper(current_setting('transaction_isolation'))
+			USING ERRCODE = 'invalid_transaction_state',
+				HINT = 'Keep the script''s BEGIN ISOLATION LEVEL READ COMMITTED line, or have the tool run it at READ COMMITTED.';
+	END IF;
 	EXECUTE %s
 		USING %d::bigint;
 	EXECUTE %s
@@ -95,7 +107,11 @@ BEGIN
 	IF NOT schema_exists THEN
 		EXECUTE %s;
 	END IF;
-	EXECUTE %s;
+	EXECUTE %s
+		INTO version_table_exists USING %s, %s;
+	IF NOT version_table_exists THEN
+		EXECUTE %s;
+	END IF;
 	FOR applied_version, applied_table IN EXECUTE %s LOOP
 		IF applied_table <> %s THEN
 			RAISE EXCEPTION 'postgres: schema %% already has the fence table %%, not %%; one fence table per schema',
@@ -108,6 +124,7 @@ BEGIN
 		*q["lock"], MigrationLockKey,
 		*q["schemaExists"], schemaLit,
 		*q["createSchema"],
+		*q["versionTableExists"], schemaLit, quoteLiteral(versionTable),
 		*q["versionTable"],
 		*q["applied"],
 		tableLit, schemaLit, tableLit)
