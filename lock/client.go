@@ -435,6 +435,34 @@ func (c *Client) ReleaseID(ctx context.Context, name, leaseID, op string) error 
 	return c.store.Release(ctx, name, leaseID, op)
 }
 
+// UnhandedReleaser is a LeaseStore that can release a grant unless another
+// request of its acquisition was handed it (AcquireRequest.Rejoin): a
+// server whose client went away frees the grant it made, where a copy of
+// the request may already have been handed it, through this server or
+// another (docs/design.md, defect 153). RedisStore and EtcdStore are; a
+// store that wraps one should pass the method on.
+type UnhandedReleaser interface {
+	// ReleaseUnhanded releases leaseID's grant of name if no other
+	// request was handed it: true if it did; false, and nothing changed,
+	// if it was handed, or is not held by leaseID, or the store cannot
+	// tell (then it keeps it).
+	ReleaseUnhanded(ctx context.Context, name, leaseID string) (bool, error)
+}
+
+// ReleaseUnhanded releases the grant of name that leaseID holds, unless
+// another request of its acquisition was handed it (UnhandedReleaser).
+// With a store that cannot tell, it releases nothing: false.
+func (c *Client) ReleaseUnhanded(ctx context.Context, name, leaseID string) (bool, error) {
+	if err := validateID(name, leaseID); err != nil {
+		return false, err
+	}
+	u, ok := c.store.(UnhandedReleaser)
+	if !ok {
+		return false, nil
+	}
+	return u.ReleaseUnhanded(ctx, name, leaseID)
+}
+
 // NewReleaseID returns a fresh release id (LeaseKeeper.Release): 128
 // random bits in hex.
 func NewReleaseID() (string, error) { return newLeaseID() }

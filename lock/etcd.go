@@ -135,6 +135,9 @@ type holding struct {
 	// a refresh numbered lower arrived late and is not applied (defect
 	// 102).
 	seq uint64
+	// handed: another request of its acquisition was handed it here
+	// (handOver): ReleaseUnhanded leaves it.
+	handed bool
 }
 
 type tombstone struct {
@@ -574,6 +577,9 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		if op.rejoinAs != "" && hr.curHeld && hr.cur.Waiter == op.rejoinAs {
 			// Granted to this acquisition already, the answer lost on its way
 			// to the caller: the same lease again, its count unchanged.
+			if err := s.handOver(ctx, req.Name, hr.cur.LeaseID); err != nil {
+				return Grant{}, err
+			}
 			g, err := s.Refresh(ctx, req.Name, hr.cur.LeaseID, req.TTL, 0)
 			if err != nil {
 				// A place this attempt joined stays (see leaveJoined): a
@@ -866,6 +872,59 @@ func (s *EtcdStore) abandon(name, leaseID string) {
 			return err == nil || errors.Is(err, ErrLost) // released, or it was never created
 		})
 	}()
+}
+
+// handOver marks leaseID's grant of name handed to another request of its
+// acquisition: a write to its key, which every store's ReleaseUnhanded
+// compares (the key's mod revision as the store that made the grant wrote
+// it), and on this store the holding's handed, since a refresh here
+// writes nothing (defect 153). ErrLost if leaseID no longer holds it.
+func (s *EtcdStore) handOver(ctx context.Context, name, leaseID string) error {
+	s.mu.Lock()
+	if h := s.held[name]; h != nil && h.id == leaseID {
+		h.handed = true
+	}
+	s.mu.Unlock()
+	resp, err := s.kv.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)...).
+		Then(clientv3.OpPut(s.ks.LockKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).Commit()
+	if err != nil {
+		return backendErr("etcd", "acquire", err)
+	}
+	if !resp.Succeeded {
+		return ErrLost
+	}
+	s.mu.Lock()
+	if h := s.held[name]; h != nil && h.id == leaseID && !h.unsure {
+		h.modRev = resp.Header.Revision // as this store wrote it, for its deadline's delete
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// ReleaseUnhanded implements UnhandedReleaser: for a grant this store made
+// and holds once, a delete on condition that its key is still as this
+// store wrote it (no other store's handOver or take-over since) and that
+// no request here was handed it.
+func (s *EtcdStore) ReleaseUnhanded(ctx context.Context, name, leaseID string) (bool, error) {
+	s.mu.Lock()
+	h := s.held[name]
+	if h == nil || h.id != leaseID || h.handed || h.unsure || h.holds > 1 {
+		s.mu.Unlock()
+		return false, nil
+	}
+	op := etcdOp{kind: opExpire, name: name, id: leaseID, modRev: h.modRev, plain: h.plain}
+	s.mu.Unlock()
+	_, err := s.gc.Do(clientv3.WithRequireLeader(ctx), name, op)
+	switch {
+	case errors.Is(err, errHeld):
+		return false, nil
+	case err != nil:
+		return false, backendErr("etcd", "release", err)
+	}
+	s.mu.Lock()
+	s.releasedLocked(name, leaseID)
+	s.mu.Unlock()
+	return true, nil
 }
 
 // abandonedFor is how long an abandoned attempt's mark lasts: a create

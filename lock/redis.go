@@ -255,6 +255,21 @@ func (s *RedisStore) release(ctx context.Context, name, leaseID, op string) (ok 
 	return err == nil && n != 0, err
 }
 
+// ReleaseUnhanded implements UnhandedReleaser: the release script, told
+// to leave a grant that acquire.lua handed to another request of its
+// acquisition, or that is held more than once.
+func (s *RedisStore) ReleaseUnhanded(ctx context.Context, name, leaseID string) (bool, error) {
+	op, err := newLeaseID()
+	if err != nil {
+		return false, err
+	}
+	n, err := s.run(ctx, releaseScript, s.keys(name), leaseID, s.channel(name), op, "", "1").Int64()
+	if err != nil {
+		return false, backendErr("redis", "release", err)
+	}
+	return n == 1, nil
+}
+
 // abandonedKey marks leaseID's attempt abandoned (abandonLease).
 func (s *RedisStore) abandonedKey(name, leaseID string) string {
 	return s.prefix + "{" + name + "}:abandoned:" + leaseID

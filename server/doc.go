@@ -83,10 +83,12 @@
 // request log), not as a backend error, and answers 503 unavailable,
 // which only a client still listening (a server whose base context ended)
 // can see. A lease taken for a client that went away is released at once,
-// unless the acquire carried a waiter id: its grant may already have
-// reached the client through a copy of the request, and the waiter's next
-// request, on any server, is handed it; the client's give-up (a final
-// request) or the TTL ends it.
+// unless the acquire carried a waiter id and a copy of the request, on
+// this server or another, was handed the grant already (the store tells,
+// lock.UnhandedReleaser; a store that cannot keeps it), or the grant was
+// one found again: then the waiter's next request, on any server, is
+// handed it, and the client's give-up (a final request) or the TTL ends
+// it.
 //
 // [Server.Drain], for a server about to shut down, ends every wait at
 // once: an acquire or campaign with wait_ms, and an election long poll,

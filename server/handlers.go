@@ -198,25 +198,37 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 // clientGone answers an acquire whose client went away while the lease l
 // was being taken. Without a waiter id nobody can ever learn l's lease id,
 // so it is released now rather than at the end of its TTL (for a holder's
-// reentry, that takes off the one hold this request added). With one, l
-// is the acquisition's grant, which a copy of this request, on this server
-// or another, may already have handed to the client, and which the
-// waiter's next request is handed: releasing it would free a lock its
-// holder believes it holds. The client's give-up (a final request) or the
-// TTL ends it.
+// reentry, that takes off the one hold this request added). With one, a
+// copy of this request, on this server or another, may have been handed
+// l (defect 148): a grant found again is kept, and a new one is released
+// only if no other request was handed it (lock.UnhandedReleaser, defect
+// 153). A grant kept goes to the waiter's next request, or the client's
+// give-up (a final request) or the TTL ends it.
 func (s *Server) clientGone(w http.ResponseWriter, r *http.Request, name string, req acquireRequest, l *lock.Lease) {
 	s.metrics.acquisitions.WithLabelValues(resultCancelled).Inc()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.backendTimeout)
+	defer rcancel()
 	// A grant found again without a waiter is a reentry this request
 	// counted; any other is someone's grant.
 	if req.waiter != "" || (l.Reused() && req.holder == "") {
-		s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease kept for the waiter's next request",
-			slog.String("lock", name), slog.Bool("found_again", l.Reused()))
+		released := false
+		var err error
+		if !l.Reused() {
+			released, err = s.locks.ReleaseUnhanded(rctx, name, l.ID())
+		}
+		if !released {
+			s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease kept for the waiter's next request",
+				slog.String("lock", name), slog.Bool("found_again", l.Reused()), slog.Any("release_err", err))
+			writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+				message: "request cancelled while the lease was taken; the lease is kept for the waiter's next request"})
+			return
+		}
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease released",
+			slog.String("lock", name))
 		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
-			message: "request cancelled while the lease was taken; the lease is kept for the waiter's next request"})
+			message: "request cancelled while the lease was taken; the lease was released"})
 		return
 	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.backendTimeout)
-	defer rcancel()
 	err := s.locks.ReleaseID(rctx, name, l.ID(), "")
 	s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease released",
 		slog.String("lock", name), slog.Any("release_err", err))

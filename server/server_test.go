@@ -565,6 +565,11 @@ func (h *hookStore) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.
 	return g, err
 }
 
+// ReleaseUnhanded passes the method on, as a wrapping store should.
+func (h *hookStore) ReleaseUnhanded(ctx context.Context, name, leaseID string) (bool, error) {
+	return h.LeaseStore.(lock.UnhandedReleaser).ReleaseUnhanded(ctx, name, leaseID)
+}
+
 // TestClientGoneDuringAcquire: a lease taken for a client that has gone
 // away is released at once, not left to its TTL.
 func TestClientGoneDuringAcquire(t *testing.T) {

@@ -67,6 +67,9 @@ if cur and ARGV[6] ~= '' then
       redis.call('ZREM', KEYS[3], ARGV[3])
       redis.call('ZREM', KEYS[4], ARGV[3])
     end
+    -- Handed to this request: the request that made the grant, whose
+    -- client went away, may no longer release it (release.lua, defect 153).
+    redis.call('HSET', KEYS[2], 'hd', '1')
     -- Extended to the TTL asked for, which the caller counts from this
     -- attempt, as a refresh does (never shortened under reentrant holds).
     local c = tonumber(g[3] or '1')

@@ -3,7 +3,9 @@
 -- 6 released (the lease ids released lately, newest first); an abandon's
 -- also 7 abandoned:<lease id>.
 -- ARGV: 1 lease id, 2 the release channel, 3 a nonce drawn for this call;
--- an abandon's also 4 the attempt's TTL in ms.
+-- an abandon's also 4 the attempt's TTL in ms; 5 '1' to release only a
+-- grant no other request of its acquisition was handed (acquire.lua's
+-- 'hd'), held once: else it returns 3 and changes nothing (defect 153).
 -- Returns 1 when released, 2 when a reentrant holder still holds it (its
 -- count went down by one), 0 when not held.
 -- An abandon (the release of an attempt that failed without knowing
@@ -17,8 +19,9 @@
 -- the next holder came and went (docs/design.md, defects 4 and 70). No
 -- key outlives the leases it names.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  local h = redis.call('HMGET', KEYS[2], 'c', 't', 'ops')
+  local h = redis.call('HMGET', KEYS[2], 'c', 't', 'ops', 'hd')
   local c = tonumber(h[1] or '1')
+  if ARGV[5] == '1' and (h[4] or c > 1) then return 3 end
   -- A count-down runs once, even if this runs twice (the nonce marks it).
   if seen(h[3], ARGV[3]) then return 2 end
   if c > 1 then
