@@ -32,9 +32,7 @@ func TestClientGoneKeepsWaitersGrant(t *testing.T) {
 					l := eB.mustAcquire(name, c.body)
 
 					// A's copy: its client is gone once the store has answered.
-					req := httptest.NewRequestWithContext(ctx, "POST", "/v1/locks/"+name+"/acquire", strings.NewReader(c.body))
-					rec := httptest.NewRecorder()
-					eA.srv.ServeHTTP(rec, req)
+					rec := eA.acquireAs(ctx, name, c.body)
 					if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "kept for the waiter's next request") {
 						t.Errorf("the late copy: %d %s; want 503 saying the lease is kept", rec.Code, rec.Body)
 					}
@@ -63,9 +61,7 @@ func TestClientGoneKeepsWaitersGrant(t *testing.T) {
 				eB := newEnv(t, b.store, nil)
 				name := testenv.Name(t)
 				body := `{"ttl_ms":30000,"waiter":"` + strings.Repeat("ef", 16) + `"}`
-				req := httptest.NewRequestWithContext(ctx, "POST", "/v1/locks/"+name+"/acquire", strings.NewReader(body))
-				rec := httptest.NewRecorder()
-				eA.srv.ServeHTTP(rec, req)
+				rec := eA.acquireAs(ctx, name, body)
 				if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "released") {
 					t.Fatalf("acquire whose client went away: %d %s; want 503 saying the lease was released", rec.Code, rec.Body)
 				}
@@ -86,9 +82,7 @@ func TestClientGoneKeepsWaitersGrant(t *testing.T) {
 					handed = eB.mustAcquire(name, body)
 					cancel()
 				}}, nil)
-				req := httptest.NewRequestWithContext(ctx, "POST", "/v1/locks/"+name+"/acquire", strings.NewReader(body))
-				rec := httptest.NewRecorder()
-				eA.srv.ServeHTTP(rec, req)
+				rec := eA.acquireAs(ctx, name, body)
 				if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "kept") {
 					t.Fatalf("acquire whose client went away after a copy was handed its grant: %d %s; want 503 saying it is kept", rec.Code, rec.Body)
 				}
@@ -115,9 +109,7 @@ func TestClientGoneTakesOffReentry(t *testing.T) {
 			name := testenv.Name(t)
 			body := `{"ttl_ms":30000,"holder":"worker-5c1d9e2f7a3b"}`
 			l := e.mustAcquire(name, body)
-			req := httptest.NewRequestWithContext(ctx, "POST", "/v1/locks/"+name+"/acquire", strings.NewReader(body))
-			rec := httptest.NewRecorder()
-			hooked.srv.ServeHTTP(rec, req)
+			rec := hooked.acquireAs(ctx, name, body)
 			if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "released") {
 				t.Fatalf("reentry whose client went away: %d %s", rec.Code, rec.Body)
 			}
@@ -129,4 +121,13 @@ func TestClientGoneTakesOffReentry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// acquireAs sends an acquire of name with body whose request context is
+// ctx (which a hookStore may end as the store answers).
+func (e *env) acquireAs(ctx context.Context, name, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/locks/"+name+"/acquire", strings.NewReader(body))
+	rec := httptest.NewRecorder()
+	e.srv.ServeHTTP(rec, req)
+	return rec
 }

@@ -578,9 +578,7 @@ func TestClientGoneDuringAcquire(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			e := newEnv(t, &hookStore{LeaseStore: b.store, after: cancel}, nil)
 			name := testenv.Name(t)
-			req := httptest.NewRequestWithContext(ctx, "POST", "/v1/locks/"+name+"/acquire", strings.NewReader(`{"ttl_ms":60000}`))
-			rec := httptest.NewRecorder()
-			e.srv.ServeHTTP(rec, req)
+			rec := e.acquireAs(ctx, name, `{"ttl_ms":60000}`)
 			if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "released") {
 				t.Fatalf("acquire for a client gone: %d %s", rec.Code, rec.Body)
 			}

@@ -3,8 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenced/fenced/adapters/postgres"
-	"github.com/fenced/fenced/internal/faultproxy"
 )
 
 // acctFence returns a migrated Fence in a fresh schema, with a table acct
@@ -75,17 +72,7 @@ func wantUnknown(t *testing.T, err error, sqlstate string) {
 func TestCommitLostBehindPgBouncer(t *testing.T) {
 	pool := testPool(t)
 	f, schema, table := acctFence(t, pool)
-	cc := pool.Config().ConnConfig
-	proxy, err := faultproxy.New(net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	_, p, _ := net.SplitHostPort(proxy.Addr())
-	port, err := strconv.Atoi(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, port := postgresProxy(t, pool)
 	bouncer := poolAt(t, startPgBouncerTo(t, "127.0.0.1", port, "")+"&default_query_exec_mode=exec")
 	pf, err := postgres.NewFence(bouncer, postgres.WithSchema(schema))
 	if err != nil {

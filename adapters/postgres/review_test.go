@@ -29,17 +29,7 @@ func TestCommitWhoseAnswerIsLost(t *testing.T) {
 	table := ident(schema, "acct")
 	mustExec(t, pool, "CREATE TABLE "+table+" (id int PRIMARY KEY)")
 
-	cc := pool.Config().ConnConfig
-	proxy, err := faultproxy.New(net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	_, p, _ := net.SplitHostPort(proxy.Addr())
-	port, err := strconv.Atoi(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, port := postgresProxy(t, pool)
 	cfg := pool.Config().Copy()
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(port)
 	cfg.MaxConns = 1
@@ -77,4 +67,22 @@ func TestCommitWhoseAnswerIsLost(t *testing.T) {
 	if h, err := f.Highest(t.Context(), "acct-1"); err != nil || h != 5 {
 		t.Fatalf("highest token %d, %v; want 5", h, err)
 	}
+}
+
+// postgresProxy is a faultproxy in front of pool's server, closed by
+// t.Cleanup, and the port it listens on (127.0.0.1).
+func postgresProxy(t *testing.T, pool *pgxpool.Pool) (*faultproxy.Proxy, int) {
+	t.Helper()
+	cc := pool.Config().ConnConfig
+	proxy, err := faultproxy.New(net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	_, p, _ := net.SplitHostPort(proxy.Addr())
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proxy, port
 }
