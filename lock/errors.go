@@ -44,6 +44,14 @@ var (
 	// not shorten a lease a later refresh extended (docs/design.md,
 	// defect 102).
 	ErrOutOfOrder = errors.New("lock: refresh out of order: a later refresh of this lease was applied first")
+	// ErrInProgress: an earlier request of this remote acquisition (the same
+	// AcquireRequest.Rejoin) has taken the lease and is still taking its
+	// token, through this store or another: asked again in a moment, the
+	// acquisition is handed that grant (or finds the lock free, if the
+	// earlier request failed). It passes: the lock client tries again
+	// within its budget, and the server answers 503 (docs/design.md, defect
+	// 158).
+	ErrInProgress = errors.New("lock: an earlier request of this acquisition is still taking the lock")
 )
 
 // HeldError is returned by a LeaseStore's Acquire when another holder has

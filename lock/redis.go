@@ -198,6 +198,7 @@ type taken struct {
 	// held more (fresh: until RedlockStore.recover says how long).
 	recovering, fresh bool
 	reentry           bool          // the holder held it already: leaseID, token, count say how
+	inProgress        bool          // an earlier request of the acquisition took it, unconfirmed yet
 	leaseID           string        // reentry
 	token             fence.Token   // reentry
 	count             int           // reentry
@@ -231,6 +232,8 @@ func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error
 	case 3:
 		wait := asInt(v[1])
 		return taken{recovering: true, fresh: wait < 0, held: time.Duration(max(wait, 0)) * time.Millisecond}, nil
+	case 4:
+		return taken{inProgress: true, held: time.Duration(asInt(v[1])) * time.Millisecond}, nil
 	}
 	return taken{held: time.Duration(asInt(v[1])) * time.Millisecond, position: int(asInt(v[2])) + 1}, nil
 }
@@ -305,6 +308,8 @@ func (s *RedisStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, er
 		// The script extended the lease (never shortened it) with the
 		// count: no second step that could fail after the count went up.
 		return Grant{Token: t.token, TTL: req.TTL, LeaseID: t.leaseID, Count: t.count}, nil
+	case t.inProgress:
+		return Grant{}, ErrInProgress
 	case !t.ok:
 		return Grant{}, &HeldError{Remaining: t.held, Position: t.position}
 	}

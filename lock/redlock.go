@@ -261,6 +261,9 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 		if t.recovering {
 			return &NodeError{Node: i, Err: &RecoveringError{Wait: t.held}}
 		}
+		if t.inProgress {
+			return &NodeError{Node: i, Err: ErrInProgress}
+		}
 		takes[i] = t
 		if t.reentry {
 			return errReentered

@@ -38,7 +38,7 @@ func transient(err error) bool {
 		return len(q.Nodes) > 0
 	}
 	var re *RecoveringError // a Redlock node that lost its data: it takes leases again soon
-	if errors.As(err, &re) {
+	if errors.As(err, &re) || errors.Is(err, ErrInProgress) {
 		return true
 	}
 	if redis.IsAuthError(err) || redis.IsPermissionError(err) {

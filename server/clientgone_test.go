@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
 )
 
 // TestClientGoneKeepsWaitersGrant: two servers share the lease store. The
@@ -130,4 +131,30 @@ func (e *env) acquireAs(ctx context.Context, name, body string) *httptest.Respon
 	rec := httptest.NewRecorder()
 	e.srv.ServeHTTP(rec, req)
 	return rec
+}
+
+// inProgressStore answers every acquire that an earlier request of the
+// acquisition is still taking the lock.
+type inProgressStore struct{ lock.LeaseStore }
+
+func (inProgressStore) Acquire(context.Context, lock.AcquireRequest) (lock.Grant, error) {
+	return lock.Grant{}, lock.ErrInProgress
+}
+
+// Defect 158: a copy of an acquisition's request that meets the first
+// still taking its token is a 503, to ask again, not a 409 "held by
+// another holder", and no backend error.
+func TestAcquireInProgressAsksAgain(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnv(t, inProgressStore{b.store}, nil)
+			_, r := e.acquire(testenv.Name(t), `{"ttl_ms":30000,"waiter":"`+strings.Repeat("b2", 16)+`"}`)
+			if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "still taking") {
+				t.Fatalf("acquire while a copy is in progress: %d %s; want 503 saying to ask again", r.status, r.body)
+			}
+			if v := metric(e.scrape(), "fenced_backend_errors_total", "op", "acquire"); v != 0 {
+				t.Fatalf("fenced_backend_errors_total{op=acquire} %v, want 0", v)
+			}
+		})
+	}
 }

@@ -479,6 +479,11 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 		return shuttingDown(), resultError
 	case errors.Is(err, lock.ErrClosed):
 		return shuttingDown(), resultError
+	case errors.Is(err, lock.ErrInProgress):
+		// Not the store's fault: a copy of this request, here or on
+		// another node, is still taking the lock (defect 158).
+		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			message: fmt.Sprintf("an earlier request of this acquisition (the same waiter) is still taking lock %q, through this node or another: ask again in a moment, and it is handed that grant", name)}, resultError
 	}
 	s.metrics.backendErrors.WithLabelValues(op).Inc()
 	backend := backendOf(err)

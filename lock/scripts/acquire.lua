@@ -11,7 +11,9 @@
 -- {1, lease id, token, count} when the holder already held it (reentry,
 -- the lease extended to ttl ms unless it had longer);
 -- {2, holder's remaining ms (at least 1), or 0 if unknown or free, place in
--- the queue or -1} when not. An acquisition that finds the lease granted to
+-- the queue or -1} when not; {4, the lease's remaining ms} when an earlier
+-- request of the same remote acquisition (ARGV[6]) took it and has not
+-- confirmed it yet. An acquisition that finds the lease granted to
 -- its id already (a remote one whose answer was lost, see confirm.lua) gets
 -- {1, lease id, token, count}, as a reentry with the count unchanged, the
 -- lease extended to ttl ms (not shortened while held more than once).
@@ -48,9 +50,20 @@ end
 -- the lock for this lease's TTL, known to nobody, and a reentry of its
 -- holder would be handed this lease (docs/design.md, defect 142).
 -- The common case first: nobody waits, so a free lock goes to whoever asks.
+-- A remote acquisition's id goes into the new lease's token hash at once
+-- (confirm.lua writes it again): its next request, sent while this one is
+-- still taking its token, is told so ({4}), not that another holds the
+-- lock (docs/design.md, defect 158).
+local function taken()
+  redis.call('DEL', KEYS[2])
+  if ARGV[6] ~= '' then
+    redis.call('HSET', KEYS[2], 'w', ARGV[1] .. ' ' .. ARGV[6])
+    redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  end
+end
 if redis.call('EXISTS', KEYS[3]) == 0 then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    redis.call('DEL', KEYS[2])
+    taken()
     return {0}
   end
 end
@@ -62,6 +75,9 @@ if cur and ARGV[6] ~= '' then
   -- Bound to the lease id, so that a record left by an earlier lease of
   -- this name can never hand over a later one.
   local g = redis.call('HMGET', KEYS[2], 'w', 't', 'c')
+  if g[1] == cur .. ' ' .. ARGV[6] and not g[2] then
+    return {4, math.max(redis.call('PTTL', KEYS[1]), 1)}
+  end
   if g[1] == cur .. ' ' .. ARGV[6] and g[2] then
     if ARGV[3] ~= '' then
       redis.call('ZREM', KEYS[3], ARGV[3])
@@ -110,7 +126,7 @@ if not cur then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if ARGV[3] == '' or head == nil or head == ARGV[3] then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('DEL', KEYS[2])
+    taken()
     if ARGV[3] ~= '' then
       redis.call('ZREM', KEYS[3], ARGV[3])
       redis.call('ZREM', KEYS[4], ARGV[3])
