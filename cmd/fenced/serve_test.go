@@ -29,8 +29,10 @@ func TestServeRedis(t *testing.T) {
 	a := newAPI(t, p.listening())
 
 	a.must(200, "GET", "/readyz", "")
-	first := a.acquire(name, 500)
-	if first.ttlMs != 500 {
+	// 1.5 s: long enough for the 409 below to come while it is held on a
+	// loaded machine (a dev test's 250 ms lease ran out there, in CI).
+	first := a.acquire(name, 1500)
+	if first.ttlMs != 1500 {
 		t.Fatalf("ttl_ms %d: Redis leases keep the TTL asked", first.ttlMs)
 	}
 	// The lease is in Redis.
@@ -38,8 +40,8 @@ func TestServeRedis(t *testing.T) {
 		t.Fatalf("lease key in Redis: %d, %v", n, err)
 	}
 	a.must(409, "POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":500}`)
-	// Not released: a waiter gets it when the 500ms lease expires.
-	m := a.must(200, "POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":500,"wait_ms":5000}`)
+	// Not released: a waiter gets it when the first lease expires.
+	m := a.must(200, "POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":1500,"wait_ms":5000}`)
 	second := toLease(t, m)
 	if second.token <= first.token {
 		t.Fatalf("token %d after %d", second.token, first.token)
