@@ -249,24 +249,27 @@ func (s *RedisStore) confirm(ctx context.Context, req AcquireRequest, tok fence.
 // keeps the last few: a release sent again counts nothing). Without an op
 // it draws one, which go-redis sends again with the script.
 func (s *RedisStore) release(ctx context.Context, name, leaseID, op string) (ok bool, err error) {
+	n, err := s.runRelease(ctx, name, leaseID, op, s.keys(name))
+	return err == nil && n != 0, err
+}
+
+// runRelease runs the release script (scripts/release.lua) with keys and
+// the arguments after its first three, drawing the call's op if "".
+func (s *RedisStore) runRelease(ctx context.Context, name, leaseID, op string, keys []string, more ...any) (int64, error) {
 	if op == "" {
+		var err error
 		if op, err = newLeaseID(); err != nil {
-			return false, err
+			return 0, err
 		}
 	}
-	n, err := s.run(ctx, releaseScript, s.keys(name), leaseID, s.channel(name), op).Int64()
-	return err == nil && n != 0, err
+	return s.run(ctx, releaseScript, keys, append([]any{leaseID, s.channel(name), op}, more...)...).Int64()
 }
 
 // ReleaseUnhanded implements UnhandedReleaser: the release script, told
 // to leave a grant that acquire.lua handed to another request of its
 // acquisition, or that is held more than once.
 func (s *RedisStore) ReleaseUnhanded(ctx context.Context, name, leaseID string) (bool, error) {
-	op, err := newLeaseID()
-	if err != nil {
-		return false, err
-	}
-	n, err := s.run(ctx, releaseScript, s.keys(name), leaseID, s.channel(name), op, "", "1").Int64()
+	n, err := s.runRelease(ctx, name, leaseID, "", s.keys(name), "", "1")
 	if err != nil {
 		return false, backendErr("redis", "release", err)
 	}
@@ -284,12 +287,8 @@ func (s *RedisStore) abandonedKey(name, leaseID string) string {
 // TTL, so that the script, if it runs yet (a paused Redis, a link that
 // held it), takes nothing (defect 145).
 func (s *RedisStore) abandonLease(ctx context.Context, name, leaseID string, ttl time.Duration) error {
-	op, err := newLeaseID()
-	if err != nil {
-		return err
-	}
-	keys := append(s.keys(name), s.abandonedKey(name, leaseID))
-	return s.run(ctx, releaseScript, keys, leaseID, s.channel(name), op, max(ttl.Milliseconds(), 1)).Err()
+	_, err := s.runRelease(ctx, name, leaseID, "", append(s.keys(name), s.abandonedKey(name, leaseID)), max(ttl.Milliseconds(), 1))
+	return err
 }
 
 // Acquire implements LeaseStore: SET NX PX (or the queue's turn), a token

@@ -73,24 +73,17 @@ func TestCommitLostBehindPgBouncer(t *testing.T) {
 	pool := testPool(t)
 	f, schema, table := acctFence(t, pool)
 	proxy, port := postgresProxy(t, pool)
-	bouncer := poolAt(t, startPgBouncerTo(t, "127.0.0.1", port, "")+"&default_query_exec_mode=exec")
-	pf, err := postgres.NewFence(bouncer, postgres.WithSchema(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pf := bouncerFence(t, schema, startPgBouncerTo(t, "127.0.0.1", port, ""))
 
 	fired := proxy.LoseReply([]byte("commit"))
-	err = pf.InTx(t.Context(), "acct-1", 5, insertOne(table))
+	err := pf.InTx(t.Context(), "acct-1", 5, insertOne(table))
 	select {
 	case <-fired:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the proxy saw no COMMIT; InTx: %v", err)
 	}
 	wantUnknown(t, err, "08P01")
-	// Why: the server did commit.
-	if n, h := committed(t, pool, f, table, "acct-1"); n != 1 || h != 5 {
-		t.Fatalf("after the commit: %d rows, highest token %d; want 1 and 5", n, h)
-	}
+	wantCommitted(t, pool, f, table) // why: the server did commit
 }
 
 // TestCommitTimedOutByPgBouncer: PgBouncer's query_timeout fired while a
@@ -104,14 +97,28 @@ func TestCommitTimedOutByPgBouncer(t *testing.T) {
 	slow := ident(schema, "slow")
 	mustExec(t, pool, "CREATE FUNCTION "+slow+"() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_sleep(2); RETURN NULL; END$$")
 	mustExec(t, pool, "CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON "+table+" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "+slow+"()")
-	bouncer := poolAt(t, startPgBouncerTo(t, "", 0, "query_timeout = 1")+"&default_query_exec_mode=exec")
-	pf, err := postgres.NewFence(bouncer, postgres.WithSchema(schema))
+	pf := bouncerFence(t, schema, startPgBouncerTo(t, "", 0, "query_timeout = 1"))
+
+	err := pf.InTx(t.Context(), "acct-1", 5, insertOne(table))
+	wantUnknown(t, err, "08P01")
+	wantCommitted(t, pool, f, table)
+}
+
+// bouncerFence is a Fence of schema through the PgBouncer at dsn, in pgx's
+// exec mode, as the docs advise behind a pooler.
+func bouncerFence(t *testing.T, schema, dsn string) *postgres.Fence {
+	t.Helper()
+	f, err := postgres.NewFence(poolAt(t, dsn+"&default_query_exec_mode=exec"), postgres.WithSchema(schema))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
 
-	err = pf.InTx(t.Context(), "acct-1", 5, insertOne(table))
-	wantUnknown(t, err, "08P01")
+// wantCommitted fails unless InTx's write of "acct-1" with token 5 was
+// committed: one row, and 5 the highest token.
+func wantCommitted(t *testing.T, pool *pgxpool.Pool, f *postgres.Fence, table string) {
+	t.Helper()
 	if n, h := committed(t, pool, f, table, "acct-1"); n != 1 || h != 5 {
 		t.Fatalf("after the commit: %d rows, highest token %d; want 1 and 5", n, h)
 	}
