@@ -68,8 +68,12 @@ func startRedis(t testing.TB, conf, extra []string) *RedisProc {
 }
 
 // portTaken reports a start that failed because another process took its
-// port between the free-port check and the bind.
-func portTaken(err error) bool { return strings.Contains(err.Error(), "address already in use") }
+// port between the free-port check and the bind, or a cluster node's bus
+// port (its port + 10000), which Redis reports as "bind: Address already
+// in use": the case matters not.
+func portTaken(err error) bool {
+	return strings.Contains(strings.ToLower(err.Error()), "address already in use")
+}
 
 // freePort is a loopback port free a moment ago, never handed out before
 // in this process. A variable for tests.

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -36,5 +38,36 @@ func TestStartRedisWhenItsPortIsTaken(t *testing.T) {
 	}
 	if err := r.Client().Ping(t.Context()).Err(); err != nil {
 		t.Fatalf("after a restart: %v", err)
+	}
+}
+
+// A Redis Cluster node whose bus port (its port + 10000) another process
+// holds exits at start with "bind: Address already in use"; the start is
+// tried again on a fresh port. Before, the capital A failed the check, and
+// TestRedisCluster with it (CI).
+func TestStartClusterNodeWhenItsBusPortIsTaken(t *testing.T) {
+	real, given := freePort, false
+	var taken int
+	freePort = func(t testing.TB) int {
+		for !given {
+			p := real(t)
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000))
+			if err != nil {
+				continue // that bus port is in use already: another
+			}
+			t.Cleanup(func() { ln.Close() })
+			given, taken = true, p
+		}
+		if taken != 0 {
+			p := taken
+			taken = 0
+			return p
+		}
+		return real(t)
+	}
+	defer func() { freePort = real }()
+	r := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	if err := r.Client().Ping(t.Context()).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
