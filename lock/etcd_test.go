@@ -267,8 +267,10 @@ func TestEtcdRefreshesShareReads(t *testing.T) {
 	c := newClient(t, s)
 	const n = 300
 	leases := make([]*lock.Lease, n)
+	// A TTL that outlasts the 300 acquisitions on a loaded machine (11 s
+	// in one CI run), so that no refresh finds its lease expired.
 	for i := range leases {
-		l, err := c.Acquire(t.Context(), fmt.Sprint(testenv.Name(t), "-", i), 10*time.Second, lock.WithDetached())
+		l, err := c.Acquire(t.Context(), fmt.Sprint(testenv.Name(t), "-", i), time.Minute, lock.WithDetached())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +282,7 @@ func TestEtcdRefreshesShareReads(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := l.Refresh(context.Background(), 10*time.Second); err != nil {
+			if err := l.Refresh(context.Background(), time.Minute); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -303,8 +305,11 @@ func TestEtcdDeadlineOfAnEarlierHoldingOfTheName(t *testing.T) {
 	s := newEtcdStore(t, cli)
 	name := testenv.Name(t)
 	first, second := "0123456789abcdef0123456789abcde1", "0123456789abcdef0123456789abcde2"
+	// Long enough for the acquire and release before it ends on a loaded
+	// machine (200 ms was not, in one CI run).
+	const firstTTL = time.Second
 	start := time.Now()
-	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: first, TTL: 200 * time.Millisecond}); err != nil {
+	if _, err := s.Acquire(t.Context(), lock.AcquireRequest{Name: name, LeaseID: first, TTL: firstTTL}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Release(t.Context(), name, first, ""); err != nil {
@@ -315,7 +320,7 @@ func TestEtcdDeadlineOfAnEarlierHoldingOfTheName(t *testing.T) {
 	}
 	// Watch the lock past the first holding's deadline, with room for the
 	// store to act on it.
-	for time.Since(start) < time.Second {
+	for time.Since(start) < firstTTL+500*time.Millisecond {
 		st, err := s.Inspect(t.Context(), name)
 		if err != nil {
 			t.Fatal(err)
