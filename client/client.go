@@ -20,6 +20,7 @@ import (
 	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/internal/calls"
 	"github.com/fenced/fenced/internal/clock"
+	"github.com/fenced/fenced/internal/redact"
 	"github.com/fenced/fenced/lock"
 )
 
@@ -206,18 +207,19 @@ func New(urls string, opts ...Option) (*Client, error) {
 	c := &Client{maxRequestWait: cfg.maxRequestWait, answerGrace: cfg.answerGrace, retries: cfg.retries}
 	for _, raw := range strings.Split(urls, ",") {
 		raw = strings.TrimSpace(raw)
+		shown := redact.URL(raw) // an error must not print a password
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("client: URL %q: want http://host:port or https://host:port, several separated by commas", raw)
+			return nil, fmt.Errorf("client: URL %q: want http://host:port or https://host:port, several separated by commas", shown)
 		}
 		if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-			return nil, fmt.Errorf("client: URL %q: want no user, query or fragment", raw)
+			return nil, fmt.Errorf("client: URL %q: want no user, query or fragment", shown)
 		}
 		// url.Parse takes any digits; a bad port would fail only at the
 		// first request, naming no URL.
 		if p := u.Port(); p != "" {
 			if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
-				return nil, fmt.Errorf("client: URL %q: port %q: want a number from 1 to 65535", raw, p)
+				return nil, fmt.Errorf("client: URL %q: port %q: want a number from 1 to 65535", shown, p)
 			}
 		}
 		c.urls = append(c.urls, strings.TrimRight(u.String(), "/"))

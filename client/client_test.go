@@ -425,6 +425,12 @@ func TestNewRejects(t *testing.T) {
 			t.Errorf("New(%q): %v; want the port refused", u, err)
 		}
 	}
+	// A password in a refused URL was printed in the error (defect 162).
+	for _, u := range []string{"http://bob:hunter2@127.0.0.1:7070", "http://bob:hunter2@127.0.0.1:99999", "ftp://bob:hunter2@x:1"} {
+		if _, err := client.New(u); err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "bob:xxxxx@") {
+			t.Errorf("New(%q): %v; want it refused without the password", u, err)
+		}
+	}
 	bad := [][]client.Option{
 		{client.WithBearerToken("")},
 		{client.WithBearerToken("has space")},

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/fenced/fenced/internal/freeport"
+	"github.com/fenced/fenced/internal/redact"
 )
 
 // EmbedConfig configures an embedded etcd member. The zero value is a
@@ -552,19 +553,27 @@ func ParseEndpoints(s string) ([]string, error) {
 		if ep == "" {
 			continue
 		}
-		host := ep
+		host, shown := ep, redact.URL(ep) // an error must not print a password
 		if i := strings.Index(ep, "://"); i >= 0 {
 			u, err := url.Parse(ep)
 			if err != nil || u.Host == "" {
-				return nil, fmt.Errorf("sequencer: etcd endpoint %q is not a URL like http://host:2379", ep)
+				return nil, fmt.Errorf("sequencer: etcd endpoint %q is not a URL like http://host:2379", shown)
 			}
 			if u.Scheme != "http" && u.Scheme != "https" {
-				return nil, fmt.Errorf("sequencer: etcd endpoint %q: scheme %s:// is neither http nor https: want http://host:port, https://host:port or host:port", ep, u.Scheme)
+				return nil, fmt.Errorf("sequencer: etcd endpoint %q: scheme %s:// is neither http nor https: want http://host:port, https://host:port or host:port", shown, u.Scheme)
 			}
 			host = u.Host
+			if u.User != nil {
+				host = u.User.Username() + "@" + host
+			}
+		}
+		// The etcd client would ignore a user and password here and
+		// connect without them.
+		if strings.Contains(host, "@") {
+			return nil, fmt.Errorf("sequencer: etcd endpoint %q: want no user or password in it: etcd's are given apart (fenced: --etcd-username and --etcd-password)", shown)
 		}
 		if _, _, err := net.SplitHostPort(host); err != nil {
-			return nil, fmt.Errorf("sequencer: etcd endpoint %q: want host:port or http(s)://host:port", ep)
+			return nil, fmt.Errorf("sequencer: etcd endpoint %q: want host:port or http(s)://host:port", shown)
 		}
 		out = append(out, ep)
 	}

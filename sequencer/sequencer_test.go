@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,6 +241,15 @@ func TestParseEndpoints(t *testing.T) {
 	for _, bad := range []string{"", " , ", "nohost", "http://", "a:b:c"} {
 		if _, err := sequencer.ParseEndpoints(bad); err == nil {
 			t.Errorf("ParseEndpoints(%q) accepted", bad)
+		}
+	}
+	// A user and password in an endpoint were taken, and the etcd client
+	// connected without them; a refused endpoint's error printed its
+	// password (defect 162).
+	for _, bad := range []string{"http://bob:hunter2@127.0.0.1:2379", "bob:hunter2@127.0.0.1:2379", "http://bob@127.0.0.1:2379", "ftp://bob:hunter2@h:1", "http://bob:hunter2@h"} {
+		_, err := sequencer.ParseEndpoints(bad)
+		if err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("ParseEndpoints(%q): %v; want it refused without the password", bad, err)
 		}
 	}
 }

@@ -48,7 +48,8 @@ var externalFlagNames = []string{"etcd-ca", "etcd-cert", "etcd-key", "etcd-usern
 func (e *etcdFlags) validate(cmd string) ([]string, error) {
 	eps, err := sequencer.ParseEndpoints(e.endpoints)
 	if err != nil {
-		return nil, usagef(cmd, "--etcd-endpoints %q: %v", e.endpoints, strings.TrimPrefix(err.Error(), "sequencer: "))
+		// The error names the endpoint, with its password hidden.
+		return nil, usagef(cmd, "--etcd-endpoints: %v", strings.TrimPrefix(err.Error(), "sequencer: "))
 	}
 	for _, ep := range eps {
 		host := ep
@@ -57,7 +58,7 @@ func (e *etcdFlags) validate(cmd string) ([]string, error) {
 		}
 		_, port, _ := net.SplitHostPort(host) // ParseEndpoints checked it
 		if err := checkPort(port, 1); err != nil {
-			return nil, usagef(cmd, "--etcd-endpoints %q: endpoint %q: %v", e.endpoints, ep, err)
+			return nil, usagef(cmd, "--etcd-endpoints: endpoint %q: %v", ep, err)
 		}
 	}
 	if err := e.tlsFiles.check(cmd); err != nil {

@@ -63,6 +63,27 @@ func TestEtcdEndpointsScheme(t *testing.T) {
 	}
 }
 
+// TestAddressPasswordHidden: an etcd endpoint or a Redis address with a
+// password is refused without printing it (defect 162: both were quoted
+// whole, and the etcd endpoint was taken, its user and password ignored).
+func TestAddressPasswordHidden(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"serve", "--lease-store", "etcd", "--listen", "127.0.0.1:0", "--etcd-endpoints", "http://bob:hunter2@127.0.0.1:2379"},
+		{"serve", "--lease-store", "etcd", "--listen", "127.0.0.1:0", "--etcd-endpoints", "http://127.0.0.1:2379,http://bob:hunter2@127.0.0.1:99999"},
+		{"admin", "floor", "--etcd-endpoints", "bob:hunter2@127.0.0.1:2379", "--timeout", "3s"},
+		{"serve", "--listen", "127.0.0.1:0", "--redis-addr", "redis://bob:hunter2@127.0.0.1:6379", "--etcd-endpoints", "127.0.0.1:2379"},
+		{"locks", "list", "--url", "http://bob:hunter2@127.0.0.1:1"},
+	} {
+		p := start(t, nil, args...)
+		code := p.wait(20 * time.Second)
+		stderr := p.stderr.String()
+		if code != 2 || strings.Contains(stderr, "hunter2") || !strings.Contains(stderr, "bob:xxxxx@") {
+			t.Errorf("fenced %s: exit %d, stderr:\n%s\nwant 2, the address refused with its password hidden", strings.Join(args, " "), code, stderr)
+		}
+	}
+}
+
 // TestEmbeddedURLScheme: the embedded member's URL flags take http://
 // only, at once (defect 141: they did already).
 func TestEmbeddedURLScheme(t *testing.T) {

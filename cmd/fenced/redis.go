@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fenced/fenced/internal/redact"
 	"github.com/fenced/fenced/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -95,9 +96,9 @@ func (r *redisFlags) validate(cmd string) (*redis.UniversalOptions, error) {
 			continue
 		}
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return nil, usagef(cmd, "%s: address %q: want host:port", flagName, a)
+			return nil, usagef(cmd, "%s: address %q: want host:port", flagName, redact.URL(a))
 		} else if err := checkPort(port, 1); err != nil {
-			return nil, usagef(cmd, "%s: address %q: %v", flagName, a, err)
+			return nil, usagef(cmd, "%s: address %q: %v", flagName, redact.URL(a), err)
 		}
 		o.Addrs = append(o.Addrs, a)
 	}
