@@ -2162,7 +2162,7 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 		if creates {
 			// Every token Txn writes the counter key, which every issuer
 			// of the keyspace follows (sequencer.Issuer.Follow).
-			ops = append(ops, clientv3.OpPut(s.ks.CounterKey(), ""))
+			ops = append(ops, s.ks.CounterPut(offset))
 		}
 		return ops
 	}

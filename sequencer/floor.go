@@ -29,7 +29,7 @@ func parseFloorKV(rr *pb.RangeResponse) (floorKV, error) {
 	kv := rr.Kvs[0]
 	v, err := strconv.ParseUint(string(kv.Value), 10, 64)
 	if err != nil {
-		return floorKV{}, fmt.Errorf("sequencer: floor key %q holds %q, not a number: was it written by hand?", kv.Key, kv.Value)
+		return floorKV{}, fmt.Errorf("%w: %q holds %q; was it written by hand?", ErrBadFloor, kv.Key, kv.Value)
 	}
 	return floorKV{offset: v, modRev: kv.ModRevision}, nil
 }
@@ -87,7 +87,7 @@ func raiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fe
 		// cur.Revision+1 or later, the next Txn's after it): it must not
 		// pass fence.MaxToken, which no fence admits.
 		if target > uint64(fence.MaxToken)-2 {
-			return Floor{}, false, fmt.Errorf("sequencer: floor %d leaves no token up to %d (2^63-1, the largest a signed 64-bit column holds)", target, uint64(fence.MaxToken))
+			return Floor{}, false, fmt.Errorf("%w: floor %d leaves no token up to %d (2^63-1, the largest a signed 64-bit column holds)", ErrTokensExhausted, target, uint64(fence.MaxToken))
 		}
 		// The put takes revision cur.Revision+1 (or later if someone writes
 		// first, which only makes tokens larger); offset so that

@@ -50,6 +50,14 @@ func (k Keyspace) FloorKey() string { return k.Prefix() + "floor" }
 // CounterKey is the key every sequencer Txn writes, to make a revision.
 func (k Keyspace) CounterKey() string { return k.Prefix() + "counter" }
 
+// CounterPut is a token Txn's write of the counter key. Its value is the
+// floor offset the token is made with, so that an issuer following the key
+// counts other processes' tokens as they were issued, not with an offset
+// of its own that may be older (docs/design.md, defect 160).
+func (k Keyspace) CounterPut(offset uint64) clientv3.Op {
+	return clientv3.OpPut(k.CounterKey(), strconv.FormatUint(offset, 10))
+}
+
 // LockKey is the key of a lock held with an etcd lease.
 func (k Keyspace) LockKey(name string) string { return k.Prefix() + "locks/" + name }
 
@@ -84,6 +92,10 @@ var ErrRestored = errors.New("sequencer: etcd's revision went back below tokens 
 // left above it. Only a floor set by hand, or a RaiseFloor with a min near
 // 2^63, comes near it; a new keyspace (WithPrefix) starts again.
 var ErrTokensExhausted = errors.New("sequencer: no token left below 2^63 (fence.MaxToken) above the floor")
+
+// ErrBadFloor is returned when the floor key does not hold a number: only
+// a hand-written one does, and no token can be issued until it is mended.
+var ErrBadFloor = errors.New("sequencer: the floor key does not hold a number")
 
 // Issuer runs the etcd Txns whose revisions become tokens, and is the one
 // place where a revision and a floor offset become a token.
@@ -147,11 +159,11 @@ func (i *Issuer) Follow() (stop func()) {
 			// 108): on one cut off from its peers it would see nothing.
 			for wr := range i.cli.Watch(clientv3.WithRequireLeader(ctx), i.ks.CounterKey(), opts...) {
 				for _, ev := range wr.Events {
-					i.observe(ctx, ev.Kv.ModRevision)
+					i.observe(ctx, ev.Kv.ModRevision, ev.Kv.Value)
 					from = ev.Kv.ModRevision + 1
 				}
 				if wr.CompactRevision > 0 {
-					i.observe(ctx, wr.CompactRevision)
+					i.observe(ctx, wr.CompactRevision, nil)
 					from = wr.CompactRevision
 				}
 			}
@@ -167,12 +179,20 @@ func (i *Issuer) Follow() (stop func()) {
 }
 
 // observe counts a revision written to the counter key as a token issued,
+// with the floor offset the write records (value). A write without one (a
+// compaction's revision, or a writer older than defect 160's fix) counts
 // with the floor offset known now: a Txn sent later has a larger revision
 // and, once it has read the floor, that same offset or a larger one. An
 // issuer that has read no floor yet (it has issued nothing) reads it now:
 // else it would count none of the tokens others issue until its own first
 // Txn, and that Txn, after a restore, could repeat one of them.
-func (i *Issuer) observe(ctx context.Context, rev int64) {
+func (i *Issuer) observe(ctx context.Context, rev int64, value []byte) {
+	if off, err := strconv.ParseUint(string(value), 10, 64); err == nil {
+		i.mu.Lock()
+		i.highest = max(i.highest, Token(rev, off))
+		i.mu.Unlock()
+		return
+	}
 	i.mu.Lock()
 	known := i.modRev >= 0
 	i.mu.Unlock()
@@ -219,6 +239,13 @@ func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offse
 		offset, modRev, highest := i.offset, i.modRev, i.highest
 		i.mu.Unlock()
 		guarded := append(cmps[:len(cmps):len(cmps)], clientv3.Compare(clientv3.ModRevision(floorKey), "=", modRev))
+		if modRev > 0 {
+			// A mod revision names a floor only within one cluster's
+			// history: a new cluster's floor, its first write, has the
+			// same one as an old cluster's never raised (defect 159). The
+			// value is what the token is made of.
+			guarded = append(guarded, clientv3.Compare(clientv3.Value(floorKey), "=", strconv.FormatUint(offset, 10)))
+		}
 		resp, err = i.kv.Txn(ctx).If(guarded...).Then(then(offset)...).Else(append(els[:len(els):len(els)], clientv3.OpGet(floorKey))...).Commit()
 		if err != nil {
 			return nil, 0, false, err
@@ -229,7 +256,7 @@ func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offse
 			if err != nil {
 				return nil, 0, false, err
 			}
-			if cur.modRev == modRev {
+			if cur.modRev == modRev && cur.offset == offset {
 				return resp, 0, false, nil // the floor held: a cmp of the caller's failed
 			}
 			if cur.modRev == 0 { // no floor: a new or replaced cluster (-1 never matches a key)

@@ -239,13 +239,12 @@ func (s *Etcd) Close() error {
 func (s *Etcd) commit(batch []*groupcommit.Request[struct{}]) {
 	ctx, cancel := groupcommit.Context(batch, s.commitTimeout)
 	defer cancel()
-	put := []clientv3.Op{clientv3.OpPut(s.ks.CounterKey(), "")}
 	var (
 		tok fence.Token
 		err error
 	)
 	for range 3 { // a restore detected costs one more Txn
-		if _, tok, _, err = s.issuer.Issue(ctx, nil, func(uint64) []clientv3.Op { return put }, nil); !errors.Is(err, ErrRestored) {
+		if _, tok, _, err = s.issuer.Issue(ctx, nil, func(offset uint64) []clientv3.Op { return []clientv3.Op{s.ks.CounterPut(offset)} }, nil); !errors.Is(err, ErrRestored) {
 			break
 		}
 	}

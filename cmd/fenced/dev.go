@@ -27,6 +27,7 @@ type devOpts struct {
 	lf     logFlags
 	member embedFlags
 	redis  redisFlags
+	floor  floorFlags
 	prefix string
 }
 
@@ -40,6 +41,7 @@ func newDevCommand() (*command, *devOpts) {
 	registerPrefix(cmd.fs, &o.prefix)
 	o.redis.registerAddr(cmd.fs, "Keep the leases in this Redis server, `host:port` (millisecond TTLs, as fenced serve does);\ntokens still come from the embedded etcd. Empty: leases in etcd.")
 	o.redis.registerPrefix(cmd.fs)
+	o.floor.register(cmd.fs)
 	o.lf.register(cmd.fs)
 	return cmd, o
 }
@@ -53,7 +55,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	o.member.name, o.member.state, o.member.token = "fenced", "new", "fenced"
 	o.member.heartbeat, o.member.election = defaultHeartbeat, defaultElection
 	o.member.retention = sequencer.DefaultCompactionRetention
-	if err := firstErr(cmd.noArgs(), o.h.validate(cmd.name), o.lf.validate(cmd.name), o.member.validate(cmd.name), validatePrefix(cmd.name, o.prefix)); err != nil {
+	if err := firstErr(cmd.noArgs(), o.h.validate(cmd.name), o.lf.validate(cmd.name), o.member.validate(cmd.name), validatePrefix(cmd.name, o.prefix), o.floor.validate(cmd)); err != nil {
 		return err
 	}
 	var redisOpts *redis.UniversalOptions
@@ -80,7 +82,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		return err
 	}
 	c.add("etcd client", cli.Close)
-	if err := ensureFloor(ctx, log, cli, o.prefix); err != nil {
+	if err := ensureFloor(ctx, log, cli, o.prefix, o.floor); err != nil {
 		return err
 	}
 

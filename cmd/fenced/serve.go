@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/clock"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
@@ -21,7 +24,8 @@ or --redis-cluster-addrs) or in etcd (--lease-store=etcd, no Redis needed).
 Tokens come from etcd: an external cluster (--etcd-endpoints), or an etcd
 member embedded in this process (--etcd-data-dir), so that three fenced
 nodes form one Raft cluster. fenced waits for etcd at start, to set the
-token floor of a new cluster before any token is issued; a Redis that does
+token floor of a new cluster (with --raise-floor, to raise it after a
+restore) before any token is issued; a Redis that does
 not answer is not fatal: GET /readyz reports it. The first line on stdout is
 "fenced listening on URL"; logs go to stderr. SIGHUP reloads
 --auth-token-file; SIGTERM or SIGINT shut down gracefully.`
@@ -38,6 +42,7 @@ type serveOpts struct {
 	rf         redisFlags
 	ef         etcdFlags
 	member     embedFlags
+	floor      floorFlags
 	prefix     string
 	leaseStore string
 }
@@ -51,6 +56,7 @@ func newServeCommand() (*command, *serveOpts) {
 	o.ef.register(cmd.fs, "External etcd cluster for tokens (and leases with --lease-store=etcd): `endpoints`\nhttp(s)://host:port,... Exactly one of --etcd-endpoints and --etcd-data-dir.")
 	o.member.register(cmd.fs)
 	registerPrefix(cmd.fs, &o.prefix)
+	o.floor.register(cmd.fs)
 	o.lf.register(cmd.fs)
 	return cmd, o
 }
@@ -61,7 +67,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
-	if err := firstErr(cmd.noArgs(), o.h.validate(cmd.name), o.lf.validate(cmd.name), validatePrefix(cmd.name, o.prefix)); err != nil {
+	if err := firstErr(cmd.noArgs(), o.h.validate(cmd.name), o.lf.validate(cmd.name), validatePrefix(cmd.name, o.prefix), o.floor.validate(cmd)); err != nil {
 		return err
 	}
 
@@ -138,7 +144,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		st.attrs = append(st.attrs, "etcd", "embedded", "etcd_name", o.member.name)
 	}
 	c.add("etcd client", cli.Close)
-	if err := ensureFloor(ctx, log, cli, o.prefix); err != nil {
+	if err := ensureFloor(ctx, log, cli, o.prefix, o.floor); err != nil {
 		return err
 	}
 
@@ -168,25 +174,78 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	return serveLocks(ctx, c, &o.h, m, log, stdout, st)
 }
 
+// floorFlags are --raise-floor and --min-token of serve and dev.
+type floorFlags struct {
+	raise bool
+	min   fence.Token
+}
+
+func (f *floorFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.raise, "raise-floor", false, "Before serving, raise the token floor as fenced admin raise-floor does: every token issued from\n"+
+		"now on exceeds --min-token, the highest token etcd has issued and the clock (µs). Use it after\n"+
+		"restoring the embedded member's data dir from a snapshot, or when starting on a replacement\n"+
+		"cluster: fenced serves as soon as it starts, so admin raise-floor cannot come first (with an\n"+
+		"external etcd, fenced admin raise-floor before starting does the same). Harmless left on:\n"+
+		"tokens jump forward to the clock at each start.")
+	fs.Var(tokenValue{&f.min}, "min-token", "With --raise-floor: every token issued from now on exceeds this `token`, the highest your\n"+
+		"resources have seen (safe even against a wrong clock).")
+}
+
+// validate refuses --min-token without --raise-floor, from the command
+// line or the environment, and a minimum that no token could exceed.
+func (f *floorFlags) validate(cmd *command) error {
+	if cmd.set["min-token"] && !f.raise {
+		return usagef(cmd.name, "--min-token goes with --raise-floor: give both, or drop --min-token")
+	}
+	if uint64(f.min) >= 1<<63 {
+		return usagef(cmd.name, "--min-token %d: want below 2^63", f.min)
+	}
+	return nil
+}
+
 // ensureFloor sets the token floor of a cluster that never had one before
-// any token is issued (sequencer.EnsureFloor), waiting for etcd and saying so.
-func ensureFloor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, prefix string) error {
+// any token is issued (sequencer.EnsureFloor), or with --raise-floor raises
+// it as fenced admin raise-floor does (sequencer.RaiseFloor), waiting for
+// etcd and saying so. dev and serve open their listener only after it
+// returned: with an embedded member, etcd runs only inside fenced, so
+// admin raise-floor could not run before fenced served (defect 161). It
+// returns an error once ctx ends, or at once for an error that no waiting
+// mends (a --min-token that leaves no token below 2^63, a floor key that
+// is not a number): fenced then exits without serving.
+func ensureFloor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, prefix string, ff floorFlags) error {
+	what := "set the token floor in etcd"
+	if ff.raise {
+		what = "raise the token floor in etcd (--raise-floor)"
+	}
 	for {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		f, raised, err := sequencer.EnsureFloor(tctx, cli, prefix)
+		var f sequencer.Floor
+		var raised bool
+		var err error
+		if ff.raise {
+			f, err = sequencer.RaiseFloor(tctx, cli, prefix, ff.min)
+		} else {
+			f, raised, err = sequencer.EnsureFloor(tctx, cli, prefix)
+		}
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil && ff.raise:
+			log.Info("token floor raised before serving", "next_token", uint64(f.Next), "min_token", uint64(ff.min))
+			return nil
+		case err == nil:
 			if raised {
 				log.Info("new etcd cluster: token floor set above every earlier token", "next_token", uint64(f.Next))
 			}
 			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("set the token floor in etcd: %w", ctx.Err())
+		case ctx.Err() != nil:
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case errors.Is(err, sequencer.ErrTokensExhausted) || errors.Is(err, sequencer.ErrBadFloor):
+			// etcd answered, and asking again gets the same.
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		log.Warn("etcd does not answer; fenced waits for it before serving, since tokens come from it", "err", err)
 		if !clock.Sleep(ctx, time.Second) {
-			return fmt.Errorf("set the token floor in etcd: %w", ctx.Err())
+			return fmt.Errorf("%s: %w", what, ctx.Err())
 		}
 	}
 }
