@@ -55,6 +55,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import weakref
 from typing import Any, Callable, Iterator, MutableMapping, Optional, Union
 
 __all__ = [
@@ -129,7 +130,9 @@ class FencedError(Exception):
         self.status = status
         if code is not None:
             self.code = code
-        #: Seconds the server asked to wait before retrying (Retry-After), or None.
+        #: Seconds the server asked to wait before retrying (Retry-After: a
+        #: whole number above 0, as the Go client takes it), or None; a
+        #: Retry-After of 0, negative, a fraction or a date counts as none.
         self.retry_after = retry_after
 
     def __str__(self) -> str:
@@ -401,10 +404,26 @@ class Leader:
         return f"Leader(name={self.name!r}, leading={self.leading}, value={self.value!r}, token={self.token})"
 
 
+def _redacted(raw: str, u: urllib.parse.SplitResult) -> str:
+    """raw with the password of its user info, if any, replaced by "xxxxx",
+    as Go's url.URL.Redacted shows a URL: for the constructor's errors,
+    which must not print a secret (docs/design.md, defect 162)."""
+    if not isinstance(raw, str):
+        return raw
+    userinfo, at, hostport = u.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return raw
+    user = userinfo.split(":", 1)[0]
+    return raw.replace(u.netloc, f"{user}:xxxxx@{hostport}", 1)
+
+
 class Client:
     """A client of one fenced server.
 
-    base_url: like "http://127.0.0.1:7070". bearer_token: sent as
+    base_url: like "http://127.0.0.1:7070" or "https://fenced.example/prefix";
+    one with a user (or user:password), a query or a fragment is refused
+    with ValueError, as the Go client refuses it (the error shows a
+    password as "xxxxx"). bearer_token: sent as
     "Authorization: Bearer ..." when the server requires one (default None
     or "": none). Bad arguments here raise ValueError.
     timeout: seconds to wait for an answer, on top of an acquire's wait_ms
@@ -418,21 +437,32 @@ class Client:
     such failures until its wait ends (see acquire).
     A Client is safe to share between threads. Each thread keeps one
     connection to the server open between its calls (HTTP keep-alive), so a
-    call costs no new TCP (or TLS) handshake; close() closes the calling
-    thread's, and a thread's connection closes with the thread.
+    call costs no new TCP (or TLS) handshake; close() closes every
+    thread's, and a thread's connection closes with the thread: when it
+    ends, not at close(), so short-lived threads leave no socket open
+    (as a threading.local's value goes when its thread ends, and only a
+    reference cycle through it delays that to a garbage collection).
     """
 
     def __init__(self, base_url: str, bearer_token: Optional[str] = None,
                  timeout: float = 10.0, retries: int = 2):
         u = urllib.parse.urlsplit(base_url)
+        shown = _redacted(base_url, u)  # the URL in errors, without its password
         if u.scheme not in ("http", "https") or not u.netloc:
-            raise ValueError(f"base_url {base_url!r}: want http(s)://host:port")
+            raise ValueError(f"base_url {shown!r}: want http(s)://host:port")
+        if "@" in u.netloc or "?" in base_url or "#" in base_url:
+            # As the Go client refuses them: credentials in the URL were
+            # never sent, and a query or fragment never applied (http.client
+            # dropped them in silence). An empty "?" or "#" too: it adds
+            # nothing, and a client that joins paths to the URL as text
+            # (the TypeScript one) would send every path as the query.
+            raise ValueError(f"base_url {shown!r}: want no user, query or fragment")
         try:  # urlsplit takes any digits; a bad port would fail at the first call
             port = u.port
         except ValueError:
             port = -1
         if port is not None and not 1 <= port <= 65535:
-            raise ValueError(f"base_url {base_url!r}: port: want a number from 1 to 65535")
+            raise ValueError(f"base_url {shown!r}: port: want a number from 1 to 65535")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
             raise ValueError(f"timeout {timeout!r}: want a number of seconds > 0")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -444,13 +474,22 @@ class Client:
             raise ValueError("bearer_token: want a str of printable ASCII (None or \"\": send none)")
         self.base_url = base_url.rstrip("/")
         self._url = u
-        self._local = threading.local()  # .conn: this thread's connection
+        # .holder: this thread's _ConnHolder, whose slot has its
+        # connection. The holder goes when the thread ends (its local dict
+        # with it), and its finalizer closes the connection then
+        # (_close_ended): a set of every connection alone kept those of
+        # ended threads open until close(), one socket per thread.
+        self._local = threading.local()
         # Every thread's connection, for close(): those a call is using
         # (busy) close as it returns, the others at once; a connection of an
         # older generation than the client's was closed by close().
         self._conns_mu = threading.Lock()
         self._conns: set[http.client.HTTPConnection] = set()
         self._busy: set[http.client.HTTPConnection] = set()
+        # Connections of ended threads that their finalizer closed but could
+        # not take out of _conns (it found _conns_mu taken): the next holder
+        # of the lock takes them out (_reap).
+        self._dead: list[http.client.HTTPConnection] = []
         self._gen = 0
         self._bearer = bearer_token
         self.timeout = timeout
@@ -816,7 +855,7 @@ class Client:
         body["waiter"] = secrets.token_hex(16)
         if wait_ms <= 0:
             doc = self._call("POST", name, action, body, kind=kind, sent=sent, resend_lost=True)
-            lease = self._granted(doc, sent[-1])
+            lease = self._granted(doc, sent[-1], name, action)
             if lease is None:
                 raise _no_validity(name)
             return lease
@@ -925,7 +964,7 @@ class Client:
                 continue
             # The validity runs from the request that answered: a grant
             # found again is extended to ttl_ms by that request.
-            lease = self._granted(doc, sent[-1])
+            lease = self._granted(doc, sent[-1], name, action)
             if lease is not None:
                 return lease
             if time.monotonic() >= end:
@@ -956,9 +995,13 @@ class Client:
         except Exception as e:  # best effort: the place goes in 3 s anyway, and a grant at its TTL
             _log.debug("fenced: giving up the place of a wait for %r cut short failed: %s", name, e)
 
-    def _granted(self, doc: dict[str, Any], started: float) -> Optional["Lease"]:
-        """The Lease of the grant doc, answered to a request sent at
-        started; None if it came with no validity left (answered slower
+    def _granted(self, doc: dict[str, Any], started: float, name: str, action: str) -> Optional["Lease"]:
+        """The Lease of the grant doc, the answer of the acquire or campaign
+        (action) of name sent at started: the one place an answer becomes
+        a Lease. An answer that lacks lease_id, token or ttl_ms (a 200 with
+        {} from a wrong base URL or a proxy) is a FencedError that says so,
+        as the Go client's adopt: no KeyError, nor a Lease missing fields.
+        None if it came with no validity left (answered slower
         than its TTL: a slow proxy, a pause of this process). The server
         may have freed such a lock already, or will any moment: a caller
         acting on it could overlap the next holder, and one that did not
@@ -967,6 +1010,11 @@ class Client:
         anyway), and not acquired, as the Go client does (docs/design.md,
         defect 117). A reentrant holder's grant added one hold, which this
         release takes off."""
+        if not (isinstance(doc.get("lease_id"), str) and doc["lease_id"]
+                and _positive_int(doc.get("token")) and _positive_int(doc.get("ttl_ms"))):
+            raise FencedError(f"{action.strip('/')} {name!r}: the server's answer lacks lease_id, token or ttl_ms", 200)
+        if not isinstance(doc.get("name"), str):
+            doc = dict(doc, name=name)  # the lock asked for: the answer's name is that one
         lease = Lease(self, doc, started)
         if time.monotonic() < lease.deadline:
             return lease
@@ -1061,17 +1109,46 @@ class Client:
         so it ends no call in progress (a waiting acquire in another thread
         waits on, its next request on a new connection)."""
         with self._conns_mu:
+            self._reap()
             self._gen += 1
             idle = [c for c in self._conns if c not in self._busy]
             self._conns.difference_update(idle)
         for c in idle:
             c.close()
 
+    def _reap(self) -> None:
+        """Take the connections of ended threads that _close_ended could
+        not take out of _conns out of it. Under _conns_mu."""
+        while self._dead:
+            c = self._dead.pop()
+            self._conns.discard(c)
+            self._busy.discard(c)
+
+    def _slot(self) -> "_ConnSlot":
+        """The calling thread's slot for its connection; at its first call,
+        a new one, held by a new _ConnHolder in the thread's local dict,
+        whose finalizer closes the slot's connection when the holder goes:
+        when the thread ends (or the client does). The finalizer holds the
+        slot and the client's sets, not the holder nor the client."""
+        holder = getattr(self._local, "holder", None)
+        if holder is None:
+            holder = _ConnHolder()
+            weakref.finalize(holder, _close_ended, self._conns_mu, self._conns, self._busy, self._dead, holder.slot)
+            self._local.holder = holder
+        return holder.slot
+
+    def _thread_conn(self) -> Optional[http.client.HTTPConnection]:
+        """The calling thread's connection, if it has one (for the tests)."""
+        holder = getattr(self._local, "holder", None)
+        return holder.slot.conn if holder is not None else None
+
     def _drop(self) -> None:
         """Close the calling thread's connection (the server closed it, or
         it failed), if it has one; its next call opens another."""
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
+        holder = getattr(self._local, "holder", None)
+        if holder is None:
+            return
+        conn, holder.slot.conn = holder.slot.conn, None
         if conn is not None:
             with self._conns_mu:
                 self._conns.discard(conn)
@@ -1092,8 +1169,10 @@ class Client:
         connection that the server closed while idle is replaced."""
         # Under the lock, so that close() in another thread cannot close
         # it between this look and the call marking it busy.
+        slot = self._slot()
         with self._conns_mu:
-            conn = getattr(self._local, "conn", None)
+            self._reap()
+            conn = slot.conn
             if conn is not None and (conn.sock is None or getattr(conn, "_fenced_gen", -1) != self._gen):
                 self._conns.discard(conn)  # closed, by close() or a failure
                 conn.close()
@@ -1112,7 +1191,7 @@ class Client:
                 cls = http.client.HTTPSConnection if self._url.scheme == "https" else http.client.HTTPConnection
                 conn = cls(self._url.hostname or "", self._url.port, timeout=timeout)
                 conn._fenced_gen = self._gen  # type: ignore[attr-defined]
-                self._local.conn = conn
+                slot.conn = conn
                 self._conns.add(conn)
             else:
                 conn.timeout = timeout
@@ -1188,10 +1267,64 @@ class Client:
 # _MIN_HELD_BACKOFF after that one began (defect 143).
 _MIN_HELD_BACKOFF, _MAX_HELD_BACKOFF = 0.05, 1.0
 
+# The keep-alive's least pause after a failed refresh is min(ttl/10, this),
+# in seconds, as the Go client's keep-alive (lock.Lease's step).
+_MAX_KEEP_ALIVE_PAUSE = 1.0
+
 # The connection closed or was reset while the request went out or its
 # answer was awaited: the server may have acted on it.
 _LOST_ANSWER = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
                 http.client.RemoteDisconnected, http.client.IncompleteRead)
+
+
+def _positive_int(v: Any) -> bool:
+    """Whether v is a JSON integer above 0 (not a bool, which is an int in Python)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+class _ConnSlot:
+    """A thread's connection to the server (None while it has none),
+    shared by the thread's _ConnHolder and that holder's finalizer."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self) -> None:
+        self.conn: Optional[http.client.HTTPConnection] = None
+
+
+class _ConnHolder:
+    """What a thread's threading.local holds of its connection, and
+    nothing else holds: it goes when the thread ends, and its finalizer
+    (_close_ended) closes the connection then."""
+
+    __slots__ = ("slot", "__weakref__")
+
+    def __init__(self) -> None:
+        self.slot = _ConnSlot()
+
+
+def _close_ended(mu: threading.Lock, conns: set[http.client.HTTPConnection],
+                 busy: set[http.client.HTTPConnection], dead: list[http.client.HTTPConnection],
+                 slot: _ConnSlot) -> None:
+    """The finalizer of a _ConnHolder: its thread ended (or its client
+    went), so close the connection in slot and take it out of the client's
+    sets, under the client's lock mu. It may run wherever a collection of
+    the holder runs, even in a thread that holds mu itself (a holder kept
+    by a cycle, then collected there), so it never waits for mu: if mu is
+    taken, the connection goes to dead, which the next holder of mu reaps
+    (Client._reap). The socket is closed at once either way."""
+    conn, slot.conn = slot.conn, None
+    if conn is None:
+        return
+    conn.close()
+    if mu.acquire(blocking=False):
+        try:
+            conns.discard(conn)
+            busy.discard(conn)
+        finally:
+            mu.release()
+    else:
+        dead.append(conn)
 
 
 def _no_validity(name: str) -> HeldError:
@@ -1250,18 +1383,31 @@ def _retry_pause(e: FencedError, attempt: int) -> float:
     most 1 s, and from half of that to all of it, so that the clients one
     failure hit do not come back at once. As the TypeScript client
     (docs/design.md, defect 131): a 503's Retry-After alone was honoured."""
-    pause = 0.1 * attempt if e.retry_after is None else e.retry_after
+    # retry_after is None or a whole number of seconds above 0 (_retry_after):
+    # a "Retry-After: 0" backs off as none does, never in a busy loop.
+    pause = e.retry_after if e.retry_after is not None and e.retry_after > 0 else 0.1 * attempt
     return min(pause, 1.0) * (0.5 + random.random() / 2)
 
 
+def _retry_after(value: Optional[str]) -> Optional[float]:
+    """The seconds a Retry-After header value asks for, or None: only a
+    whole number of seconds above 0 counts, as in the Go client's send.
+    "0" (a load balancer's 503 page whose upstreams are away for a
+    moment), a negative number, a fraction, an HTTP date or anything else
+    is no Retry-After: every caller then pauses as it would without one
+    (the waiting acquire's back-off, send's retries, the keep-alive's
+    pause), rather than go again at once, in a busy loop."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not (value.isascii() and value.isdigit()):
+        return None
+    secs = int(value) if len(value) <= 12 else 10 ** 12  # every caller caps it anyway
+    return float(secs) if secs > 0 else None
+
+
 def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
-    retry_after = None
-    ra = headers.get("Retry-After") if headers is not None else None
-    if ra is not None:
-        try:
-            retry_after = max(0.0, float(ra))
-        except ValueError:
-            retry_after = None  # an HTTP date: ignore, back off as usual
+    retry_after = _retry_after(headers.get("Retry-After") if headers is not None else None)
     try:
         err = json.loads(raw)["error"]
         code, message = err["code"], err["message"]
@@ -1515,6 +1661,11 @@ class Lease:
                 # refresh carries a seq again, for a server upgraded since.
                 del body["seq"]
                 doc = send(body)
+            if not (_positive_int(doc.get("token")) and _positive_int(doc.get("ttl_ms"))):
+                # A 200 with {} (a proxy, a wrong base URL): no answer of
+                # fenced's, so maybe applied (below), and not "lost", as the
+                # Go client's Refresh says it; the keep-alive tries again.
+                raise FencedError(f"refresh {self.name!r}: the server's answer lacks token or ttl_ms", 200)
         except LostError as e:
             self._lose(e, found)
             raise
@@ -1642,8 +1793,10 @@ class Lease:
         of the lease's locks held: on_lost may call release(). Every other
         error (a 503, a proxy's 502, a 401 while fenced reloads its token
         file, OutOfOrderError, ...) is retried until then, after its
-        Retry-After or ttl/30, but never later than a third of the
-        validity left (docs/design.md, defects 115 and 116). An on_lost
+        Retry-After, but never later than a third of the validity left,
+        and never sooner than min(ttl/10, 1 s), as the Go client's
+        keep-alive: no answer makes it a busy loop (a Retry-After of 0
+        counts as none; docs/design.md, defects 115 and 116). An on_lost
         that raises is logged (logger "fenced"). on_lost is called, not
         awaited: an async def one is not run, and its coroutine is closed
         and logged as an error (defect 136). The first refresh is a
@@ -1729,10 +1882,15 @@ class Lease:
                 last_err = e
                 # Retry soon, but not in a busy loop, and well within the
                 # validity left: fenced's Retry-After (1 s) would outlast a
-                # short lease. The deadline still rules.
-                retry_after = getattr(e, "retry_after", None)
-                pause = retry_after if retry_after is not None else max(0.01, self.ttl_ms / 30000.0)
-                pause = min(pause, max(0.01, (self.deadline - time.monotonic()) / 3))
+                # short lease, so it counts up to a third of what is left.
+                # Never sooner than min(ttl/10, 1 s), as the Go client's
+                # keep-alive: no answer, whatever it says, makes this a
+                # busy loop (a load balancer's 503 pages with Retry-After:
+                # 0 made it refresh thousands of times a second). The
+                # deadline still rules.
+                retry_after = getattr(e, "retry_after", None) or 0.0
+                floor = min(self.ttl_ms / 10000.0, _MAX_KEEP_ALIVE_PAUSE)
+                pause = max(min(retry_after, (self.deadline - time.monotonic()) / 3), floor)
                 next_refresh = time.monotonic() + pause
 
     def _lose(self, err: FencedError, found: list[FencedError]) -> None:

@@ -487,24 +487,31 @@ class DevTest(unittest.TestCase):
         # One connection per thread, kept between calls: the same local port.
         name = unique()
         self.client.inspect(name)
-        sock = self.client._local.conn.sock
+        sock = self.client._thread_conn().sock
         port = sock.getsockname()[1]
         lease = self.client.acquire(name, ttl_ms=10_000)
         lease.release()
         self.client.inspect(name)
-        self.assertIs(self.client._local.conn.sock, sock)
-        self.assertEqual(self.client._local.conn.sock.getsockname()[1], port)
-        # Another thread has its own.
+        self.assertIs(self.client._thread_conn().sock, sock)
+        self.assertEqual(self.client._thread_conn().sock.getsockname()[1], port)
+        # Another thread has its own, which closes as the thread ends (the
+        # client's set of connections, for close(), kept it open until
+        # close(): one socket per ended thread).
         other: list[Any] = []
-        t = threading.Thread(target=lambda: (self.client.inspect(name), other.append(self.client._local.conn)))
+
+        def call() -> None:
+            self.client.inspect(name)
+            conn = self.client._thread_conn()
+            other.append((conn, conn.sock.getsockname()[1]))
+        t = threading.Thread(target=call)
         t.start()
         t.join()
         self.assertEqual(len(other), 1)
-        self.assertNotEqual(other[0].sock.getsockname()[1], port)
-        # close() closes both (test_close_closes_every_threads_connection).
+        self.assertNotEqual(other[0][1], port)
+        self.assertIsNone(other[0][0].sock, "an ended thread's connection is still open")
+        # close() closes this thread's (test_close_closes_every_threads_connection).
         self.client.close()
-        self.assertIsNone(self.client._local.conn.sock)
-        self.assertIsNone(other[0].sock)
+        self.assertIsNone(self.client._thread_conn().sock)
 
     def test_election(self) -> None:
         # One leads, another waits and is refused at its wait_ms, a long

@@ -61,7 +61,11 @@ export class FencedError extends Error {
   readonly code: string | undefined;
   /** The HTTP status; 0 without an answer. */
   readonly status: number;
-  /** Milliseconds the server asked to wait before retrying (Retry-After), if it did. */
+  /**
+   * Milliseconds the server asked to wait before retrying (Retry-After: a
+   * whole number of seconds above 0, as the Go client takes it), if it did;
+   * a Retry-After of 0, negative, a fraction or a date counts as none.
+   */
   readonly retryAfterMs: number | undefined;
   /** The request field the server refused ("wait_ms", "ttl_ms", …), if it named one. */
   field: string | undefined;
@@ -446,7 +450,8 @@ export interface ClientOptions {
    * when it is safe to send again (tryAcquire and acquire with waitMs 0, a
    * refresh, a release, a force-release with a token), after a lost answer
    * or one that is not fenced's decision (a proxy's 502 page, …: defect
-   * 119); after its Retry-After (at most 1 s) or 100 ms, 200 ms, …. Default
+   * 119); after its Retry-After (at most 1 s; only a whole number of
+   * seconds above 0 counts, as in the Go client) or 100 ms, 200 ms, …. Default
    * 2; 0 disables. Not a waiting acquire or campaign (waitMs > 0): it rides
    * out such failures, and refused connections and timeouts too, until its
    * wait ends (docs/design.md, defect 130).
@@ -560,7 +565,13 @@ interface CallOptions {
   waitEnd?: number;
 }
 
-/** A client of one fenced server. It holds no connection of its own and may be shared. */
+/**
+ * A client of one fenced server. It holds no connection of its own and may
+ * be shared. Its base URL is like "http://127.0.0.1:7070" or
+ * "https://fenced.example/prefix"; one with a user (or user:password), a
+ * query or a fragment is refused with a TypeError, as the Go client refuses
+ * it (the error shows a password as "xxxxx").
+ */
 export class Client {
   readonly baseURL: string;
   readonly timeoutMs: number;
@@ -570,19 +581,29 @@ export class Client {
   readonly #bearer: string | undefined;
 
   constructor(baseURL: string, options: ClientOptions = {}) {
+    // The URL in errors, without its password (as Go's url.URL.Redacted).
+    const shown = JSON.stringify(typeof baseURL === "string" ? redactedURL(baseURL) : baseURL);
     let u: URL;
     try {
       u = new URL(baseURL);
     } catch {
       const port = /^[a-z]+:\/\/[^/?#]*:(\d+)(?:[/?#]|$)/i.exec(baseURL)?.[1];
-      if (port !== undefined && Number(port) > 65535) throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: port: want a number from 1 to 65535`);
-      throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: want http(s)://host:port`);
+      if (port !== undefined && Number(port) > 65535) throw new TypeError(`baseURL ${shown}: port: want a number from 1 to 65535`);
+      throw new TypeError(`baseURL ${shown}: want http(s)://host:port`);
     }
     if (u.protocol !== "http:" && u.protocol !== "https:") {
-      throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: want http(s)://host:port`);
+      throw new TypeError(`baseURL ${shown}: want http(s)://host:port`);
+    }
+    if (u.username !== "" || u.password !== "" || urlAuthority(baseURL).includes("@") || u.search !== "" || u.hash !== "" || /[?#]/.test(baseURL)) {
+      // As the Go client refuses them. fetch refuses a URL with
+      // credentials at every request, as a TransportError (retryable: a
+      // waiting acquire rode it out for its whole wait, then printed the
+      // password); a query or fragment, joined to each path as text, made
+      // every request go to "/" (a 404). An empty "?" or "#" too.
+      throw new TypeError(`baseURL ${shown}: want no user, query or fragment`);
     }
     // URL takes port 0, which would fail at the first call.
-    if (u.port === "0") throw new TypeError(`baseURL ${JSON.stringify(baseURL)}: port: want a number from 1 to 65535`);
+    if (u.port === "0") throw new TypeError(`baseURL ${shown}: port: want a number from 1 to 65535`);
     const timeoutMs = options.timeoutMs ?? 10_000;
     const retries = options.retries ?? 2;
     if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) throw new RangeError(`timeoutMs ${String(timeoutMs)}: want a finite number > 0`);
@@ -742,7 +763,7 @@ export class Client {
     const onSend = () => (started = performance.now());
     if (waitMs <= 0) {
       const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs, signal, onSend, resendLost: true }, kind);
-      const lease = await this.#adopt(doc, started);
+      const lease = await this.#adopt(doc, started, name, action);
       if (lease) return lease;
       throw noValidity(name, action);
     }
@@ -777,11 +798,12 @@ export class Client {
           // Sent once (retries 0): a failure without fenced's decision is
           // ridden out below, for the whole wait, not `retries` times.
           const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs + askMs, signal, retries: 0, onSend }, kind);
-          const lease = await this.#adopt(doc, started);
+          const lease = await this.#adopt(doc, started, name, action);
           if (lease) return lease;
           if (performance.now() >= end) throw noValidity(name, action);
           continue; // released: the next request, in what is left of the wait
         } catch (e) {
+          if (notAGrant.has(e as object)) throw e; // fenced answered, with no grant: the call ends (not ridden out)
           if (e instanceof InvalidArgumentError && e.field === "wait_ms" && e.maxWaitMs && e.maxWaitMs < askMs) {
             this.#maxWaitMs = Math.min(e.maxWaitMs, this.#maxWaitMs ?? e.maxWaitMs);
             continue; // at once, in requests the server allows
@@ -887,7 +909,17 @@ export class Client {
    * errors ignored: the lease expires anyway, releasing only frees it
    * sooner (docs/design.md, defect 117).
    */
-  async #adopt(doc: Record<string, unknown>, started: number): Promise<Lease | undefined> {
+  async #adopt(doc: Record<string, unknown>, started: number, name: string, action: "/acquire" | "/campaign"): Promise<Lease | undefined> {
+    // The one place an answer becomes a Lease: one that lacks a field of
+    // a grant is an error that says so, as the Go client's adopt.
+    const ttlMs = doc.ttl_ms;
+    if (!(typeof doc.lease_id === "string" && doc.lease_id !== "" && typeof doc.token === "bigint" && doc.token > 0n && typeof ttlMs === "number" && Number.isSafeInteger(ttlMs) && ttlMs > 0)) {
+      const verb = action === "/acquire" ? "acquire" : "campaign";
+      const err = new FencedError(`${verb} ${JSON.stringify(name)}: the server's answer lacks lease_id, token or ttl_ms`, 200);
+      notAGrant.add(err);
+      throw err;
+    }
+    if (typeof doc.name !== "string") doc = { ...doc, name }; // the lock asked for: the answer's is that one
     const lease = new Lease(this, doc, started);
     if (performance.now() < lease.deadline) return lease;
     const body = { lease_id: lease.leaseID, release_id: randomBytes(16).toString("hex") };
@@ -1200,6 +1232,37 @@ export class Client {
   }
 }
 
+/**
+ * The authority of a URL as written (user info, host and port): what
+ * follows "scheme:" and its slashes, up to the first "/", "\\", "?" or
+ * "#", as the URL parser reads it; "" if raw has no scheme.
+ */
+function urlAuthority(raw: string): string {
+  return /^[\x00-\x20]*[a-z][a-z0-9+.-]*:[/\\]*([^/\\?#]*)/i.exec(raw)?.[1] ?? "";
+}
+
+/**
+ * raw with the password of its user info, if any, replaced by "xxxxx", as
+ * Go's url.URL.Redacted shows a URL: for the constructor's errors, which
+ * must not print a secret (docs/design.md, defect 162).
+ */
+function redactedURL(raw: string): string {
+  const m = /^([\x00-\x20]*[a-z][a-z0-9+.-]*:[/\\]*)([^/\\?#]*)([\s\S]*)$/i.exec(raw);
+  if (!m) return raw;
+  const at = m[2].lastIndexOf("@");
+  const colon = m[2].indexOf(":");
+  if (at < 0 || colon < 0 || colon > at) return raw;
+  return `${m[1]}${m[2].slice(0, colon)}:xxxxx${m[2].slice(at)}${m[3]}`;
+}
+
+/**
+ * An acquire's or campaign's 200 answer that lacks lease_id, token or
+ * ttl_ms ({} from a wrong base URL, or a proxy's): the call rejects with
+ * it, as the Go client's adopt errs, rather than make a Lease with
+ * undefined fields, and a waiting one does not ride it out (#take).
+ */
+const notAGrant = new WeakSet<object>();
+
 /** The HeldError of an acquire or campaign whose grant came with no validity left, released by Client.#adopt (docs/design.md, defect 117). */
 function noValidity(name: string, action: "/acquire" | "/campaign"): HeldError {
   const verb = action === "/acquire" ? "acquire" : "campaign";
@@ -1209,6 +1272,9 @@ function noValidity(name: string, action: "/acquire" | "/campaign"): HeldError {
 /** The pauses between the requests of a wait after a 409 that came well before the wait asked for: doubled each time, as the Go client's. After one at the end of it, the next request goes no sooner than MIN_HELD_BACKOFF_MS after that one began (defect 143). */
 const MIN_HELD_BACKOFF_MS = 50;
 const MAX_HELD_BACKOFF_MS = 1000;
+
+/** The keep-alive's least pause after a failed refresh is min(ttl/10, this), as the Go client's keep-alive (lock.Lease's step). */
+const MAX_KEEP_ALIVE_PAUSE_MS = 1000;
 
 /**
  * The error codes of a connection that closed or was reset after the
@@ -1284,12 +1350,24 @@ function undecided(e: unknown): e is FencedError {
   return e instanceof FencedError && maybeApplied(e);
 }
 
+/**
+ * The milliseconds a Retry-After header value asks for, or undefined: only
+ * a whole number of seconds above 0 counts, as in the Go client's send.
+ * "0" (a load balancer's 503 page whose upstreams are away for a moment),
+ * a negative number, a fraction, an HTTP date or anything else is no
+ * Retry-After: every caller then pauses as it would without one (the
+ * waiting acquire's back-off, send's retries, the keep-alive's pause),
+ * rather than go again at once, in a busy loop.
+ */
+function retryAfterMs(value: string | null): number | undefined {
+  const t = value?.trim();
+  if (t === undefined || !/^\d+$/.test(t)) return undefined;
+  const secs = Math.min(Number(t), 1e9); // every caller caps it anyway
+  return secs > 0 ? secs * 1000 : undefined;
+}
+
 function apiError(status: number, headers: Headers, text: string): FencedError {
-  let retryAfterMs: number | undefined;
-  const ra = headers.get("Retry-After");
-  if (ra !== null && /^\d+(\.\d+)?$/.test(ra.trim())) {
-    retryAfterMs = Number(ra) * 1000; // an HTTP date is ignored: back off as usual
-  }
+  const retryAfter = retryAfterMs(headers.get("Retry-After"));
   let code: unknown, message: unknown, field: unknown, maxWaitMs: unknown, heldBy: unknown;
   try {
     // parseAnswer: the token of a force-release's 409 is a bigint.
@@ -1304,16 +1382,16 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
   }
   if (typeof code !== "string" || typeof message !== "string") {
     const excerpt = JSON.stringify(text.slice(0, 200));
-    if (status === 503) return new UnavailableError(`service unavailable: ${excerpt}`, status, undefined, retryAfterMs);
-    return new FencedError(`HTTP ${status}, not an API error: ${excerpt}`, status, undefined, retryAfterMs);
+    if (status === 503) return new UnavailableError(`service unavailable: ${excerpt}`, status, undefined, retryAfter);
+    return new FencedError(`HTTP ${status}, not an API error: ${excerpt}`, status, undefined, retryAfter);
   }
   if (code === "held" && typeof heldBy === "bigint") {
-    const e = new HeldByOtherError(message, status, code, retryAfterMs); // a force-release with a token
+    const e = new HeldByOtherError(message, status, code, retryAfter); // a force-release with a token
     e.token = heldBy;
     return e;
   }
   const cls = errorClasses[code] ?? FencedError;
-  const e = new cls(message, status, code, retryAfterMs);
+  const e = new cls(message, status, code, retryAfter);
   if (typeof field === "string") e.field = field;
   if (typeof maxWaitMs === "number") e.maxWaitMs = maxWaitMs;
   return e;
@@ -1520,6 +1598,12 @@ export class Lease {
         if (!(e instanceof InvalidArgumentError && e.status === 400 && e.field === undefined)) throw e;
         doc = await this.#client.refreshID(this.name, this.leaseID, ttlMs, { ...options, timeoutMs });
       }
+      if (typeof doc.token !== "bigint" || doc.token <= 0n || typeof doc.ttl_ms !== "number" || !Number.isSafeInteger(doc.ttl_ms) || doc.ttl_ms <= 0) {
+        // A 200 with {} (a proxy, a wrong base URL): no answer of fenced's,
+        // so maybe applied (below), and not "lost", as the Go client's
+        // Refresh says it; the keep-alive tries again.
+        throw new FencedError(`refresh ${JSON.stringify(this.name)}: the server's answer lacks token or ttl_ms`, 200);
+      }
     } catch (e) {
       if (e instanceof LostError) this.#signalLost(e);
       // No answer, a 5xx or an answer not fenced's: the refresh may have
@@ -1632,7 +1716,10 @@ export class Lease {
    * answer, a proxy's 502 page, a 401 while fenced reloads its tokens, an
    * out_of_order answer: another holder of the lease refreshed it later,
    * …) loses nothing: it is retried soon, within the validity left, as the
-   * Go client's keep-alive does (docs/design.md, defect 115). An onLost
+   * Go client's keep-alive does (docs/design.md, defect 115): after its
+   * Retry-After, up to a third of the validity left, and never sooner than
+   * min(ttl/10, 1 s) after the failure, so that no answer makes it a busy
+   * loop (a Retry-After of 0 counts as none). An onLost
    * that throws, or an async one whose promise rejects, is reported with
    * console.error and otherwise ignored (defect 133).
    * release() or stopKeepAlive() stops it.
@@ -1699,10 +1786,15 @@ export class Lease {
         // not applied, the lease still held; the next refresh, with a
         // higher seq, is applied.
         // Retry soon, but not in a busy loop, and well within the validity
-        // left: fenced's Retry-After (1 s) would outlast a short lease.
-        // The deadline still rules.
-        const retryAfterMs = e instanceof FencedError ? e.retryAfterMs : undefined;
-        const pause = Math.min(retryAfterMs ?? Math.max(10, this.#ttlMs / 30), Math.max(10, (this.#deadline - performance.now()) / 3));
+        // left: fenced's Retry-After (1 s) would outlast a short lease, so
+        // it counts up to a third of what is left. Never sooner than
+        // min(ttl/10, 1 s), as the Go client's keep-alive: no answer,
+        // whatever it says, makes this a busy loop (a load balancer's 503
+        // pages with Retry-After: 0 made it refresh hundreds of times a
+        // second). The deadline still rules.
+        const retryAfter = (e instanceof FencedError ? e.retryAfterMs : undefined) ?? 0;
+        const floor = Math.min(this.#ttlMs / 10, MAX_KEEP_ALIVE_PAUSE_MS);
+        const pause = Math.max(Math.min(retryAfter, (this.#deadline - performance.now()) / 3), floor);
         next = performance.now() + pause;
         continue;
       }
