@@ -101,7 +101,7 @@ var ErrBadFloor = errors.New("sequencer: the floor key does not hold a number")
 // place where a revision and a floor offset become a token.
 //
 // It keeps the floor offset it last read and guards every Txn with the
-// floor key's mod revision, so a Txn never pairs its revision with an
+// floor key's value, so a Txn never pairs its revision with an
 // offset the floor no longer has, at no extra round trip. On a cluster
 // with no floor it sets one (EnsureFloor), so a library user on a fresh or
 // replaced cluster never gets small tokens again. And when a Txn's token is
@@ -238,14 +238,16 @@ func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offse
 		i.mu.Lock()
 		offset, modRev, highest := i.offset, i.modRev, i.highest
 		i.mu.Unlock()
-		guarded := append(cmps[:len(cmps):len(cmps)], clientv3.Compare(clientv3.ModRevision(floorKey), "=", modRev))
+		// No floor (0), or not read yet (-1, which never matches).
+		floorCmp := clientv3.Compare(clientv3.ModRevision(floorKey), "=", modRev)
 		if modRev > 0 {
-			// A mod revision names a floor only within one cluster's
-			// history: a new cluster's floor, its first write, has the
-			// same one as an old cluster's never raised (defect 159). The
-			// value is what the token is made of.
-			guarded = append(guarded, clientv3.Compare(clientv3.Value(floorKey), "=", strconv.FormatUint(offset, 10)))
+			// The value, what the token is made of, not the mod revision:
+			// that names a floor only within one cluster's history, and a
+			// new cluster's floor, its first write, has the same one as an
+			// old cluster's never raised (defect 159).
+			floorCmp = clientv3.Compare(clientv3.Value(floorKey), "=", strconv.FormatUint(offset, 10))
 		}
+		guarded := append(cmps[:len(cmps):len(cmps)], floorCmp)
 		resp, err = i.kv.Txn(ctx).If(guarded...).Then(then(offset)...).Else(append(els[:len(els):len(els)], clientv3.OpGet(floorKey))...).Commit()
 		if err != nil {
 			return nil, 0, false, err
