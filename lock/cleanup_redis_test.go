@@ -128,14 +128,17 @@ func newFrozenAfterToken(t *testing.T) (*frozenAfterToken, *freezingSequencer) {
 //
 // The first calls may miss a short node timeout (Redlock's 50 ms) while
 // connections are dialled and scripts loaded on a loaded machine: they are
-// what warming up is for, so it tries again until one answers.
+// what warming up is for, so it tries again until one answers. Its lease
+// is short: a Redlock node that answered none of a first attempt refuses
+// leases until every lease it may have forgotten is over (defect 103),
+// the attempt's TTL and more — with 10 s, longer than the warm-up waits.
 func warmUp(t *testing.T, s lock.LeaseStore) {
 	t.Helper()
 	ctx := t.Context()
 	var g lock.Grant
 	testenv.WaitUntil(t, 10*time.Second, func() bool {
 		var err error
-		g, err = s.Acquire(ctx, lock.AcquireRequest{Name: "warm-up", LeaseID: newID(t), TTL: 10 * time.Second})
+		g, err = s.Acquire(ctx, lock.AcquireRequest{Name: "warm-up", LeaseID: newID(t), TTL: 2 * time.Second})
 		if err != nil {
 			t.Logf("warming up: %v", err)
 		}

@@ -170,7 +170,7 @@ func TestPortOutOfRange(t *testing.T) {
 		{append(member, "--etcd-peer-url", "http://127.0.0.1:70000"), `--etcd-peer-url "http://127.0.0.1:70000": port "70000": want a number from 1 to 65535`},
 		{append(member, "--etcd-name", "a", "--etcd-peer-url", "http://127.0.0.1:1",
 			"--etcd-initial-cluster", "a=http://127.0.0.1:1,b=http://127.0.0.1:99999"), `member b: port "99999": want a number from 1 to 65535`},
-		{[]string{"serve", "--lease-store", "etcd", "--etcd-endpoints", "http://127.0.0.1:2379,http://127.0.0.1:99999"}, `--etcd-endpoints "http://127.0.0.1:2379,http://127.0.0.1:99999": endpoint "http://127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
+		{[]string{"serve", "--lease-store", "etcd", "--etcd-endpoints", "http://127.0.0.1:2379,http://127.0.0.1:99999"}, `--etcd-endpoints: endpoint "http://127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
 		{[]string{"admin", "floor", "--etcd-endpoints", "127.0.0.1:99999"}, `endpoint "127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
 		{[]string{"serve", "--redis-addr", "127.0.0.1:99999"}, `--redis-addr: address "127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
 		{[]string{"dev", "--redis-addr", "127.0.0.1:0"}, `--redis-addr: address "127.0.0.1:0": port "0": want a number from 1 to 65535`},
