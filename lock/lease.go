@@ -15,7 +15,9 @@ import (
 //
 // The lease is valid until Deadline. Done is closed, and Context cancelled,
 // once, when the lease is lost (a refresh finds it taken or gone, or the
-// deadline passes without a refresh) or released. Err says which.
+// deadline passes without a refresh) or released. Err says which, and is
+// the check to make right before a write: it reads the clock, where Done
+// waits for the lease's timer (see Err).
 type Lease struct {
 	set   *LeaseSet // refreshes and releases it, and tracks it
 	name  string
@@ -127,21 +129,80 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
-// Done is closed when the lease is lost or released.
+// Done is closed when the lease is lost or released. At the deadline it is
+// closed by the lease's timer, which runs only when the process does: a
+// holder paused past its deadline (SIGSTOP, a GC pause, swap) may find
+// Done still open for a moment after it resumes. A channel cannot read the
+// clock; Err does: call it right before a write.
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
-// Context is cancelled when the lease is lost or released. It carries the
-// token (fence.FromContext).
-func (l *Lease) Context() context.Context { return l.ctx }
+// Context is cancelled when the lease is lost or released, as Done is
+// closed. It carries the token (fence.FromContext). Its Err applies
+// Lease.Err's check of the deadline first, and context.Cause on it is what
+// the lease lost to. Contexts derived from it (context.WithTimeout, ...)
+// are cancelled with it, but their own Err does not read the clock: check
+// Err on this one, or the lease's, before a write. It reports no deadline:
+// a keep-alive lease's moves, and context.WithTimeout under a parent whose
+// deadline is sooner sets no timer of its own (see leaseContext).
+func (l *Lease) Context() context.Context { return (*leaseContext)(l) }
 
 // Err is nil while the lease is held, then ErrReleased, ErrExpired, or an
 // error matching ErrLost.
+//
+// It reads the clock: once the deadline has passed, the lease is lost
+// (ErrExpired) when Err is called, as the lease's timer would lose it
+// (Done closes, the keep-alive stops), though the timer has not run yet: a
+// holder paused past its deadline (SIGSTOP, GC, swap) is told by the first
+// Err after it resumes, not some time later, while another may already
+// hold the lock (defect 169). Call it right before each write. A nil Err
+// is no promise the write arrives in time: the fencing token checked at
+// the resource (Token) is what makes a late write harmless.
+//
+// A detached lease (WithDetached) has no timer, and its remote holder
+// refreshes it by lease id without moving its Deadline here: it is lost
+// only when Refresh or Release finds it lost, as ever.
 func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
-		return nil
+		if !l.overdue() {
+			return nil
+		}
+		l.lose(ErrExpired) // once: the timer's later loss changes nothing
 	}
 	return context.Cause(l.ctx)
 }
+
+// overdue reports whether the deadline of a lease with a timer (not
+// detached) has passed. It reads the deadline under mu, as Deadline does.
+func (l *Lease) overdue() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.timer != nil && !time.Now().Before(l.deadline)
+}
+
+// leaseContext is the Lease as its Context: a conversion, no allocation.
+// Done and Value are the lease's context's, so that context.Cause and
+// fence.FromContext find its cancelCtx and its token, and contexts derived
+// from it join its cancellation directly. Err checks the deadline first
+// (Lease.Err). Deadline is the lease context's (none), not the lease's:
+// the lease's moves later with each refresh, and context.WithDeadline
+// under a parent that reports a sooner deadline sets no timer of its own,
+// trusting the parent to end by then: a context.WithTimeout(ctx, time.Minute)
+// under a keep-alive lease would never time out.
+type leaseContext Lease
+
+func (c *leaseContext) lease() *Lease                           { return (*Lease)(c) }
+func (c *leaseContext) Deadline() (deadline time.Time, ok bool) { return c.ctx.Deadline() }
+func (c *leaseContext) Done() <-chan struct{}                   { return c.ctx.Done() }
+func (c *leaseContext) Value(key any) any                       { return c.ctx.Value(key) }
+
+// Err is context.Canceled once the lease is lost or released, checking the
+// deadline first as Lease.Err does; context.Cause says why.
+func (c *leaseContext) Err() error {
+	c.lease().Err()
+	return c.ctx.Err()
+}
+
+func (c *leaseContext) String() string { return "lock.Lease(" + c.name + ").Context" }
 
 // Refresh extends the lease to ttl from now; 0 keeps the current TTL. It
 // returns ErrLost, and the lease is lost, if the lease id no longer holds
@@ -153,11 +214,12 @@ func (l *Lease) Err() error {
 // new TTL (docs/design.md, defect 1). A refresh answered after the lease
 // was lost (its deadline passed while the refresh was on its way, or it
 // was released) returns Err: the lease stays lost, though the store may
-// have extended it; Release frees it there. A refresh that fails for
-// another reason than ErrLost (no answer, a backend error) may still have
-// been applied: the validity then ends no later than the refresh would
-// have made it end, so a shorter one that failed shortens it too (defect
-// 100), and a longer one leaves it as it was. Each refresh carries a
+// have extended it; Release frees it there. One asked for once the
+// deadline has passed is not sent: it returns ErrExpired, as Err does. A
+// refresh that fails for another reason than ErrLost (no answer, a backend
+// error) may still have been applied: the validity then ends no later than
+// the refresh would have made it end, so a shorter one that failed
+// shortens it too (defect 100), and a longer one leaves it as it was. Each refresh carries a
 // sequence number (NextRefreshSeq): one that reaches the store after a
 // later one was applied is not applied (ErrOutOfOrder), so a refresh that
 // failed cannot shorten the lease after a later one extended it (defect
@@ -224,8 +286,9 @@ func (l *Lease) grantedLocked(start time.Time, ttl time.Duration) {
 }
 
 // Release deletes the lease if it is still held and wakes waiters. It
-// returns ErrLost if the lease had been lost before: a write made under it
-// may have overlapped another holder's. From the first call the lease is
+// returns ErrLost if the lease had been lost before (ErrExpired too once
+// its deadline had passed, whether or not its timer had run: Err): a write
+// made under it may have overlapped another holder's. From the first call the lease is
 // no longer the caller's (Done is closed, Err is ErrReleased), but when
 // the store could not be told (an outage, ctx's end), the lock stays held
 // there until its TTL: Release may be called again, and sends the release

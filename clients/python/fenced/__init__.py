@@ -1464,6 +1464,42 @@ def _not_decision(e: BaseException) -> bool:
 # Lease
 
 
+class _LostEvent(threading.Event):
+    """Lease.lost: a threading.Event whose is_set() and wait() read the
+    clock, so that a lease whose deadline has passed says lost when asked,
+    not once the keep-alive's thread (if any) gets to run (defect 169)."""
+
+    def __init__(self, lease: "Lease"):
+        super().__init__()
+        self._lease = lease
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._lease._expire_if_due()
+
+    def isSet(self) -> bool:  # threading.Event's old name
+        return self.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait until lost is set or the deadline passes (then lost is set
+        here), or timeout; return is_set()."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            # The deadline may move (a refresh): wait for it as it is now,
+            # and look again.
+            step = self._lease.deadline - time.monotonic()
+            if step <= 0:
+                # Past the deadline and not lost: released, or being
+                # released; a release that fails leaves it held again.
+                step = 0.1
+            if end is not None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                step = min(step, left)
+            super().wait(step)
+        return True
+
+
 class Lease:
     """A held lease: name, lease_id (the holder's secret), token, ttl_ms
     (the TTL the server granted) and count (how many releases the lock took
@@ -1477,6 +1513,15 @@ class Lease:
     lost or the validity runs out without a successful refresh. release()
     stops the keep-alive and releases. A Lease is a context manager that
     releases on exit.
+
+    Reading the state reads the clock: lost.is_set(), lost.wait(),
+    check() and valid_for() find a lease whose deadline has passed lost at
+    once (lost set, on_lost called, once), as the keep-alive would, though
+    its thread has not run yet (a process paused past its deadline by
+    SIGSTOP, a GC or swap; a keep-alive stalled or off): the first read
+    after the deadline says lost (docs/design.md, defect 169). Call
+    check() right before each write; the token checked at the resource is
+    what makes a late write harmless.
     """
 
     def __init__(self, client: Client, doc: dict[str, Any], started: float):
@@ -1488,8 +1533,10 @@ class Lease:
         #: How many releases the lock took to be freed when this lease was
         #: granted: 1, or more when a reentrant holder acquired a lock it held.
         self.count: int = doc.get("count", 1)
-        #: Set once, when the lease is known or presumed lost.
-        self.lost = threading.Event()
+        #: Set once, when the lease is known or presumed lost. Its is_set()
+        #: and wait() read the clock: past the deadline the lease is lost
+        #: when they are called (_LostEvent).
+        self.lost: threading.Event = _LostEvent(self)
         #: Why the lease was lost (a LostError), once lost is set.
         self.lost_reason: Optional[FencedError] = None
         self._mu = threading.Lock()
@@ -1524,6 +1571,9 @@ class Lease:
         self._refreshes = 0
         self._refreshed = started
         self._thread: Optional[threading.Thread] = None
+        # The keep-alive's latest refresh error, None after a success: the
+        # loss at the deadline says it, whoever finds the loss.
+        self._last_err: Optional[BaseException] = None
 
     def __repr__(self) -> str:
         return f"Lease(name={self.name!r}, token={self.token}, ttl_ms={self.ttl_ms})"
@@ -1537,16 +1587,20 @@ class Lease:
             return self._deadline
 
     def valid_for(self) -> float:
-        """Seconds the lease is still surely held; 0 once lost or released."""
+        """Seconds the lease is still surely held; 0 once lost or released.
+        Past the deadline the lease is lost at once (see lost)."""
         if self.lost.is_set() or self._release_done:
             return 0.0
         return max(0.0, self.deadline - time.monotonic())
 
     def check(self) -> None:
         """Raise LostError if the lease is lost, its validity ran out, or it
-        was released. Checking is no substitute for the fence: send the
-        token too."""
-        if self.lost.is_set():
+        was released: the check to make right before each write. A lease
+        whose deadline has passed is lost when check() is called (lost set,
+        on_lost called, once), whether or not the keep-alive's thread has
+        run since. Checking is no substitute for the fence: send the token
+        too."""
+        if self.lost.is_set():  # reads the clock (_LostEvent)
             raise self.lost_reason or LostError("lease lost", 0)
         if self._release_done:
             raise LostError(f"lease of {self.name!r} was released: it no longer holds the lock", 0)
@@ -1617,7 +1671,7 @@ class Lease:
         started = time.monotonic()
         # A lease lost, released or out of validity stays so: a refresh
         # that the server still answers does not make it held again.
-        if self.lost.is_set():
+        if self._lost_raw():
             raise self.lost_reason or LostError("lease lost", 0)
         if self._released or self._release_done:
             raise LostError(f"lease of {self.name!r} was released: it no longer holds the lock", 0)
@@ -1704,7 +1758,7 @@ class Lease:
             # Answered later than the validity it granted: the lease may be
             # gone already, as if the refresh had not come.
             self._lose(LostError(f"refresh of {self.name!r} answered after the validity it granted ran out", 0), found)
-        if self.lost.is_set():
+        if self._lost_raw():
             # Lost while the refresh was on its way (the keep-alive saw the
             # validity run out first): lost is set once and stays.
             raise self.lost_reason or LostError("lease lost", 0)
@@ -1742,7 +1796,7 @@ class Lease:
         # Lost before: writes under it may have overlapped another holder's,
         # so say so even though the server answers a release of an already
         # released lease id with success (a retry after a lost reply).
-        lost_before = self.lost_reason if self.lost.is_set() else None
+        lost_before = self.lost_reason if self._lost_raw() else None
         sent: list[float] = []
         try:
             self._client._release(self.name, self.lease_id, release_id, sent)
@@ -1836,7 +1890,7 @@ class Lease:
             # refreshes at once, rather than sleep past the validity.
             seen = self._refreshes
             next_refresh = self._refreshed + self.ttl_ms / 3000.0
-        last_err: Optional[BaseException] = None  # of the latest refresh, if it failed
+        last_err: Optional[BaseException] = None  # of the latest refresh, if it failed (and in _last_err)
         while True:
             with self._mu:
                 if self._refreshes != seen:
@@ -1867,7 +1921,7 @@ class Lease:
                 continue
             try:
                 self._refresh(None, 0, current_ttl=True, half=True)  # this loop retries, within the validity
-                last_err = None
+                last_err = self._last_err = None
             except LostError:
                 return  # refresh signalled it
             except Exception as e:
@@ -1879,7 +1933,7 @@ class Lease:
                 # validity, as the Go client's keep-alive does: the lease
                 # is lost only when a refresh answers lost or the validity
                 # runs out (docs/design.md, defect 115).
-                last_err = e
+                last_err = self._last_err = e
                 # Retry soon, but not in a busy loop, and well within the
                 # validity left: fenced's Retry-After (1 s) would outlast a
                 # short lease, so it counts up to a third of what is left.
@@ -1893,11 +1947,34 @@ class Lease:
                 pause = max(min(retry_after, (self.deadline - time.monotonic()) / 3), floor)
                 next_refresh = time.monotonic() + pause
 
+    def _lost_raw(self) -> bool:
+        """Whether lost is set, without reading the clock: for the lease's
+        own decisions under its locks (_LostEvent.is_set may call
+        on_lost)."""
+        return threading.Event.is_set(self.lost)
+
+    def _expire_if_due(self) -> bool:
+        """Lose the lease if its deadline has passed, as the keep-alive
+        does at the deadline (lost set, on_lost called, once), and say
+        whether it is lost. Not for a lease released (or being released):
+        it is no longer the caller's, and lost stays unset. Called with
+        none of the lease's locks held, as on_lost must be."""
+        if self._lost_raw():
+            return True
+        if self._released or self._release_done or time.monotonic() < self.deadline:
+            return False
+        last_err = self._last_err
+        why = f" (last refresh: {last_err})" if last_err is not None else ""
+        # The keep-alive's words, as if it had found it.
+        self._signal_lost(LostError(f"lease of {self.name!r}: no successful refresh before its validity "
+                                    f"ran out{why}", 0))
+        return True
+
     def _lose(self, err: FencedError, found: list[FencedError]) -> None:
         """Set lost for err, once; if this call set it, append err to found,
         for the caller to pass to _notify_lost once it holds no lock."""
         with self._mu:
-            if self.lost.is_set():
+            if self._lost_raw():
                 return
             self.lost_reason = err
             self.lost.set()

@@ -1412,6 +1412,16 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
  * aborts (with a LostError as its reason) and lost resolves, once, when a
  * refresh answers lost or the validity runs out without a successful
  * refresh. release() stops the keep-alive and releases.
+ *
+ * Reading the state reads the clock: signal, lost, check() and
+ * validForMs() find a lease whose deadline has passed lost at once (signal
+ * aborted, lost resolved, onLost called, once), as the keep-alive would,
+ * though its timer has not run yet (a process paused past its deadline, an
+ * event loop held busy, a keep-alive off): the first read after the
+ * deadline says lost (docs/design.md, defect 169). A signal or a lost
+ * promise taken before cannot read the clock: call check() right before
+ * each write. The token checked at the resource is what makes a late
+ * write harmless.
  */
 export class Lease {
   readonly name: string;
@@ -1476,28 +1486,37 @@ export class Lease {
     return this.#deadline;
   }
 
-  /** Aborted, with a LostError as its reason, once the lease is lost. Pass it to the work done under the lock. */
+  /**
+   * Aborted, with a LostError as its reason, once the lease is lost. Pass it
+   * to the work done under the lock. Reading it past the deadline loses the
+   * lease first (see the class doc); a signal read before aborts when the
+   * keep-alive's timer runs.
+   */
   get signal(): AbortSignal {
+    this.#expireIfDue();
     return this.#lost.signal;
   }
 
-  /** Resolves with the LostError once the lease is lost; never rejects. */
+  /** Resolves with the LostError once the lease is lost; never rejects. Read past the deadline, it loses the lease first. */
   get lost(): Promise<LostError> {
+    this.#expireIfDue();
     return this.#lostPromise;
   }
 
-  /** Milliseconds the lease is still surely held; 0 once lost or released. */
+  /** Milliseconds the lease is still surely held; 0 once lost (past the deadline: lost now) or released. */
   validForMs(): number {
-    if (this.#lost.signal.aborted || this.#releaseDone) return 0;
+    if (this.#expireIfDue() || this.#releaseDone) return 0;
     return Math.max(0, this.#deadline - performance.now());
   }
 
   /**
-   * Throws LostError if the lease is lost, its validity ran out, or it was
-   * released. No substitute for the fence: send the token too.
+   * Throws LostError if the lease is lost, its validity ran out (it is lost
+   * then, at once: signal aborted, onLost called), or it was released: the
+   * check to make right before each write. No substitute for the fence:
+   * send the token too.
    */
   check(): void {
-    if (this.#lost.signal.aborted) throw this.#lost.signal.reason;
+    if (this.#expireIfDue()) throw this.#lost.signal.reason;
     if (this.#releaseDone) throw new LostError(`lease of ${JSON.stringify(this.name)} was released: it no longer holds the lock`);
     if (performance.now() >= this.#deadline) throw new LostError(`lease of ${JSON.stringify(this.name)} ran out of validity`);
   }
@@ -1799,6 +1818,20 @@ export class Lease {
         continue;
       }
     }
+  }
+
+  /**
+   * Loses the lease if its deadline has passed, as the keep-alive does at
+   * the deadline (signal aborted, lost resolved, onLost called, once), and
+   * says whether it is lost. Not a lease released (or being released): it
+   * is no longer the caller's, and signal stays unaborted.
+   */
+  #expireIfDue(): boolean {
+    if (this.#lost.signal.aborted) return true;
+    if (this.#released || this.#releaseDone || performance.now() < this.#deadline) return false;
+    // The keep-alive's words, as if it had found it.
+    this.#signalLost(new LostError(`lease of ${JSON.stringify(this.name)}: no successful refresh before its validity ran out`));
+    return true;
   }
 
   #signalLost(err: LostError): void {
