@@ -69,6 +69,7 @@ type EtcdStore struct {
 	places   map[placeKey]place      // fair waiters' places
 	slots    map[string]map[int]bool // queue slots in use, by lock name (see place)
 	orphans  map[slotKey]bool        // queue keys to delete off the callers' path (see orphanLocked)
+	orphanAt map[slotKey]int64       // their create revisions, where known (see deletePlaces)
 	joining  map[slotKey]int         // joins in a Txn in flight, by slot (see joinsSent)
 	cleanAt  time.Time               // when to try deleting orphans again
 	cleanGap time.Duration           // the wait after the next failure to delete them
@@ -80,10 +81,11 @@ type EtcdStore struct {
 	wake     chan struct{} // the next event moved earlier
 	stop     chan struct{}
 	// life bounds the store's own calls to etcd (renewals, deletes it
-	// retries, orphans): Close ends it, so that it does not wait them
-	// out while etcd hangs.
+	// retries, orphans) and its group commits' batches (gc and checks'
+	// Life): Close ends it, so that it does not wait them out while etcd
+	// hangs.
 	life    context.Context
-	endLife context.CancelFunc
+	endLife context.CancelCauseFunc
 	wg      sync.WaitGroup // the goroutine and the work it started
 
 	txns, ops, sessionGrants, reads atomic.Uint64
@@ -307,13 +309,13 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 	s := &EtcdStore{
 		cli: cli, kv: etcdkv.New(cli), ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log), log: c.log,
 		sessions: map[int64]*session{}, retired: map[*session]bool{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{}, places: map[placeKey]place{},
-		slots: map[string]map[int]bool{}, orphans: map[slotKey]bool{}, joining: map[slotKey]int{}, instance: instance,
+		slots: map[string]map[int]bool{}, orphans: map[slotKey]bool{}, orphanAt: map[slotKey]int64{}, joining: map[slotKey]int{}, instance: instance,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
-	s.life, s.endLife = context.WithCancel(context.Background())
-	s.gc.Commit, s.gc.Slots, s.gc.Inline, s.gc.Stall = s.commitCounted, c.inflight, true, etcdkv.Stall
+	s.life, s.endLife = context.WithCancelCause(context.Background())
+	s.gc.Commit, s.gc.Slots, s.gc.Inline, s.gc.Stall, s.gc.Life = s.commitCounted, c.inflight, true, etcdkv.Stall, s.life
 	s.gc.SetMaxBatch(c.maxBatch)
-	s.checks.Commit, s.checks.Inline, s.checks.Stall = s.check, true, etcdkv.Stall
+	s.checks.Commit, s.checks.Inline, s.checks.Stall, s.checks.Life = s.check, true, etcdkv.Stall, s.life
 	s.checks.SetMaxBatch(c.maxBatch)
 	s.maxOps.Store(int64(c.maxBatch))
 	s.unfollow = s.issuer.Follow()
@@ -337,8 +339,10 @@ func (s *EtcdStore) Stats() EtcdStats {
 
 // Close stops the store's goroutine and waits for the work it started,
 // which it cuts short: a delete the store was retrying is left to the
-// session lease. Locks still held stay in etcd until their session lease
-// expires. Later acquisitions fail with ErrClosed. Close is idempotent.
+// session lease, and a batch of creates and deletes still being committed
+// (one whose callers left) ends with Close, not after it. Locks still
+// held stay in etcd until their session lease expires. Later acquisitions
+// and releases fail with ErrClosed. Close is idempotent.
 func (s *EtcdStore) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -347,9 +351,13 @@ func (s *EtcdStore) Close() error {
 	}
 	s.closed = true
 	close(s.stop)
-	s.endLife()
+	s.endLife(ErrClosed)
 	s.mu.Unlock()
 	s.unfollow()
+	// The group commits' batches commit on contexts derived from life:
+	// they end now, and no runner outlives Close (defect 170).
+	s.gc.Close()
+	s.checks.Close()
 	s.wg.Wait()
 	return nil
 }
@@ -455,40 +463,45 @@ func (s *EtcdStore) unplaceLocked(pk placeKey) {
 // ended (joinsSent). Until then the slot stays reserved, so no later
 // waiter's key is deleted in its stead. Left alone, the key would stand ahead of
 // every fair waiter of the lock, in every process, for as long as this
-// store's session lives (defect 12). Called with mu.
+// store's session lives (defect 12). The key is deleted only at the
+// place's create revision (deletePlaces), known here if it joined.
+// Called with mu.
 func (s *EtcdStore) orphanLocked(pk placeKey) {
 	p, ok := s.forgetLocked(pk)
 	if !ok {
 		return
 	}
-	s.orphans[slotKey{pk.name, p.slot}] = true
+	k := slotKey{pk.name, p.slot}
+	s.orphans[k] = true
+	if p.rev != 0 {
+		s.orphanAt[k] = p.rev
+	}
 	s.startLoopLocked()
 	s.poke()
 }
 
 // deleteOrphans deletes orphaned queue keys, in Txns within the store's
-// bound (inTxns); after a failure the store tries again later, the wait
-// doubling up to 5 s, so an etcd outage costs one failing call per wait,
-// not one per orphan.
+// bound (deletePlaces); after a failure the store tries again later, the
+// wait doubling up to 5 s, so an etcd outage costs one failing call per
+// wait, not one per orphan.
 func (s *EtcdStore) deleteOrphans(keys []slotKey) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(s.life, 5*time.Second)
 	defer cancel()
-	err := s.inTxns(len(keys), 1, func(from, to int) error {
-		ops := make([]clientv3.Op, 0, to-from)
-		for _, k := range keys[from:to] {
-			ops = append(ops, clientv3.OpDelete(s.queueKey(k.name, k.slot)))
-		}
-		if _, err := s.kv.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit(); err != nil {
-			return err
-		}
+	revs := make([]int64, len(keys))
+	s.mu.Lock()
+	for i, k := range keys {
+		revs[i] = s.orphanAt[k]
+	}
+	s.mu.Unlock()
+	err := s.deletePlaces(clientv3.WithRequireLeader(ctx), keys, revs, func(done []slotKey) {
 		s.mu.Lock()
-		for _, k := range keys[from:to] {
+		for _, k := range done {
 			delete(s.orphans, k)
+			delete(s.orphanAt, k)
 			s.freeSlotLocked(k.name, k.slot)
 		}
 		s.mu.Unlock()
-		return nil
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -505,6 +518,67 @@ func (s *EtcdStore) deleteOrphans(keys []slotKey) {
 	s.cleanGap = min(max(2*s.cleanGap, 100*time.Millisecond), 5*time.Second)
 	s.cleanAt = time.Now().Add(s.cleanGap)
 	s.poke()
+}
+
+// deletePlaces deletes the queue keys of places, each only at its create
+// revision (revs, 0 where not known: read first), and calls done with
+// those dealt with, Txn by Txn, each within the store's bound (inTxns).
+//
+// A slot's key is reused by the store's next waiter on the lock once the
+// slot is freed, and a delete whose answer the store never got may still
+// be on its way (a member whose link to the leader holds the forwarded
+// proposal, as in defect 147) and commit after the key was made again: an
+// unconditional delete then removed the next waiter's place, and the lock
+// went to a waiter that came after it (defect 168). Conditional on the
+// create revision, a late delete finds another key and deletes nothing.
+// A revision read is the key's at the read; an orphan's slot stays
+// reserved, and its joins have ended (joinsSent), so no other place can
+// be at that key meanwhile. A key found absent is done with.
+func (s *EtcdStore) deletePlaces(ctx context.Context, keys []slotKey, revs []int64, done func([]slotKey)) error {
+	var unknown []int
+	for i, rev := range revs {
+		if rev == 0 {
+			unknown = append(unknown, i)
+		}
+	}
+	err := s.inTxns(len(unknown), 1, func(from, to int) error {
+		ops := make([]clientv3.Op, 0, to-from)
+		for _, i := range unknown[from:to] {
+			ops = append(ops, clientv3.OpGet(s.queueKey(keys[i].name, keys[i].slot), clientv3.WithKeysOnly()))
+		}
+		resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return err
+		}
+		for j, i := range unknown[from:to] {
+			revs[i] = -1 // absent: nothing to delete
+			if kvs := resp.Responses[j].GetResponseRange().GetKvs(); len(kvs) == 1 {
+				revs[i] = kvs[0].CreateRevision
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// A nested Txn per key (a compare and a delete): two operations each.
+	return s.inTxns(len(keys), 2, func(from, to int) error {
+		ops := make([]clientv3.Op, 0, to-from)
+		for i := from; i < to; i++ {
+			if revs[i] > 0 {
+				key := s.queueKey(keys[i].name, keys[i].slot)
+				ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", revs[i])},
+					[]clientv3.Op{clientv3.OpDelete(key)}, nil))
+			}
+		}
+		if len(ops) > 0 {
+			if _, err := s.kv.Txn(ctx).Then(ops...).Commit(); err != nil {
+				return err
+			}
+		}
+		done(keys[from:to])
+		return nil
+	})
 }
 
 // inTxns commits n items of per operations each in Txns of at most the
@@ -879,6 +953,11 @@ func (s *EtcdStore) abandon(name, leaseID string) {
 // compares (the key's mod revision as the store that made the grant wrote
 // it), and on this store the holding's handed, since a refresh here
 // writes nothing (defect 153). ErrLost if leaseID no longer holds it.
+//
+// The write moves the key's mod revision, which the deadline's
+// compare-and-delete compares. When its reply is lost, the store cannot
+// know that revision: it books the holding unsure (unsureLocked), so that
+// the deadline still deletes the lock (defect 167).
 func (s *EtcdStore) handOver(ctx context.Context, name, leaseID string) error {
 	s.mu.Lock()
 	if h := s.held[name]; h != nil && h.id == leaseID {
@@ -888,23 +967,57 @@ func (s *EtcdStore) handOver(ctx context.Context, name, leaseID string) error {
 	resp, err := s.kv.Txn(ctx).If(s.ks.LockHeldBy(name, leaseID)...).
 		Then(clientv3.OpPut(s.ks.LockKey(name), "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).Commit()
 	if err != nil {
+		// It may have committed, its reply lost: the key's mod revision
+		// then moved, the deadline's delete at the revision booked would
+		// find the lock "no longer as this store wrote it" and let it be,
+		// and the lock would stay, held by nobody, on a session the
+		// store's other locks keep alive.
+		s.mu.Lock()
+		if h := s.held[name]; h != nil && h.id == leaseID {
+			unsureLocked(h)
+		}
+		s.mu.Unlock()
 		return backendErr("etcd", "acquire", err)
 	}
 	if !resp.Succeeded {
 		return ErrLost
 	}
 	s.mu.Lock()
-	if h := s.held[name]; h != nil && h.id == leaseID && !h.unsure {
-		h.modRev = resp.Header.Revision // as this store wrote it, for its deadline's delete
+	if h := s.held[name]; h != nil && h.id == leaseID {
+		if h.unsure {
+			// Its session is not known (a take-over whose reply was
+			// lost), but its revision is now, on either.
+			h.prevModRev = resp.Header.Revision
+		} else {
+			h.modRev = resp.Header.Revision // as this store wrote it, for its deadline's delete
+		}
 	}
 	s.mu.Unlock()
 	return nil
 }
 
+// unsureLocked books a holding whose key a write of this store's may have
+// changed, unanswered (a hand-over whose reply was lost): its mod revision
+// is not known any more. As for a take-over whose reply was lost
+// (holdUnsure, defect 55), its deadline deletes the lock if leaseID holds
+// it on the holding's session (the write kept the key's etcd lease), or
+// at the revision booked before, if the write did not commit; a refresh
+// takes the lock over, and so learns what it is; ReleaseUnhanded leaves
+// it to its deadline. A holding unsure already stays so. Called with mu.
+func unsureLocked(h *holding) {
+	if h.unsure {
+		return
+	}
+	h.unsure, h.prevModRev, h.modRev = true, h.modRev, 0
+}
+
 // ReleaseUnhanded implements UnhandedReleaser: for a grant this store made
 // and holds once, a delete on condition that its key is still as this
 // store wrote it (no other store's handOver or take-over since) and that
-// no request here was handed it.
+// no request here was handed it. An unsure holding (a take-over or
+// hand-over whose reply was lost) is left to its deadline: its mod
+// revision is not known, and a compare on its etcd lease would not see
+// another store's hand-over, which keeps the lease.
 func (s *EtcdStore) ReleaseUnhanded(ctx context.Context, name, leaseID string) (bool, error) {
 	s.mu.Lock()
 	h := s.held[name]
@@ -1561,17 +1674,33 @@ func (s *EtcdStore) ForceRelease(ctx context.Context, name string, token fence.T
 	return State{}, backendErr("etcd", "force-release", errors.New("the lock kept changing hands"))
 }
 
-// Leave implements LeaseStore: the waiter's queue key goes. If the delete
-// fails, the store's goroutine deletes it later.
+// Leave implements LeaseStore: the waiter's queue key goes, deleted only
+// at its place's create revision: the key is reused by the store's next
+// waiter once the slot is free, and a delete that failed here may still
+// commit later (defect 168). A place whose revision is not known (no join
+// answered yet) is read first; while its join is in flight, or if the
+// delete fails, the store's goroutine deletes it later.
 func (s *EtcdStore) Leave(ctx context.Context, name, waiter string) error {
 	pk := placeKey{name, waiter}
 	s.mu.Lock()
 	p, ok := s.places[pk]
+	if ok && p.rev == 0 && s.joining[slotKey{name, p.slot}] > 0 {
+		// Its join may yet make the key: deleted once the join ended.
+		s.orphanLocked(pk)
+		s.mu.Unlock()
+		return nil
+	}
 	s.mu.Unlock()
 	if !ok {
 		return nil // no place here: never joined, or already gone
 	}
-	_, err := s.kv.Delete(clientv3.WithRequireLeader(ctx), s.queueKey(name, p.slot))
+	ctx = clientv3.WithRequireLeader(ctx)
+	var err error
+	if key := s.queueKey(name, p.slot); p.rev != 0 {
+		_, err = s.kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", p.rev)).Then(clientv3.OpDelete(key)).Commit()
+	} else {
+		err = s.deletePlaces(ctx, []slotKey{{name, p.slot}}, []int64{0}, func([]slotKey) {})
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -2016,14 +2145,18 @@ func (s *EtcdStore) expire(name string, h *holding) {
 	}()
 	warned := false
 	s.untilAnswered(10*time.Second, func(ctx context.Context) bool {
+		s.mu.Lock() // a hand-over may book it unsure meanwhile (unsureLocked)
 		op := etcdOp{kind: opExpire, name: name, id: h.id, modRev: h.modRev, plain: h.plain}
-		if h.unsure {
+		unsure, prevModRev := h.unsure, h.prevModRev
+		if unsure {
 			op.lease = h.sess.id
 		}
+		s.mu.Unlock()
 		_, err := s.gc.Do(clientv3.WithRequireLeader(ctx), name, op)
-		if errors.Is(err, errHeld) && h.unsure && h.prevModRev != 0 {
-			// Not moved onto this session after all: as written before?
-			op.lease, op.modRev = 0, h.prevModRev
+		if errors.Is(err, errHeld) && unsure && prevModRev != 0 {
+			// Not on this session (a take-over that did not commit), or
+			// held by this lease id there no longer: as written before?
+			op.lease, op.modRev = 0, prevModRev
 			_, err = s.gc.Do(clientv3.WithRequireLeader(ctx), name, op)
 		}
 		if err == nil || errors.Is(err, errHeld) {

@@ -226,6 +226,9 @@ func (s *Etcd) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.commits.Wait()
+	// Batches whose callers all left still commit on their own contexts:
+	// they end now, and Close waits for them (defect 170).
+	s.gc.Close()
 	if !closed {
 		s.unfollow()
 	}

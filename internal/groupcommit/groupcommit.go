@@ -26,10 +26,16 @@
 // next batch: one request a backend holds (an etcd member cut off from
 // its peers holds what it took for etcd's request timeout) then holds
 // only its own callers.
+//
+// A Committer lives as long as its owner: every batch's context (Context)
+// derives from its lifetime (Life), and Close ends that lifetime and
+// waits for the commits in progress, so that no batch outlives the owner's
+// Close (docs/design.md, defect 170).
 package groupcommit
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"time"
@@ -46,8 +52,9 @@ type Request[T any] struct {
 	// when Ctx ends (Context does that).
 	Ctx context.Context
 
-	done  chan struct{} // closed by Done
-	state int           // pending, batched or gone; under mu
+	life  context.Context // its committer's (Context derives from it)
+	done  chan struct{}   // closed by Done
+	state int             // pending, batched or gone; under mu
 	value any
 	err   error
 }
@@ -91,9 +98,19 @@ type Committer[T any] struct {
 	// overloaded etcd) then gets a few more batches in flight, not a new
 	// one every Stall.
 	Stall time.Duration
+	// Life, if set before the first Do, is the committer's lifetime: its
+	// owner's, ended by the owner's Close. Context derives every batch's
+	// context from it, so a commit in progress ends with it, and once it
+	// ends Do refuses new requests and pending ones fail, with its cause
+	// (context.Cause). Close ends it too. Nil: until Close.
+	Life context.Context
 
 	mu       sync.Mutex
-	maxBatch int // 0: no bound
+	life     context.Context         // Life's, or Background's; ended by Close
+	end      context.CancelCauseFunc // ends life
+	closed   bool                    // Close was called: no commit starts any more
+	commits  sync.WaitGroup          // goroutines committing or about to (runners, inline callers): Close waits for them
+	maxBatch int                     // 0: no bound
 	queue    []*Request[T]
 	running  int // slots with a runner
 	stalled  int // commits that gave their slots up (Stall) and still run
@@ -102,6 +119,47 @@ type Committer[T any] struct {
 // MaxStalled bounds the commits a slot that gave their slot up (Stall)
 // and still run.
 const MaxStalled = 4
+
+// ErrClosed is Do's error once the committer was closed, if its Life had
+// not ended with a cause of its own.
+var ErrClosed = errors.New("groupcommit: closed")
+
+// initLocked sets up the committer's lifetime at its first use. Called
+// with mu.
+func (c *Committer[T]) initLocked() {
+	if c.life != nil {
+		return
+	}
+	parent := c.Life
+	if parent == nil {
+		parent = context.Background()
+	}
+	c.life, c.end = context.WithCancelCause(parent)
+}
+
+// endedLocked is the cause of the end of the committer's life, or nil
+// while it lives. Called with mu.
+func (c *Committer[T]) endedLocked() error {
+	c.initLocked()
+	if c.closed || c.life.Err() != nil {
+		return context.Cause(c.life)
+	}
+	return nil
+}
+
+// Close ends the committer's life (Life): the contexts of commits in
+// progress end (Context), pending requests fail, and later ones fail at
+// once. It waits for every commit in progress, runners and callers
+// committing their lone requests, which end as soon as their Commit
+// returns. It is idempotent; concurrent calls all wait.
+func (c *Committer[T]) Close() {
+	c.mu.Lock()
+	c.initLocked()
+	c.closed = true
+	c.end(ErrClosed) // no effect if Life ended already, with its own cause
+	c.mu.Unlock()
+	c.commits.Wait()
+}
 
 // SetMaxBatch bounds later batches; 0 means no bound. A store that refuses
 // a batch as too large can lower it.
@@ -125,16 +183,22 @@ func (c *Committer[T]) Do(ctx context.Context, key string, arg T) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &Request[T]{Key: key, Arg: arg, Ctx: ctx, done: make(chan struct{})}
 	c.mu.Lock()
+	if err := c.endedLocked(); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	r := &Request[T]{Key: key, Arg: arg, Ctx: ctx, life: c.life, done: make(chan struct{})}
 	c.queue = append(c.queue, r)
 	if c.running >= max(c.Slots, 1) {
 		c.mu.Unlock()
 		return c.wait(ctx, r)
 	}
 	// A slot is free: this caller takes its first batch, after the
-	// runner's yield, so that others runnable now can join it.
+	// runner's yield, so that others runnable now can join it. Close
+	// waits for what it commits or hands to a runner (commits).
 	c.running++
+	c.commits.Add(1)
 	c.mu.Unlock()
 	runtime.Gosched()
 	batch := c.take()
@@ -149,14 +213,15 @@ func (c *Committer[T]) Do(ctx context.Context, key string, arg T) (any, error) {
 		}
 		c.mu.Lock()
 		if len(c.queue) > 0 {
-			go c.run(nil) // the slot passes to a runner for what came meanwhile
+			c.goRun(nil) // the slot passes to a runner for what came meanwhile
 		} else {
 			c.running--
 		}
 		c.mu.Unlock()
 	default:
-		go c.run(batch) // owned by the slot: it ends when nothing is pending
+		c.goRun(batch) // owned by the slot: it ends when nothing is pending
 	}
+	c.commits.Done() // committed, or handed to a runner: what is left is waiting
 	return c.wait(ctx, r)
 }
 
@@ -187,14 +252,36 @@ func endsOnlyAtDeadline(ctx context.Context) bool {
 	return ok
 }
 
-// Context is a context to commit batch with, bounded by timeout: a batch
-// of one is also bounded by its caller's context, a larger batch (shared
-// by callers who may leave) by no caller's.
+// Context is a context to commit batch with, bounded by timeout and by
+// its committer's life (Life, Close): a batch of one is also bounded by
+// its caller's context, a larger batch (shared by callers who may leave)
+// by no caller's.
 func Context[T any](batch []*Request[T], timeout time.Duration) (context.Context, context.CancelFunc) {
-	if len(batch) == 1 {
-		return context.WithTimeout(batch[0].Ctx, timeout)
+	life := context.Background()
+	if len(batch) > 0 && batch[0].life != nil {
+		life = batch[0].life
 	}
-	return context.WithTimeout(context.Background(), timeout)
+	if len(batch) != 1 {
+		return context.WithTimeout(life, timeout)
+	}
+	ctx, cancel := context.WithTimeout(batch[0].Ctx, timeout)
+	if life.Done() == nil {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(life, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// goRun starts a runner for the slot its caller holds or passes on. The
+// caller is counted in commits (a runner, an inline caller, or a commit
+// whose Stall passed while it runs), so the count is above 0 and Close's
+// Wait may run meanwhile.
+func (c *Committer[T]) goRun(batch []*Request[T]) {
+	c.commits.Add(1)
+	go func() {
+		defer c.commits.Done()
+		c.run(batch)
+	}()
 }
 
 // run holds a slot: it commits batch, if any, and then batches until
@@ -231,7 +318,7 @@ func (c *Committer[T]) commit(batch []*Request[T]) (holdsSlot bool) {
 		stalled = true
 		c.stalled++
 		if len(c.queue) > 0 {
-			go c.run(nil) // the slot passes to a runner for what is pending
+			c.goRun(nil) // the slot passes to a runner for what is pending
 		} else {
 			c.running--
 		}
@@ -256,6 +343,18 @@ func (c *Committer[T]) commit(batch []*Request[T]) (holdsSlot bool) {
 func (c *Committer[T]) take() []*Request[T] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.endedLocked(); err != nil {
+		// Closed: nothing more is committed, and what is pending fails.
+		for _, q := range c.queue {
+			if q.state == pending {
+				q.state = batched
+				q.Done(nil, err)
+			}
+		}
+		c.queue = nil
+		c.running--
+		return nil
+	}
 	var (
 		batch []*Request[T]
 		rest  = make([]*Request[T], 0, len(c.queue))
