@@ -31,7 +31,8 @@ func TestEtcdCreateCommittedAfterItsAbandonTakesNothing(t *testing.T) {
 	// The store talks to the leader, but for the victim's create while
 	// armed, which goes to the follower: a balancer's choice.
 	cli := testenv.EtcdClient(t, members[lead].ClientURL())
-	r := &routedKV{KV: cli.KV, alt: testenv.EtcdClient(t, members[f].ClientURL()).KV, key: sequencer.NewKeyspace(prefix).LockKey(name)}
+	key := sequencer.NewKeyspace(prefix).LockKey(name)
+	r := &routedKV{KV: cli.KV, alt: testenv.EtcdClient(t, members[f].ClientURL()).KV, route: func(ops []clientv3.Op) bool { return puts(ops, key) }}
 	cli.KV = r
 	c := newClient(t, newEtcdStore(t, cli, lock.WithEtcdPrefix(prefix)))
 	other := newClient(t, newEtcdStore(t, testenv.EtcdClient(t, members[lead].ClientURL()), lock.WithEtcdPrefix(prefix)))
@@ -71,13 +72,28 @@ func TestEtcdCreateCommittedAfterItsAbandonTakesNothing(t *testing.T) {
 	t.Logf("free %s after the follower's link was let go", time.Since(healed).Round(time.Millisecond))
 }
 
-// routedKV sends the Txns that put key to alt while armed, and every other
-// request to its own KV.
+// routedKV sends to alt, while armed, the requests route picks (a
+// balancer's choice of member), and every other request to its own KV:
+// a Delete, or a Txn, recorded and sent at Commit so that route sees its
+// operations (Then's and Else's).
 type routedKV struct {
 	clientv3.KV
-	alt   clientv3.KV
-	key   string
-	armed atomic.Bool
+	alt    clientv3.KV
+	route  func(ops []clientv3.Op) bool
+	armed  atomic.Bool
+	routed atomic.Int32 // requests sent to alt
+}
+
+func (r *routedKV) pick(ops []clientv3.Op) clientv3.KV {
+	if r.armed.Load() && r.route(ops) {
+		r.routed.Add(1)
+		return r.alt
+	}
+	return r.KV
+}
+
+func (r *routedKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	return r.pick([]clientv3.Op{clientv3.OpDelete(key, opts...)}).Delete(ctx, key, opts...)
 }
 
 func (r *routedKV) Txn(ctx context.Context) clientv3.Txn { return &routedTxn{r: r, ctx: ctx} }
@@ -94,10 +110,7 @@ func (t *routedTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.then = ops; return
 func (t *routedTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.els = ops; return t }
 
 func (t *routedTxn) Commit() (*clientv3.TxnResponse, error) {
-	kv := t.r.KV
-	if t.r.armed.Load() && (puts(t.then, t.r.key) || puts(t.els, t.r.key)) {
-		kv = t.r.alt
-	}
+	kv := t.r.pick(append(slices.Clone(t.then), t.els...))
 	return kv.Txn(t.ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
 }
 

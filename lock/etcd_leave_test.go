@@ -1,10 +1,8 @@
 package lock_test
 
 import (
-	"context"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,73 +12,32 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// delRoutedKV sends the deletes of keys under prefix to alt while armed (a
-// balancer's choice of member), everything else to its own KV: a plain
-// Delete, and a Txn whose only writes are such deletes (a conditional
-// delete of a place).
-type delRoutedKV struct {
-	clientv3.KV
-	alt    clientv3.KV
-	prefix string
-	armed  atomic.Bool
-	routed atomic.Int32 // requests sent to alt
-}
-
-func (r *delRoutedKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
-	if r.armed.Load() && strings.HasPrefix(key, r.prefix) {
-		r.routed.Add(1)
-		return r.alt.Delete(ctx, key, opts...)
-	}
-	return r.KV.Delete(ctx, key, opts...)
-}
-
-func (r *delRoutedKV) Txn(ctx context.Context) clientv3.Txn { return &delRoutedTxn{r: r, ctx: ctx} }
-
-// delRoutedTxn records a Txn and sends it at Commit to the KV delRoutedKV
-// picks for it.
-type delRoutedTxn struct {
-	r         *delRoutedKV
-	ctx       context.Context
-	cmps      []clientv3.Cmp
-	then, els []clientv3.Op
-}
-
-func (t *delRoutedTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.cmps = cs; return t }
-func (t *delRoutedTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.then = ops; return t }
-func (t *delRoutedTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.els = ops; return t }
-
-func (t *delRoutedTxn) Commit() (*clientv3.TxnResponse, error) {
-	kv := t.r.KV
-	if t.r.armed.Load() && t.r.deletesOnly(append(slices.Clone(t.then), t.els...)) {
-		kv = t.r.alt
-		t.r.routed.Add(1)
-	}
-	return kv.Txn(t.ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
-}
-
-// deletesOnly reports whether ops (nested Txns too) write nothing but
-// deletes under prefix, and delete at least one.
-func (r *delRoutedKV) deletesOnly(ops []clientv3.Op) bool {
-	n := 0
-	var walk func([]clientv3.Op) bool
-	walk = func(ops []clientv3.Op) bool {
-		for _, op := range ops {
-			switch {
-			case op.IsGet():
-			case op.IsDelete() && strings.HasPrefix(string(op.KeyBytes()), r.prefix):
-				n++
-			case op.IsTxn():
-				_, then, els := op.Txn()
-				if !walk(then) || !walk(els) {
+// deletesOnlyUnder is a routedKV's route: ops (nested Txns too) write
+// nothing but deletes of keys under prefix, and delete at least one — a
+// plain Delete, or a conditional delete of a place.
+func deletesOnlyUnder(prefix string) func([]clientv3.Op) bool {
+	return func(ops []clientv3.Op) bool {
+		n := 0
+		var walk func([]clientv3.Op) bool
+		walk = func(ops []clientv3.Op) bool {
+			for _, op := range ops {
+				switch {
+				case op.IsGet():
+				case op.IsDelete() && strings.HasPrefix(string(op.KeyBytes()), prefix):
+					n++
+				case op.IsTxn():
+					_, then, els := op.Txn()
+					if !walk(then) || !walk(els) {
+						return false
+					}
+				default:
 					return false
 				}
-			default:
-				return false
 			}
+			return true
 		}
-		return true
+		return walk(ops) && n > 0
 	}
-	return walk(ops) && n > 0
 }
 
 // Defect 168: a late delete of a place removed the next waiter's place
@@ -107,7 +64,7 @@ func TestEtcdLateLeaveSparesTheNextWaitersPlace(t *testing.T) {
 	ctx := t.Context()
 
 	cliA := testenv.EtcdClient(t, members[lead].ClientURL())
-	r := &delRoutedKV{KV: cliA.KV, alt: testenv.EtcdClient(t, members[f].ClientURL()).KV, prefix: prefix + "queue/"}
+	r := &routedKV{KV: cliA.KV, alt: testenv.EtcdClient(t, members[f].ClientURL()).KV, route: deletesOnlyUnder(prefix + "queue/")}
 	cliA.KV = r
 	a := newClient(t, newEtcdStore(t, cliA, lock.WithEtcdPrefix(prefix)))
 	direct := testenv.EtcdClient(t, members[lead].ClientURL())
