@@ -22,8 +22,9 @@ import (
 // then: it stays held, by a lease nobody has, for as long as the store's
 // other locks keep the session alive.
 //
-// DESIGN.md: "a lock whose holder stops refreshing frees within its TTL
-// even while other locks of the same process stay alive".
+// docs/design.md, "etcd leases", Deadlines: "a lock whose holder stops
+// refreshing is free at its TTL while the store's other locks on the same
+// session live on".
 func TestEtcdLostHandOverReplyStillExpires(t *testing.T) {
 	e, _ := testenv.Etcd(t)
 	p, cli := testenv.EtcdThroughProxy(t, e)

@@ -38,16 +38,7 @@ func TestEtcdStoreOnAReplacedCluster(t *testing.T) {
 	p.CutAll()
 	e1.Close()
 	p.Refuse(false)
-	e2, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{Dir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e2.Close() })
-	cli2, err := e2.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli2.Close() })
+	e2, cli2 := testenv.Etcd(t)
 	// The documented step, on the new cluster.
 	if _, err := sequencer.RaiseFloor(ctx, cli2, "", 0); err != nil {
 		t.Fatal(err)

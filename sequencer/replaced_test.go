@@ -55,12 +55,7 @@ func TestReplacedClusterFloorOfTheSameModRevision(t *testing.T) {
 			p.CutAll()
 			e1.Close()
 			p.Refuse(false)
-			e2, err := sequencer.StartEmbedded(ctx, sequencer.EmbedConfig{Dir: t.TempDir(), UnsafeNoFsync: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { e2.Close() })
-			cli2 := mustClient(t, e2)
+			e2, cli2 := testenv.Etcd(t)
 			if step == "admin raise-floor" {
 				if _, err := sequencer.RaiseFloor(ctx, cli2, "", 0); err != nil {
 					t.Fatal(err)
