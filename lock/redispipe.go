@@ -33,6 +33,27 @@ const pipeSlots = 4
 // busy process, small enough that one slow reply does not hold many.
 const pipeMax = 128
 
+// pipeStall is how long a pipeline, or a lone call, may go unanswered
+// before the next batch goes out beside it (groupcommit.Committer.Stall),
+// chosen as etcdkv.Stall was: far above an answer, far below what a held
+// call costs the calls behind it. A Redis that hangs (a Cluster master
+// frozen by SIGSTOP, a stuck disk) holds a call until its caller's
+// deadline, a waiter's budget of seconds: four held at once took every
+// slot, and a kept-alive lease on a healthy master, its refresh waiting
+// behind them, was lost (docs/design.md, defect 171). An answer
+// takes under a millisecond, a pipeline of 128 scripts a few (8 ms at
+// most in BenchmarkAcquireRelease on a loaded machine). A refresh is sent
+// at ttl/3 and, unanswered, again at half the time left (Lease.step), so
+// it gets a slot within its first attempt for a TTL of 300 ms or more,
+// and before its deadline from about 160 ms; etcdkv's 500 ms would cover
+// no TTL under 1.5 s, and Redis leases take millisecond TTLs. None can
+// cover MinTTL's 10 ms: that would stall calls that are answered. A call
+// stalled for nothing costs one more pipeline in flight. At most
+// groupcommit.MaxStalled a slot are set aside: with more calls held at
+// once (20: waiters on a frozen master's locks, their abandons), later
+// calls wait for the slots again.
+const pipeStall = 100 * time.Millisecond
+
 // RedisStats counts the script calls of a RedisStore.
 type RedisStats struct {
 	Calls     uint64 // script calls sent
@@ -48,6 +69,9 @@ func (s *RedisStore) Stats() RedisStats {
 func (s *RedisStore) initPipe() {
 	s.pipe.Commit, s.pipe.Slots = s.pipeline, pipeSlots
 	s.pipe.Inline = honoursDeadlines(s.rdb)
+	// Stall frees a slot, it does not send its calls again: a stalled
+	// call's caller still waits for its one answer.
+	s.pipe.Stall = pipeStall
 	s.pipe.SetMaxBatch(pipeMax)
 }
 
@@ -135,7 +159,9 @@ func (s *RedisStore) run1(ctx context.Context, script *redis.Script, keys []stri
 
 // pipeline is the group commit's Commit. A pipeline is bounded by the
 // latest deadline of its callers, and by go-redis's read and write
-// timeouts; a caller whose own context ends stops waiting for it.
+// timeouts; a caller whose own context ends stops waiting for it. Each
+// caller is answered as its own answer comes (sendEach): on a Cluster, a
+// master that hangs holds its own callers only.
 func (s *RedisStore) pipeline(batch []*groupcommit.Request[scriptCall]) {
 	s.calls.Add(uint64(len(batch)))
 	if len(batch) == 1 {
@@ -151,21 +177,29 @@ func (s *RedisStore) pipeline(batch []*groupcommit.Request[scriptCall]) {
 	for i, r := range batch {
 		calls[i] = r.Arg
 	}
-	cmds := s.send(ctx, calls)
-	for i, r := range batch {
-		r.Done(cmds[i], nil)
-	}
+	s.sendEach(ctx, calls, func(i int, cmd *redis.Cmd) { batch[i].Done(cmd, nil) })
 }
 
 // send sends calls in pipelines and returns their answers, in order.
 func (s *RedisStore) send(ctx context.Context, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		sendCluster(ctx, cc, calls, cmds)
-	} else {
-		sendOn(ctx, s.rdb, calls, cmds)
-	}
+	s.sendEach(ctx, calls, func(i int, cmd *redis.Cmd) { cmds[i] = cmd })
 	return cmds
+}
+
+// sendEach sends calls in pipelines and calls answer(i, cmd) once for each
+// calls[i], with its answer, possibly from several goroutines at once. It
+// returns when every call is answered.
+func (s *RedisStore) sendEach(ctx context.Context, calls []scriptCall, answer func(i int, cmd *redis.Cmd)) {
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		sendCluster(ctx, cc, calls, answer)
+		return
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	sendOn(ctx, s.rdb, calls, cmds)
+	for i, cmd := range cmds {
+		answer(i, cmd)
+	}
 }
 
 // sendOn sends calls in one pipeline of rdb, and those that met a Redis
@@ -194,7 +228,11 @@ func sendOn(ctx context.Context, rdb redis.Cmdable, calls []scriptCall, cmds []*
 // sendCluster sends calls to a Redis Cluster: a pipeline to each master,
 // on that master's own client, and then each call that met its slot on
 // the move (or whose master was not known) alone through the cluster
-// client, which follows MOVED and ASK one at a time.
+// client, which follows MOVED and ASK one at a time. Each master's calls
+// are answered as its pipeline returns, not once every master's has: a
+// master that hangs (frozen, or cut off) must not hold the calls of the
+// others, a healthy master's keep-alive refreshes among them, until the
+// batch's deadline (docs/design.md, defect 171).
 //
 // Not the cluster client's pipelines: while a slot moves they can send a
 // call to two masters at once (go-redis v9.23.0: a call answered MOVED or
@@ -204,52 +242,50 @@ func sendOn(ctx context.Context, rdb redis.Cmdable, calls []scriptCall, cmds []*
 // and the call's caller may read the refusal of one master while the
 // other ran it (docs/design.md, defect 105). A master's own client does
 // not follow redirects, so it never sends a call twice.
-func sendCluster(ctx context.Context, cc *redis.ClusterClient, calls []scriptCall, cmds []*redis.Cmd) {
-	type part struct {
-		calls []scriptCall
-		at    []int // where each call is in calls
+func sendCluster(ctx context.Context, cc *redis.ClusterClient, calls []scriptCall, answer func(i int, cmd *redis.Cmd)) {
+	var wg sync.WaitGroup
+	alone := func(i int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := calls[i]
+			answer(i, c.script.Run(ctx, cc, c.keys, c.args...))
+		}()
 	}
-	parts := make(map[*redis.Client]*part)
+	parts := make(map[*redis.Client][]int) // where each master's calls are in calls
 	for i, c := range calls {
 		node, err := cc.MasterForKey(ctx, c.keys[0]) // a lock's keys share one slot
 		if err != nil {
-			continue // sent alone below
+			alone(i)
+			continue
 		}
-		p := parts[node]
-		if p == nil {
-			p = &part{}
-			parts[node] = p
-		}
-		p.calls, p.at = append(p.calls, c), append(p.at, i)
+		parts[node] = append(parts[node], i)
 	}
-	send := func(node *redis.Client, p *part) {
-		got := make([]*redis.Cmd, len(p.calls))
-		sendOn(ctx, node, p.calls, got)
-		for j, i := range p.at {
-			cmds[i] = got[j]
+	send := func(node *redis.Client, at []int) {
+		part := make([]scriptCall, len(at))
+		for j, i := range at {
+			part[j] = calls[i]
+		}
+		got := make([]*redis.Cmd, len(at))
+		sendOn(ctx, node, part, got)
+		for j, i := range at {
+			if slotMoving(got[j].Err()) {
+				alone(i)
+			} else {
+				answer(i, got[j])
+			}
 		}
 	}
-	var wg sync.WaitGroup
-	for node, p := range parts {
+	for node, at := range parts {
 		if len(parts) == 1 {
-			send(node, p) // no goroutine for one master
+			send(node, at) // no goroutine for one master
 			break
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			send(node, p)
+			send(node, at)
 		}()
-	}
-	wg.Wait()
-	for i, c := range calls {
-		if cmds[i] == nil || slotMoving(cmds[i].Err()) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cmds[i] = c.script.Run(ctx, cc, c.keys, c.args...)
-			}()
-		}
 	}
 	wg.Wait()
 }
