@@ -24,7 +24,7 @@ import (
 // a healthy master meanwhile, 20 times. Before, the four held calls kept
 // every slot and the lock's refresh waited behind them until its lease
 // was lost, about 1 s after the freeze (docs/design.md, defect 171).
-// class). The controls, the waiters without the freeze and the freeze
+// The controls, the waiters without the freeze and the freeze
 // without the waiters, keep the lock before the mend too.
 func TestRedisClusterFrozenMasterHoldsOnlyItsOwnLocks(t *testing.T) {
 	t.Parallel()
