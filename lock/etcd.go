@@ -1363,7 +1363,13 @@ func (s *EtcdStore) Release(ctx context.Context, name, leaseID, op string) error
 		if t, ok := s.released[name]; ok && t.id == leaseID && time.Now().Before(t.until) {
 			return nil
 		}
-		return ErrLost
+		// Not sure: the store keeps one tombstone per lock, in its own
+		// memory, so a release of this lease id whose answer was lost is
+		// forgotten once the next holder's release through this store
+		// books its own, and another store never knew it. Lease.Release
+		// forgives this "lost" after an attempt that got no answer, as it
+		// did before Redis could tell (errMaybeReleased).
+		return errLostMaybeReleased
 	case err != nil:
 		s.mu.Lock()
 		s.maybeReleasedLocked(name, leaseID)
@@ -1418,7 +1424,7 @@ func (s *EtcdStore) countDown(ctx context.Context, name, leaseID, op string, cr 
 			return backendErr("etcd", "release", err)
 		}
 		if !held || st.LeaseID != leaseID {
-			return ErrLost
+			return errLostMaybeReleased // as Release's, unsure
 		}
 		cr = countOf(st)
 	}

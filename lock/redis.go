@@ -247,10 +247,31 @@ func (s *RedisStore) confirm(ctx context.Context, req AcquireRequest, tok fence.
 // release deletes the lease if leaseID holds it or was the last to; a
 // reentrant holder's release only counts down, once per op (the script
 // keeps the last few: a release sent again counts nothing). Without an op
-// it draws one, which go-redis sends again with the script.
-func (s *RedisStore) release(ctx context.Context, name, leaseID, op string) (ok bool, err error) {
+// it draws one, which go-redis sends again with the script. lost is the
+// script's "not held" (releaseLost), err the call's failure.
+func (s *RedisStore) release(ctx context.Context, name, leaseID, op string) (lost, err error) {
 	n, err := s.runRelease(ctx, name, leaseID, op, s.keys(name))
-	return err == nil && n != 0, err
+	if err != nil {
+		return nil, err
+	}
+	return releaseLost(n), nil
+}
+
+// releaseLost is the error of the release script's answer n: nil when it
+// released or counted down (1, 2); ErrLost when the lease is not held and
+// Redis remembers every release of it that could have freed it (0): it
+// was lost before; ErrLost with errMaybeReleased when Redis may have
+// forgotten that this lease id's own release freed it (4: 16 handovers
+// since), which Lease.Release forgives after an attempt that got no
+// answer.
+func releaseLost(n int64) error {
+	switch n {
+	case 0:
+		return ErrLost
+	case 4:
+		return errLostMaybeReleased
+	}
+	return nil
 }
 
 // runRelease runs the release script (scripts/release.lua) with keys and
@@ -394,16 +415,15 @@ func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time
 
 // Release implements LeaseStore. Releasing a lease that this lease id
 // already released, while it would still have been valid, succeeds. A
-// reentrant holder's lease is freed by its last release.
+// reentrant holder's lease is freed by its last release. ErrLost when not
+// held (releaseLost says when Redis cannot tell whether it was this lease
+// id's own release that freed it).
 func (s *RedisStore) Release(ctx context.Context, name, leaseID, op string) error {
-	ok, err := s.release(ctx, name, leaseID, op)
+	lost, err := s.release(ctx, name, leaseID, op)
 	if err != nil {
 		return backendErr("redis", "release", err)
 	}
-	if !ok {
-		return ErrLost
-	}
-	return nil
+	return lost
 }
 
 // Leave implements LeaseStore.

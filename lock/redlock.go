@@ -495,6 +495,21 @@ func (s *RedlockStore) Refresh(ctx context.Context, name, leaseID string, ttl ti
 
 // Release implements LeaseStore: it deletes the lease wherever it is.
 // ErrLost if it was on fewer than a majority of nodes.
+//
+// Each node answers as RedisStore.Release does: released, "not held" for
+// certain (the node remembers every release of the lease id it made, and
+// made none), or "not held, and it may have been yours" (errMaybeReleased:
+// its memory of releases is full). The lease was lost before for certain
+// only when more nodes than a minority are certain: the nodes that may
+// have held it until a release of it (those that said released or maybe,
+// or did not answer) are then fewer than a majority, so no majority held
+// it when its first release was sent. Otherwise an earlier attempt of this
+// release, whose answer was lost, may have released it on a majority that
+// has since forgotten: ErrLost carries errMaybeReleased, which
+// Lease.Release forgives after such an attempt, as on one node. Counting
+// a "maybe" as certain would tell a holder that released in time that
+// another may have written beside it; counting every mixed answer as
+// maybe would forgive a lease that was on one node only.
 func (s *RedlockStore) Release(ctx context.Context, name, leaseID, op string) error {
 	if op == "" {
 		var err error
@@ -503,19 +518,28 @@ func (s *RedlockStore) Release(ctx context.Context, name, leaseID, op string) er
 		}
 	}
 	o := s.each(ctx, "release", func(ctx context.Context, i int, n *RedisStore) error {
-		ok, err := n.release(ctx, name, leaseID, op)
+		lost, err := n.release(ctx, name, leaseID, op)
 		if err != nil {
 			return nodeErr(i, err)
 		}
-		if !ok {
-			return ErrLost
-		}
-		return nil
+		return lost
 	})
 	if ok, _ := o.count(nil); ok >= s.quorum {
 		return nil
 	}
-	return s.lostOrQuorum(o)
+	err := s.lostOrQuorum(o)
+	if errors.Is(err, ErrLost) && !s.lostForCertain(o) {
+		return errLostMaybeReleased
+	}
+	return err
+}
+
+// lostForCertain reports whether more nodes than a minority answered a
+// release "not held" for certain, without errMaybeReleased (Release).
+func (s *RedlockStore) lostForCertain(o outcome) bool {
+	_, lost := o.count(ErrLost)
+	_, maybe := o.count(errMaybeReleased)
+	return lost-maybe > len(s.nodes)-s.quorum
 }
 
 // Inspect implements LeaseStore: held when a majority agree on a lease id.

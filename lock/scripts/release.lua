@@ -7,17 +7,24 @@
 -- grant no other request of its acquisition was handed (acquire.lua's
 -- 'hd'), held once: else it returns 3 and changes nothing (defect 153).
 -- Returns 1 when released, 2 when a reentrant holder still holds it (its
--- count went down by one), 0 when not held.
+-- count went down by one), 0 when not held, 4 when not held and it may
+-- have been this lease id's own release that freed it (below).
 -- An abandon (the release of an attempt that failed without knowing
--- whether it took the lease) that finds no trace of the lease leaves the
--- mark abandoned:<lease id> for the attempt's TTL: the attempt may still
--- run (a paused Redis, a link that held it), and acquire.lua then takes
--- nothing (docs/design.md, defect 145).
+-- whether it took the lease; it sends no ARGV[5]) leaves the mark
+-- abandoned:<lease id> for the attempt's TTL, whatever it finds: the
+-- attempt may still run (a paused Redis, a link that held it, go-redis
+-- sending its pipeline again after a lost reply), and acquire.lua then
+-- takes nothing (docs/design.md, defects 145, 172). Not only when it finds no
+-- trace of the lease: a lease the attempt took and the abandon freed (or
+-- counted down, or found released already) is free for the same take run
+-- again, which would hold the lock, known to nobody, for its TTL. A lease
+-- id is never used again, so the mark blocks nothing else.
 -- A release wakes the waiter at the head of the queue (publish_head).
 -- Safe to run twice: the last-released record and the released ids, kept
 -- for as long as the lease had left, make a retry a success, even after
 -- the next holder came and went (docs/design.md, defects 4 and 70). No
 -- key outlives the leases it names.
+if KEYS[7] then redis.call('SET', KEYS[7], '1', 'PX', ARGV[4]) end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   local h = redis.call('HMGET', KEYS[2], 'c', 't', 'ops', 'hd')
   local c = tonumber(h[1] or '1')
@@ -51,8 +58,17 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 local last = redis.call('GET', KEYS[3])
 if last and string.sub(last, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then return 1 end
-for _, id in ipairs(redis.call('LRANGE', KEYS[6], 0, 15)) do
+local released = redis.call('LRANGE', KEYS[6], 0, 15)
+for _, id in ipairs(released) do
   if id == ARGV[1] then return 1 end
 end
-if KEYS[7] then redis.call('SET', KEYS[7], '1', 'PX', ARGV[4]) end
-return 0
+-- Not held, and no release of it remembered. That is certain while the
+-- list has room (fewer than 16 ids, which LTRIM never cut): a release of
+-- this id would be in it for as long as the lease had left, so the lease
+-- was lost before (a restart without persistence, a failover, a
+-- force-release), and a write under it may have overlapped another
+-- holder's. A full list may have dropped it after 16 handovers: 4, "not
+-- held, and it may have been yours" (Lease.Release, errMaybeReleased).
+-- No call more: the LRANGE above counts the list.
+if #released < 16 then return 0 end
+return 4
