@@ -14,11 +14,14 @@
 // [ErrStale] and is a [*StaleError] carrying the resource, the token and the
 // highest token seen; [IsStale] tests for it.
 //
-// The check must be part of the write it guards. [MemoryStore] is the
-// in-process store; [Middleware] guards an HTTP handler and serialises the
-// admit and the handler per resource so that a stale request cannot slip in
-// between them. The Postgres adapter (adapters/postgres) does the same inside
-// a database transaction.
+// The check must be part of the write it guards. [Store.Admit] alone is a
+// check, not a guard: a write made after Admit returns can land after a
+// newer holder's. [MemoryStore] is the in-process store, and its
+// [MemoryStore.Do] admits and runs a write in one turn per resource;
+// [Middleware] guards an HTTP handler and serialises the admit and the
+// handler per resource so that a stale request cannot slip in between them.
+// The Postgres adapter (adapters/postgres) admits inside the write's own
+// database transaction. See docs/design.md, "Where the fence must be".
 //
 // On the client side, a token travels in a [context.Context] ([WithToken],
 // [FromContext]) and in the Fencing-Token HTTP header ([SetHeader],

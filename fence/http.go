@@ -1,12 +1,11 @@
 package fence
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
+	"strings"
 )
 
 // Header is the HTTP header that carries a fencing token, in decimal.
@@ -31,7 +30,8 @@ func TokenFromHeader(h http.Header) (Token, error) {
 
 // Transport is an http.RoundTripper that sets the Fencing-Token header from
 // the token carried by the request's context (see WithToken), unless the
-// request already has one.
+// request already has one. Header names are case-insensitive: a value put
+// in the map under another spelling (h["fencing-token"]) counts as one.
 type Transport struct {
 	Base http.RoundTripper // nil means http.DefaultTransport
 }
@@ -42,15 +42,35 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	if tok, ok := FromContext(r.Context()); ok && r.Header.Get(Header) == "" {
+	if tok, ok := FromContext(r.Context()); ok && !hasToken(r.Header) {
 		r = r.Clone(r.Context()) // a RoundTripper must not change the caller's request
 		if r.Header == nil {
 			// Clone keeps a nil Header nil; a request built by hand may have one.
 			r.Header = make(http.Header)
 		}
+		// An empty value under another spelling would still be sent: the
+		// resource would see two headers and answer 400.
+		for k := range r.Header {
+			if strings.EqualFold(k, Header) {
+				delete(r.Header, k)
+			}
+		}
 		SetHeader(r.Header, tok)
 	}
 	return base.RoundTrip(r)
+}
+
+// hasToken reports whether h has a non-empty Fencing-Token value under any
+// spelling of the name. Header.Get looks up the canonical key only, and the
+// client sends every key of the map: a second header under the canonical
+// key would make the request invalid.
+func hasToken(h http.Header) bool {
+	for k, vs := range h {
+		if strings.EqualFold(k, Header) && len(vs) > 0 && vs[0] != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Middleware guards an HTTP handler with a fence. For each request it reads
@@ -68,19 +88,47 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 // higher one and then write after it. Requests for different resources run
 // in parallel. A request that waits for its turn stops waiting when its
 // context ends (its client went away, a server timeout): it is answered
-// 503 and not admitted.
+// 503 and not admitted. Over a *MemoryStore the turns are the store's own,
+// shared by every Middleware over it and by its Do; over any other store
+// each Middleware value has its own.
 //
-// That serialisation holds inside one process and one Middleware value
-// only. The middleware alone is enough when this handler is the only
-// writer of the resource: one process, one Middleware, and a store that
-// nothing else writes. With several replicas, several handlers writing the
-// same data, or writers that bypass this handler, a request admitted here
-// can still write after a higher token was admitted elsewhere: the resource
-// must then check the token inside its own write, atomically (a
-// conditional update, or the Postgres adapter's admit in the same
-// transaction). See docs/design.md, "Where the fence must be".
+// A turn ends when next returns, so next must not return before its write
+// has ended: no http.TimeoutHandler inside Middleware (it returns at its
+// timeout while the handler it wraps goes on writing, and the next holder
+// is admitted meanwhile), and no goroutine that writes after next returns.
+// Put timeouts outside, http.TimeoutHandler(Middleware(store, resource)(h),
+// d, msg): the client is answered at the timeout, the request keeps its
+// turn until h has ended, and requests waiting behind it give up at theirs.
+//
+// Tokens are not authenticated: the fence trusts the token a writer sends.
+// Authenticate writers before the fence, in a handler outside Middleware. A
+// wrong token far above the real ones (a bug, a hostile client) is admitted
+// like any other and becomes the resource's highest, and every real holder
+// is then refused 409 until that highest is lowered by hand. A MemoryStore
+// forgets it when its process restarts (with every other highest). With
+// the Postgres adapter, set the resource's row of the fence table to the
+// token of the lock's current holder (fenced locks get shows it; schema and
+// table are the Fence's, public.fence_tokens by default):
+//
+//	UPDATE public.fence_tokens SET token = 1796233619755456 WHERE resource = 'invoice-7';
+//
+// The serialisation holds inside one process only. The middleware alone is
+// enough when this process is the only writer of the resource and its
+// writes go through this Middleware (or, over a MemoryStore, through
+// Middleware values and Do of that one store), to a store that nothing else
+// writes. With several replicas, several handlers writing the same data, or
+// writers that bypass this handler, a request admitted here can still write
+// after a higher token was admitted elsewhere: the resource must then check
+// the token inside its own write, atomically (a conditional update, or the
+// Postgres adapter's admit in the same transaction). See docs/design.md,
+// "Where the fence must be".
 func Middleware(store Store, resource func(*http.Request) string) func(http.Handler) http.Handler {
-	var locks keyedMutex
+	locks := new(keyedMutex)
+	if ms, ok := store.(*MemoryStore); ok && ms != nil {
+		// The store's own turns, so that its Do and other Middleware
+		// values over it cannot write in between.
+		locks = &ms.locks
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			tok, err := TokenFromHeader(r.Header)
@@ -144,47 +192,4 @@ func writeError(w http.ResponseWriter, status int, code, msg string, se *StaleEr
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(b) // the client has gone if this fails; nothing to do
-}
-
-// keyedMutex is a mutex per key; entries live only while someone holds or
-// waits for them. A waiter leaves when its context ends.
-type keyedMutex struct {
-	mu sync.Mutex
-	m  map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	held chan struct{} // holds a value while the key is locked
-	refs int
-}
-
-func (k *keyedMutex) lock(ctx context.Context, key string) (unlock func(), err error) {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = make(map[string]*keyedEntry)
-	}
-	e := k.m[key]
-	if e == nil {
-		e = &keyedEntry{held: make(chan struct{}, 1)}
-		k.m[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	release := func() {
-		k.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
-	}
-	select {
-	case e.held <- struct{}{}:
-	case <-ctx.Done():
-		release()
-		return nil, ctx.Err()
-	}
-	return func() {
-		<-e.held
-		release()
-	}, nil
 }

@@ -16,6 +16,13 @@ const memoryShards = 64
 // that admits to different resources do not share a lock, and admits to a
 // known resource take only a shard's read lock.
 //
+// Admit alone is a check, not a guard: a write made after Admit returns can
+// land after a newer holder's, for nothing stops that holder from being
+// admitted in between. Guard a write with [MemoryStore.Do], or with
+// [Middleware] over this store; a write to a database needs the check inside
+// its own transaction, as the Postgres adapter's admit does (docs/design.md,
+// "Where the fence must be").
+//
 // The zero value is ready to use. Its memory grows with the number of
 // distinct resources and is never reclaimed: forgetting a resource would
 // forget its highest token.
@@ -23,6 +30,7 @@ type MemoryStore struct {
 	once   sync.Once
 	seed   maphash.Seed
 	shards [memoryShards]memoryShard
+	locks  keyedMutex // held from the admit to the end of the write, by Do and Middleware
 }
 
 type memoryShard struct {
@@ -60,6 +68,30 @@ func (s *MemoryStore) Admit(ctx context.Context, resource string, t Token) error
 			return nil
 		}
 	}
+}
+
+// Do admits t for resource and, if it is admitted, runs write, returning
+// write's error; otherwise it returns Admit's error (one matching ErrStale
+// for a stale token) and does not run write. Calls of Do, and requests of a
+// Middleware over s, for the same resource run one at a time from the admit
+// to the end of write, so that a write admitted with a lower token cannot
+// land after one with a higher token. write gets ctx with t in it
+// (FromContext). t stays admitted whatever write returns, as with Admit.
+//
+// A call that waits for another of its resource returns ctx.Err() when ctx
+// ends, not admitted. write must be done when it returns (no goroutine of
+// it may write later), and must not call Do for the same resource: it would
+// wait for itself.
+func (s *MemoryStore) Do(ctx context.Context, resource string, t Token, write func(context.Context) error) error {
+	unlock, err := s.locks.lock(ctx, resource)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.Admit(ctx, resource, t); err != nil {
+		return err
+	}
+	return write(WithToken(ctx, t))
 }
 
 // Highest returns the highest token admitted for resource, or 0.

@@ -24,7 +24,8 @@ var ErrInvalidToken = errors.New("fence: invalid token")
 
 // ParseToken parses a token in decimal: 1 to 20 digits (leading zeros are
 // accepted, so a zero-padded 20-digit form parses), no sign, no spaces, with
-// a value from 1 to MaxToken (2^63-1).
+// a value from 1 to MaxToken (2^63-1). Every error says what is allowed, as
+// Middleware sends it to the writer in its 400.
 func ParseToken(s string) (Token, error) {
 	if s == "" {
 		return 0, fmt.Errorf("%w: empty; want a decimal number from 1 to %d", ErrInvalidToken, MaxToken)
@@ -34,7 +35,7 @@ func ParseToken(s string) (Token, error) {
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
-			return 0, fmt.Errorf("%w: %q is not a decimal number", ErrInvalidToken, s)
+			return 0, fmt.Errorf("%w: %q is not a decimal number; want digits only, 1 to %d", ErrInvalidToken, s, MaxToken)
 		}
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
@@ -42,7 +43,7 @@ func ParseToken(s string) (Token, error) {
 		return 0, fmt.Errorf("%w: %q is out of range (1 to %d)", ErrInvalidToken, s, MaxToken)
 	}
 	if v == 0 {
-		return 0, fmt.Errorf("%w: 0 means no token", ErrInvalidToken)
+		return 0, fmt.Errorf("%w: 0 means no token; want 1 to %d", ErrInvalidToken, MaxToken)
 	}
 	return Token(v), nil
 }

@@ -137,7 +137,7 @@ func hasCode(err error, code string) bool {
 // pgToken checks t and converts it to a bigint.
 func pgToken(t fence.Token) (int64, error) {
 	if t == 0 {
-		return 0, fmt.Errorf("%w: 0 means no token", fence.ErrInvalidToken)
+		return 0, fmt.Errorf("%w: 0 means no token; want 1 to %d", fence.ErrInvalidToken, int64(math.MaxInt64))
 	}
 	if t > math.MaxInt64 {
 		return 0, fmt.Errorf("%w: %w: %d does not fit in a bigint (at most %d)", ErrTokenRange, fence.ErrInvalidToken, uint64(t), int64(math.MaxInt64))

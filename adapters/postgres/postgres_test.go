@@ -505,6 +505,10 @@ func TestInvalid(t *testing.T) {
 			if !errors.Is(err, fence.ErrInvalidToken) || (tok != 0) != errors.Is(err, postgres.ErrTokenRange) {
 				t.Errorf("%s(%d) = %v, want ErrInvalidToken (and ErrTokenRange above MaxInt64)", name, tok, err)
 			}
+			// The error says what is allowed, as fence.ParseToken's does.
+			if err != nil && !strings.Contains(err.Error(), "9223372036854775807") {
+				t.Errorf("%s(%d) = %v: does not say what is allowed (1 to 9223372036854775807)", name, tok, err)
+			}
 		}
 	}
 }
