@@ -110,8 +110,9 @@ type RedisStore struct {
 	// which makes one per key: a bound on the whole would fail long pages.
 	callTimeout time.Duration
 	// epochKey and horizonKey, "" but on a Redlock node of one server:
-	// <prefix>epoch and <prefix>horizon, so that after losing its data it
-	// takes no lease until every lease it may have forgotten is over
+	// <prefix>epoch and <prefix>horizon, so that after it may have lost
+	// leases (a restart, a failover, a flush) it takes no lease, and
+	// extends none, until every lease it may have forgotten is over
 	// (RedlockStore.recover).
 	epochKey, horizonKey string
 
@@ -194,7 +195,7 @@ func (s *RedisStore) channel(name string) string { return s.prefix + "{" + name 
 // taken is what the acquire script found.
 type taken struct {
 	ok bool // this lease id holds the lease now
-	// recovering: a Redlock node that lost its data takes no lease for
+	// recovering: a Redlock node that may have lost leases takes none for
 	// held more (fresh: until RedlockStore.recover says how long).
 	recovering, fresh bool
 	reentry           bool          // the holder held it already: leaseID, token, count say how
@@ -398,7 +399,7 @@ func (s *RedisStore) unreenter(ctx context.Context, req AcquireRequest) {
 func (s *RedisStore) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (Grant, error) {
 	keys := s.keys(name)[:2]
 	if s.horizonKey != "" {
-		keys = []string{keys[0], keys[1], s.horizonKey}
+		keys = []string{keys[0], keys[1], s.horizonKey, s.epochKey}
 	}
 	tok, err := s.run(ctx, refreshScript, keys, leaseID, ttl.Milliseconds(), seq).Int64()
 	if errors.Is(err, redis.Nil) {

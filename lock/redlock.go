@@ -22,15 +22,24 @@ import (
 // token, not the quorum, is what keeps a resource safe when a majority
 // restarts without persistence or a pause outlives the lease.
 //
-// A node that lost its data (restarted without persistence, flushed) takes
-// no lease until every lease it may have forgotten is over: the longest
-// TTL the other nodes' <prefix>horizon keys show, read when it is first
-// found without its <prefix>epoch key (RecoveringError meanwhile; docs/
-// design.md, defect 103). That needs all but a majority less one of the
-// other nodes to answer, so a new deployment with a node down takes no lock
-// until it answers. A holder whose lease was on a bare majority with the
-// node loses it. A Redlock with a node that is a Cluster or Ring client
-// keeps no epochs and is not covered.
+// A node that may have lost leases it took takes no lease, and extends
+// none, until every lease it may have forgotten is over: the longest TTL
+// the other nodes' <prefix>horizon keys show, read when it is first found
+// without a <prefix>epoch key set by the very server process that answers
+// (RecoveringError meanwhile; docs/design.md, defects 103, 178). The epoch names
+// that process's run_id, new at each start and a replica's own: so a
+// restart, with or without persistence, a failover to a replica (Sentinel,
+// or an address moved), and a flush all make the node wait. Persistence
+// does not shorten the wait: an RDB snapshot, an AOF fsynced every second
+// or a replica that lagged still has the epoch, written long before, but
+// may miss the latest leases, and voting at once would hand a lease held
+// on a bare majority with the node to a second holder. An epoch written
+// before it named a run_id counts as none: each node waits once after an
+// upgrade. The wait needs all but a majority less one of the other nodes
+// to answer, so a new deployment with a node down takes no lock until it
+// answers. A holder whose lease was on a bare majority with the node
+// loses it. A Redlock with a node that is a Cluster or Ring client keeps
+// no epochs and is not covered.
 //
 // Each node call is bounded by the node timeout, so a dead node costs at
 // most that much per operation (a List, which makes a call per lock, that
@@ -328,30 +337,32 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 
 var errReentered = errors.New("lock: reentered")
 
-// RecoveringError is a Redlock node's answer while it sits out after
-// losing its data (a restart without persistence, a flush): it takes no
-// lease until every lease it may have forgotten is over, Wait from now (0:
-// not known yet). Until then the lease it forgot may still be held on a
-// bare majority with it, which another client could otherwise complete
-// with this node and a free one (docs/design.md, defect 103).
+// RecoveringError is a Redlock node's answer while it sits out after it
+// may have lost leases (a restart, with or without persistence, a failover
+// to a replica, a flush): it takes no lease until every lease it may have
+// forgotten is over, Wait from now (0: not known yet). Until then the
+// lease it forgot may still be held on a bare majority with it, which
+// another client could otherwise complete with this node and a free one
+// (docs/design.md, defect 103).
 type RecoveringError struct {
 	Wait time.Duration
 }
 
 func (e *RecoveringError) Error() string {
 	if e.Wait <= 0 {
-		return "lost its data (restarted without persistence, or flushed): it takes no lease until enough of the other nodes say how long their leases last"
+		return "may have lost leases (restarted, failed over or flushed): it takes no lease until enough of the other nodes say how long their leases last"
 	}
-	return fmt.Sprintf("lost its data (restarted without persistence, or flushed): it takes no lease for %s more, until every lease it may have forgotten is over", e.Wait.Round(time.Millisecond))
+	return fmt.Sprintf("may have lost leases (restarted, failed over or flushed): it takes no lease for %s more, until every lease it may have forgotten is over", e.Wait.Round(time.Millisecond))
 }
 
-// recover sets node i, which lost its data, to take leases again once
-// every lease it may have forgotten is over: after the longest horizon of
-// the other nodes (each outlives every lease its node took). A forgotten
-// lease is on a majority with node i; the horizon of one of that
-// majority's others must be read, so all but quorum-1 of the other nodes
-// must answer. On nodes that never held a lock the wait is 0. It returns
-// the wait.
+// recover sets node i, which may have lost leases, to take leases again
+// once every lease it may have forgotten is over: after the longest
+// horizon of the other nodes (each outlives every lease its node took).
+// The epoch it sets names the node's server process (recover.lua). A
+// forgotten lease is on a majority with node i; the horizon of one of
+// that majority's others must be read, so all but quorum-1 of the other
+// nodes must answer. On nodes that never held a lock the wait is 0. It
+// returns the wait.
 func (s *RedlockStore) recover(ctx context.Context, i int) (time.Duration, error) {
 	var (
 		mu       sync.Mutex

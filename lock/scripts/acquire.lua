@@ -19,15 +19,23 @@
 -- lease extended to ttl ms (not shortened while held more than once).
 -- Safe to run twice: a retry after a lost reply finds its own lease id
 -- (docs/design.md, defect 4).
--- A Redlock node passes KEYS 6 and 7, its epoch and horizon: a node that
--- lost its data (restarted empty, flushed) has no epoch, and takes no lease
--- until RedlockStore.recover has set one (recover.lua); until the time the
--- epoch holds, every lease it may have forgotten may still be held on
--- other nodes, so it takes none either (docs/design.md, defect 103). Then
--- {3, ms to wait, -1 if no epoch}. The horizon outlives every lease the
--- node took, reentered or refreshed: its TTL, when it falls below the TTL
--- asked for, goes to that plus an eighth (a write per eighth of a TTL, not
--- per acquire).
+-- A Redlock node passes KEYS 6 and 7, its epoch and horizon. A node that
+-- may have lost leases it took has no epoch it can trust, and takes no
+-- lease until RedlockStore.recover has set one (recover.lua); until the
+-- time the epoch holds, every lease it may have forgotten may still be
+-- held on a bare majority with it, so it takes none either (docs/design.md,
+-- defects 103, 178). Then {3, ms to wait, -1 if no epoch}. The epoch names the
+-- run_id of the server process that set it; one of another process, or
+-- one without a run_id (set by an earlier fenced), is deleted and counts
+-- as none. A run_id is new at each start, and a promoted replica's is its
+-- own: so a restart, with or without persistence, and a failover to a
+-- replica make the node wait. Persistence does not shorten the wait: an
+-- RDB snapshot, an AOF fsynced every second, a replica's asynchronous copy
+-- keep the epoch, written long before, but may miss the latest leases,
+-- and nothing tells what they kept from what they missed.
+-- The horizon outlives every lease the node took, reentered or refreshed:
+-- its TTL, when it falls below the TTL asked for, goes to that plus an
+-- eighth (a write per eighth of a TTL, not per acquire).
 -- An attempt its caller abandoned takes nothing: a Redis that was paused,
 -- or a link that held the request, can run it after the caller gave up
 -- and its abandon ran first, which found no lease to free and left this
@@ -35,8 +43,16 @@
 -- TTL (docs/design.md, defect 145).
 if redis.call('EXISTS', KEYS[5]) == 1 then return {2, 0, -1} end
 if KEYS[6] then
-  local from = redis.call('GET', KEYS[6])
-  if not from then return {3, -1} end
+  -- "<ms> <run_id>" (recover.lua), compared and deleted in one script: an
+  -- epoch that another caller's recover.lua set anew, with this run_id, is
+  -- never deleted.
+  local epoch = redis.call('GET', KEYS[6])
+  local from, run = string.match(epoch or '', '^(%d+) (%x+)$')
+  if epoch and run ~= string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') then
+    redis.call('DEL', KEYS[6])
+    epoch = nil
+  end
+  if not epoch then return {3, -1} end
   local wait = tonumber(from) - now_ms()
   if wait > 0 then return {3, wait} end
   local ttl = tonumber(ARGV[2])
