@@ -39,30 +39,15 @@ func TestRedlockNodeRestartedFromAnOldSnapshotSitsOut(t *testing.T) {
 	a, b := newClient(t, s), newClient(t, s)
 	name := testenv.Name(t)
 	leaseKey := "fenced:{" + name + "}:lease"
-	third := procs[2].Client()
-	if err := third.Set(ctx, leaseKey, "someone-else", 10*time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
 	const ttl = 5 * time.Second
-	held, err := a.TryAcquire(ctx, name, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := third.Del(ctx, leaseKey).Err(); err != nil {
-		t.Fatal(err)
-	}
+	held := acquireBeside(t, a, procs[2].Client(), name, ttl)
 	if err := procs[0].Restart(); err != nil { // SIGKILL, then the same dir
 		t.Fatal(err)
 	}
 	if n, err := procs[0].Client().Exists(ctx, "fenced:epoch", leaseKey).Result(); err != nil || n != 1 {
 		t.Fatalf("the restarted node has %d of its epoch and the lease (%v): want the epoch alone, from the snapshot", n, err)
 	}
-	untilSitsOut(t, procs[0].Client(), func() { secondAcquire(t, b, name, held) })
-	probe := newNodeProbe(t, procs[0].Addr)
-	if re := probe.answer(); re == nil || re.Wait <= 0 {
-		t.Fatalf("the restarted node while the holder's lease is valid: %v, want a RecoveringError with a wait", re)
-	}
-	probe.waitVotes(held.Deadline())
+	sitsOut(t, procs[0].Client(), procs[0].Addr, held, func() { secondAcquire(t, b, name, held) })
 	next, err := b.Acquire(ctx, name, ttl, lock.WithWait(3*ttl))
 	if err != nil {
 		t.Fatalf("once the holder's lease is over: %v", err)
@@ -128,18 +113,7 @@ func TestRedlockNodeFailedOverToALaggingReplicaSitsOut(t *testing.T) {
 	a, b := newClient(t, s), newClient(t, s)
 	name := testenv.Name(t)
 	leaseKey := "fenced:{" + name + "}:lease"
-	third := others[1].Client()
-	if err := third.Set(ctx, leaseKey, "someone-else", 10*time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
-	const ttl = 5 * time.Second
-	held, err := a.TryAcquire(ctx, name, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := third.Del(ctx, leaseKey).Err(); err != nil {
-		t.Fatal(err)
-	}
+	held := acquireBeside(t, a, others[1].Client(), name, 5*time.Second)
 	master.Kill()
 	link.Close() // what the replica had not received is lost with the master
 	if err := replica.Client().ReplicaOf(ctx, "no", "one").Err(); err != nil {
@@ -150,12 +124,7 @@ func TestRedlockNodeFailedOverToALaggingReplicaSitsOut(t *testing.T) {
 	if n, err := replica.Client().Exists(ctx, "fenced:epoch", leaseKey).Result(); err != nil || n != 1 {
 		t.Fatalf("the promoted replica has %d of the epoch and the lease (%v): want the epoch alone", n, err)
 	}
-	untilSitsOut(t, replica.Client(), func() { secondAcquire(t, b, name, held) })
-	probe := newNodeProbe(t, px.Addr())
-	if re := probe.answer(); re == nil || re.Wait <= 0 {
-		t.Fatalf("the failed-over node while the holder's lease is valid: %v, want a RecoveringError with a wait", re)
-	}
-	probe.waitVotes(held.Deadline())
+	sitsOut(t, replica.Client(), px.Addr(), held, func() { secondAcquire(t, b, name, held) })
 }
 
 // TestRedlockNodeRestartedWithAnUpToDateSnapshotWaits: a snapshot taken
@@ -184,7 +153,7 @@ func TestRedlockNodeRestartedWithAnUpToDateSnapshotWaits(t *testing.T) {
 	}
 	// Any acquisition that reaches the node finds the epoch not its own
 	// and starts its wait.
-	untilSitsOut(t, procs[0].Client(), func() {
+	sitsOut(t, procs[0].Client(), procs[0].Addr, held, func() {
 		if time.Now().After(held.Deadline()) {
 			t.Fatal("the holder's lease is over and the node never started its wait")
 		}
@@ -192,11 +161,6 @@ func TestRedlockNodeRestartedWithAnUpToDateSnapshotWaits(t *testing.T) {
 			t.Fatalf("the held lock: %v, want ErrNotAcquired", err)
 		}
 	})
-	probe := newNodeProbe(t, procs[0].Addr)
-	if re := probe.answer(); re == nil || re.Wait <= 0 {
-		t.Fatalf("the node restarted with its lease: %v, want a RecoveringError with a wait", re)
-	}
-	probe.waitVotes(held.Deadline())
 	if err := held.Release(ctx); err != nil && !errors.Is(err, lock.ErrLost) {
 		t.Fatal(err)
 	}
@@ -221,7 +185,7 @@ func TestRedlockEpochWithoutRunIDRecoversOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Granted on nodes 1 and 2 (and 0 had it voted); node 0 starts its wait.
-	untilSitsOut(t, node, func() {
+	sitsOut(t, node, procs[0].Addr, held, func() {
 		other, err := c.TryAcquire(ctx, testenv.Name(t), time.Second)
 		if err != nil {
 			t.Logf("nodes 1 and 2 did not both answer: %v", err)
@@ -232,11 +196,6 @@ func TestRedlockEpochWithoutRunIDRecoversOnce(t *testing.T) {
 		}
 	})
 	epoch := ownEpoch(t, node)
-	probe := newNodeProbe(t, procs[0].Addr)
-	if re := probe.answer(); re == nil || re.Wait <= 0 {
-		t.Fatalf("the node with an epoch without a run_id: %v, want a RecoveringError with a wait", re)
-	}
-	probe.waitVotes(held.Deadline())
 	again, err := c.TryAcquire(ctx, testenv.Name(t), time.Second)
 	if err != nil {
 		t.Fatalf("after the wait: %v", err)
@@ -264,21 +223,9 @@ func TestRedlockRestoredNodeExtendsNoLeaseReleasedSince(t *testing.T) {
 	a, b := newClient(t, s), newClient(t, s)
 	name := testenv.Name(t)
 	leaseKey := "fenced:{" + name + "}:lease"
-	second := procs[1].Client()
-	if err := second.Set(ctx, leaseKey, "someone-else", 10*time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
 	const ttl = 10 * time.Second
-	// With a wait, so that a node missing the node timeout on a loaded
-	// machine is asked again.
-	first, err := a.Acquire(ctx, name, ttl, lock.WithWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := acquireBeside(t, a, procs[1].Client(), name, ttl)
 	if err := procs[0].Client().Save(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := second.Del(ctx, leaseKey).Err(); err != nil {
 		t.Fatal(err)
 	}
 	proxies[2].Refuse(true)
@@ -324,6 +271,40 @@ func TestRedlockRestoredNodeExtendsNoLeaseReleasedSince(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// acquireBeside takes name's lock on the nodes other than busy, which
+// holds a lease of someone else's meanwhile: a lease on a bare majority.
+// With a wait, so that a node missing the node timeout on a loaded machine
+// is asked again.
+func acquireBeside(t *testing.T, c *lock.Client, busy *redis.Client, name string, ttl time.Duration) *lock.Lease {
+	t.Helper()
+	leaseKey := "fenced:{" + name + "}:lease"
+	if err := busy.Set(t.Context(), leaseKey, "someone-else", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := c.Acquire(t.Context(), name, ttl, lock.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := busy.Del(t.Context(), leaseKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return held
+}
+
+// sitsOut checks that node (at addr) waits before it votes again: attempt
+// runs until the node's epoch is its own (untilSitsOut), the node alone
+// answers a RecoveringError with a wait, and it votes again once held's
+// lease is over.
+func sitsOut(t *testing.T, node *redis.Client, addr string, held *lock.Lease, attempt func()) {
+	t.Helper()
+	untilSitsOut(t, node, attempt)
+	probe := newNodeProbe(t, addr)
+	if re := probe.answer(); re == nil || re.Wait <= 0 {
+		t.Fatalf("the node while the holder's lease is valid: %v, want a RecoveringError with a wait", re)
+	}
+	probe.waitVotes(held.Deadline())
 }
 
 // untilSitsOut runs attempt, an acquisition, until node's epoch is one
