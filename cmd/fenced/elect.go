@@ -96,7 +96,7 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	notify(sigs, syscall.SIGINT, syscall.SIGTERM) // less those ignored at start, which CMD inherits so
 	defer signal.Stop(sigs)
 
 	var opts []lock.Option

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/lock"
@@ -46,11 +45,15 @@ it leaves running there when it exits gets SIGTERM, then SIGKILL after
 --grace, before the lock is released. On Linux so does what it detached
 from that group (setsid, a daemon's double fork), which fenced exec adopts
 as its parent exits, and CMD gets SIGTERM from the kernel if fenced exec
-itself is killed outright (SIGKILL, the OOM killer). (In a terminal's foreground CMD stays
-in fenced exec's group, where the terminal signals every process itself:
-Ctrl-C and Ctrl-\ reach CMD once, from the terminal, and a SIGINT or SIGQUIT
-sent to fenced exec alone is not passed on; send it to the group, kill -INT
--PGID.)
+itself is killed outright (SIGKILL, the OOM killer). (When fenced exec is
+its terminal's foreground job, whatever its stdin, CMD stays in fenced
+exec's group, where the terminal signals every process itself: Ctrl-C and
+Ctrl-\ reach CMD once, from the terminal, Ctrl-Z stops both, and a SIGINT
+or SIGQUIT sent to fenced exec alone is not passed on; send it to the
+group, kill -INT -PGID. This is decided at start: started with & and
+brought back with fg, CMD keeps its own group.) SIGHUP or SIGINT ignored
+when fenced exec starts (nohup; a script's cmd &) stays ignored: not
+caught, not passed on, and ignored by CMD too.
 Exit status: CMD's (128+N when a signal N ended it); 1 when fenced exec
 itself failed (the lock is still held after --wait or at --try, the server
 is unreachable — with --wait, still so when the wait ends —, the lease was
@@ -199,7 +202,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	// Listen for signals from now on, so that one sent while the lock is
 	// being acquired is not lost.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	notify(sigs, syscall.SIGINT, syscall.SIGTERM) // less those ignored at start, which CMD inherits so
 	defer signal.Stop(sigs)
 
 	lease, err := acquireForExec(ctx, c, name, o, stderr)
@@ -233,7 +236,8 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 	// and left its jobs running after the lease was released or lost. In
 	// a terminal's foreground the child stays in ours, where it reads the
 	// terminal and Ctrl-C and Ctrl-Z reach the whole group from the
-	// terminal itself.
+	// terminal itself, whatever stdin is (decided once, here: a job
+	// started with & and brought back with fg keeps its own group).
 	group := !terminalForeground()
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: group}
 	// A fenced exec that is killed outright refreshes the lease no more:
@@ -248,8 +252,10 @@ func superviseChild(ctx context.Context, prog, what string, lease *client.Lease,
 	// SIGHUP to its jobs as it exits; SIGQUIT (Ctrl-\) asks a JVM for a
 	// thread dump; SIGUSR1 and SIGUSR2 are many daemons' commands (reopen
 	// the logs, reload).
+	// One ignored at start (nohup's SIGHUP) is neither listened for nor
+	// passed on: CMD inherits it ignored, as it would without fenced exec.
 	others := make(chan os.Signal, 4)
-	signal.Notify(others, passedOn...)
+	notify(others, passedOn...)
 	defer signal.Stop(others)
 	// What CMD detaches from its group (setsid, a daemon's double fork) is
 	// part of the work too: adopted, it is stopped with the rest.
@@ -405,18 +411,6 @@ func refusal(err error) bool {
 	return errors.As(err, &ae) && ae.Status < 500 && ae.Code != ""
 }
 
-// terminalForeground reports whether this process's group is the
-// foreground group of the terminal on stdin: the terminal then sends
-// Ctrl-C (SIGINT) and Ctrl-Z to the whole group, the child's children
-// included, and the child must stay in it to read the terminal.
-func terminalForeground() bool {
-	var pgrp int32
-	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, os.Stdin.Fd(), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp))); errno != 0 {
-		return false // not a terminal
-	}
-	return int(pgrp) == syscall.Getpgrp()
-}
-
 // acquireForExec takes the lock as the flags say: one attempt with --try;
 // otherwise one attempt, and if the lock is held a line on stderr and a
 // wait, bounded by --wait if given.
@@ -480,7 +474,7 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 // another holder's writes.
 func holdUntilInterrupted(ctx context.Context, prog, banner, what string, lease *client.Lease, release func() error, stdout io.Writer) error {
 	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+	notify(hup, syscall.SIGHUP) // not under nohup, where it is ignored
 	defer signal.Stop(hup)
 	fmt.Fprintln(stdout, banner)
 	var err error
@@ -541,6 +535,10 @@ func nameAndCommand(cmd *command, kind string) (name string, argv []string, err 
 	name, argv = rest[0], rest[1:]
 	if len(argv) > 0 && argv[0] == "--" {
 		argv = argv[1:]
+	} else if len(argv) > 0 && strings.HasPrefix(argv[0], "-") {
+		// A flag after NAME: "put -- before the command" made it the
+		// command.
+		return "", nil, usagef(cmd.name, "%q after the %s NAME: flags go before NAME: %s [flags] NAME [-- CMD [ARG...]]", argv[0], kind, cmd.name)
 	} else if len(argv) > 0 {
 		return "", nil, usagef(cmd.name, "%q after the %s NAME: put -- before the command, %s [flags] %s -- CMD [ARG...]", argv[0], kind, cmd.name, name)
 	}

@@ -131,7 +131,7 @@ func TestExecAsPID1DoesNotWaitForZombies(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "exec", "--url", url, "--grace", "2m", name, "--", "sh", "-c", "sleep 300 & exit 0")
 	cmd.Env = childEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setsid: true} // no terminal, as start's
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("fenced exec as PID 1 still ran 30s after CMD exited (--grace 2m): it waited for a zombie; output:\n%s", out)

@@ -67,6 +67,10 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = childEnv(env...)
+	// A session of its own, without a controlling terminal: fenced exec
+	// decides its terminal mode from /dev/tty, and tests run from a
+	// developer's terminal must see what they see in CI.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

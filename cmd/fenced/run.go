@@ -131,13 +131,46 @@ type signalError struct{ sig os.Signal }
 
 func (e *signalError) Error() string { return e.sig.String() + " signal received" }
 
+// ignoredAtStart are the signals fenced listens for that it was started
+// with ignored: SIGHUP under nohup, SIGINT (and SIGQUIT) for `cmd &` in a
+// shell without job control. Notify un-ignores a signal (os/signal), so
+// `nohup fenced exec` died at logout and its CMD, which would have
+// inherited SIG_IGN, got the SIGHUP passed on; fenced now neither listens
+// for these nor passes them on (docs/design.md, defect 180). Go's runtime
+// keeps an inherited SIG_IGN for SIGHUP and SIGINT only, and reports the
+// others not ignored. Read at package init, before any Notify.
+var ignoredAtStart = ignored(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+
+func ignored(sigs ...os.Signal) map[os.Signal]bool {
+	m := make(map[os.Signal]bool)
+	for _, s := range sigs {
+		m[s] = signal.Ignored(s)
+	}
+	return m
+}
+
+// notify is signal.Notify for those of sigs not ignored at start. With
+// none left it does nothing: Notify with no signals listens for all.
+func notify(c chan<- os.Signal, sigs ...os.Signal) {
+	var keep []os.Signal
+	for _, s := range sigs {
+		if !ignoredAtStart[s] {
+			keep = append(keep, s)
+		}
+	}
+	if len(keep) > 0 {
+		signal.Notify(c, keep...)
+	}
+}
+
 // signalContext returns a context cancelled, with a *signalError cause, by
-// the first SIGINT or SIGTERM. Later ones are not fatal either: fenced
-// exec passes them on to its child. stop stops listening.
+// the first SIGINT or SIGTERM not ignored at start. Later ones are not
+// fatal either: fenced exec passes them on to its child. stop stops
+// listening.
 func signalContext() (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { // owned by stop
 		select {
