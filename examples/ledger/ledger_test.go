@@ -173,6 +173,10 @@ func TestLedgerThroughTheService(t *testing.T) {
 	if !r.InvariantOK || r.PausedWrite != "rejected" || r.StaleWritesRejected < 1 {
 		t.Fatalf("fenced through the service: %+v\n%s", r, stderr.String())
 	}
+	// The story tells what was watched: the service, not a key in Redis.
+	if log := stderr.String(); !strings.Contains(log, "lease is gone") || !strings.Contains(log, "fenced no longer shows its token holding the lock") {
+		t.Fatalf("the story does not say the service showed the lease gone:\n%s", log)
+	}
 }
 
 // startFencedDev builds fenced and runs fenced dev on a free port until the

@@ -367,8 +367,8 @@ func (s *session) drive(ctx context.Context, mode, lockName string, f *fleet, r 
 				leaseGone, pollC = true, nil
 				poll.Stop()
 				r.LeaseGoneMS = time.Since(frozenAt).Milliseconds()
-				fmt.Fprintf(s.log, "%s: worker %d's lease is gone %s after SIGSTOP: the lock's key in Redis no longer holds its lease\n",
-					mode, victim.n, time.Since(frozenAt).Round(time.Millisecond))
+				fmt.Fprintf(s.log, "%s: worker %d's lease is gone %s after SIGSTOP: %s\n",
+					mode, victim.n, time.Since(frozenAt).Round(time.Millisecond), s.leaseGoneBy(mode))
 			}
 
 		case e := <-f.events:
@@ -478,6 +478,15 @@ func allIdle(f *fleet) bool {
 }
 
 // leaseHeldBy reports whether the lock's key in Redis still holds holder.
+// leaseGoneBy says how leaseHeldBy saw the lease go: with --fenced-url the
+// service answers, whatever store holds its leases.
+func (s *session) leaseGoneBy(mode string) string {
+	if mode != modeRedisOnly && s.svc != nil {
+		return "fenced no longer shows its token holding the lock"
+	}
+	return "the lock's key in Redis no longer holds its lease"
+}
+
 func (s *session) leaseHeldBy(ctx context.Context, mode, lockName, holder string, token uint64) (bool, error) {
 	if mode == modeRedisOnly {
 		v, err := (&redisLock{rdb: s.rdb, key: redisOnlyKey(lockName)}).holder(ctx)
