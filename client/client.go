@@ -444,7 +444,9 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		err := c.do(ctx, http.MethodPost, path, body, &a, mode)
 		if err == nil {
 			l, err := c.adopt(ctx, name, start, a, o)
-			if err == nil || o.Try || !errors.Is(err, lock.ErrNotAcquired) {
+			if err == nil || o.Try || !errors.Is(err, lock.ErrNotAcquired) || (!until.IsZero() && !time.Now().Before(until)) {
+				// At the wait's end this grant's error (ErrTTLTooShort)
+				// is why it failed: no next request would say so.
 				return l, err
 			}
 			continue // granted with no validity left: released, try again
@@ -455,7 +457,10 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if c.refusedWait(err, asked) {
 			continue // the same wait, in requests the server allows
 		}
-		if !errors.Is(err, lock.ErrNotAcquired) {
+		if !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, lock.ErrTTLTooShort) {
+			// A 503 about ttl_ms matches ErrNotAcquired but is no held
+			// lock: asked again, the next grant may come back in time.
+			//
 			// A bounded wait rides out a server that is briefly away (a
 			// restart, a lost answer, a 503), as the server rides out its
 			// backends; the waiter id makes a grant whose answer was lost

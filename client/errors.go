@@ -29,7 +29,8 @@ var ErrNoAnswer = errors.New("client: no answer from the server in time")
 //
 // It matches the lock package's sentinel errors where the code has the same
 // meaning, so errors.Is works as it does with an embedded lock.Client:
-// held is lock.ErrNotAcquired, lost is lock.ErrLost, and an
+// held is lock.ErrNotAcquired, lost is lock.ErrLost, unavailable about
+// ttl_ms is lock.ErrTTLTooShort (and so lock.ErrNotAcquired), and an
 // invalid_argument about the field name, ttl_ms or lease_id is
 // lock.ErrInvalidName, lock.ErrInvalidTTL or lock.ErrInvalidLeaseID. It
 // decides by code and field, never by the message.
@@ -68,6 +69,12 @@ func (e *APIError) Unwrap() error {
 		return lock.ErrNotAcquired
 	case api.CodeLost:
 		return lock.ErrLost
+	case api.CodeUnavailable:
+		if e.Field == api.FieldTTLMs {
+			// The grant came back with no validity left: both, as
+			// lock.Client's error matches both.
+			return errTTLTooShort
+		}
 	case api.CodeOutOfOrder:
 		return lock.ErrOutOfOrder
 	case api.CodeInvalidArgument:
@@ -82,6 +89,9 @@ func (e *APIError) Unwrap() error {
 	}
 	return nil
 }
+
+// errTTLTooShort is what a 503 about ttl_ms on an acquire stands for.
+var errTTLTooShort = errors.Join(lock.ErrTTLTooShort, lock.ErrNotAcquired)
 
 // ServerError is the failure of one of several servers: which, and why.
 // A Client of several servers that all failed returns them joined.

@@ -152,7 +152,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			return l, nil
 		}
 		var held *HeldError
-		if !errors.As(err, &held) && !errors.Is(err, ErrLost) && !errors.Is(err, errNoValidity) {
+		if !errors.As(err, &held) && !errors.Is(err, ErrLost) && !errors.Is(err, ErrTTLTooShort) {
 			if !outage(ctx, err) {
 				if down != nil && (ctx.Err() != nil || pastDeadline(ctx)) {
 					// The budget ended while the store was down: that, not
@@ -171,6 +171,8 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			}
 			continue
 		}
+		// A grant with no validity left is retried too: a later attempt
+		// may be faster.
 		busy, down = err, nil
 		d := pause()
 		if d <= 0 {
@@ -248,10 +250,7 @@ func pastDeadline(ctx context.Context) bool {
 	return ok && !time.Now().Before(dl)
 }
 
-var (
-	errWaitBudget = errors.New("lock: wait budget ran out")
-	errNoValidity = errors.New("lock: lease granted with no validity left")
-)
+var errWaitBudget = errors.New("lock: wait budget ran out")
 
 // fail explains why an acquisition stopped. The end of the wait budget is
 // a *WaitError (ErrNotAcquired) only if an attempt found the lease taken;
@@ -269,6 +268,11 @@ func (c *Client) fail(ctx context.Context, name string, err, busy error, began t
 		<-ctx.Done()
 	}
 	if ctx.Err() != nil && context.Cause(ctx) == errWaitBudget {
+		if errors.Is(busy, ErrTTLTooShort) {
+			// Nobody held the lock at the last attempt: "still held"
+			// would send the caller after a holder that is not there.
+			return busy
+		}
 		if busy != nil {
 			we := &WaitError{Name: name, Waited: time.Since(began)}
 			var held *HeldError
@@ -306,8 +310,12 @@ func (e *WaitError) Error() string {
 // Is makes errors.Is(err, ErrNotAcquired) true.
 func (e *WaitError) Is(target error) bool { return target == ErrNotAcquired }
 
-// notAcquired is ErrNotAcquired with the last attempt's reason.
+// notAcquired is ErrNotAcquired with the last attempt's reason; a grant
+// with no validity left says so as it is (ErrTTLTooShort), not "held".
 func notAcquired(name string, busy error) error {
+	if errors.Is(busy, ErrTTLTooShort) {
+		return busy
+	}
 	var held *HeldError
 	if errors.As(busy, &held) {
 		return fmt.Errorf("%w: %q is held", ErrNotAcquired, name)
@@ -326,6 +334,12 @@ func (c *Client) attempt(ctx context.Context, req AcquireRequest, o AcquireOptio
 	start := time.Now()
 	g, err := c.store.Acquire(ctx, req)
 	if err != nil {
+		// ErrLost at confirm may be a restore or a force-release, but once
+		// the attempt took the TTL less its drift, no grant could have had
+		// validity left either: a longer TTL is what helps.
+		if took := time.Since(start); errors.Is(err, ErrLost) && took >= req.TTL-Drift(req.TTL) {
+			return nil, &ttlTooShortError{name: req.Name, ttl: req.TTL, took: took, drift: Drift(req.TTL)}
+		}
 		return nil, err
 	}
 	if g.LeaseID != "" {

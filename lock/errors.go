@@ -10,7 +10,8 @@ import (
 
 var (
 	// ErrNotAcquired: another holder has the lease and the wait budget (or
-	// the retry strategy) ran out, or TryAcquire found it held.
+	// the retry strategy) ran out, or TryAcquire found it held; or the
+	// last grant had no validity left (ErrTTLTooShort).
 	ErrNotAcquired = errors.New("lock: not acquired")
 	// ErrLost: this lease id does not hold the lease (it expired, was
 	// released, or was taken over). Refresh and Release return it; a lost
@@ -52,7 +53,34 @@ var (
 	// within its budget, and the server answers 503 (docs/design.md, defect
 	// 158).
 	ErrInProgress = errors.New("lock: an earlier request of this acquisition is still taking the lock")
+	// ErrTTLTooShort: the acquisition's last grant came back with no
+	// validity left (its TTL less the time the grant took and the clock
+	// drift kept, see Drift), so it was released: nobody holds the lock,
+	// and a longer TTL is what helps. It matches ErrNotAcquired too, and is
+	// not a *HeldError. The server answers it with 503, not 409 held.
+	ErrTTLTooShort = errors.New("lock: the lease's TTL ran out before it was granted")
 )
+
+// ttlTooShortError is ErrTTLTooShort (and ErrNotAcquired) with the numbers
+// that say how much longer a TTL the caller needs.
+type ttlTooShortError struct {
+	name  string
+	ttl   time.Duration // the TTL granted
+	took  time.Duration // from the attempt's start to the grant
+	drift time.Duration // kept for clock drift (Drift)
+}
+
+func (e *ttlTooShortError) Error() string {
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	return fmt.Sprintf("lock: %q not acquired: its lease's TTL (%s) ran out before it was granted (the grant took %s, with %s kept for clock drift); ask for a TTL several times that",
+		e.name, e.ttl, r(e.took), r(e.drift))
+}
+
+// Is makes errors.Is true for ErrTTLTooShort and ErrNotAcquired: callers
+// that test only ErrNotAcquired keep working.
+func (e *ttlTooShortError) Is(target error) bool {
+	return target == ErrTTLTooShort || target == ErrNotAcquired
+}
 
 // HeldError is returned by a LeaseStore's Acquire when another holder has
 // the lease. It matches ErrNotAcquired. Remaining is how long the holder's

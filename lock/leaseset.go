@@ -55,7 +55,8 @@ func NewLeaseSet(k LeaseKeeper) (*LeaseSet, error) {
 // that validity = g.TTL - elapsed - Drift. The set's keeper refreshes and
 // releases it by its lease id. Options: WithKeepAlive or WithDetached;
 // the others do not apply (the lease is already held) and are an error. A lease
-// with no validity left is released, and Adopt returns ErrNotAcquired.
+// with no validity left is released, and Adopt returns an error matching
+// ErrTTLTooShort and ErrNotAcquired.
 func (s *LeaseSet) Adopt(ctx context.Context, name, leaseID string, g Grant, start time.Time, opts ...Option) (*Lease, error) {
 	o, err := ResolveOptions(false, opts...)
 	if err != nil {
@@ -73,22 +74,18 @@ func (s *LeaseSet) Adopt(ctx context.Context, name, leaseID string, g Grant, sta
 	if g.Token == 0 || g.TTL <= 0 {
 		return nil, fmt.Errorf("lock: adopt %q: a grant needs a token and a TTL, got %d and %s", name, g.Token, g.TTL)
 	}
-	l, err := s.adopt(ctx, name, leaseID, g, start, o, false)
-	if errors.Is(err, errNoValidity) {
-		return nil, fmt.Errorf("%w: %q: %v", ErrNotAcquired, name, err)
-	}
-	return l, err
+	return s.adopt(ctx, name, leaseID, g, start, o, false)
 }
 
 // adopt makes the Lease; reused is whether the grant is a hold that existed
 // before the acquisition (Lease.Reused).
 func (s *LeaseSet) adopt(ctx context.Context, name, id string, g Grant, start time.Time, o AcquireOptions, reused bool) (*Lease, error) {
-	validity := g.TTL - time.Since(start) - Drift(g.TTL)
-	if validity <= 0 {
+	took := time.Since(start)
+	if validity := g.TTL - took - Drift(g.TTL); validity <= 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = s.keeper.Release(rctx, name, id, "") // the lease expires anyway; releasing only frees it sooner
-		return nil, errNoValidity
+		return nil, &ttlTooShortError{name: name, ttl: g.TTL, took: took, drift: Drift(g.TTL)}
 	}
 	l := newLease(ctx, s, name, id, g, start, o.KeepAlive)
 	l.reused = reused

@@ -153,6 +153,16 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 		}
 	}
 	s.metrics.acquireDuration.Observe(time.Since(start).Seconds())
+	if errors.Is(err, lock.ErrTTLTooShort) {
+		// Before ErrNotAcquired, which it matches too: the grant came back
+		// with no validity left and was released, so nobody holds the lock
+		// and 409 held would be false. A 503 ("error", as every 503 not
+		// cancelled) with field ttl_ms, the part of the request to change,
+		// lets a client tell it by code and field.
+		s.metrics.acquisitions.WithLabelValues(resultError).Inc()
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, field: fieldTTLMs, message: err.Error()})
+		return
+	}
 	if errors.Is(err, lock.ErrNotAcquired) {
 		s.metrics.acquisitions.WithLabelValues(resultHeld).Inc()
 		what, still := fmt.Sprintf("lock %q is held by another holder", name), "still held"

@@ -108,6 +108,8 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	case err == nil:
 	case isSignalCause(ctx):
 		return signalExit(ctx, fmt.Sprintf("fenced elect: %%v while campaigning in %q", name))
+	case errors.Is(err, lock.ErrTTLTooShort): // nobody leads: the term came back with no validity left
+		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: election %q (--ttl %s): %w", name, o.ttl, err)}
 	case errors.Is(err, lock.ErrNotAcquired):
 		return &ExitError{Code: 1, Err: fmt.Errorf("fenced elect: election %q still has another leader after --wait %s", name, o.wait)}
 	default: // a server on Redis leases says what to run instead (lock.ErrElectionStore)

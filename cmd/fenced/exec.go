@@ -427,7 +427,9 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 	lease, err := c.TryAcquire(tctx, name, o.ttl, lock.WithKeepAlive(), lock.WithOwner(o.owner))
 	noAnswer := err != nil && timedOut(ctx, tctx)
 	cancel()
-	held := errors.Is(err, lock.ErrNotAcquired)
+	// A grant that came back with no validity left (ErrTTLTooShort, which
+	// matches ErrNotAcquired too) is no held lock: nobody holds it.
+	held := errors.Is(err, lock.ErrNotAcquired) && !errors.Is(err, lock.ErrTTLTooShort)
 	// A --wait rides out a server that is away at the first attempt (a
 	// refused connection, a 503 while it restarts), as the wait rides out
 	// one that goes away during it; before, the first attempt's error ended
@@ -457,6 +459,8 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 		return nil, &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: lock %q: no answer from %s within %s (--timeout %s, --wait %s): %w", name, o.url, bound, o.timeout, o.wait, err)}
 	case isSignalCause(ctx):
 		return nil, signalExit(ctx, fmt.Sprintf("fenced exec: %%v while waiting for lock %q", name))
+	case errors.Is(err, lock.ErrTTLTooShort):
+		return nil, &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: lock %q (--ttl %s): %w", name, o.ttl, err)}
 	case errors.Is(err, lock.ErrNotAcquired) && o.try:
 		return nil, &ExitError{Code: 1, Err: fmt.Errorf("fenced exec: lock %q is held by another holder (--try: one attempt)", name)}
 	case errors.Is(err, lock.ErrNotAcquired):
