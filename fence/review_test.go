@@ -397,6 +397,7 @@ func TestTransportKeepsAHeaderUnderAnySpelling(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("request with fencing-token %q and a context token 7: server saw %q, want %q", tc.value, got, tc.want)
 		}
+		//lint:ignore SA1008 the non-canonical key is what the test is about
 		if len(req.Header) != 1 || req.Header["fencing-token"][0] != tc.value {
 			t.Errorf("Transport changed the caller's request: %v", req.Header)
 		}
