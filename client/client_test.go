@@ -63,6 +63,12 @@ func (w *teeWriter) Write(b []byte) (int, error) {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureOf(t, func(s lock.LeaseStore) lock.LeaseStore { return s })
+}
+
+// newFixtureOf is newFixture with the Redis store wrapped by wrap.
+func newFixtureOf(t *testing.T, wrap func(lock.LeaseStore) lock.LeaseStore) *fixture {
+	t.Helper()
 	rdb := testenv.Redis(t)
 	_, cli := testenv.Etcd(t)
 	seq, err := sequencer.NewEtcd(cli)
@@ -75,7 +81,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	locks, err := lock.New(store)
+	locks, err := lock.New(wrap(store))
 	if err != nil {
 		t.Fatal(err)
 	}

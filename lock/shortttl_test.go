@@ -7,23 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/internal/locktest"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
-
-// slowAcquire adds delay to every acquire call, after the store answered,
-// as a backend a few milliseconds away does: a 10ms TTL always runs out
-// before its grant comes back.
-type slowAcquire struct {
-	lock.LeaseStore
-	delay time.Duration
-}
-
-func (s *slowAcquire) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
-	g, err := s.LeaseStore.Acquire(ctx, req)
-	time.Sleep(s.delay)
-	return g, err
-}
 
 // checkTTLTooShort fails t unless err says the TTL ran out before the
 // grant: ErrTTLTooShort and ErrNotAcquired, not a *HeldError, and a
@@ -53,7 +40,7 @@ func TestTTLTooShortIsNotHeld(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			s := &slowAcquire{LeaseStore: b.store, delay: 12 * time.Millisecond}
+			s := &locktest.SlowAcquire{LeaseStore: b.store, Delay: 12 * time.Millisecond}
 			c := newClient(t, s)
 			name := testenv.Name(t)
 			_, err := c.TryAcquire(t.Context(), name, lock.MinTTL)

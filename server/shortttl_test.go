@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -10,24 +9,9 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/internal/locktest"
 	"github.com/fenced/fenced/internal/testenv"
-	"github.com/fenced/fenced/lock"
 )
-
-// delayedAcquire adds delay to every acquire call, after the store
-// answered, as an etcd with fsync on a cloud disk or a Redis a few
-// milliseconds away does: a ttl_ms of 10 always runs out before its grant
-// comes back.
-type delayedAcquire struct {
-	lock.LeaseStore
-	delay time.Duration
-}
-
-func (s *delayedAcquire) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
-	g, err := s.LeaseStore.Acquire(ctx, req)
-	time.Sleep(s.delay)
-	return g, err
-}
 
 // TestShortTTLFreeLockIsUnavailable: a free lock whose grant comes back
 // with no validity left is answered 503 unavailable about ttl_ms, with
@@ -36,7 +20,7 @@ func (s *delayedAcquire) Acquire(ctx context.Context, req lock.AcquireRequest) (
 func TestShortTTLFreeLockIsUnavailable(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
-			e := newEnv(t, &delayedAcquire{LeaseStore: b.store, delay: 12 * time.Millisecond}, nil)
+			e := newEnv(t, &locktest.SlowAcquire{LeaseStore: b.store, Delay: 12 * time.Millisecond}, nil)
 			for _, body := range []string{`{"ttl_ms":10}`, `{"ttl_ms":10,"wait_ms":100}`} {
 				name := testenv.Name(t)
 				_, r := e.acquire(name, body)

@@ -94,7 +94,7 @@ func TestExecReadsTheTerminalWithStdinRedirected(t *testing.T) {
 // terminal stops both, as with stdin the terminal.
 func TestExecCtrlZWithStdinRedirected(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("needs bash for a job-control shell")
+		t.Fatal("needs bash for a job-control shell: install it (apt-get install bash)")
 	}
 	t.Parallel()
 	_, url := startDev(t, nil)
