@@ -3519,7 +3519,7 @@ type AcquireResponse struct {
 	// JSON415 the response for an HTTP 415 `application/json` response
 	JSON415 *UnsupportedMediaType
 	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *Unavailable
+	JSON503 *Error
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *AcquireResponse401Headers
 	// Headers405 the parsed response headers for an HTTP 405 response
@@ -3574,7 +3574,7 @@ func (r AcquireResponse) GetJSON415() *UnsupportedMediaType {
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r AcquireResponse) GetJSON503() *Unavailable {
+func (r AcquireResponse) GetJSON503() *Error {
 	return r.JSON503
 }
 
@@ -5520,7 +5520,7 @@ func ParseAcquireResponse(rsp *http.Response) (*AcquireResponse, error) {
 		response.JSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
