@@ -463,6 +463,22 @@ type UnhandedReleaser interface {
 	ReleaseUnhanded(ctx context.Context, name, leaseID string) (bool, error)
 }
 
+// UnhandedUnreenterer is UnhandedReleaser for a holder's reentry: a server
+// whose client went away takes off the hold the reentry counted, where a
+// copy of the request may already have been handed it (docs/design.md,
+// defect 183). RedisStore and EtcdStore are; a store that wraps one
+// should pass the method on. An interface of its own, so that a wrapper
+// written for UnhandedReleaser alone still passes that one on.
+type UnhandedUnreenterer interface {
+	// UnreenterUnhanded takes off the hold that a reentry of leaseID's
+	// lock by the remote acquisition waiter (AcquireRequest.Rejoin)
+	// counted, if no other request of that acquisition was handed it:
+	// true if it did; false, and nothing changed, if it was handed, or
+	// counted no hold, or is the holder's last, or leaseID no longer holds
+	// the lock.
+	UnreenterUnhanded(ctx context.Context, name, leaseID, waiter string) (bool, error)
+}
+
 // ReleaseUnhanded releases the grant of name that leaseID holds, unless
 // another request of its acquisition was handed it (UnhandedReleaser).
 // With a store that cannot tell, it releases nothing: false.
@@ -475,6 +491,24 @@ func (c *Client) ReleaseUnhanded(ctx context.Context, name, leaseID string) (boo
 		return false, nil
 	}
 	return u.ReleaseUnhanded(ctx, name, leaseID)
+}
+
+// UnreenterUnhanded takes off the hold that a reentry of name by the
+// remote acquisition waiter counted for leaseID's lock, unless another
+// request of the acquisition was handed it (UnhandedUnreenterer). With a
+// store that cannot tell, it takes off nothing: false.
+func (c *Client) UnreenterUnhanded(ctx context.Context, name, leaseID, waiter string) (bool, error) {
+	if err := validateID(name, leaseID); err != nil {
+		return false, err
+	}
+	if err := ValidateWaiter(waiter); err != nil {
+		return false, err
+	}
+	u, ok := c.store.(UnhandedUnreenterer)
+	if !ok {
+		return false, nil
+	}
+	return u.UnreenterUnhanded(ctx, name, leaseID, waiter)
 }
 
 // NewReleaseID returns a fresh release id (LeaseKeeper.Release): 128

@@ -792,14 +792,29 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 	op := req.mark()
 	for range 8 {
 		ops := cur.Ops
+		n := cur.Count + 1
 		if op != "" {
-			if slices.Contains(cur.Ops, op) {
+			switch {
+			case !slices.Contains(cur.Ops, op):
+				ops = append(slices.Clip(ops), op)
+			case req.Rejoin == "" || slices.Contains(cur.Ops, handedMark(op)):
 				return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count}, nil
+			default:
+				// Counted by another request of this remote acquisition
+				// (etcd's client sends no attempt twice): handed to this
+				// one, which the request that counted it, its client
+				// gone, may then no longer take off (UnreenterUnhanded,
+				// defect 183).
+				n, ops = cur.Count, append(slices.Clip(ops), handedMark(op))
 			}
-			ops = append(slices.Clip(ops), op)
 		}
 		resp, err := s.kv.Txn(ctx).If(append(s.ks.LockHeldBy(req.Name, cur.LeaseID), s.ks.CountAt(req.Name, cur.CountRev))...).
-			Then(s.ks.PutCount(req.Name, cur.Count+1, ops, cur.Lease)).Else(s.ks.GetLock(req.Name)...).Commit()
+			Then(s.ks.PutCount(req.Name, n, ops, cur.Lease)).Else(s.ks.GetLock(req.Name)...).Commit()
+		if err != nil && n == cur.Count {
+			// Only the mark: if it did not commit, a copy may still take
+			// the hold off, as before the mark.
+			return Grant{}, backendErr("etcd", "acquire", err)
+		}
 		if err != nil {
 			// The count may have committed, its reply lost: nobody gets
 			// that hold, so take it off before the caller can try again.
@@ -808,8 +823,8 @@ func (s *EtcdStore) reenter(ctx context.Context, req AcquireRequest, cur sequenc
 		}
 		s.txns.Add(1)
 		if resp.Succeeded {
-			s.setHolds(req.Name, cur.LeaseID, cur.Count+1)
-			return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: cur.Count + 1}, nil
+			s.setHolds(req.Name, cur.LeaseID, n)
+			return Grant{Token: cur.Token, TTL: g.TTL, LeaseID: cur.LeaseID, Count: n}, nil
 		}
 		st, held, err := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
 		if err != nil {
@@ -894,6 +909,45 @@ func (s *EtcdStore) unreenter(ctx context.Context, name, leaseID, op string) {
 			resp = nil
 		}
 	}
+}
+
+// handedMark is the mark, in a count's record, of a reentry counted
+// under op and since handed to another request of its acquisition
+// (reenter): as on Redis leases, "h" and op.
+func handedMark(op string) string { return "h" + op }
+
+// UnreenterUnhanded implements UnhandedUnreenterer: unreenter's count
+// down, on condition that leaseID still holds the lock, that the count
+// holds the reentry's mark, "w" and waiter, and that no copy of the
+// request marked it handed since (reenter).
+func (s *EtcdStore) UnreenterUnhanded(ctx context.Context, name, leaseID, waiter string) (bool, error) {
+	op := "w" + waiter
+	resp, err := s.kv.Txn(ctx).Then(s.ks.GetLock(name)...).Commit()
+	for range 8 {
+		if err != nil {
+			return false, backendErr("etcd", "release", err)
+		}
+		s.txns.Add(1)
+		st, held, perr := s.ks.ParseLock(resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange())
+		if perr != nil {
+			return false, backendErr("etcd", "release", perr)
+		}
+		i := slices.Index(st.Ops, op)
+		if !held || st.LeaseID != leaseID || i < 0 || st.Count <= 1 || slices.Contains(st.Ops, handedMark(op)) {
+			return false, nil
+		}
+		ops := slices.Delete(slices.Clone(st.Ops), i, i+1)
+		resp, err = s.kv.Txn(ctx).If(append(s.ks.LockHeldBy(name, leaseID), s.ks.CountAt(name, st.CountRev))...).
+			Then(s.ks.PutCount(name, st.Count-1, ops, st.Lease)).Else(s.ks.GetLock(name)...).Commit()
+		if err == nil && resp.Succeeded {
+			s.txns.Add(1)
+			s.setHolds(name, leaseID, st.Count-1)
+			return true, nil
+		}
+		// Else another reentry or release came between: the Else read what
+		// it left.
+	}
+	return false, backendErr("etcd", "release", errors.New("the reentrancy count kept changing"))
 }
 
 // setHolds books the reentrancy count of this store's holding of name.

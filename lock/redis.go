@@ -298,6 +298,19 @@ func (s *RedisStore) ReleaseUnhanded(ctx context.Context, name, leaseID string) 
 	return n == 1, nil
 }
 
+// UnreenterUnhanded implements UnhandedUnreenterer: unreenter.lua, told to
+// leave a hold that acquire.lua found counted for a copy of the request
+// (another attempt of the same acquisition), or of a lease no longer
+// leaseID's.
+func (s *RedisStore) UnreenterUnhanded(ctx context.Context, name, leaseID, waiter string) (bool, error) {
+	k := s.keys(name)
+	n, err := s.run(ctx, unreenterScript, []string{k[kToken], k[kLease]}, "w"+waiter, "1", leaseID).Int64()
+	if err != nil {
+		return false, backendErr("redis", "release", err)
+	}
+	return n == 1, nil
+}
+
 // abandonedKey marks leaseID's attempt abandoned (abandonLease).
 func (s *RedisStore) abandonedKey(name, leaseID string) string {
 	return s.prefix + "{" + name + "}:abandoned:" + leaseID

@@ -268,3 +268,93 @@ func TestReentrySentAgainCountsOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreenterUnhanded: the take-off a server runs for a reentry whose
+// client went away (defect 183). It takes off the hold that the
+// acquisition counted, once; not one that another request of the
+// acquisition (another attempt, with the same id) was handed, nor the
+// holder's own; and on Redis not one the same attempt counted and then
+// found again (go-redis sends a script again after a lost reply).
+func TestUnreenterUnhanded(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			u, ok := b.store.(lock.UnhandedUnreenterer)
+			if !ok {
+				t.Fatalf("%T is not a lock.UnhandedUnreenterer", b.store)
+			}
+			ctx := t.Context()
+			name := testenv.Name(t)
+			const holder = "worker-3"
+			first, err := b.store.Acquire(ctx, lock.AcquireRequest{Name: name, LeaseID: strings.Repeat("1a", 16), TTL: 30 * time.Second, Holder: holder})
+			if err != nil {
+				t.Fatal(err)
+			}
+			count := func() int {
+				t.Helper()
+				st, err := b.store.Inspect(ctx, name)
+				if err != nil || !st.Held {
+					t.Fatalf("inspect: %+v, %v; want held", st, err)
+				}
+				return st.Count
+			}
+			reenter := func(attempt, waiter string) {
+				t.Helper()
+				g, err := b.store.Acquire(ctx, lock.AcquireRequest{Name: name, LeaseID: attempt, TTL: 30 * time.Second, Holder: holder, Rejoin: waiter})
+				if err != nil || g.LeaseID != first.LeaseID {
+					t.Fatalf("reentry: %+v, %v; want the holder's lease %s", g, err, first.LeaseID)
+				}
+			}
+			w1, w2, w3 := strings.Repeat("b1", 16), strings.Repeat("b2", 16), strings.Repeat("b3", 16)
+
+			reenter(strings.Repeat("2a", 16), w1)
+			if b.name == "redis" {
+				reenter(strings.Repeat("2a", 16), w1) // the same attempt's script, run again
+			}
+			if n := count(); n != 2 {
+				t.Fatalf("after one reentry: count %d, want 2", n)
+			}
+			if ok, err := u.UnreenterUnhanded(ctx, name, strings.Repeat("9f", 16), w1); ok || err != nil {
+				t.Fatalf("take-off under another lease id: %v, %v; want false", ok, err)
+			}
+			if ok, err := u.UnreenterUnhanded(ctx, name, first.LeaseID, w1); !ok || err != nil {
+				t.Fatalf("take-off of a hold handed to nobody: %v, %v; want true", ok, err)
+			}
+			if ok, err := u.UnreenterUnhanded(ctx, name, first.LeaseID, w1); ok || err != nil {
+				t.Fatalf("the take-off again: %v, %v; want false", ok, err)
+			}
+			if n := count(); n != 1 {
+				t.Fatalf("after the take-off: count %d, want 1", n)
+			}
+			if ok, err := u.UnreenterUnhanded(ctx, name, first.LeaseID, w3); ok || err != nil {
+				t.Fatalf("take-off of a reentry never made: %v, %v; want false", ok, err)
+			}
+
+			// The acquisition asks again: its hold counts anew, and a copy of
+			// that request (another attempt) is handed it.
+			reenter(strings.Repeat("3a", 16), w1)
+			reenter(strings.Repeat("4a", 16), w1)
+			reenter(strings.Repeat("5a", 16), w2)
+			if n := count(); n != 3 {
+				t.Fatalf("after two acquisitions' reentries: count %d, want 3", n)
+			}
+			if ok, err := u.UnreenterUnhanded(ctx, name, first.LeaseID, w1); ok || err != nil {
+				t.Fatalf("take-off of a hold a copy was handed: %v, %v; want false", ok, err)
+			}
+			if ok, err := u.UnreenterUnhanded(ctx, name, first.LeaseID, w2); !ok || err != nil {
+				t.Fatalf("take-off of the other acquisition's hold: %v, %v; want true", ok, err)
+			}
+			if n := count(); n != 2 {
+				t.Fatalf("after taking off one of three: count %d, want 2", n)
+			}
+			for i := range 2 {
+				if err := b.store.Release(ctx, name, first.LeaseID, strings.Repeat(fmt.Sprintf("%x", 10+i), 32)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st, err := b.store.Inspect(ctx, name); err != nil || st.Held {
+				t.Fatalf("after two releases of the two holds: %+v, %v; want free", st, err)
+			}
+		})
+	}
+}

@@ -124,6 +124,70 @@ func TestClientGoneTakesOffReentry(t *testing.T) {
 	}
 }
 
+// TestClientGoneTakesOffWaitersReentry: a holder's reentry with a waiter
+// id (every HTTP client sends one) whose client went away was kept as a
+// grant found again: after the holder's one release the lock stayed
+// held, by nobody, until its TTL (defect 183). Its hold is now taken off,
+// unless a copy of the request was handed it first.
+func TestClientGoneTakesOffWaitersReentry(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			for _, c := range []struct{ name, wait string }{{"try", ""}, {"fair", `,"wait_ms":1000`}} {
+				t.Run(c.name, func(t *testing.T) {
+					ctx, cancel := context.WithCancel(t.Context())
+					e := newEnv(t, b.store, nil)
+					hooked := newEnv(t, &hookStore{LeaseStore: b.store, after: cancel}, nil)
+					name := testenv.Name(t)
+					l := e.mustAcquire(name, `{"ttl_ms":30000,"holder":"worker-7d2e"}`)
+					body := `{"ttl_ms":30000,"holder":"worker-7d2e","waiter":"` + strings.Repeat("c3", 16) + `"` + c.wait + `}`
+					rec := hooked.acquireAs(ctx, name, body)
+					if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "taken off") {
+						t.Fatalf("reentry whose client went away: %d %s; want 503 saying its hold was taken off", rec.Code, rec.Body)
+					}
+					if st := e.state(name); !st.Held || st.Count != 0 || st.Token != l.Token {
+						t.Fatalf("after the reentry was taken off: %+v; want held once with token %d", st, l.Token)
+					}
+					if r := e.release(name, l.LeaseID); r.status != http.StatusOK || e.state(name).Held {
+						t.Fatalf("the holder's one release: %d %s, held %v; want the lock free", r.status, r.body, e.state(name).Held)
+					}
+				})
+			}
+
+			// A copy of the request, through another server, was handed the
+			// reentry's hold before this one saw its client gone: the hold is
+			// the copy's caller's, and stays.
+			t.Run("handed first", func(t *testing.T) {
+				ctx, cancel := context.WithCancel(t.Context())
+				e := newEnv(t, b.store, nil)
+				name := testenv.Name(t)
+				l := e.mustAcquire(name, `{"ttl_ms":30000,"holder":"worker-9a4b"}`)
+				body := `{"ttl_ms":30000,"holder":"worker-9a4b","waiter":"` + strings.Repeat("d4", 16) + `"}`
+				var handed leaseResponse
+				hooked := newEnv(t, &hookStore{LeaseStore: b.store, after: func() {
+					handed = e.mustAcquire(name, body)
+					cancel()
+				}}, nil)
+				rec := hooked.acquireAs(ctx, name, body)
+				if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "kept") {
+					t.Fatalf("reentry whose client went away after a copy was handed its hold: %d %s; want 503 saying it is kept", rec.Code, rec.Body)
+				}
+				if handed.LeaseID != l.LeaseID || handed.Count != 2 {
+					t.Fatalf("the copy's answer: %+v; want lease %s held twice", handed, l.LeaseID)
+				}
+				if st := e.state(name); st.Count != 2 {
+					t.Fatalf("after the first request saw its client gone: %+v; want held twice", st)
+				}
+				if r := e.release(name, l.LeaseID); r.status != http.StatusOK || !e.state(name).Held {
+					t.Fatalf("the first of two releases: %d %s; want the lock still held", r.status, r.body)
+				}
+				if r := e.release(name, l.LeaseID); r.status != http.StatusOK || e.state(name).Held {
+					t.Fatalf("the second release: %d %s; want the lock free", r.status, r.body)
+				}
+			})
+		})
+	}
+}
+
 // acquireAs sends an acquire of name with body whose request context is
 // ctx (which a hookStore may end as the store answers).
 func (e *env) acquireAs(ctx context.Context, name, body string) *httptest.ResponseRecorder {

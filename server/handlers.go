@@ -210,9 +210,11 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 // so it is released now rather than at the end of its TTL (for a holder's
 // reentry, that takes off the one hold this request added). With one, a
 // copy of this request, on this server or another, may have been handed
-// l (defect 148): a grant found again is kept, and a new one is released
-// only if no other request was handed it (lock.UnhandedReleaser, defect
-// 153). A grant kept goes to the waiter's next request, or the client's
+// l (defect 148): a new grant is released only if no other request was
+// handed it (lock.UnhandedReleaser, defect 153), and a holder's reentry
+// taken off only if no other request was handed its hold
+// (lock.UnhandedUnreenterer, defect 183); any other grant found again is
+// kept. A grant kept goes to the waiter's next request, or the client's
 // give-up (a final request) or the TTL ends it.
 func (s *Server) clientGone(w http.ResponseWriter, r *http.Request, name string, req acquireRequest, l *lock.Lease) {
 	s.metrics.acquisitions.WithLabelValues(resultCancelled).Inc()
@@ -223,8 +225,13 @@ func (s *Server) clientGone(w http.ResponseWriter, r *http.Request, name string,
 	if req.waiter != "" || (l.Reused() && req.holder == "") {
 		released := false
 		var err error
-		if !l.Reused() {
+		switch {
+		case !l.Reused():
 			released, err = s.locks.ReleaseUnhanded(rctx, name, l.ID())
+		case req.holder != "" && req.waiter != "":
+			// A reentry (or the waiter's own grant found again, which
+			// counted no hold under the waiter: then nothing changes).
+			released, err = s.locks.UnreenterUnhanded(rctx, name, l.ID(), req.waiter)
 		}
 		if !released {
 			s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease kept for the waiter's next request",
@@ -233,10 +240,13 @@ func (s *Server) clientGone(w http.ResponseWriter, r *http.Request, name string,
 				message: "request cancelled while the lease was taken; the lease is kept for the waiter's next request"})
 			return
 		}
+		msg := "request cancelled while the lease was taken; the lease was released"
+		if l.Reused() {
+			msg = "request cancelled while the lease was taken; the hold this reentry added was taken off, the holder's others stand"
+		}
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "client went away during acquire; lease released",
-			slog.String("lock", name))
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
-			message: "request cancelled while the lease was taken; the lease was released"})
+			slog.String("lock", name), slog.Bool("reentry", l.Reused()))
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, message: msg})
 		return
 	}
 	err := s.locks.ReleaseID(rctx, name, l.ID(), "")

@@ -570,6 +570,11 @@ func (h *hookStore) ReleaseUnhanded(ctx context.Context, name, leaseID string) (
 	return h.LeaseStore.(lock.UnhandedReleaser).ReleaseUnhanded(ctx, name, leaseID)
 }
 
+// UnreenterUnhanded passes the method on, as a wrapping store should.
+func (h *hookStore) UnreenterUnhanded(ctx context.Context, name, leaseID, waiter string) (bool, error) {
+	return h.LeaseStore.(lock.UnhandedUnreenterer).UnreenterUnhanded(ctx, name, leaseID, waiter)
+}
+
 // TestClientGoneDuringAcquire: a lease taken for a client that has gone
 // away is released at once, not left to its TTL.
 func TestClientGoneDuringAcquire(t *testing.T) {

@@ -125,8 +125,17 @@ if cur and ARGV[5] ~= '' then
     local op = ARGV[1]
     if ARGV[6] ~= '' then op = 'w' .. ARGV[6] elseif ARGV[3] ~= '' then op = 'w' .. ARGV[3] end
     if not seen(h[4], op) then
-      record(KEYS[2], h[4], op)
+      local ops = record(KEYS[2], h[4], op)
+      -- A remote acquisition's reentry also records the attempt that
+      -- counted it, so that a copy of the request (another attempt) that
+      -- finds the hold counted marks it handed ('h' and the mark): the
+      -- request that counted it, its client gone, may then no longer take
+      -- it off (unreenter.lua, docs/design.md, defect 183). This very
+      -- attempt sent again by go-redis is no copy.
+      if ARGV[6] ~= '' then record(KEYS[2], ops, 'a' .. ARGV[1]) end
       c = redis.call('HINCRBY', KEYS[2], 'c', 1)
+    elseif ARGV[6] ~= '' and not seen(h[4], 'a' .. ARGV[1]) and not seen(h[4], 'h' .. op) then
+      record(KEYS[2], h[4], 'h' .. op)
     end
     if ARGV[3] ~= '' then
       redis.call('ZREM', KEYS[3], ARGV[3])

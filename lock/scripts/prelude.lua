@@ -37,7 +37,7 @@ end
 -- 'ops' field keeps the last few. go-redis sends a script again after a
 -- lost reply, with the same arguments: the count must change once
 -- (docs/design.md, defect 19). seen reports whether op is in ops (the
--- field's value); record adds it.
+-- field's value); record adds it and returns the field's new value.
 local function seen(ops, op)
   -- Redis hands a missing field to Lua as false.
   if not ops or op == '' then return false end
@@ -48,4 +48,5 @@ local function record(key, ops, op)
   ops = (ops or '') .. ' ' .. op .. ' '
   while #ops > 512 do ops = string.sub(ops, string.find(ops, '  ', 1, true) + 1) end
   redis.call('HSET', key, 'ops', ops)
+  return ops
 end
