@@ -457,7 +457,8 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if c.refusedWait(err, asked) {
 			continue // the same wait, in requests the server allows
 		}
-		if !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, lock.ErrTTLTooShort) {
+		tooShort := errors.Is(err, lock.ErrTTLTooShort)
+		if !errors.Is(err, lock.ErrNotAcquired) || tooShort {
 			// A 503 about ttl_ms matches ErrNotAcquired but is no held
 			// lock: asked again, the next grant may come back in time.
 			//
@@ -466,10 +467,16 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			// backends; the waiter id makes a grant whose answer was lost
 			// come back with the next request (package documentation,
 			// "Several servers").
-			if o.Try || until.IsZero() || !unanswered(err) || !time.Now().Before(until) {
+			if o.Try || until.IsZero() || !(tooShort || unanswered(err)) || !time.Now().Before(until) {
 				return nil, fmt.Errorf("client: %s %q: %w", verb, name, err)
 			}
-			if !clock.Sleep(ctx, min(backoff, time.Until(until))) {
+			pause := backoff
+			if tooShort && asked > 0 && time.Since(start) >= asked/2 {
+				// The server tried again within the wait it was asked for:
+				// the next request goes as after a held lock's answer.
+				pause = max(minBackoff-time.Since(start), 0)
+			}
+			if !clock.Sleep(ctx, min(pause, time.Until(until))) {
 				return nil, fmt.Errorf("client: %s %q: %w", verb, name, c.ctxErr(ctx))
 			}
 			if !time.Now().Before(until) {
@@ -608,7 +615,15 @@ func unanswered(err error) bool {
 // 504 page). Each may come after fenced acted on the request, as a lost
 // answer may, and is handled as one: a grant made for a waiter is found
 // again only by asking again (docs/design.md, defect 119).
+//
+// One 503 is fenced's decision: unavailable about ttl_ms (an acquire's
+// grant came back with no validity left and was released; nobody holds
+// the lock). Sent again at once, it made a TryAcquire take 1.5 s of resends
+// (docs/design.md, defect 184); a wait asks again itself.
 func undecidedAnswer(ae *APIError) bool {
+	if ae.Code == api.CodeUnavailable && ae.Field == api.FieldTTLMs {
+		return false
+	}
 	return ae.Status >= 500 || ae.Code == ""
 }
 

@@ -58,8 +58,11 @@
 // proxy's 502 or 504 page, with no API error code), counts as a 503 does:
 // it may come after fenced acted on the request, so it is no decision, and
 // a grant made meanwhile comes back only to a request sent again with its
-// waiter (docs/design.md, defect 119). Whether a request is sent again
-// depends on what it does:
+// waiter (docs/design.md, defect 119). One 503 is a decision: an
+// acquire's on ttl_ms (its grant came back with no validity left and was
+// released: lock.ErrTTLTooShort), which is not sent again; a wait asks
+// again as after a held lock. Whether a request is sent again depends on
+// what it does:
 //
 //   - Refresh, release, inspect and list are safe to repeat (a release
 //     repeated by its own lease id succeeds), so they move on after any

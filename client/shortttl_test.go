@@ -15,7 +15,8 @@ import (
 // TestShortTTLThroughTheAPI: the server's 503 about ttl_ms (a grant with
 // no validity left) is, to the client, lock.ErrTTLTooShort and
 // lock.ErrNotAcquired as lock.Client's error is, and never a held lock's
-// *lock.WaitError, in one attempt and at the end of a wait.
+// *lock.WaitError, in one attempt and at the end of a wait; the one
+// attempt sends one request, and the wait asks again.
 func TestShortTTLThroughTheAPI(t *testing.T) {
 	t.Parallel()
 	f := newFixtureOf(t, func(s lock.LeaseStore) lock.LeaseStore {
@@ -28,7 +29,19 @@ func TestShortTTLThroughTheAPI(t *testing.T) {
 	}
 	name := testenv.Name(t)
 	_, tryErr := c.TryAcquire(t.Context(), name, lock.MinTTL)
-	_, waitErr := c.Acquire(t.Context(), name, lock.MinTTL, lock.WithWait(300*time.Millisecond))
+	// The 503 is a decision, the grant released: one attempt is one
+	// request, not the client's resends for an undecided answer, which
+	// made a TryAcquire take 1.5 s.
+	if n := f.acquires.Load(); n != 1 {
+		t.Errorf("TryAcquire sent %d acquire requests; want 1", n)
+	}
+	// A wait longer than one request may ask for asks again, as after a
+	// held lock: a later grant may come back in time.
+	short := newClient(t, f.url, client.WithMaxRequestWait(100*time.Millisecond))
+	_, waitErr := short.Acquire(t.Context(), name, lock.MinTTL, lock.WithWait(300*time.Millisecond))
+	if n := f.acquires.Load() - 1; n < 3 {
+		t.Errorf("a wait of 300 ms in requests of 100 ms sent %d acquire requests; want 3 or more", n)
+	}
 	for what, err := range map[string]error{"TryAcquire": tryErr, "Acquire with a wait": waitErr} {
 		var we *lock.WaitError
 		if !errors.Is(err, lock.ErrTTLTooShort) || !errors.Is(err, lock.ErrNotAcquired) || errors.As(err, &we) {
