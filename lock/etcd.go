@@ -681,7 +681,14 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		}
 		return Grant{}, &HeldError{Remaining: s.remaining(req.Name), Position: hr.position}
 	case errors.Is(err, sequencer.ErrRestored):
-		return Grant{}, ErrLost // the lock was deleted again; the client tries once more
+		// The lock was deleted again (answer), and the client tries once
+		// more. That delete may have failed, and the store books no such
+		// lock, so nothing else would delete it: on a session its other
+		// locks keep alive, it would be held by nobody until the process
+		// ends (docs/design.md, defect 185). Abandoned, it is deleted until
+		// etcd answers.
+		s.abandon(req.Name, req.LeaseID)
+		return Grant{}, ErrLost
 	case err != nil:
 		// The create may yet commit: free it rather than wait for its
 		// deadline.
