@@ -1,6 +1,7 @@
 package sequencer_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -89,4 +90,58 @@ func TestFollowerThatIssuedNothingNoticesARestore(t *testing.T) {
 	}
 	s.Close()
 	idle.Close()
+}
+
+// Close waited for every call in flight before it ended its group commit:
+// with etcd hung, calls of one name (never two in one batch) were sent one
+// batch after another, each up to the commit timeout, and Close with 12
+// such calls took 19 s at the default 5 s. Defect 170 promised that Close
+// fails what is pending (docs/design.md, defect 186). A commit timeout of
+// a minute here: Close must not wait for it.
+func TestCloseFailsPendingCalls(t *testing.T) {
+	t.Parallel()
+	e, _ := testenv.Etcd(t)
+	p, cli := testenv.EtcdThroughProxy(t, e)
+	s, err := sequencer.NewEtcd(cli, sequencer.WithCommitTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Next(t.Context(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	p.Hold(true)
+	defer p.Hold(false)
+	const calls = 12
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := s.Next(context.Background(), "one-name")
+			errs <- err
+		}()
+	}
+	// Every call is in the group commit: one batch sent, the rest queued.
+	testenv.WaitUntil(t, 10*time.Second, func() bool {
+		n := 0
+		for _, g := range testenv.GoroutinesIn("TestCloseFailsPendingCalls") {
+			if strings.Contains(g, "groupcommit.(*Committer[...]).Do") {
+				n++
+			}
+		}
+		return n == calls
+	})
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		s.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waiting 10 s after it was called, with calls queued on a hung etcd: it commits them one batch after another instead of failing them")
+	}
+	for range calls {
+		if err := <-errs; !errors.Is(err, sequencer.ErrClosed) {
+			t.Errorf("a call pending at Close: %v; want sequencer.ErrClosed", err)
+		}
+	}
 }

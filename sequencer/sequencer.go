@@ -211,6 +211,11 @@ func (s *Etcd) Next(ctx context.Context, name string) (fence.Token, error) {
 	s.mu.Unlock()
 	defer s.commits.Done()
 	v, err := s.gc.Do(ctx, name, struct{}{})
+	if err != nil && ctx.Err() == nil && s.isClosed() {
+		// Close ended it: queued (groupcommit.ErrClosed), or its Txn in
+		// flight (cancelled).
+		return 0, ErrClosed
+	}
 	if err != nil {
 		// A batch it was in may still commit; the token is then never used.
 		return 0, err
@@ -218,17 +223,27 @@ func (s *Etcd) Next(ctx context.Context, name string) (fence.Token, error) {
 	return v.(fence.Token), nil
 }
 
-// Close makes later calls fail with ErrClosed and waits for calls in
-// flight. It is safe to call more than once.
+// isClosed reports whether Close was called.
+func (s *Etcd) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close makes later calls, and those still waiting for their Txn, fail
+// with ErrClosed, and returns once they have. It is safe to call more than
+// once.
 func (s *Etcd) Close() error {
 	s.mu.Lock()
 	closed := s.closed
 	s.closed = true
 	s.mu.Unlock()
-	s.commits.Wait()
-	// Batches whose callers all left still commit on their own contexts:
-	// they end now, and Close waits for them (defect 170).
+	// Ended first: the calls pending fail now, with the batches in flight
+	// and those whose callers all left (defect 170). Waited for after, a
+	// hung etcd made Close commit the pending ones batch after batch, each
+	// up to the commit timeout (defect 186).
 	s.gc.Close()
+	s.commits.Wait()
 	if !closed {
 		s.unfollow()
 	}
