@@ -13,9 +13,10 @@ Postgres), so that the resource can reject a writer whose lease was lost::
         lease.check()               # raises LostError once the lease is lost
 
 Errors are typed by the API's error code (never by message text): HeldError
-(409 held), LostError (410 lost), InvalidArgumentError (400), ... all
-subclasses of FencedError. UnavailableError (503) and TransportError (no
-answer) are retryable.
+(409 held; its subclass TTLTooShortError, a 503 on ttl_ms: not acquired,
+nobody holds the lock), LostError (410 lost), InvalidArgumentError (400),
+... all subclasses of FencedError. UnavailableError (503) and
+TransportError (no answer) are retryable.
 
 Every acquire or campaign sends a waiter, 32 lowercase hex digits drawn once per
 call: the key to a grant whose answer was lost, and a fair waiting call's
@@ -72,6 +73,7 @@ __all__ = [
     "MethodNotAllowedError",
     "HeldError",
     "HeldByOtherError",
+    "TTLTooShortError",
     "LostError",
     "OutOfOrderError",
     "PayloadTooLargeError",
@@ -182,6 +184,21 @@ class HeldByOtherError(HeldError):
     recorded its token yet)."""
     #: The token of the grant that holds the lock instead.
     token: int = 0
+
+
+class TTLTooShortError(HeldError):
+    """Not acquired, though nobody holds the lock: the grant came back with
+    no validity left (its TTL ran out, less the drift kept, before it was
+    granted), so it was released; a longer ttl_ms is what helps. fenced
+    answers it 503 unavailable with field "ttl_ms" (code "unavailable",
+    status 503; docs/design.md, defect 182), and its message, kept as it
+    is, says how long the grant took; the client raises it too, status 0,
+    for a grant whose answer came after its TTL ran out here (defect 117).
+    A HeldError, as the Go client's lock.ErrTTLTooShort matches
+    lock.ErrNotAcquired: try_acquire returns None, and a wait goes on
+    while it has time left, after the same pause as after held (not the
+    503's Retry-After), and raises it if it ends with one."""
+    field: Optional[str] = "ttl_ms"
 
 
 class LostError(FencedError):
@@ -524,10 +541,14 @@ class Client:
         place in the queue. Raises HeldError if it is still held then.
         A grant answered after its TTL ran out (no validity left: a slow
         proxy, a pause of this process) is released at once and not
-        acquired: the call waits on if time is left, else raises HeldError
-        saying so (docs/design.md, defect 117). ttl_ms None means the
-        server's default TTL. The granted TTL may be longer (etcd leases
-        are whole seconds): see Lease.ttl_ms.
+        acquired: the call waits on if time is left, else raises
+        TTLTooShortError (a HeldError) saying so (docs/design.md, defect
+        117). So does fenced's 503 unavailable on ttl_ms, its word for a
+        grant with no validity left (defect 182): TTLTooShortError with the
+        server's message, which says how long the grant took; a wait asks
+        again after it as after a 409, not after its Retry-After. ttl_ms
+        None means the server's default TTL. The granted TTL may be longer
+        (etcd leases are whole seconds): see Lease.ttl_ms.
 
         holder (API field holder; default None: not reentrant) makes the
         acquisition reentrant: an acquire by the holder that holds the lock
@@ -577,7 +598,10 @@ class Client:
 
         A fair wait its caller cuts short, by an exception that is not
         fenced's in a request or a pause (KeyboardInterrupt: Ctrl-C,
-        SystemExit, ...), gives its place in the queue up before that
+        SystemExit, an OSError of its own such as a TimeoutError subclass
+        that a signal handler raises: only the standard library's, of
+        builtins, socket, ssl or http.client, are a request's failure,
+        TransportError), gives its place in the queue up before that
         exception is raised: one more request with the waiter, final and
         of 1 ms, within about 1 s, which releases a grant it finds, as the
         Go client does for a cancelled context; otherwise the place would
@@ -616,10 +640,12 @@ class Client:
               wait_ms: int = 30_000) -> "Lease":
         """Campaign in the election name, waiting up to wait_ms to lead
         (candidates are served in the order they began); raises HeldError if
-        another still leads then. The Lease is the leadership: its token is
-        the term, to send with every write; release() resigns. value is what
-        leader() shows of the leader, such as its address; None or "" is
-        none (leader() shows ""), as in the Go client. The server must
+        another still leads then (TTLTooShortError, a HeldError, if the
+        term came back with no validity left: see acquire). The Lease is
+        the leadership: its token is the term, to send with every write;
+        release() resigns. value is what leader() shows of the leader,
+        such as its address; None or "" is none (leader() shows ""), as in
+        the Go client. The server must
         keep its leases in etcd: on Redis leases it answers
         InvalidArgumentError. A lost answer is asked again as in acquire."""
         body: dict[str, Any] = {}
@@ -652,8 +678,9 @@ class Client:
         --max-wait (60 s by default) goes in several polls of the longest
         it allows, until the term changes or wait_ms is over, as the Go
         client's Observe does; the client remembers that maximum, as
-        acquire does. A poll retried after a 503 waits only what is left
-        of its own wait. wait_ms without after_token is an
+        acquire does. A poll retried after a 503, a lost answer or a
+        proxy's page (up to retries times) waits only what is left of its
+        own wait. wait_ms without after_token is an
         InvalidArgumentError: there is nothing to wait past."""
         if _check_wait(wait_ms) and after_token is None:
             raise _invalid("wait_ms", f"wait_ms {wait_ms}: a long poll needs after_token, the term to wait past "
@@ -670,8 +697,11 @@ class Client:
             ask_ms = min(left_ms, self._max_wait_ms or left_ms)
             query = "?" + urllib.parse.urlencode({"after_token": str(after_token), "wait_ms": str(ask_ms)})
             try:
+                # resend_lost: a poll whose answer was lost (its connection
+                # closed: a fenced gone) is asked again as after a 503, for
+                # what is left of its wait; a GET changes nothing.
                 doc = self._call("GET", name, query, None, extra_timeout=ask_ms / 1000.0, kind="elections",
-                                 wait_end=time.monotonic() + ask_ms / 1000.0)
+                                 wait_end=time.monotonic() + ask_ms / 1000.0, resend_lost=True)
             except InvalidArgumentError as e:
                 if e.field == "wait_ms" and e.max_wait_ms and e.max_wait_ms < ask_ms:
                     self._max_wait_ms = min(e.max_wait_ms, self._max_wait_ms or e.max_wait_ms)
@@ -900,10 +930,15 @@ class Client:
                     self._max_wait_ms = min(e.max_wait_ms, self._max_wait_ms or e.max_wait_ms)
                     continue  # at once, in requests the server allows
                 raise
-            except HeldError:
+            except HeldError as e:
                 failed = 0
                 now = time.monotonic()
-                if last or (now >= end and not fair):
+                # A grant that came back with no validity left (503 on
+                # ttl_ms: nobody holds the lock) is asked again while the
+                # wait has time left, after the last request too, as the Go
+                # client does: a later grant may be quicker (defect 182).
+                again = isinstance(e, TTLTooShortError) and now < end
+                if (last and not again) or (now >= end and not fair):
                     raise  # no request once the wait is over
                 # A fair wait may end after a request that was not final:
                 # its 409 came late (a slow network, a loaded machine), or
@@ -932,8 +967,8 @@ class Client:
                     pause = backoff
                     backoff = min(2 * backoff, _MAX_HELD_BACKOFF)
                 time.sleep(min(pause, end - now))
-                if time.monotonic() >= end and not fair:
-                    raise  # it ended in the back-off
+                if time.monotonic() >= end and (last or not fair):
+                    raise  # it ended in the back-off (a final request's place is gone already)
                 continue  # a fair one's wait may be over: then the request giving its place up
             except FencedError as e:
                 if not _unanswered(e):
@@ -1202,8 +1237,11 @@ class Client:
     def _request(self, method: str, path: str, body: Optional[dict[str, Any]], timeout: float,
                  sent: Optional[list[float]] = None) -> dict[str, Any]:
         """One request, sent again once on a fresh connection when a kept
-        one was closed as it went out; sent, if given, gets the
-        time.monotonic() before that second one."""
+        one was closed as it went out, unless it waits (wait_ms in its body
+        or query); sent, if given, gets the time.monotonic() before that
+        second one. An OSError that is not the standard library's (a
+        caller's own, raised by a signal handler) is raised as it is, not
+        as a TransportError."""
         data = None
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -1217,8 +1255,14 @@ class Client:
         # whose answer was lost would be held by nobody until its TTL.
         # Nor is a force-release without a token: sent twice, it releases
         # the next holder too.
+        # Nor is a request that waits (an acquire or campaign with wait_ms,
+        # a leader long poll): the closed connection may have carried it
+        # for most of its wait, and sent again here, the same bytes, it
+        # would wait all of it again. Its call sends it again, for what is
+        # left of the wait (Client._wait, Client.leader).
+        waits = bool((body or {}).get("wait_ms")) or "wait_ms=" in path.partition("?")[2]
         resend = ((not path.endswith(("/acquire", "/campaign")) or "waiter" in (body or {}))
-                  and not (method == "DELETE" and "?token=" not in path))
+                  and not (method == "DELETE" and "?token=" not in path) and not waits)
         for attempt in (0, 1):
             conn, reused = self._conn(timeout)
             try:
@@ -1239,6 +1283,13 @@ class Client:
                 raise TransportError(f"{method} {self.base_url}{path}: {e}") from e
             except (OSError, http.client.HTTPException) as e:
                 self._drop()
+                if isinstance(e, OSError) and type(e).__module__ not in _TRANSPORT_MODULES:
+                    # Not the request's failure but the caller's own (a
+                    # TimeoutError of its own, raised by a signal handler
+                    # during a wait): raised as it is, as any other
+                    # exception that is not fenced's (below), so it ends a
+                    # wait rather than be ridden out as no answer.
+                    raise
                 raise TransportError(f"{method} {self.base_url}{path}: {e}") from e
             except BaseException:
                 # Cut short by the caller (KeyboardInterrupt, ...): the
@@ -1270,6 +1321,11 @@ _MIN_HELD_BACKOFF, _MAX_HELD_BACKOFF = 0.05, 1.0
 # The keep-alive's least pause after a failed refresh is min(ttl/10, this),
 # in seconds, as the Go client's keep-alive (lock.Lease's step).
 _MAX_KEEP_ALIVE_PAUSE = 1.0
+
+# The modules whose OSErrors a request's own failure raises (a refused or
+# reset connection, a timeout, a name not resolved, TLS): a TransportError.
+# Any other OSError is the caller's and is raised as it is (Client._request).
+_TRANSPORT_MODULES = frozenset({"builtins", "socket", "ssl", "http.client"})
 
 # The connection closed or was reset while the request went out or its
 # answer was awaited: the server may have acted on it.
@@ -1327,12 +1383,12 @@ def _close_ended(mu: threading.Lock, conns: set[http.client.HTTPConnection],
         dead.append(conn)
 
 
-def _no_validity(name: str) -> HeldError:
+def _no_validity(name: str) -> TTLTooShortError:
     """Not acquired: the grant came with no validity left, and was released
     (Client._granted): raised as a lock still held is, so try_acquire
     returns None (docs/design.md, defect 117)."""
-    return HeldError(f"{name!r}: granted with no validity left (answered after its TTL ran out): "
-                     "released, not acquired", 0)
+    return TTLTooShortError(f"{name!r}: granted with no validity left (answered after its TTL ran out): "
+                            "released, not acquired", 0)
 
 
 def _leader(doc: dict[str, Any]) -> Leader:
@@ -1420,6 +1476,11 @@ def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
     held_by = err.get("token")
     if code == "held" and isinstance(held_by, int) and not isinstance(held_by, bool):
         cls = HeldByOtherError  # a force-release with a token
+    if code == "unavailable" and err.get("field") == "ttl_ms":
+        # The grant came back with no validity left and was released:
+        # not acquired, nobody holds the lock (docs/design.md, defect 182),
+        # as the Go client maps it to lock.ErrTTLTooShort.
+        cls = TTLTooShortError
     e = cls(message, status, code, retry_after)
     if isinstance(e, HeldByOtherError):
         e.token = held_by

@@ -15,9 +15,10 @@
  * text, never through a double.
  *
  * Errors are typed by the API's error code, never by message text:
- * HeldError (409 held), OutOfOrderError (409 out_of_order), LostError (410
- * lost), InvalidArgumentError (400), …, all FencedError. UnavailableError
- * (503) and TransportError (no answer) are retryable.
+ * HeldError (409 held; its subclass TTLTooShortError, a 503 on ttl_ms: not
+ * acquired, nobody holds the lock), OutOfOrderError (409 out_of_order),
+ * LostError (410 lost), InvalidArgumentError (400), …, all FencedError.
+ * UnavailableError (503) and TransportError (no answer) are retryable.
  *
  * Every acquire or campaign sends a waiter, 32 lowercase hex digits drawn once per
  * call: the key to a grant whose answer was lost, and a fair waiting call's
@@ -121,6 +122,25 @@ export class HeldError extends FencedError {
 export class HeldByOtherError extends HeldError {
   /** The token of the grant that holds the lock instead. */
   token = 0n;
+}
+/**
+ * Not acquired, though nobody holds the lock: the grant came back with no
+ * validity left (its TTL ran out, less the drift kept, before it was
+ * granted), so it was released; a longer ttlMs is what helps. fenced
+ * answers it 503 unavailable with field "ttl_ms" (code "unavailable",
+ * status 503; docs/design.md, defect 182), and its message, kept as it is,
+ * says how long the grant took; the client rejects with it too, status 0,
+ * for a grant whose answer came after its TTL ran out here (defect 117). A
+ * HeldError, as the Go client's lock.ErrTTLTooShort matches
+ * lock.ErrNotAcquired: tryAcquire resolves null, and a wait goes on while
+ * it has time left, after the same pause as after held (not the 503's
+ * Retry-After), and rejects with it if it ends with one. field is "ttl_ms".
+ */
+export class TTLTooShortError extends HeldError {
+  constructor(message: string, status = 0, code?: string, retryAfterMs?: number, options?: { cause?: unknown }) {
+    super(message, status, code, retryAfterMs, options);
+    this.field = "ttl_ms";
+  }
 }
 /**
  * 409 out_of_order: a refresh of this lease with a higher seq was applied
@@ -627,7 +647,9 @@ export class Client {
    * was lost, or was not fenced's (a proxy's 502 page, …: defect 119), is
    * sent again, up to `retries` times, and gets the grant the first one
    * made (the same lease id and token). A grant answered after
-   * its validity ran out is released and counts as none: null.
+   * its validity ran out is released and counts as none: null; so does
+   * fenced's 503 on ttl_ms, its word for the same (TTLTooShortError), which
+   * is not asked again.
    */
   async tryAcquire(name: string, options: Omit<AcquireOptions, "waitMs" | "unfair"> = {}): Promise<Lease | null> {
     try {
@@ -644,7 +666,11 @@ export class Client {
    * still held then. A grant answered after its validity ran out (a slow
    * proxy, a blocked event loop) is released at once and is no grant: the
    * call goes on waiting while waitMs has time left, else rejects with
-   * HeldError saying so (docs/design.md, defect 117).
+   * TTLTooShortError (a HeldError) saying so (docs/design.md, defect 117).
+   * So does fenced's 503 unavailable on ttl_ms, its word for a grant that
+   * came back with no validity left (defect 182): TTLTooShortError with
+   * the server's message, which says how long the grant took; a wait asks
+   * again after it as after a 409, not after its Retry-After.
    *
    * The request carries a waiter (32 lowercase hex digits, new for each call; a place
    * in the queue when the call waits and is fair). A request that fails
@@ -711,12 +737,14 @@ export class Client {
 
   /**
    * Campaign in the election name, waiting up to waitMs (default 30 s) to
-   * lead; rejects with HeldError if another still leads then. The Lease is
-   * the leadership: its token is the term, to send with every write;
-   * release() resigns. The server must keep its leases in etcd (on Redis
-   * leases: InvalidArgumentError). A waiter, a lost answer, a grant with
-   * no validity left and an abort are handled as in acquire. A value of ""
-   * is none, as in the Go client (docs/design.md, defect 135).
+   * lead; rejects with HeldError if another still leads then
+   * (TTLTooShortError, a HeldError, if the term came back with no validity
+   * left: see acquire). The Lease is the leadership: its token is the
+   * term, to send with every write; release() resigns. The server must
+   * keep its leases in etcd (on Redis leases: InvalidArgumentError). A
+   * waiter, a lost answer, a grant with no validity left and an abort are
+   * handled as in acquire. A value of "" is none, as in the Go client
+   * (docs/design.md, defect 135).
    */
   async elect(name: string, options: ElectOptions = {}): Promise<Lease> {
     const waitMs = checkWait(options.waitMs ?? 30_000);
@@ -838,7 +866,12 @@ export class Client {
             continue;
           }
           awayMs = MIN_HELD_BACKOFF_MS; // fenced answered
-          if (!(e instanceof HeldError) || last || (!fair && performance.now() >= end)) throw e; // no request once the wait is over
+          // A grant that came back with no validity left (503 on ttl_ms:
+          // nobody holds the lock) is asked again while the wait has time
+          // left, after the last request too, as the Go client does: a
+          // later grant may be quicker (docs/design.md, defect 182).
+          const again = e instanceof TTLTooShortError && performance.now() < end;
+          if (!(e instanceof HeldError) || (last && !again) || (!fair && performance.now() >= end)) throw e; // no request once the wait is over
           // A fair wait may end after a request that was not final: its 409
           // came late (a slow network, a loaded machine), or the back-off
           // below ran to the end. That request's place is kept 3 s for a next
@@ -865,7 +898,7 @@ export class Client {
             backoffMs = Math.min(2 * backoffMs, MAX_HELD_BACKOFF_MS);
           }
           await sleep(Math.min(pauseMs, end - now), undefined, { signal });
-          if (!fair && performance.now() >= end) throw e; // it ended in the back-off
+          if ((last || !fair) && performance.now() >= end) throw e; // it ended in the back-off (a final request's place is gone already)
           // A fair one's wait may be over: then the request giving its place up.
         }
       }
@@ -1263,10 +1296,10 @@ function redactedURL(raw: string): string {
  */
 const notAGrant = new WeakSet<object>();
 
-/** The HeldError of an acquire or campaign whose grant came with no validity left, released by Client.#adopt (docs/design.md, defect 117). */
-function noValidity(name: string, action: "/acquire" | "/campaign"): HeldError {
+/** The TTLTooShortError (a HeldError) of an acquire or campaign whose grant came with no validity left, released by Client.#adopt (docs/design.md, defect 117). */
+function noValidity(name: string, action: "/acquire" | "/campaign"): TTLTooShortError {
   const verb = action === "/acquire" ? "acquire" : "campaign";
-  return new HeldError(`${verb} ${JSON.stringify(name)}: the grant came with no validity left (answered after its TTL ran out); released it, not acquired`, 0);
+  return new TTLTooShortError(`${verb} ${JSON.stringify(name)}: the grant came with no validity left (answered after its TTL ran out); released it, not acquired`, 0);
 }
 
 /** The pauses between the requests of a wait after a 409 that came well before the wait asked for: doubled each time, as the Go client's. After one at the end of it, the next request goes no sooner than MIN_HELD_BACKOFF_MS after that one began (defect 143). */
@@ -1320,6 +1353,7 @@ function answerLost(e: TransportError): boolean {
 function maybeApplied(e: unknown): boolean {
   if (!(e instanceof FencedError)) return true; // the call's abort, or a fault on the way: perhaps sent
   if (e instanceof TransportError) return true;
+  if (e instanceof TTLTooShortError) return false; // fenced's decision, though a 503: released, not acquired
   if (e.status === 0) return false; // refused by the client itself: nothing was sent
   return !(e.status >= 400 && e.status < 500 && e.code !== undefined);
 }
@@ -1390,7 +1424,10 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
     e.token = heldBy;
     return e;
   }
-  const cls = errorClasses[code] ?? FencedError;
+  // unavailable on ttl_ms: the grant came back with no validity left and
+  // was released, nobody holds the lock (docs/design.md, defect 182), as
+  // the Go client maps it to lock.ErrTTLTooShort.
+  const cls = code === "unavailable" && field === "ttl_ms" ? TTLTooShortError : (errorClasses[code] ?? FencedError);
   const e = new cls(message, status, code, retryAfter);
   if (typeof field === "string") e.field = field;
   if (typeof maxWaitMs === "number") e.maxWaitMs = maxWaitMs;

@@ -25,6 +25,7 @@ import {
   NotFoundError,
   OutOfOrderError,
   TransportError,
+  TTLTooShortError,
   UnauthenticatedError,
   UnavailableError,
   ForbiddenError,
@@ -168,7 +169,10 @@ async function startCuttingProxy(
 /**
  * An HTTP reverse proxy to target. script maps a path suffix to actions,
  * used up in order, one per request whose path ends with it: "503" answers
- * 503 unavailable with Retry-After: 1 itself (as fenced does); "409"
+ * 503 unavailable with Retry-After: 1 itself (as fenced does); "ttl503"
+ * answers 503 unavailable on ttl_ms with Retry-After: 1 itself
+ * (TTL_TOO_SHORT), as fenced does to an acquire or campaign whose grant
+ * came back with no validity left; "409"
  * answers 409 held itself at once, whatever wait was asked for; "410"
  * answers 410 lost itself, as a fenced node that never saw the lease would;
  * "out_of_order" answers 409 out_of_order itself, as fenced does to a
@@ -192,15 +196,22 @@ async function startCuttingProxy(
  * called, then forwards it (fenced sees it late, after its caller may have
  * given up). Anything else is forwarded. seen() lists
  * "<path> <action>" for every request, bodies(suffix) the JSON bodies of
- * the requests whose path ends with suffix; arrived(suffix) resolves once
+ * the requests whose path ends with suffix, came(suffix) the
+ * performance.now() each came at; arrived(suffix) resolves once
  * such a request has come. port: listen on that one (0: any free one).
  */
 /** What a fenced older than seq answers a refresh carrying seq (HTTP 400). */
 const OLD_SERVER_SEQ_REFUSAL =
   '{"error":{"code":"invalid_argument","message":"request body: unknown field \\"seq\\"; allowed are \\"lease_id\\", \\"ttl_ms\\""}}';
 
+// fenced's answer to a grant that came back with no validity left (503
+// unavailable, field ttl_ms: docs/design.md, defect 182), as it words it.
+const TTL_TOO_SHORT =
+  'lock: "x" not acquired: its lease\'s TTL (10ms) ran out before it was granted (the grant took 19.3ms, with 2.1ms kept for clock drift); ask for a TTL several times that (injected by the proxy)';
+
 async function startScriptedProxy(target: string, script: Record<string, string[]>, port = 0) {
   const seen: string[] = [];
+  const cameAt: number[] = [];
   const arrivals: { suffix: string; resolve: () => void }[] = [];
   const bodies: { url: string; body: Record<string, unknown> }[] = [];
   let answerLate!: () => void;
@@ -217,6 +228,7 @@ async function startScriptedProxy(target: string, script: Record<string, string[
     const suffix = Object.keys(script).find((s) => (req.url ?? "").endsWith(s) && script[s].length > 0);
     const action = suffix ? script[suffix].shift()! : "forward";
     seen.push(`${req.url} ${action}`);
+    cameAt.push(came);
     for (const a of arrivals.filter((a) => (req.url ?? "").endsWith(a.suffix))) a.resolve();
     if (body.length) bodies.push({ url: req.url ?? "", body: JSON.parse(body.toString()) as Record<string, unknown> });
     if (action === "drop") {
@@ -226,6 +238,11 @@ async function startScriptedProxy(target: string, script: Record<string, string[
     if (action === "503") {
       res.writeHead(503, { "Content-Type": "application/json", "Retry-After": "1" });
       res.end('{"error":{"code":"unavailable","message":"injected by the proxy"}}');
+      return;
+    }
+    if (action === "ttl503") {
+      res.writeHead(503, { "Content-Type": "application/json", "Retry-After": "1" });
+      res.end(JSON.stringify({ error: { code: "unavailable", field: "ttl_ms", message: TTL_TOO_SHORT } }));
       return;
     }
     if (action === "409" || action === "410") {
@@ -302,6 +319,8 @@ async function startScriptedProxy(target: string, script: Record<string, string[
     },
     /** The actions taken on the requests whose path ends with suffix. */
     actions: (suffix: string) => seen.filter((s) => s.split(" ")[0].endsWith(suffix)).map((s) => s.split(" ")[1]),
+    /** The performance.now() each request whose path ends with suffix came at. */
+    came: (suffix: string) => cameAt.filter((_, i) => seen[i].split(" ")[0].endsWith(suffix)),
     /** The JSON bodies of the requests whose path ends with suffix, in order. */
     bodies: (suffix: string) => bodies.filter((b) => b.url.endsWith(suffix)).map((b) => b.body),
     close: async () => {
@@ -1597,6 +1616,62 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       } finally {
         await proxy.close();
       }
+    }
+  });
+
+  it("takes fenced's 503 on ttl_ms as not acquired, and waits on after it as after held", async () => {
+    // fenced answers an acquire or campaign whose grant came back with no
+    // validity left 503 unavailable on ttl_ms: nobody holds the lock
+    // (docs/design.md, defect 182; the Go client's lock.ErrTTLTooShort
+    // matches ErrNotAcquired). tryAcquire rejected with UnavailableError
+    // after two retries a Retry-After apart, and a wait asked again only
+    // after its Retry-After (1 s) and ended in UnavailableError. Now it is
+    // TTLTooShortError, a HeldError with the server's message: tryAcquire
+    // resolves null at once, and a wait asks again after the pause a 409
+    // gets. The proxy answers every one itself: Redis leases do for
+    // elections too.
+    const p1 = await startScriptedProxy(daemon.url, { "/acquire": ["ttl503", "ttl503", "ttl503"] });
+    try {
+      const c = new Client(p1.url, { bearerToken: bearer });
+      assert.equal(await c.tryAcquire(unique(), { ttlMs: 10 }), null);
+      assert.deepEqual(p1.actions("/acquire"), ["ttl503"]); // not asked again as a 503 is
+    } finally {
+      await p1.close();
+    }
+    for (const action of ["/acquire", "/campaign"]) {
+      const proxy = await startScriptedProxy(daemon.url, { [action]: Array<string>(50).fill("ttl503") });
+      try {
+        const c = new Client(proxy.url, { bearerToken: bearer });
+        const opts = { ttlMs: 10, waitMs: 500 };
+        await assert.rejects(action === "/acquire" ? c.acquire(unique(), opts) : c.elect(unique(), opts), (e: unknown) => {
+          assert.ok(e instanceof TTLTooShortError, `${action}: ${String(e)}`);
+          assert.ok(e instanceof HeldError);
+          assert.deepEqual([e.status, e.code, e.field, e.message], [503, "unavailable", "ttl_ms", TTL_TOO_SHORT]);
+          return true;
+        });
+        // Pauses of 50 ms doubling, as after a 409 that came early;
+        // Retry-After's (1 s) would have allowed one request.
+        assert.ok(proxy.actions(action).length >= 3, `${action}: ${proxy.seen().join(", ")}`);
+        const bodies = proxy.bodies(action);
+        assert.equal(new Set(bodies.map((b) => b.waiter)).size, 1);
+        assert.equal(bodies.at(-1)?.final, true);
+      } finally {
+        await proxy.close();
+      }
+    }
+    // A wait with time left goes on, as after a 409 answered early.
+    const proxy = await startScriptedProxy(daemon.url, { "/acquire": ["ttl503"] });
+    try {
+      const c = new Client(proxy.url, { bearerToken: bearer });
+      const name = unique();
+      const lease = await c.acquire(name, { ttlMs: 30_000, waitMs: 5000 });
+      assert.deepEqual(proxy.actions("/acquire"), ["ttl503", "forward"]);
+      const [t0, t1] = proxy.came("/acquire");
+      assert.ok(t1 - t0 < 500, `it asked again ${Math.round(t1 - t0)} ms later: the 503's Retry-After`);
+      assert.equal((await client.inspect(name)).token, lease.token);
+      await lease.release();
+    } finally {
+      await proxy.close();
     }
   });
 
