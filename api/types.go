@@ -173,6 +173,13 @@ type Error struct {
 	// of the grant that holds the lock instead (0 while a Redis
 	// acquisition has not recorded its token yet): nothing was released.
 	Token *fence.Token `json:"token,omitempty"`
+	// MaybeReleased, on the 410 of a release: true when the store cannot
+	// tell this "not held" from the answer to an earlier release of the
+	// same lease, whose answer was lost (it may have freed the lock);
+	// false when it is sure the lease was gone before this release
+	// (expired, force-released, lost to a Redis restart). Absent from
+	// servers before it, which a client takes as true.
+	MaybeReleased *bool `json:"maybe_released,omitempty"`
 }
 
 // Fields of a request that an Error can name.

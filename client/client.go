@@ -1033,6 +1033,7 @@ func apiError(status int, body []byte) *APIError {
 		if e.Error.Token != nil {
 			ae.Token = *e.Error.Token
 		}
+		ae.LostForCertain = e.Error.MaybeReleased != nil && !*e.Error.MaybeReleased
 		return ae
 	}
 	msg := strings.TrimSpace(string(body))

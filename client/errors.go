@@ -53,6 +53,13 @@ type APIError struct {
 	// the grant that holds the lock instead (ForceRelease returns it as a
 	// *lock.HeldByOtherError).
 	Token fence.Token
+	// LostForCertain, on the 410 of a release, says that the store is
+	// sure the lease was gone before this release (expired,
+	// force-released, lost to a Redis restart), rather than perhaps
+	// released by an earlier one whose answer was lost (the answer's
+	// maybe_released false). False when the store cannot tell, or the
+	// server did not say (one before it).
+	LostForCertain bool
 }
 
 func (e *APIError) Error() string {

@@ -66,7 +66,10 @@ func (k keeper) Refresh(ctx context.Context, name, leaseID string, ttl time.Dura
 // a lost answer is safe. Another server may know nothing of the release
 // (with leases in etcd, each remembers its own): its "lost", after an
 // attempt that got no answer, comes with lock.ErrSentAgain, which
-// Lease.Release counts as released before the lease's deadline.
+// Lease.Release counts as released before the lease's deadline. A "lost"
+// whose server says the store is sure (maybe_released false: the lease
+// was gone before) is a loss, with neither mark; any other carries
+// lock.ErrMaybeReleased.
 func (k keeper) Release(ctx context.Context, name, leaseID, op string) error {
 	if op == "" {
 		var err error
@@ -77,10 +80,16 @@ func (k keeper) Release(ctx context.Context, name, leaseID, op string) error {
 	body := api.ReleaseRequest{LeaseID: leaseID, ReleaseID: op}
 	var unanswered bool
 	if err := k.c.doNoting(ctx, http.MethodPost, lockPath(name, "release"), body, nil, resendShared, &unanswered); err != nil {
-		if unanswered && errors.Is(err, lock.ErrLost) {
-			return fmt.Errorf("client: release %q: %w: %w", name, lock.ErrSentAgain, err)
+		var ae *APIError
+		if !errors.Is(err, lock.ErrLost) || errors.As(err, &ae) && ae.LostForCertain {
+			// A "lost" the store is sure of: the lease was gone before any
+			// release of this one (docs/design.md, defect 190).
+			return fmt.Errorf("client: release %q: %w", name, err)
 		}
-		return fmt.Errorf("client: release %q: %w", name, err)
+		if unanswered {
+			return fmt.Errorf("client: release %q: %w: %w: %w", name, lock.ErrSentAgain, lock.ErrMaybeReleased, err)
+		}
+		return fmt.Errorf("client: release %q: %w: %w", name, lock.ErrMaybeReleased, err)
 	}
 	return nil
 }

@@ -38,6 +38,17 @@ var (
 	// deadline, as released: before its deadline nothing but a release or
 	// a force-release takes a lease away (docs/design.md, defect 97).
 	ErrSentAgain = errors.New("lock: sent again after an attempt that got no answer")
+	// ErrMaybeReleased marks a LeaseKeeper's ErrLost from Release that
+	// the store cannot tell from the answer to a release of the lease
+	// applied earlier, its answer lost: the Redis store's memory of
+	// released lease ids was full (scripts/release.lua), the etcd store's
+	// is one per lock and in its own process; a fenced server's 410 says
+	// so (maybe_released) or, from an older server, says nothing.
+	// Lease.Release forgives it after an attempt that got no answer,
+	// before the deadline; an ErrLost without it is a loss (docs/design.md,
+	// defects 173, 190). A LeaseKeeper of another kind marks its unsure
+	// ErrLost so too.
+	ErrMaybeReleased = errors.New("lock: the store cannot tell whether an earlier release of this lease freed it")
 	// ErrOutOfOrder: the store did not apply a refresh because it had
 	// applied a later one of the same lease first (a higher sequence
 	// number): the lease stays as the later refresh left it, still held.

@@ -1429,7 +1429,7 @@ func (s *EtcdStore) Release(ctx context.Context, name, leaseID, op string) error
 		// forgotten once the next holder's release through this store
 		// books its own, and another store never knew it. Lease.Release
 		// forgives this "lost" after an attempt that got no answer, as it
-		// did before Redis could tell (errMaybeReleased).
+		// did before Redis could tell (ErrMaybeReleased).
 		return errLostMaybeReleased
 	case err != nil:
 		s.mu.Lock()

@@ -295,7 +295,7 @@ func (l *Lease) grantedLocked(start time.Time, ttl time.Duration) {
 // there until its TTL: Release may be called again, and sends the release
 // again (by the lease id, which is safe). Its "lost" then counts as
 // released before the deadline only when the store cannot tell it from the
-// answer to the earlier call's release (errMaybeReleased): a lease lost
+// answer to the earlier call's release (ErrMaybeReleased): a lease lost
 // before, to a Redis restart say, is still ErrLost. Once a release was
 // decided, a later one returns nil.
 func (l *Lease) Release(ctx context.Context) error {
@@ -321,13 +321,15 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	err := l.set.keeper.Release(ctx, l.name, l.id, l.releaseID)
 	if errors.Is(err, ErrLost) && time.Now().Before(l.Deadline()) &&
-		(errors.Is(err, ErrSentAgain) || l.unanswered && mayHaveReleased(l.set.keeper, err)) {
+		(errors.Is(err, ErrSentAgain) || l.unanswered && errors.Is(err, ErrMaybeReleased)) {
 		// An earlier attempt got no answer, and may have released it:
 		// another fenced node behind the same URL or the next of a
 		// client's knows nothing of it (ErrSentAgain), or the store has
-		// forgotten it (errMaybeReleased). A "lost" the store is sure of
+		// forgotten it (ErrMaybeReleased). A "lost" the store is sure of
 		// is not forgiven: the lease went before (a Redis restart, a
 		// failover, a force-release), and another may have held the lock.
+		// Over a fenced server's API too: its 410 says which (docs/design.md,
+		// defect 190).
 		err = nil
 	}
 	l.unanswered = l.unanswered || err != nil && !errors.Is(err, ErrLost)
@@ -343,31 +345,8 @@ func (l *Lease) Release(ctx context.Context) error {
 
 func (l *Lease) lose(cause error) { l.cancel(cause) }
 
-// errMaybeReleased marks a keeper's ErrLost from Release that the store
-// cannot tell from the answer to a release of the lease applied earlier,
-// its answer lost: the Redis store's memory of released lease ids was full
-// (scripts/release.lua), the etcd store's is one per lock and in its own
-// process. Lease.Release forgives it after an attempt that got no answer,
-// before the deadline; an ErrLost without it is a loss.
-var errMaybeReleased = errors.New("the store cannot tell whether a release of this lease freed it")
-
-// errLostMaybeReleased is ErrLost with errMaybeReleased.
-var errLostMaybeReleased = fmt.Errorf("%w (%w)", ErrLost, errMaybeReleased)
-
-// mayHaveReleased reports whether k's ErrLost (err) from Release may answer
-// a release of the lease applied earlier. The stores of this package mark
-// it so (errMaybeReleased) and are sure otherwise; another keeper's cannot
-// be read so: package client's over a fenced server's API, whose 410
-// carries no mark, reaches on its second call a server that knows nothing
-// of the first (docs/design.md, defect 97), and counts as unsure as
-// before.
-func mayHaveReleased(k LeaseKeeper, err error) bool {
-	switch k.(type) {
-	case *RedisStore, *RedlockStore, *EtcdStore:
-		return errors.Is(err, errMaybeReleased)
-	}
-	return true
-}
+// errLostMaybeReleased is ErrLost with ErrMaybeReleased.
+var errLostMaybeReleased = fmt.Errorf("%w (%w)", ErrLost, ErrMaybeReleased)
 
 // expireIfDue loses the lease if its deadline has passed.
 func (l *Lease) expireIfDue() {

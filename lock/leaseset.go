@@ -25,6 +25,8 @@ type LeaseKeeper interface {
 	// identifies this release across its retries (NewReleaseID; "" draws
 	// one): a release sent again with the same op takes off no second
 	// hold, where one without could free a lock another hold still has.
+	// An ErrLost the keeper cannot tell from the answer to a release of
+	// the lease applied earlier carries ErrMaybeReleased.
 	Release(ctx context.Context, name, leaseID, op string) error
 }
 

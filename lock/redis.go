@@ -261,7 +261,7 @@ func (s *RedisStore) release(ctx context.Context, name, leaseID, op string) (los
 // releaseLost is the error of the release script's answer n: nil when it
 // released or counted down (1, 2); ErrLost when the lease is not held and
 // Redis remembers every release of it that could have freed it (0): it
-// was lost before; ErrLost with errMaybeReleased when Redis may have
+// was lost before; ErrLost with ErrMaybeReleased when Redis may have
 // forgotten that this lease id's own release freed it (4: 16 handovers
 // since), which Lease.Release forgives after an attempt that got no
 // answer.

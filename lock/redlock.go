@@ -509,14 +509,14 @@ func (s *RedlockStore) Refresh(ctx context.Context, name, leaseID string, ttl ti
 //
 // Each node answers as RedisStore.Release does: released, "not held" for
 // certain (the node remembers every release of the lease id it made, and
-// made none), or "not held, and it may have been yours" (errMaybeReleased:
+// made none), or "not held, and it may have been yours" (ErrMaybeReleased:
 // its memory of releases is full). The lease was lost before for certain
 // only when more nodes than a minority are certain: the nodes that may
 // have held it until a release of it (those that said released or maybe,
 // or did not answer) are then fewer than a majority, so no majority held
 // it when its first release was sent. Otherwise an earlier attempt of this
 // release, whose answer was lost, may have released it on a majority that
-// has since forgotten: ErrLost carries errMaybeReleased, which
+// has since forgotten: ErrLost carries ErrMaybeReleased, which
 // Lease.Release forgives after such an attempt, as on one node. Counting
 // a "maybe" as certain would tell a holder that released in time that
 // another may have written beside it; counting every mixed answer as
@@ -546,10 +546,10 @@ func (s *RedlockStore) Release(ctx context.Context, name, leaseID, op string) er
 }
 
 // lostForCertain reports whether more nodes than a minority answered a
-// release "not held" for certain, without errMaybeReleased (Release).
+// release "not held" for certain, without ErrMaybeReleased (Release).
 func (s *RedlockStore) lostForCertain(o outcome) bool {
 	_, lost := o.count(ErrLost)
-	_, maybe := o.count(errMaybeReleased)
+	_, maybe := o.count(ErrMaybeReleased)
 	return lost-maybe > len(s.nodes)-s.quorum
 }
 

@@ -74,7 +74,7 @@ func TestReleaseAfterARestartLostTheLeaseIsLost(t *testing.T) {
 // finds its own record, is nil, as before (defect 4). With 16 handovers
 // or more between the two (each a next holder's acquire and release),
 // Redis's list of released ids may have dropped it: the store says ErrLost
-// but cannot tell it from its own release's answer (errMaybeReleased),
+// but cannot tell it from its own release's answer (ErrMaybeReleased),
 // and Lease.Release still counts it as released.
 func TestReleaseSentAgainAfterALostReplyIsReleased(t *testing.T) {
 	t.Parallel()

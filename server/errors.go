@@ -64,6 +64,9 @@ type apiError struct {
 	// heldBy, on the 409 of a force-release with a token, is the token
 	// that holds the lock instead (api.Error's Token); nil when not set.
 	heldBy *fence.Token
+	// maybeReleased, on the 410 of a release, is api.Error's
+	// MaybeReleased; nil when not set.
+	maybeReleased *bool
 }
 
 func (e *apiError) Error() string { return string(e.code) + ": " + e.message }
@@ -108,5 +111,6 @@ func writeError(w http.ResponseWriter, e *apiError) {
 		body.MaxWaitMs = &ms
 	}
 	body.Token = e.heldBy
+	body.MaybeReleased = e.maybeReleased
 	writeJSON(w, e.status, api.ErrorBody{Error: body})
 }

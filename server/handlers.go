@@ -300,6 +300,11 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 		aerr, result := s.failure(r, ctx, opRelease, name, start, err)
 		if result == resultLost {
 			s.leases.gone(name, req.leaseID)
+			// Whether the store could tell it from an earlier release's
+			// answer, for a client that sent one and lost its answer
+			// (docs/design.md, defect 190).
+			maybe := errors.Is(err, lock.ErrMaybeReleased)
+			aerr.maybeReleased = &maybe
 		}
 		s.metrics.releases.WithLabelValues(result).Inc()
 		writeError(w, aerr)

@@ -251,6 +251,15 @@ type Error struct {
 		// and splits a longer wait into several requests.
 		MaxWaitMs *int64 `json:"max_wait_ms,omitempty"`
 
+		// MaybeReleased On the 410 of a release: true when the store cannot tell
+		// this "not held" from the answer to an earlier release of the
+		// same lease whose answer was lost (it may have freed the
+		// lock: a client that sent one counts the lease released);
+		// false when it is sure the lease was gone before this release
+		// (expired, force-released, lost to a Redis restart): a loss.
+		// Absent from servers before it; take that as true.
+		MaybeReleased *bool `json:"maybe_released,omitempty"`
+
 		// Message What was wrong and, where it helps, what to do. For people; clients decide by code and field.
 		Message string `json:"message"`
 
