@@ -38,9 +38,11 @@ type Impl struct {
 	// as a holder that stopped (a crash, a pause) would: the expiry
 	// scenario's holder.
 	Abandon func(ctx context.Context, name string, ttl time.Duration) error
-	// Batches, if set, counts etcd transactions and the tokens they
-	// carried so far (fenced/redis: the sequencer's group commit).
-	Batches func() (txns, tokens uint64)
+	// Batches, if set, counts etcd transactions and what they carried so
+	// far, BatchItems: the tokens of fenced/redis's sequencer, the lock
+	// operations (creates and deletes: two a pair) of fenced/etcd's store.
+	Batches    func() (txns, items uint64)
+	BatchItems string
 	// Hold, if set, takes name and keeps it held, kept alive, until
 	// release: the held-locks sweep of the scaling run.
 	Hold func(ctx context.Context, name string) (release func(context.Context) error, err error)
@@ -286,6 +288,7 @@ func newFencedRedis(rdb *redis.Client, cli *clientv3.Client, prefix, etcdPrefix 
 			st := seq.Stats()
 			return st.Txns, st.Grants
 		},
+		BatchItems: "tokens",
 	}, nil
 }
 
@@ -320,6 +323,7 @@ func newFencedEtcd(cli *clientv3.Client, etcdPrefix string, ttl time.Duration, l
 			st := store.Stats()
 			return st.Txns, st.Ops
 		},
+		BatchItems: "lock operations (creates and deletes)",
 	}, nil
 }
 

@@ -146,9 +146,11 @@ type Result struct {
 	// returning.
 	Handovers                int
 	HandoverP50, HandoverP99 time.Duration
-	// Token transactions and tokens in the throughput scenario, where the
+	// etcd transactions and what they carried (BatchItems: tokens, or
+	// lock operations) in the throughput scenario, where the
 	// implementation has group commit (Impl.Batches).
-	Txns, Tokens uint64
+	Txns, Batched uint64
+	BatchItems    string
 	// RaftWrites is how far etcd's Raft index moved in the throughput
 	// scenario: every consensus write (a Txn, a Put, a lease grant or
 	// revoke), whoever made it.
@@ -544,7 +546,8 @@ func throughput(ctx context.Context, cfg Config, rdb *redis.Client, cli *clientv
 	if impl.Batches != nil {
 		txns1, toks1 := impl.Batches()
 		res.Txns += txns1 - txns0
-		res.Tokens += toks1 - toks0
+		res.Batched += toks1 - toks0
+		res.BatchItems = impl.BatchItems
 	}
 	if rcpu0 >= 0 {
 		if rcpu1 := redisCPU(ctx, rdb); rcpu1 >= 0 {

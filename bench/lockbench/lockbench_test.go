@@ -62,6 +62,19 @@ func TestRun(t *testing.T) {
 		if r.MaxHolders != 1 {
 			t.Errorf("%s: %d holders of the hot name at once, want 1", r.Impl, r.MaxHolders)
 		}
+		// The group commit's line says what its Txns carried: a token a
+		// pair on Redis leases, a create and a delete a pair on etcd
+		// leases, which it called tokens (twice the tokens issued).
+		if r.Txns > 0 {
+			perPair, items := float64(r.Batched)/float64(r.Ops), "tokens"
+			lo, hi := 0.9, 1.1
+			if strings.HasPrefix(r.Impl, lockbench.FencedEtcd) {
+				items, lo, hi = "lock operations (creates and deletes)", 1.8, 2.2
+			}
+			if r.BatchItems != items || perPair < lo || perPair > hi {
+				t.Errorf("%s: %d %s in its Txns for %d pairs (%.2f a pair); want %s, %.1f to %.1f a pair", r.Impl, r.Batched, r.BatchItems, r.Ops, perPair, items, lo, hi)
+			}
+		}
 		switch {
 		case r.Errors > 0 && strings.HasPrefix(r.Impl, "fenced"):
 			// Nothing here is a fault: an error is a defect (one was a

@@ -106,8 +106,8 @@ func Write(w io.Writer, rep *Report) error {
 	}
 	for _, r := range rep.Results {
 		if r.Txns > 0 {
-			fmt.Fprintf(w, "%s throughput scenario: %d tokens in %d etcd txns, %.2f per txn (group commit)\n",
-				r.Impl, r.Tokens, r.Txns, float64(r.Tokens)/float64(r.Txns))
+			fmt.Fprintf(w, "%s throughput scenario: %d %s in %d etcd txns, %.2f per txn (group commit)\n",
+				r.Impl, r.Batched, r.BatchItems, r.Txns, float64(r.Batched)/float64(r.Txns))
 		}
 		if r.FirstErr != nil {
 			fmt.Fprintf(w, "%s: %d errors, the first: %v\n", r.Impl, r.Errors, r.FirstErr)
