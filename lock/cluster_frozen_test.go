@@ -34,6 +34,8 @@ func TestRedisClusterFrozenMasterHoldsOnlyItsOwnLocks(t *testing.T) {
 		waiters int  // acquisitions waiting on its locks
 	}{
 		{"frozen-with-waiters", true, 8},
+		// More calls held than one committer sets aside (defect 192).
+		{"frozen-with-many-waiters", true, 28},
 		{"waiters-alone", false, 8},
 		{"frozen-alone", true, 0},
 	} {
@@ -127,13 +129,22 @@ func keptBesideFrozenMaster(t *testing.T, freeze bool, waiters int) {
 			}
 			t.Logf("waiter %s after %s: %v", n, time.Since(froze).Round(time.Millisecond), err)
 		}()
-		if i < 4 {
+		switch {
+		case i < 4:
 			// Each alone, in a slot of its own: the next starts once its
 			// call has reached the master.
 			select {
 			case <-reached.reached:
 			case <-time.After(10 * time.Second):
 				t.Fatalf("waiter %d's call did not reach its master", i)
+			}
+		default:
+			// Each in a pipeline of its own too, sent beside those held
+			// once they stalled, while the slots have room: past 20 held,
+			// a committer's slots are full, and the call waits for one.
+			select {
+			case <-reached.reached:
+			case <-time.After(200 * time.Millisecond): // two of the store's stalls
 			}
 		}
 	}
@@ -160,7 +171,7 @@ func keptBesideFrozenMaster(t *testing.T, freeze bool, waiters int) {
 			<-probed
 		}
 	})
-	watched := time.After(time.Until(froze.Add(3 * ttl))) // three TTLs, nine refreshes
+	watched := time.After(3 * ttl) // three TTLs, nine refreshes, once the waiters wait
 	for probed != nil || watched != nil {
 		select {
 		case <-held.Done():

@@ -106,6 +106,10 @@ type RedisStore struct {
 	prefix string
 	n      notifier
 	pipe   groupcommit.Committer[scriptCall] // script calls share pipelines (redispipe.go)
+	// masterPipes, on a Cluster, is a committer per master (address to
+	// *groupcommit.Committer[scriptCall]): a master that hangs holds its
+	// own slots only (masterPipe).
+	masterPipes sync.Map
 	// callTimeout, when set (a Redlock node), bounds each call of a List,
 	// which makes one per key: a bound on the whole would fail long pages.
 	callTimeout time.Duration

@@ -40,7 +40,8 @@ const pipeMax = 128
 // frozen by SIGSTOP, a stuck disk) holds a call until its caller's
 // deadline, a waiter's budget of seconds: four held at once took every
 // slot, and a kept-alive lease on a healthy master, its refresh waiting
-// behind them, was lost (docs/design.md, defect 171). An answer
+// behind them, was lost (docs/design.md, defect 171; on a Cluster each
+// master has its committer now, masterPipe). An answer
 // takes under a millisecond, a pipeline of 128 scripts a few (8 ms at
 // most in BenchmarkAcquireRelease on a loaded machine). A refresh is sent
 // at ttl/3 and, unanswered, again at half the time left (Lease.step), so
@@ -51,7 +52,7 @@ const pipeMax = 128
 // stalled for nothing costs one more pipeline in flight. At most
 // groupcommit.MaxStalled a slot are set aside: with more calls held at
 // once (20: waiters on a frozen master's locks, their abandons), later
-// calls wait for the slots again.
+// calls of that committer wait for its slots again.
 const pipeStall = 100 * time.Millisecond
 
 // RedisStats counts the script calls of a RedisStore.
@@ -66,13 +67,44 @@ func (s *RedisStore) Stats() RedisStats {
 	return RedisStats{Calls: s.calls.Load(), Pipelines: s.pipelines.Load(), Pipelined: s.pipelined.Load()}
 }
 
-func (s *RedisStore) initPipe() {
-	s.pipe.Commit, s.pipe.Slots = s.pipeline, pipeSlots
-	s.pipe.Inline = honoursDeadlines(s.rdb)
+func (s *RedisStore) initPipe() { s.setUpPipe(&s.pipe) }
+
+// setUpPipe sets a committer of script calls up.
+func (s *RedisStore) setUpPipe(p *groupcommit.Committer[scriptCall]) {
+	p.Commit, p.Slots = s.pipeline, pipeSlots
+	p.Inline = honoursDeadlines(s.rdb)
 	// Stall frees a slot, it does not send its calls again: a stalled
 	// call's caller still waits for its one answer.
-	s.pipe.Stall = pipeStall
-	s.pipe.SetMaxBatch(pipeMax)
+	p.Stall = pipeStall
+	p.SetMaxBatch(pipeMax)
+}
+
+// masterPipe is the committer of a call of keys: on a Cluster, that of
+// the master that serves their slot as the client last read the layout,
+// so that a master that hangs fills no slot of another's. One shared
+// committer set aside at most groupcommit.MaxStalled calls a slot, 20 in
+// all: with more held on a frozen master (24 waiters on its locks), its
+// calls took every slot again, and a kept-alive lease on a healthy master
+// was lost (docs/design.md, defect 192). A call whose master is not known
+// (the layout not read yet) goes through the shared one; a call sent to
+// a master that no longer serves its slot is redirected, as before.
+func (s *RedisStore) masterPipe(ctx context.Context, keys []string) *groupcommit.Committer[scriptCall] {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok || len(keys) == 0 {
+		return &s.pipe
+	}
+	node, err := cc.MasterForKey(ctx, keys[0]) // a lock's keys share one slot
+	if err != nil {
+		return &s.pipe
+	}
+	addr := node.Options().Addr
+	if p, ok := s.masterPipes.Load(addr); ok {
+		return p.(*groupcommit.Committer[scriptCall])
+	}
+	p := new(groupcommit.Committer[scriptCall])
+	s.setUpPipe(p)
+	got, _ := s.masterPipes.LoadOrStore(addr, p)
+	return got.(*groupcommit.Committer[scriptCall])
 }
 
 // honoursDeadlines is whether rdb ends a call at its context's deadline
@@ -148,7 +180,7 @@ func slotMoving(err error) bool {
 
 // run1 is one call of run.
 func (s *RedisStore) run1(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	v, err := s.pipe.Do(ctx, "", scriptCall{script: script, keys: keys, args: args})
+	v, err := s.masterPipe(ctx, keys).Do(ctx, "", scriptCall{script: script, keys: keys, args: args})
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
