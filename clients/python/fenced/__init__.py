@@ -208,6 +208,13 @@ class LostError(FencedError):
     successful refresh as a LostError (status 0).
     """
     code = "lost"
+    #: On the 410 of a release (API field maybe_released): True when the
+    #: store cannot tell this "not held" from the answer to an earlier
+    #: release of the same lease whose answer was lost; False when it is
+    #: sure the lease was gone before this release (expired,
+    #: force-released, lost to a Redis restart); None when the answer did
+    #: not say (a server before it, another request, the client's own).
+    maybe_released: Optional[bool] = None
 
 
 class OutOfOrderError(FencedError):
@@ -1488,6 +1495,8 @@ def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
         e.field = err["field"]
     if isinstance(err.get("max_wait_ms"), int):
         e.max_wait_ms = err["max_wait_ms"]
+    if isinstance(e, LostError) and isinstance(err.get("maybe_released"), bool):
+        e.maybe_released = err["maybe_released"]
     return e
 
 
@@ -1869,8 +1878,13 @@ class Lease:
             # behind the same URL knows nothing of it (with leases in etcd,
             # each remembers its own releases), and before its deadline
             # nothing but a release or a force-release takes a lease away
-            # (docs/design.md, defect 97).
-            if not ((len(sent) > 1 or self._unanswered) and time.monotonic() < self.deadline):
+            # (docs/design.md, defect 97). Unless the server is sure the
+            # lease was gone before any release of it (maybe_released
+            # false: expired, force-released, lost to a Redis restart):
+            # that is a loss, as in the Go client (defect 190). True, or
+            # absent (a server before it), is forgiven.
+            if not ((len(sent) > 1 or self._unanswered) and time.monotonic() < self.deadline
+                    and e.maybe_released is not False):
                 self._lose(e, found)
                 raise
         except BaseException as e:

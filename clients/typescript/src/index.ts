@@ -158,6 +158,15 @@ export class OutOfOrderError extends FencedError {
  */
 export class LostError extends FencedError {
   static override readonly code = "lost";
+  /**
+   * On the 410 of a release (API field maybe_released): true when the store
+   * cannot tell this "not held" from the answer to an earlier release of the
+   * same lease whose answer was lost; false when it is sure the lease was
+   * gone before this release (expired, force-released, lost to a Redis
+   * restart); undefined when the answer did not say (a server before it,
+   * another request, the client's own).
+   */
+  maybeReleased: boolean | undefined;
 }
 /** 413 payload_too_large. */
 export class PayloadTooLargeError extends FencedError {
@@ -1402,15 +1411,16 @@ function retryAfterMs(value: string | null): number | undefined {
 
 function apiError(status: number, headers: Headers, text: string): FencedError {
   const retryAfter = retryAfterMs(headers.get("Retry-After"));
-  let code: unknown, message: unknown, field: unknown, maxWaitMs: unknown, heldBy: unknown;
+  let code: unknown, message: unknown, field: unknown, maxWaitMs: unknown, heldBy: unknown, maybeReleased: unknown;
   try {
     // parseAnswer: the token of a force-release's 409 is a bigint.
-    const err = (parseAnswer(text) as { error?: { code?: unknown; message?: unknown; field?: unknown; max_wait_ms?: unknown; token?: unknown } }).error;
+    const err = (parseAnswer(text) as { error?: { code?: unknown; message?: unknown; field?: unknown; max_wait_ms?: unknown; token?: unknown; maybe_released?: unknown } }).error;
     code = err?.code;
     message = err?.message;
     field = err?.field;
     maxWaitMs = err?.max_wait_ms;
     heldBy = err?.token;
+    maybeReleased = err?.maybe_released;
   } catch {
     // not JSON: below
   }
@@ -1431,6 +1441,7 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
   const e = new cls(message, status, code, retryAfter);
   if (typeof field === "string") e.field = field;
   if (typeof maxWaitMs === "number") e.maxWaitMs = maxWaitMs;
+  if (e instanceof LostError && typeof maybeReleased === "boolean") e.maybeReleased = maybeReleased;
   return e;
 }
 
@@ -1744,8 +1755,11 @@ export class Lease {
       // the same URL knows nothing of it (with leases in etcd, each
       // remembers its own releases), and before its deadline nothing but
       // a release or a force-release takes a lease away (docs/design.md,
-      // defect 97).
-      const released = e instanceof LostError && (sends > 1 || this.#unanswered) && performance.now() < this.deadline;
+      // defect 97). Unless fenced is sure the lease was gone before any
+      // release of it (maybe_released false: expired, force-released, lost
+      // to a Redis restart): that is a loss, as in the Go client (defect
+      // 190). True, or absent (a server before it), is forgiven.
+      const released = e instanceof LostError && e.maybeReleased !== false && (sends > 1 || this.#unanswered) && performance.now() < this.deadline;
       if (!released) {
         if (e instanceof LostError) this.#signalLost(e);
         else {
