@@ -40,11 +40,7 @@ func TestEtcdStoreOnAReplacedCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	direct.Close()
-	p.Refuse(true)
-	p.CutAll()
-	e1.Close()
-	p.Refuse(false)
+	testenv.StopEtcdBehind(p, e1, direct)
 	e2, cli2 := testenv.Etcd(t)
 	// The documented step, on the new cluster.
 	if _, err := sequencer.RaiseFloor(ctx, cli2, "", 0); err != nil {
@@ -62,8 +58,7 @@ func TestEtcdStoreOnAReplacedCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p.SetTarget(strings.TrimPrefix(e2.ClientURL(), "http://"))
-	p.CutAll()
+	testenv.PointAt(p, e2)
 	l, err = running.Acquire(ctx, name, 2*time.Second, lock.WithWait(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -107,14 +102,9 @@ func TestEtcdRestoredCreateWhoseDeleteFailsIsFreed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	direct.Close()
-	p.Refuse(true)
-	p.CutAll()
-	e1.Close()
-	p.Refuse(false)
+	testenv.StopEtcdBehind(p, e1, direct)
 	e2, _ := testenv.Etcd(t)
-	p.SetTarget(strings.TrimPrefix(e2.ClientURL(), "http://"))
-	p.CutAll()
+	testenv.PointAt(p, e2)
 	armed.Store(true)
 	_, err = s.Acquire(ctx, lock.AcquireRequest{Name: name, LeaseID: strings.Repeat("c1", 16), TTL: ttl})
 	if !errors.Is(err, lock.ErrLost) || armed.Load() {

@@ -225,18 +225,13 @@ func TestSequencerNoticesEtcdWentBack(t *testing.T) {
 	issue(20)
 	snap := saveSnapshot(t, e)
 	issue(50)
-	direct.Close()
-	p.Refuse(true)
-	p.CutAll() // no stream keeps the member's graceful close waiting
-	e.Close()
-	p.Refuse(false)
+	testenv.StopEtcdBehind(p, e, direct)
 
 	e2 := restore(t, snap)
 	if f, err := sequencer.ReadFloor(ctx, mustClient(t, e2), ""); err != nil || f.Next > max {
 		t.Fatalf("the restored cluster would issue %d (%v), above %d anyway: the test does not exercise a restore", f.Next, err, max)
 	}
-	p.SetTarget(strings.TrimPrefix(e2.ClientURL(), "http://"))
-	p.CutAll() // the sequencers' connections now reach the restored member
+	testenv.PointAt(p, e2) // the sequencers' connections now reach the restored member
 	tok, err := other.Next(ctx, "o")
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package sequencer_test
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -50,11 +49,7 @@ func TestReplacedClusterFloorOfTheSameModRevision(t *testing.T) {
 			}
 
 			// etcd is replaced by a new, empty cluster at the same address.
-			direct.Close()
-			p.Refuse(true)
-			p.CutAll()
-			e1.Close()
-			p.Refuse(false)
+			testenv.StopEtcdBehind(p, e1, direct)
 			e2, cli2 := testenv.Etcd(t)
 			if step == "admin raise-floor" {
 				if _, err := sequencer.RaiseFloor(ctx, cli2, "", 0); err != nil {
@@ -81,8 +76,7 @@ func TestReplacedClusterFloorOfTheSameModRevision(t *testing.T) {
 			t.Logf("old floor key: value %s modrev %d; new floor key: value %s modrev %d", r1.Kvs[0].Value, r1.Kvs[0].ModRevision, r2.Kvs[0].Value, r2.Kvs[0].ModRevision)
 
 			// The running fenced now reaches the new cluster.
-			p.SetTarget(strings.TrimPrefix(e2.ClientURL(), "http://"))
-			p.CutAll()
+			testenv.PointAt(p, e2)
 			tok, err := running.Next(ctx, "x")
 			if err != nil {
 				t.Fatal(err)
@@ -140,14 +134,9 @@ func TestFollowerCountsOthersTokensWithTheirOffset(t *testing.T) {
 	t.Logf("highest issued: %d; the running process believes the highest is %d", uint64(max), uint64(running.Highest()))
 
 	other.Close()
-	direct.Close()
-	p.Refuse(true)
-	p.CutAll()
-	e.Close()
-	p.Refuse(false)
+	testenv.StopEtcdBehind(p, e, direct)
 	e2 := restore(t, snap)
-	p.SetTarget(strings.TrimPrefix(e2.ClientURL(), "http://"))
-	p.CutAll()
+	testenv.PointAt(p, e2)
 	// Its first calls may meet the connections cut.
 	var tok fence.Token
 	testenv.WaitUntil(t, 20*time.Second, func() bool {

@@ -73,14 +73,9 @@ func TestFollowerThatIssuedNothingNoticesARestore(t *testing.T) {
 		}
 		max = tok
 	}
-	direct.Close()
-	p.Refuse(true)
-	p.CutAll()
-	e.Close()
-	p.Refuse(false)
+	testenv.StopEtcdBehind(p, e, direct)
 	e2 := restore(t, snap)
-	p.SetTarget(strings.TrimPrefix(e2.ClientURL(), "http://"))
-	p.CutAll()
+	testenv.PointAt(p, e2)
 	tok, err := idle.Next(ctx, "r")
 	if err != nil {
 		t.Fatal(err)

@@ -201,6 +201,26 @@ func EtcdThroughProxy(t testing.TB, e *sequencer.Embedded) (*faultproxy.Proxy, *
 	return p, EtcdClient(t, p.Addr())
 }
 
+// StopEtcdBehind stops e, which clients reach through p
+// (EtcdThroughProxy), as a cluster lost or wiped, and closes direct, a
+// client of e's own: p refuses meanwhile and cuts what it carries, so that
+// no stream holds e's graceful close, then accepts again, for the caller
+// to point at another etcd (PointAt).
+func StopEtcdBehind(p *faultproxy.Proxy, e *sequencer.Embedded, direct *clientv3.Client) {
+	direct.Close()
+	p.Refuse(true)
+	p.CutAll()
+	e.Close()
+	p.Refuse(false)
+}
+
+// PointAt sends p's new connections to e, and cuts those it carries: its
+// clients reach e from their next call.
+func PointAt(p *faultproxy.Proxy, e *sequencer.Embedded) {
+	p.SetTarget(strings.TrimPrefix(e.ClientURL(), "http://"))
+	p.CutAll()
+}
+
 // ProxiedURL is a free loopback URL (http://127.0.0.1:port) for a server
 // to listen on, and a proxy the test controls in front of it, for the
 // server to be reached at; t.Cleanup closes the proxy. The proxy's port

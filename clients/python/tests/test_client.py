@@ -3,6 +3,7 @@ fenced serve with leases in the local Redis (millisecond TTLs)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import json
@@ -455,6 +456,48 @@ class DevTest(unittest.TestCase):
         self.client = fenced.Client(self.daemon.url)
         self.addCleanup(self.client.close)
 
+    @contextlib.contextmanager
+    def signal_once_queued(self, name: str, sig: int) -> Any:
+        """Sends sig to the main thread, while the with block runs, once
+        name's queue has a waiter (or after 30 s, to end the call), and
+        then checks that the waiter took its place."""
+        main = threading.main_thread().ident
+        assert main is not None
+        placed, done, gate = threading.Event(), threading.Event(), threading.Lock()
+
+        def send() -> None:
+            look = fenced.Client(self.daemon.url)
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not done.is_set():
+                    if look.inspect(name).waiters == 1:
+                        placed.set()
+                        break
+                    time.sleep(0.01)
+            finally:
+                look.close()
+                with gate:  # only while the call runs (if not placed: to end it)
+                    if not done.is_set():
+                        signal.pthread_kill(main, sig)
+        t = threading.Thread(target=send)
+        t.start()
+        try:
+            yield
+        finally:
+            with gate:
+                done.set()
+            t.join(timeout=60)
+        self.assertTrue(placed.is_set(), "the waiter never took its place in the queue")
+
+    def assert_place_given_up(self, name: str, holder: Any) -> None:
+        """The place of a wait cut short is gone within 1 s, well before
+        the 3 s a place is kept for a next request, and took nothing."""
+        deadline = time.monotonic() + 1.0
+        while (st := self.client.inspect(name)).waiters != 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(st.waiters, 0, "the place of the wait cut short outlived 1 s")
+        self.assertEqual((st.held, st.token), (True, holder.token))
+
     def test_tour(self) -> None:
         name = unique()
         lease = self.client.acquire(name, ttl_ms=10_000)
@@ -723,8 +766,6 @@ class DevTest(unittest.TestCase):
             self.fail("run in the main thread: a SIGINT's KeyboardInterrupt is raised there only")
         old = signal.signal(signal.SIGINT, signal.default_int_handler)
         self.addCleanup(signal.signal, signal.SIGINT, old)
-        main = threading.main_thread().ident
-        assert main is not None
         for kind in ("acquire", "elect"):
             with self.subTest(kind):
                 name = unique()
@@ -735,41 +776,13 @@ class DevTest(unittest.TestCase):
                 self.addCleanup(holder.release)
                 w = fenced.Client(self.daemon.url)
                 self.addCleanup(w.close)
-                placed, done, gate = threading.Event(), threading.Event(), threading.Lock()
-
-                def interrupt() -> None:
-                    look = fenced.Client(self.daemon.url)
-                    try:
-                        deadline = time.monotonic() + 30
-                        while time.monotonic() < deadline and not done.is_set():
-                            if look.inspect(name).waiters == 1:
-                                placed.set()
-                                break
-                            time.sleep(0.01)
-                    finally:
-                        look.close()
-                        with gate:  # only while the call runs (if not placed: to end it)
-                            if not done.is_set():
-                                signal.pthread_kill(main, signal.SIGINT)
-                t = threading.Thread(target=interrupt)
-                t.start()
-                try:
+                with self.signal_once_queued(name, signal.SIGINT):
                     with self.assertRaises(KeyboardInterrupt):
                         if kind == "acquire":
                             w.acquire(name, ttl_ms=30_000, wait_ms=90_000)
                         else:
                             w.elect(name, value="py-candidate", ttl_ms=30_000, wait_ms=90_000)
-                finally:
-                    with gate:
-                        done.set()
-                    t.join(timeout=60)
-                self.assertTrue(placed.is_set(), "the waiter never took its place in the queue")
-                # Gone well before the 3 s a place is kept for a next request.
-                deadline = time.monotonic() + 1.0
-                while (st := self.client.inspect(name)).waiters != 0 and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                self.assertEqual(st.waiters, 0, "the place of the wait cut short outlived 1 s")
-                self.assertEqual((st.held, st.token), (True, holder.token))  # the give-up took nothing
+                self.assert_place_given_up(name, holder)  # and the give-up took nothing
                 w.inspect(name)  # the thread's next call: not on the connection cut short
 
     def test_lost_answer_finds_its_grant(self) -> None:
@@ -880,44 +893,15 @@ class DevTest(unittest.TestCase):
             raise CallerTimeout("the caller's own timeout")
         old = signal.signal(signal.SIGALRM, on_alarm)
         self.addCleanup(signal.signal, signal.SIGALRM, old)
-        main = threading.main_thread().ident
-        assert main is not None
         name = unique()
         holder = self.client.acquire(name, ttl_ms=30_000, wait_ms=0)
         self.addCleanup(holder.release)
         w = fenced.Client(self.daemon.url)
         self.addCleanup(w.close)
-        placed, done, gate = threading.Event(), threading.Event(), threading.Lock()
-
-        def alarm() -> None:
-            look = fenced.Client(self.daemon.url)
-            try:
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and not done.is_set():
-                    if look.inspect(name).waiters == 1:
-                        placed.set()
-                        break
-                    time.sleep(0.01)
-            finally:
-                look.close()
-                with gate:  # only while the call runs
-                    if not done.is_set():
-                        signal.pthread_kill(main, signal.SIGALRM)
-        t = threading.Thread(target=alarm)
-        t.start()
-        try:
+        with self.signal_once_queued(name, signal.SIGALRM):
             with self.assertRaises(CallerTimeout):
                 w.acquire(name, ttl_ms=30_000, wait_ms=5000)
-        finally:
-            with gate:
-                done.set()
-            t.join(timeout=60)
-        self.assertTrue(placed.is_set(), "the waiter never took its place in the queue")
-        deadline = time.monotonic() + 1.0  # the place goes well before the 3 s it is kept
-        while (st := self.client.inspect(name)).waiters != 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.assertEqual(st.waiters, 0, "the place of the wait cut short outlived 1 s")
-        self.assertEqual((st.held, st.token), (True, holder.token))
+        self.assert_place_given_up(name, holder)
 
     def test_lost_campaign_answer_finds_its_term(self) -> None:
         proxy, c = self.proxy(cut_on=b"/campaign")
