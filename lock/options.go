@@ -91,7 +91,11 @@ func WithUnfair() Option { return func(o *acquireOpts) { o.unfair = true } }
 // the lock's queue: every call with the same id (32 lowercase hex digits, 128 random
 // bits new for each acquisition, as a lease id) waits in that place, and a
 // call that ends without the lock keeps it for the next call instead of
-// giving it up. A place no call has used for DefaultWaiterTTL is given up.
+// giving it up. A place no call has used for DefaultWaiterTTL is given up:
+// with Redis leases the store expires it, and a call through another
+// Client over the same Redis (another fenced server) keeps it meanwhile;
+// with etcd leases, where places are per store, this Client gives it up,
+// and at Close.
 // For a server serving a remote waiter whose wait spans several requests
 // (the API's "waiter"); without it each call queues anew, behind everyone
 // who came meanwhile. The id names one acquisition: a call that finds the

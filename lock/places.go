@@ -17,6 +17,12 @@ import (
 type keptPlaces struct {
 	store LeaseStore
 	ttl   time.Duration
+	// expiring: the store's places expire by themselves a waiter TTL
+	// after the last attempt that used them, wherever it came from
+	// (placesExpirer): an idle one is not given up here, for its waiter's
+	// next call may be using it through another client (another fenced
+	// server) already.
+	expiring bool
 
 	life context.Context // ends at close: leaves after a failure stop trying
 	stop context.CancelFunc
@@ -38,8 +44,22 @@ type keptPlace struct {
 
 func newKeptPlaces(store LeaseStore, ttl time.Duration) *keptPlaces {
 	life, stop := context.WithCancel(context.Background())
-	return &keptPlaces{store: store, ttl: ttl, life: life, stop: stop, m: map[placeID]*keptPlace{}}
+	_, expiring := store.(placesExpirer)
+	return &keptPlaces{store: store, ttl: ttl, expiring: expiring, life: life, stop: stop, m: map[placeID]*keptPlace{}}
 }
+
+// placesExpirer is a LeaseStore whose queue places live in the store,
+// shared by every client of it, and expire a waiter TTL after the last
+// attempt that used them (RedisStore, RedlockStore). A client that gave
+// such a place up when its own calls had left it idle for the waiter TTL,
+// or at Close, took it from under the waiter's next call through another
+// client: a waiter that moved to another fenced server (a drain, a
+// rolling restart, a load balancer) went to the back of the queue
+// (docs/design.md, defect 193).
+type placesExpirer interface{ placesExpire() }
+
+func (*RedisStore) placesExpire()   {}
+func (*RedlockStore) placesExpire() {}
 
 // begin marks a call using the place: it is not given up meanwhile.
 func (k *keptPlaces) begin(name, waiter string) {
@@ -79,12 +99,18 @@ func (k *keptPlaces) end(name, waiter string, acquired, final bool) {
 		delete(k.m, id)
 		k.mu.Unlock()
 		return
-	case k.closed || p.final:
+	case p.final || k.closed && !k.expiring:
 		// Given up before the call returns, so that the caller's answer
 		// finds the queue without it.
 		delete(k.m, id)
 		k.mu.Unlock()
 		k.leave(context.Background(), id)
+		return
+	case k.expiring:
+		// The store expires it, unless the waiter's next call, here or
+		// through another client, uses it first.
+		delete(k.m, id)
+		k.mu.Unlock()
 		return
 	}
 	defer k.mu.Unlock()
@@ -149,21 +175,34 @@ func (k *keptPlaces) leaveLater(name, waiter string) {
 	}()
 }
 
-// close gives up every idle place and waits for leaves in progress.
+// close gives up every idle place of a store whose places do not expire,
+// all at once (one at a time, a store that did not answer took a second
+// each: a server with many waiters outlived its shutdown grace), and
+// waits for leaves in progress.
 func (k *keptPlaces) close(ctx context.Context) {
 	k.mu.Lock()
 	k.closed = true
 	var idle []placeID
 	for id, p := range k.m {
 		if p.calls == 0 {
-			p.timer.Stop()
+			if p.timer != nil {
+				p.timer.Stop()
+			}
 			idle = append(idle, id)
 			delete(k.m, id)
 		}
 	}
 	k.mu.Unlock()
-	for _, id := range idle {
-		k.leave(ctx, id)
+	if !k.expiring {
+		var wg sync.WaitGroup
+		for _, id := range idle {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				k.leave(ctx, id)
+			}()
+		}
+		wg.Wait()
 	}
 	k.stop()
 	k.wg.Wait()

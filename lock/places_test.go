@@ -15,9 +15,9 @@ import (
 // calls with one WithWaiter id (a server serving a remote waiter's
 // requests) waits in one place: A's first call ends without the lock, B
 // queues, A calls again, and A gets the lock first. A place no call comes
-// back to is given up after DefaultWaiterTTL, and at Close; the etcd store
-// keeps a place as long as its session otherwise, ahead of every later
-// waiter.
+// back to is given up after DefaultWaiterTTL, and on etcd leases at
+// Close (on Redis leases it expires then); the etcd store keeps a place as
+// long as its session otherwise, ahead of every later waiter.
 func TestWaiterKeepsItsPlaceAcrossCalls(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
@@ -75,7 +75,12 @@ func TestWaiterKeepsItsPlaceAcrossCalls(t *testing.T) {
 			if err := closing.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if st, err := c.Inspect(ctx, name); err != nil || st.Waiters != 0 {
+			if b.name == "redis" {
+				// Unless it expires first: on Redis leases the place is the
+				// store's, which its waiter may use through another client
+				// already (defect 193).
+				waiters(0)
+			} else if st, err := c.Inspect(ctx, name); err != nil || st.Waiters != 0 {
 				t.Fatalf("after Close: %d waiters (%v), want the kept place given up", st.Waiters, err)
 			}
 			r.l.Release(ctx)
@@ -233,5 +238,81 @@ func TestLostOneAttemptGrantIsFoundAgain(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A waiter whose call through one client (one fenced server) ended
+// without the lock, and whose next call went through another (a drain, a
+// rolling restart, a load balancer), lost its place: the first client
+// gave its idle place up at Close, or when its own calls had left it idle
+// for the waiter TTL, from under the call through the second, and the
+// waiter that came after it got the lock first (docs/design.md, defect
+// 193). With Redis leases (and Redlock's) places live in the store,
+// shared by every client, and expire a waiter TTL after the last attempt
+// that used them: a client no longer gives an idle one up. (With etcd
+// leases a place is per server: a waiter that moves queues again.)
+func TestWaiterMovedToAnotherClientKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	for _, b := range everyStore(t) {
+		if b.name == "etcd" {
+			continue
+		}
+		for _, how := range []string{"close", "idle"} {
+			t.Run(b.name+"/"+how, func(t *testing.T) {
+				t.Parallel()
+				first, second := newClient(t, b.store), newClient(t, b.store)
+				ctx := t.Context()
+				name := testenv.Name(t)
+				holder, err := second.TryAcquire(ctx, name, 30*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				waiters := func(n int) {
+					t.Helper()
+					testenv.WaitUntil(t, 30*time.Second, func() bool {
+						st, err := second.Inspect(ctx, name)
+						return err == nil && st.Waiters == n
+					})
+				}
+				const w = "5e1f0c2d9b8a7f6e5d4c3b2a19080706"
+				if _, err := first.Acquire(ctx, name, 5*time.Second, lock.WithWaiter(w), lock.WithWait(100*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
+					t.Fatalf("the waiter's call through the first client: %v, want ErrNotAcquired", err)
+				}
+				waiters(1) // its place, kept
+				behind := acquireAsync(ctx, second, name, lock.WithWait(30*time.Second))
+				waiters(2)
+				moved := acquireAsync(ctx, second, name, lock.WithWaiter(w), lock.WithWait(30*time.Second))
+				switch how {
+				case "close":
+					if err := first.Close(ctx); err != nil {
+						t.Fatal(err)
+					}
+				case "idle":
+					// Past the waiter TTL since the first client's call
+					// ended: its timer, if it had one, has fired.
+					<-time.After(lock.DefaultWaiterTTL + 500*time.Millisecond)
+				}
+				if err := holder.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case r := <-moved:
+					if r.err != nil {
+						t.Fatalf("the waiter that moved: %v", r.err)
+					}
+					r.l.Release(ctx)
+				case r := <-behind:
+					if r.l != nil {
+						r.l.Release(ctx)
+					}
+					t.Fatalf("the waiter that came second got the lock first (%v): the first lost its place when it moved to another client", r.err)
+				}
+				if r := testenv.Next(t, behind); r.err != nil {
+					t.Fatalf("the second waiter: %v", r.err)
+				} else {
+					r.l.Release(ctx)
+				}
+			})
+		}
 	}
 }
