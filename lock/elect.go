@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -104,7 +105,9 @@ func ResolveElectOptions(value string, opts ...Option) (AcquireOptions, error) {
 // the client closes; cancel ctx to stop observing. A change that comes and
 // goes while the receiver is busy may be missed, but never the latest
 // state. When etcd loses its leader or the connection, Observe waits and
-// watches again.
+// watches again. Beside the watch it reads who leads every second, so an
+// etcd member that stops answering while the others serve delays it by
+// about that much (docs/design.md, defect 194).
 //
 // Observe needs an EtcdStore (ErrElectionStore otherwise). It returns an
 // error if it cannot read the first state.
@@ -150,60 +153,76 @@ func LeaderOf(st State) Leader {
 	return Leader{Name: st.Name, Leading: true, Value: st.Owner, Token: st.Token}
 }
 
-// observe watches the lock key of name (puts and deletions) from etcd's
-// current revision and reads the state after every change: a watch begun
-// before the first read misses nothing. Its goroutine calls done as it
-// returns.
+// observeReread is how often an observer reads who leads beside its
+// watch (docs/design.md, defect 194). All the WithRequireLeader watches
+// of one etcd client share one gRPC stream, on one member: when the link
+// to that member is held (the member stopped, or the link silently
+// dropping), no event, no "no leader" cancel and no confirmation of a new
+// watch comes while the other members answer. The reads go round such a
+// member (etcdkv.Hedge), so the observer shows who leads within a read
+// interval and a hedge. One read of the lock key a second, an observer.
+const observeReread = time.Second
+
+// observe reads who leads name, then watches the lock key (puts and
+// deletions) from the revision after that read, and reads again after
+// every change, and every observeReread: a watch that etcd confirms late,
+// or whose events stop coming, delays the observer by a read interval at
+// most (docs/design.md, defect 194). Nothing waits for etcd to confirm a
+// watch. Its goroutine calls done as it returns.
 func (s *EtcdStore) observe(ctx context.Context, name string, done func()) (<-chan Leader, error) {
-	wch, cancel, err := s.watchAll(ctx, name)
+	last, rev, err := s.leaderNow(ctx, name)
 	if err != nil {
-		return nil, err
-	}
-	st, err := s.Inspect(ctx, name)
-	if err != nil {
-		cancel()
 		return nil, err
 	}
 	out := make(chan Leader)
 	go func() { // owned by ctx
 		defer done()
 		defer close(out)
-		defer func() { cancel() }()
-		last := LeaderOf(st)
+		opened, cancel := s.watchFrom(ctx, name, rev+1)
+		defer func() {
+			if cancel != nil {
+				cancel()
+			}
+		}()
+		var wch clientv3.WatchChan // nil until etcd confirms the watch
+		reread := time.NewTicker(observeReread)
+		defer reread.Stop()
 		pending := true // last has not been delivered
 		for {
 			var send chan<- Leader
 			if pending {
 				send = out
 			}
+			tick := false
 			select {
 			case <-ctx.Done():
 				return
 			case send <- last:
 				pending = false
 				continue
+			case wch = <-opened:
+				opened = nil
+				continue
 			case _, ok := <-wch:
-				if !ok { // etcd lost its leader or the connection: watch again
+				if !ok {
+					// etcd lost its leader or the connection, or compacted
+					// the revision: watch again from the revision of the
+					// next tick's read (cancel nil till then), not at once:
+					// a member without a leader ends a watch as it comes.
 					cancel()
-					cancel = func() {}
-					if !untilOK(ctx, func() error {
-						w, c, err := s.watchAll(ctx, name)
-						if err == nil {
-							wch, cancel = w, c
-						}
-						return err
-					}) {
-						return
-					}
+					opened, wch, cancel = nil, nil, nil
 				}
+			case <-reread.C:
+				tick = true
 			}
-			if !untilOK(ctx, func() (err error) {
-				st, err = s.Inspect(ctx, name)
-				return err
-			}) {
-				return
+			l, r, err := s.leaderNow(ctx, name)
+			if err != nil {
+				continue // read again at the next tick
 			}
-			if l := LeaderOf(st); l != last {
+			if cancel == nil && tick {
+				opened, cancel = s.watchFrom(ctx, name, r+1)
+			}
+			if l != last {
 				last, pending = l, true
 			}
 		}
@@ -211,24 +230,34 @@ func (s *EtcdStore) observe(ctx context.Context, name string, done func()) (<-ch
 	return out, nil
 }
 
-// watchAll watches every change of name's lock key from etcd's current
-// revision; it returns once etcd has confirmed the watch.
-func (s *EtcdStore) watchAll(ctx context.Context, name string) (clientv3.WatchChan, context.CancelFunc, error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	wch := s.cli.Watch(wctx, s.ks.LockKey(name), clientv3.WithCreatedNotify())
-	select {
-	case wr, ok := <-wch:
-		if !ok || wr.Err() != nil {
-			cancel()
-			err := wr.Err()
-			if err == nil {
-				err = errors.New("watch channel closed")
-			}
-			return nil, nil, backendErr("etcd", "watch", err)
-		}
-	case <-ctx.Done():
-		cancel()
-		return nil, nil, ctx.Err()
+// leaderNow reads who leads name, and the revision it read at: one read
+// of the lock key, hedged (etcdkv).
+func (s *EtcdStore) leaderNow(ctx context.Context, name string) (Leader, int64, error) {
+	resp, err := s.kv.Get(clientv3.WithRequireLeader(ctx), s.ks.LockKey(name))
+	if err != nil {
+		return Leader{}, 0, backendErr("etcd", "inspect", err)
 	}
-	return wch, cancel, nil
+	lk, held, err := s.ks.ParseLock((*pb.RangeResponse)(resp), nil)
+	if err != nil {
+		return Leader{}, 0, backendErr("etcd", "inspect", err)
+	}
+	st := State{Name: name}
+	if held {
+		st.Held, st.Owner, st.Token = true, lk.Owner, lk.Token
+	}
+	return LeaderOf(st), resp.Header.Revision, nil
+}
+
+// watchFrom watches every change of name's lock key from revision rev.
+// clientv3's Watch returns only once etcd has confirmed the watch, which
+// a held member never does, so it is called aside: the channel comes on
+// opened when etcd confirms it (or closed, when the watch ends first).
+// cancel ends the watch; a watch cancelled before it came never comes.
+func (s *EtcdStore) watchFrom(ctx context.Context, name string, rev int64) (opened <-chan clientv3.WatchChan, cancel context.CancelFunc) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	ch := make(chan clientv3.WatchChan, 1)
+	go func() { // ends with wctx at the latest
+		ch <- s.cli.Watch(wctx, s.ks.LockKey(name), clientv3.WithRev(rev))
+	}()
+	return ch, cancel
 }

@@ -1,12 +1,9 @@
 package lock
 
 import (
-	"context"
 	"math/rand/v2"
 	"sync"
 	"time"
-
-	"github.com/fenced/fenced/internal/clock"
 )
 
 // RetryStrategy says how long a waiter may sleep before it tries again when
@@ -107,17 +104,4 @@ func (l *limited) NextBackoff() time.Duration {
 	}
 	l.left--
 	return l.s.NextBackoff()
-}
-
-// untilOK calls f until it succeeds, sleeping 10ms, then twice as long
-// each time up to 1s, in between. It returns false, without calling f
-// again, when ctx ends first.
-func untilOK(ctx context.Context, f func() error) bool {
-	b := ExponentialBackoff(10*time.Millisecond, time.Second)
-	for f() != nil {
-		if !clock.Sleep(ctx, b.NextBackoff()) {
-			return false
-		}
-	}
-	return true
 }

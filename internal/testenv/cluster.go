@@ -188,6 +188,46 @@ func EtcdClient(t testing.TB, endpoints ...string) *clientv3.Client {
 	return cli
 }
 
+// ClusterClientProxied is a client of every member, each reached through
+// a loopback proxy the test controls (proxies[i] is member i's client
+// port: hold, cut or slow one link); t.Cleanup closes them all.
+func ClusterClientProxied(t testing.TB, members []*sequencer.Embedded) (*clientv3.Client, []*faultproxy.Proxy) {
+	t.Helper()
+	var proxies []*faultproxy.Proxy
+	var eps []string
+	for _, m := range members {
+		p, err := faultproxy.New(strings.TrimPrefix(m.ClientURL(), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		proxies = append(proxies, p)
+		eps = append(eps, p.Addr())
+	}
+	return EtcdClient(t, eps...), proxies
+}
+
+// NextWithin receives from ch until it gives a value match accepts, and
+// returns it; false, with the last value received, if ch closes or none
+// came within d.
+func NextWithin[T any](ch <-chan T, d time.Duration, match func(T) bool) (last T, ok bool) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		select {
+		case v, open := <-ch:
+			if !open {
+				return last, false
+			}
+			if last = v; match(v) {
+				return v, true
+			}
+		case <-deadline.C:
+			return last, false
+		}
+	}
+}
+
 // EtcdThroughProxy is a client of e through a loopback proxy the test
 // controls (internal/faultproxy: hold, cut or slow its traffic); t.Cleanup
 // closes both.
