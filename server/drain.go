@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/fenced/fenced/internal/groupcommit"
 )
 
 // errShuttingDown is the cause of a wait that Drain ended.
@@ -35,6 +37,10 @@ func (s *Server) waitContext(r *http.Request, wait time.Duration) (context.Conte
 		return ctx, cancel
 	}
 	ctx, cancelCause := context.WithCancelCause(ctx)
+	// Drain's cancel must end the wait at once, also while a store call
+	// hangs: not inline, where go-redis would hold it until the call's
+	// deadline (docs/design.md, defect 197).
+	ctx = groupcommit.LeaveOnCancel(ctx)
 	stop := context.AfterFunc(s.drained, func() { cancelCause(errShuttingDown) })
 	if s.draining() {
 		cancelCause(errShuttingDown) // now, not when AfterFunc's goroutine runs

@@ -1,12 +1,18 @@
 package server
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // send sends a request in a goroutine of its own (no t.Fatal there) and
@@ -99,5 +105,91 @@ func TestDrain(t *testing.T) {
 				t.Fatalf("GET of an election while draining: %d %s", r.status, r.body)
 			}
 		})
+	}
+}
+
+// scriptsSent signals each script call go-redis sends while on is set.
+type scriptsSent struct {
+	on      *atomic.Bool
+	sending chan struct{}
+}
+
+func (h scriptsSent) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptsSent) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); h.on.Load() && (n == "evalsha" || n == "eval") {
+			select {
+			case h.sending <- struct{}{}:
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h scriptsSent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.on.Load() {
+			select {
+			case h.sending <- struct{}{}:
+			default:
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestDrainWhileRedisHangs: Redis stops answering this node (a partition)
+// while an acquire waits here, and its next attempt is in flight when
+// Drain comes: the waiter is answered "shutting down" at once, so that its
+// client asks another node. It was answered only when the attempt's
+// deadline passed, seconds later: the lone script call was committed on
+// the waiter's own goroutine, and go-redis ends a call at its context's
+// deadline, not at its cancellation (docs/design.md, defect 197).
+func TestDrainWhileRedisHangs(t *testing.T) {
+	rp, err := faultproxy.New(testenv.RedisAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rp.Close() })
+	var hung atomic.Bool
+	sent := scriptsSent{on: &hung, sending: make(chan struct{}, 1)}
+	rdb := redis.NewClient(&redis.Options{Addr: rp.Addr(), ContextTimeoutEnabled: true}) // as fenced serve's
+	rdb.AddHook(sent)
+	t.Cleanup(func() { rdb.Close() })
+	_, cli := testenv.Etcd(t)
+	rs, err := lock.NewRedisStore(rdb, newSequencer(t, cli), lock.WithRedisPrefix(testenv.Name(t)+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	ws := &watchSignal{LeaseStore: rs, watching: make(chan string, 1)}
+	e := newEnv(t, ws, nil)
+	name := testenv.Name(t)
+	e.mustAcquire(name, `{"ttl_ms":30000}`)
+	// With a waiter id, as the clients send: its place is kept for its
+	// next request, elsewhere, and nothing is given up on the way out.
+	waiting := e.send("POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":5000,"wait_ms":30000,"waiter":"0123456789abcdef0123456789abcdef"}`)
+	select {
+	case <-ws.watching:
+	case r := <-waiting:
+		t.Fatalf("the waiting acquire answered before it waited: %d %s", r.status, r.body)
+	}
+	rp.Hold(true)
+	t.Cleanup(func() { rp.Hold(false) })
+	hung.Store(true)
+	testenv.Next(t, sent.sending) // the waiter's next attempt (a second apart at most) meets the hang
+
+	t0 := time.Now()
+	e.srv.Drain()
+	select {
+	case r := <-waiting:
+		wantShuttingDown(t, "the waiting acquire", r)
+		t.Logf("answered %s after Drain", time.Since(t0).Round(time.Millisecond))
+	case <-time.After(time.Second):
+		r := <-waiting
+		t.Fatalf("the waiting acquire was answered %s after Drain (%d %s), with its attempt hung on Redis; README: at once",
+			time.Since(t0).Round(time.Millisecond), r.status, r.body)
 	}
 }

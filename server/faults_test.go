@@ -16,6 +16,7 @@ import (
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
+	"github.com/redis/go-redis/v9"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -249,6 +250,46 @@ func TestRedisRefusesWrites(t *testing.T) {
 			env.mustAcquire(testenv.Name(t), `{"ttl_ms":30000}`)
 			if r := env.do("GET", "/readyz", ""); r.status != http.StatusOK {
 				t.Fatalf("readyz after: %d %s", r.status, r.body)
+			}
+		})
+	}
+}
+
+// TestRedisRefusesFenced: a Redis that answers and refuses fenced's
+// connection (a password it wants and fenced lacks, a wrong one, an ACL
+// user without the commands, a database it does not have): /readyz, the
+// 503s and the log name the setting to fix, and do not say that Redis
+// does not answer (docs/design.md, defect 195).
+func TestRedisRefusesFenced(t *testing.T) {
+	r := testenv.StartRedis(t)
+	const pass = "s3cret-s3cret"
+	for _, cmd := range [][]any{
+		{"ACL", "SETUSER", "pinger", "on", ">" + pass, "+ping", "~*"},
+		{"CONFIG", "SET", "requirepass", pass},
+	} {
+		if err := r.Client().Do(t.Context(), cmd...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		refusal string
+		opts    func(*redis.Options)
+		want    []string
+	}{
+		{"NOAUTH", func(o *redis.Options) {}, []string{"NOAUTH", "--redis-password"}},
+		{"WRONGPASS", func(o *redis.Options) { o.Password = "wrong" }, []string{"WRONGPASS", "--redis-password", "--redis-username"}},
+		{"NOPERM", func(o *redis.Options) { o.Username, o.Password = "pinger", pass }, []string{"NOPERM", "--redis-username", "ACL SETUSER"}},
+		{"DB", func(o *redis.Options) { o.Password, o.DB = pass, 99 }, []string{"DB index", "--redis-db", "databases"}},
+	} {
+		t.Run(c.refusal, func(t *testing.T) {
+			var logs testenv.SyncBuffer
+			env := newEnv(t, redisStoreOn(t, r.Addr, c.opts), func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+			msg := env.do("GET", "/readyz", "").errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+			wantSaid(t, "readyz", msg, &logs, append(c.want, "refuses fenced's connection")...)
+			msg = env.do("POST", "/v1/locks/"+testenv.Name(t)+"/acquire", `{"ttl_ms":30000}`).errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+			wantSaid(t, "acquire", msg, &logs, c.want...)
+			if l := logs.String(); strings.Contains(l, "does not answer") || strings.Contains(l, "is reachable") {
+				t.Errorf("Redis answered, with a refusal; the log says it does not, or to check that it is reachable:\n%s", l)
 			}
 		})
 	}

@@ -542,10 +542,40 @@ func backendHint(backend string, err error) (hint string, refused bool) {
 		return redisOOMHint, true
 	case redisRefused(err, "READONLY"):
 		return redisReadOnlyHint, true
+	case redisRefused(err, "NOAUTH"), redisRefused(err, "ERR Protocol error: unauthenticated"):
+		// The second: Redis cuts an unauthenticated client off at a
+		// command of more than a few arguments, as the store's scripts.
+		return redisNoAuthHint, true
+	case redisRefused(err, "WRONGPASS"):
+		return redisWrongPassHint, true
+	case redisRefused(err, "NOPERM"):
+		return redisNoPermHint, true
+	case redisRefused(err, "ERR DB index"):
+		return redisDBHint, true
 	case errors.Is(err, rpctypes.ErrNoLeader):
 		return noLeaderHint, false
 	}
 	return "check that " + backend + " is reachable from fenced and healthy (etcd: has a leader)", false
+}
+
+// refusal says what a backend that answered with a refusal refuses:
+// writes (a full or read-only store), or fenced's connection and commands
+// (its credentials, database or permissions: defect 195).
+func refusal(err error) string {
+	for _, code := range []string{"NOAUTH", "ERR Protocol error: unauthenticated", "WRONGPASS", "NOPERM", "ERR DB index"} {
+		if redisRefused(err, code) {
+			return "refuses fenced's connection"
+		}
+	}
+	return "refuses writes"
+}
+
+// BackendHint is what an operator does about err, a failure of a
+// backend's check, and whether the backend answered with a refusal (it
+// is reachable, and a setting is what to fix). fenced logs it when a
+// backend is not ready at start.
+func BackendHint(err error) (hint string, refused bool) {
+	return backendHint(backendOf(err), err)
 }
 
 // redisRefused reports whether err carries Redis's error reply with code.
@@ -577,6 +607,20 @@ const redisOOMHint = "Redis reached its maxmemory and refuses every write (OOM):
 // failover that moved the primary elsewhere.
 const redisReadOnlyHint = "the Redis at fenced's address is a read-only replica (READONLY), as after a failover: " +
 	"point --redis-addr at the primary, or give --redis-sentinel-addrs and --redis-master to follow failovers"
+
+// Redis answered and refused fenced's connection: a setting of fenced's
+// or of Redis's is wrong, and "check that Redis is reachable", which it
+// is, sent the operator to the network (docs/design.md, defect 195).
+const (
+	redisNoAuthHint = "Redis wants a password (NOAUTH) and fenced gave none: set --redis-password (better FENCED_REDIS_PASSWORD, " +
+		"out of ps) to Redis's requirepass, and --redis-username for an ACL user"
+	redisWrongPassHint = "Redis refused fenced's user name or password (WRONGPASS): check --redis-username and --redis-password " +
+		"(FENCED_REDIS_PASSWORD) against Redis's requirepass or ACL user (ACL LIST), and that the user is on"
+	redisNoPermHint = "the Redis ACL user fenced logs in as (--redis-username) may not run a command or touch a key fenced needs (NOPERM): " +
+		"allow it the commands and the keys under --redis-prefix (ACL SETUSER; ACL LOG says what was refused)"
+	redisDBHint = "Redis has no database of the number fenced selects (ERR DB index): set --redis-db below Redis's databases " +
+		"setting (redis-cli CONFIG GET databases; 16 by default), or raise databases in redis.conf"
+)
 
 // backendOf names the backend that failed: "redis", "etcd", "redlock", or
 // "Redis or etcd" when the error does not say.
@@ -614,7 +658,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ string) {
 		hint, refused := backendHint(backend, err)
 		what := "not ready: a backend does not answer"
 		if refused {
-			what = "not ready: " + backend + " refuses writes"
+			what = "not ready: " + backend + " " + refusal(err)
 		}
 		s.log.LogAttrs(r.Context(), slog.LevelWarn, what,
 			slog.String("backend", backend), slog.String("took", took.Round(time.Microsecond).String()),
@@ -639,9 +683,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ string) {
 func (s *Server) notReady(backend string, err error, hint string, refused, details, timedOut bool) string {
 	switch {
 	case refused && details:
-		return fmt.Sprintf("not ready: %s refuses writes: %v; %s", backend, err, hint)
+		return fmt.Sprintf("not ready: %s %s: %v; %s", backend, refusal(err), err, hint)
 	case refused:
-		return fmt.Sprintf("not ready: %s refuses writes; %s", backend, hint)
+		return fmt.Sprintf("not ready: %s %s; %s", backend, refusal(err), hint)
 	case details:
 		return fmt.Sprintf("not ready: %v", err)
 	case timedOut:

@@ -82,7 +82,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		return err
 	}
 	c.add("etcd client", cli.Close)
-	if err := ensureFloor(ctx, log, cli, o.prefix, o.floor); err != nil {
+	if err := ensureFloor(ctx, log, cli, o.prefix, o.floor, embeddedEtcdHint); err != nil {
 		return err
 	}
 

@@ -203,12 +203,22 @@ func serveLocks(ctx context.Context, c *closer, h *httpFlags, m *daemonMetrics, 
 }
 
 // checkBackends checks the backends once at start and warns if they are
-// not ready: fenced still starts, and /readyz reports them until they are.
+// not ready, with what to do about it: fenced still starts, and /readyz
+// reports them until they are. A backend that answered with a refusal (a
+// wrong password or database: docs/design.md, defect 195) does not stop
+// it either: the same refusal later, as when Redis restarts with another
+// requirepass, only makes /readyz 503, and the operator may mend it on
+// the backend's side (CONFIG SET, ACL SETUSER) without restarting fenced.
 func checkBackends(ctx context.Context, log *slog.Logger, ready func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := ready(ctx); err != nil {
-		log.Warn("a backend is not ready yet (it does not answer, or refuses writes); GET /readyz is 503 until it is", "err", err)
+		hint, refused := server.BackendHint(err)
+		what := "a backend is not ready yet (it does not answer, or refuses writes); GET /readyz is 503 until it is"
+		if refused {
+			what = "a backend answers but refuses fenced; GET /readyz is 503 until the setting named in the hint is fixed"
+		}
+		log.Warn(what, "err", err, "hint", hint)
 	}
 }
 

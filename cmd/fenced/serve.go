@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -144,7 +146,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		st.attrs = append(st.attrs, "etcd", "embedded", "etcd_name", o.member.name)
 	}
 	c.add("etcd client", cli.Close)
-	if err := ensureFloor(ctx, log, cli, o.prefix, o.floor); err != nil {
+	hint := externalEtcdHint
+	if eps == nil {
+		hint = embeddedEtcdHint
+	}
+	if err := ensureFloor(ctx, log, cli, o.prefix, o.floor, hint); err != nil {
 		return err
 	}
 
@@ -212,7 +218,13 @@ func (f *floorFlags) validate(cmd *command) error {
 // returns an error once ctx ends, or at once for an error that no waiting
 // mends (a --min-token that leaves no token below 2^63, a floor key that
 // is not a number): fenced then exits without serving.
-func ensureFloor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, prefix string, ff floorFlags) error {
+//
+// While it waits it logs, every second, where it asks (the client's
+// endpoints), why an endpoint does not answer when a dial says so
+// (connection refused, no such host), and hint, what to check: "etcd does
+// not answer" alone, with a bare "context deadline exceeded", left the
+// operator to guess (docs/design.md, defect 196).
+func ensureFloor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, prefix string, ff floorFlags, hint string) error {
 	what := "set the token floor in etcd"
 	if ff.raise {
 		what = "raise the token floor in etcd (--raise-floor)"
@@ -243,11 +255,52 @@ func ensureFloor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, pr
 			// etcd answered, and asking again gets the same.
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		log.Warn("etcd does not answer; fenced waits for it before serving, since tokens come from it", "err", err)
+		attrs := []any{"err", err, "etcd_endpoints", strings.Join(cli.Endpoints(), ",")}
+		if derr := dialEtcd(ctx, cli.Endpoints()); derr != nil {
+			attrs = append(attrs, "dial", derr.Error())
+		}
+		log.Warn("etcd does not answer; fenced waits for it before serving, since tokens come from it", append(attrs, "hint", hint)...)
 		if !clock.Sleep(ctx, time.Second) {
 			return fmt.Errorf("%s: %w", what, ctx.Err())
 		}
 	}
+}
+
+// What to check when etcd does not answer at start: an external
+// cluster, or an embedded member (which serves only with a quorum of the
+// members of --etcd-initial-cluster).
+const (
+	externalEtcdHint = "check --etcd-endpoints (FENCED_ETCD_ENDPOINTS), that etcd runs there and that fenced can reach it " +
+		"(and --etcd-ca, --etcd-cert, --etcd-username for a cluster that wants them), and its health: " +
+		"etcdctl --endpoints=<them> endpoint health"
+	embeddedEtcdHint = "the embedded etcd member serves only with a quorum of the members in --etcd-initial-cluster: start the others, " +
+		"check that their --etcd-peer-url reach each other, and etcdctl --endpoints=<a member's --etcd-client-url> endpoint status --cluster"
+)
+
+// dialEtcd dials each endpoint's address once (a second at most) and
+// returns the errors of those that do not connect, or nil if every one
+// connects (etcd then answers the connection and not the request: TLS,
+// credentials, no leader). The etcd client retries a refused connection
+// until the request's deadline, which is all its error says.
+func dialEtcd(ctx context.Context, eps []string) error {
+	var errs []error
+	for _, ep := range eps {
+		network, addr := "tcp", ep
+		if u, err := url.Parse(ep); err == nil && strings.Contains(ep, "://") {
+			addr = u.Host
+			if strings.HasPrefix(u.Scheme, "unix") {
+				network, addr = "unix", u.Host+u.Path
+			}
+		}
+		d := net.Dialer{Timeout: time.Second}
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		conn.Close()
+	}
+	return errors.Join(errs...)
 }
 
 func validatePrefix(cmd, prefix string) error {

@@ -266,3 +266,65 @@ func TestEmbeddedEtcdLogsInTheLogFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRedisRefusalSaysWhatToDo: fenced serve with a Redis setting
+// that Redis refuses (a database it does not have, no password where it
+// wants one) starts, is not ready, and its log at start and /readyz name
+// the setting to fix; neither says that Redis does not answer, since it
+// did (docs/design.md, defect 195).
+func TestServeRedisRefusalSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	e, _ := testenv.Etcd(t)
+	r := testenv.StartRedis(t)
+	if err := r.Client().ConfigSet(t.Context(), "requirepass", "s3cret-s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"db", []string{"--redis-addr", testenv.RedisAddr(), "--redis-db", "99"}, []string{"ERR DB index", "--redis-db", "databases"}},
+		{"password", []string{"--redis-addr", r.Addr}, []string{"NOAUTH", "--redis-password"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := start(t, []string{"FENCED_ETCD_ENDPOINTS=" + e.ClientURL()},
+				append([]string{"serve", "--listen", "127.0.0.1:0", "--etcd-prefix", "/" + testenv.Name(t) + "/"}, c.args...)...)
+			a := newAPI(t, p.listening())
+			// The check at start comes before the listener.
+			started := p.stderr.String()
+			code, body := a.text("/readyz")
+			if code != 503 {
+				t.Fatalf("/readyz %d %s, want 503", code, body)
+			}
+			for _, w := range append(c.want, "refuses fenced") {
+				if !strings.Contains(started, w) {
+					t.Errorf("the log at start does not say %q:\n%s", w, started)
+				}
+				if !strings.Contains(body, w) {
+					t.Errorf("/readyz %s: does not say %q", body, w)
+				}
+			}
+			if log := p.stderr.String(); strings.Contains(log, "does not answer") || strings.Contains(log, "is reachable") {
+				t.Errorf("Redis answered, with a refusal; the log says it does not, or to check that it is reachable:\n%s", log)
+			}
+		})
+	}
+}
+
+// TestServeEtcdDownAtStartSaysWhere: fenced serve whose etcd refuses
+// connections waits for it before serving; its log, all the operator has
+// then, names the endpoints, why (connection refused) and what to check,
+// not only "context deadline exceeded" (docs/design.md, defect 196).
+func TestServeEtcdDownAtStartSaysWhere(t *testing.T) {
+	t.Parallel()
+	closed := testenv.FreeURL(t) // nothing listens there
+	p := start(t, []string{"FENCED_REDIS_ADDR=" + testenv.RedisAddr(), "FENCED_ETCD_ENDPOINTS=" + closed}, "serve", "--listen", "127.0.0.1:0")
+	eventually(t, 15*time.Second, "a warning", func() bool { return strings.Contains(p.stderr.String(), "etcd does not answer") })
+	log := p.stderr.String()
+	for _, w := range []string{"etcd_endpoints=" + closed, strings.TrimPrefix(closed, "http://") + ": connect: connection refused", "--etcd-endpoints", "etcdctl --endpoints"} {
+		if !strings.Contains(log, w) {
+			t.Errorf("the log does not say %q:\n%s", w, log)
+		}
+	}
+}

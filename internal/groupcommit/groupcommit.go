@@ -20,7 +20,9 @@
 // batch goes to a runner: a shared batch must not hold a caller, and a
 // context that can be cancelled before its deadline must let its caller
 // leave at once even if the backend's client does not watch for
-// cancellation (go-redis does not).
+// cancellation (go-redis does not). Which contexts can is not known from
+// the context alone: one without a deadline that can be cancelled, and
+// one marked LeaveOnCancel, go to a runner (docs/design.md, defect 197).
 //
 // A commit that goes unanswered for Stall (if set) gives its slot to the
 // next batch: one request a backend holds (an etcd member cut off from
@@ -241,15 +243,35 @@ func (c *Committer[T]) wait(ctx context.Context, r *Request[T]) (any, error) {
 }
 
 // endsOnlyAtDeadline is whether ctx cannot be cancelled before its
-// deadline, if it has one. A context derived from one that can (a
-// WithTimeout of a WithCancel) also counts: its caller still returns by
-// its deadline.
+// deadline, if it has one, or its caller may as well return by its
+// deadline. A context derived from one that can be cancelled (a
+// WithTimeout of a WithCancel) counts, unless it is marked LeaveOnCancel:
+// the context package does not say which parent can end it, and most
+// cancellations (a client that went away) have nobody waiting for the
+// answer.
 func endsOnlyAtDeadline(ctx context.Context) bool {
 	if ctx.Done() == nil {
 		return true
 	}
-	_, ok := ctx.Deadline()
-	return ok
+	if _, ok := ctx.Deadline(); !ok {
+		return false
+	}
+	return ctx.Value(leaveOnCancelKey{}) == nil
+}
+
+type leaveOnCancelKey struct{}
+
+// LeaveOnCancel marks ctx, and every context derived from it, as one
+// whose cancellation before its deadline must let its caller leave at
+// once: a Committer never commits a request of it on the caller's
+// goroutine (Inline), where a backend client that honours only deadlines
+// (go-redis) would hold the caller until the deadline; it goes to a
+// runner, and the caller waits for it and leaves when ctx ends. A wait
+// that fenced's drain ends (server's waitContext) is one: its client,
+// still listening, must hear "shutting down" at once to ask another node,
+// not when the hung call's deadline passes (docs/design.md, defect 197).
+func LeaveOnCancel(ctx context.Context) context.Context {
+	return context.WithValue(ctx, leaveOnCancelKey{}, true)
 }
 
 // Context is a context to commit batch with, bounded by timeout and by

@@ -167,6 +167,8 @@ func TestLoneRequestCommittedByItsCaller(t *testing.T) {
 		{"background", context.Background(), true},
 		{"deadline", timeout, true},
 		{"cancellable", cancellable, false},
+		{"deadline, leave on cancel", groupcommit.LeaveOnCancel(timeout), false},
+		{"background, leave on cancel", groupcommit.LeaveOnCancel(context.Background()), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stack string
@@ -186,6 +188,60 @@ func TestLoneRequestCommittedByItsCaller(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLeaveOnCancel: a lone request whose context has a deadline and is
+// marked LeaveOnCancel goes to a runner, so that its caller leaves as
+// soon as the context is cancelled, while a backend that honours only
+// deadlines (go-redis) holds the commit; unmarked, it is still committed
+// inline. Before, a drained waiter's call was committed inline and its
+// caller held until the call's deadline (docs/design.md, defect 197).
+func TestLeaveOnCancel(t *testing.T) {
+	hang := make(chan struct{})
+	defer close(hang)
+	committing := make(chan struct{}, 1)
+	c := &groupcommit.Committer[int]{Inline: true, Slots: 2} // one for the hung commit
+	c.Commit = func(batch []*groupcommit.Request[int]) {
+		ctx, cancel := groupcommit.Context(batch, time.Minute)
+		defer cancel()
+		committing <- struct{}{}
+		if batch[0].Arg == 1 {
+			// As go-redis: the deadline ends the call, a cancellation
+			// does not.
+			deadline, _ := ctx.Deadline()
+			select {
+			case <-hang:
+			case <-time.After(time.Until(deadline)):
+			}
+		}
+		batch[0].Done(batch[0].Arg, nil)
+	}
+	parent, cancelParent := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(groupcommit.LeaveOnCancel(parent), time.Minute)
+	defer cancel()
+	left := make(chan error, 1)
+	go func() {
+		_, err := c.Do(ctx, "", 1)
+		left <- err
+	}()
+	<-committing
+	cancelParent()
+	select {
+	case err := <-left:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller did not leave when its LeaveOnCancel context was cancelled: its call was committed inline")
+	}
+
+	// Unmarked, and marked but without a deadline or with nothing to
+	// cancel, a lone request is committed as before (inline or not,
+	// TestLoneRequestCommittedByItsCaller): here it is only answered.
+	if v, err := c.Do(groupcommit.LeaveOnCancel(context.Background()), "", 2); err != nil || v.(int) != 2 {
+		t.Fatalf("after: %v, %v", v, err)
+	}
+	<-committing
 }
 
 // A lone request committed by its caller is bounded by its caller's
