@@ -122,23 +122,6 @@ type Setup struct {
 	Servers []func(down func()) error
 }
 
-// etcdLink is a client of every member of an etcd cluster, each
-// reached through a proxy of its own.
-func etcdLink(t *testing.T, members []*sequencer.Embedded) ([]*faultproxy.Proxy, *clientv3.Client) {
-	var ps []*faultproxy.Proxy
-	var eps []string
-	for _, m := range members {
-		p, err := faultproxy.New(strings.TrimPrefix(m.ClientURL(), "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		ps = append(ps, p)
-		eps = append(eps, p.Addr())
-	}
-	return ps, testenv.EtcdClient(t, eps...)
-}
-
 // Redis is two processes taking locks with Redis leases, on a Redis of
 // the test's own (the nemesis pauses it), with tokens from a three-member
 // etcd cluster; each process reaches Redis and every member through
@@ -171,7 +154,7 @@ func redisNodes(t *testing.T, n int) Setup {
 			t.Cleanup(func() { rdb.Close() })
 			rdbs = append(rdbs, rdb)
 		}
-		eps, ecli := etcdLink(t, s.Etcd)
+		ecli, eps := testenv.ClusterClientProxied(t, s.Etcd)
 		s.addProcess(t, func() (*lock.Client, func(), error) { return newRedisProcess(t, rdbs, ecli, prefix) })
 		s.Links = append(s.Links, append(links, eps...))
 	}
@@ -357,7 +340,7 @@ func (s *Setup) proxiedProcesses(t *testing.T, prefix string, through func(proxy
 			proxy[node.Addr] = links[i].Addr()
 		}
 		rdb := through(proxy)
-		eps, ecli := etcdLink(t, s.Etcd)
+		ecli, eps := testenv.ClusterClientProxied(t, s.Etcd)
 		s.addProcess(t, func() (*lock.Client, func(), error) {
 			return newRedisProcess(t, []redis.UniversalClient{rdb}, ecli, prefix)
 		})
@@ -434,7 +417,7 @@ func Etcd(t *testing.T) Setup {
 		return newProcess(t, st)
 	}
 	for range 2 { // processes
-		eps, ecli := etcdLink(t, s.Etcd)
+		ecli, eps := testenv.ClusterClientProxied(t, s.Etcd)
 		s.addProcess(t, func() (*lock.Client, func(), error) { return newStore(ecli) })
 		s.Links = append(s.Links, eps)
 	}
