@@ -2,12 +2,12 @@ package client_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/fenced/fenced/api"
+	"github.com/fenced/fenced/internal/locktest"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/server"
@@ -40,38 +40,7 @@ func TestObserveByLongPollWithOneMemberLinkHeld(t *testing.T) {
 	if l := testenv.Next(t, obs); l.Leading {
 		t.Fatalf("before any campaign: %+v", l)
 	}
-	const within = 5 * time.Second
-	var lead *lock.Lease
-	shown := lock.Leader{Name: name}
-	for i, link := range links {
-		if lead != nil {
-			if err := lead.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		link.Hold(true)
-		v := fmt.Sprintf("held%d", i)
-		if lead, err = candidates.Elect(ctx, name, v, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		want := lock.Leader{Name: name, Leading: true, Value: v, Token: lead.Token()}
-		t0 := time.Now()
-		l, ok := testenv.NextWithin(obs, within, func(l lock.Leader) bool { return l == want })
-		if l.Name != "" {
-			shown = l
-		}
-		if !ok {
-			t.Errorf("link to member %d held: %s after %q was elected (term %d), the observer still shows %+v", i, within, v, lead.Token(), shown)
-		} else {
-			t.Logf("link to member %d held: the new leader shown after %s", i, time.Since(t0).Round(time.Millisecond))
-		}
-		link.Hold(false)
-		if !ok {
-			l, _ := testenv.NextWithin(obs, 15*time.Second, func(l lock.Leader) bool { return l == want })
-			t.Logf("  once the link was let through: %+v", l)
-		}
-	}
-	lead.Release(ctx)
+	locktest.ObserveEachLinkHeld(t, candidates, obs, name, links, nil)
 }
 
 // TestLeaderLongPollWithOneMemberLinkHeld: a long poll (wait_ms 1000) of
