@@ -170,7 +170,11 @@ func (p *proc) signal(s syscall.Signal) {
 }
 
 // listening reads the first line, "fenced listening on URL", and returns
-// URL.
+// URL once the log says "fenced dev ready" or "fenced serve ready", written
+// just after that line. stdout and stderr are two pipes, and exec copies
+// stderr into the buffer on a goroutine of its own: without the wait a
+// test that reads the log at start right after the first line could miss
+// lines written before it (a CI run did, for defect 195's test).
 func (p *proc) listening() string {
 	p.t.Helper()
 	l := p.line(60 * time.Second)
@@ -178,6 +182,10 @@ func (p *proc) listening() string {
 	if !ok || !(strings.HasPrefix(u, "http://127.0.0.1:") || strings.HasPrefix(u, "https://127.0.0.1:")) {
 		p.t.Fatalf("first line %q, want fenced listening on http(s)://127.0.0.1:PORT", l)
 	}
+	ready := "fenced " + p.cmd.Args[1] + " ready"
+	eventually(p.t, 30*time.Second, "the log line "+ready, func() bool {
+		return strings.Contains(p.stderr.String(), ready)
+	})
 	return u
 }
 
