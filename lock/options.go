@@ -180,8 +180,9 @@ type AcquireOptions struct {
 // true). It returns an error matching ErrInvalidOption for an option that
 // does not apply (WithWait or WithRetry with TryAcquire, WithFinal without
 // a place in the queue), for WithDetached with WithKeepAlive, and for
-// invalid values (a negative wait, a nil strategy, a waiter id that is not
-// 32 lowercase hex digits, a nil Option).
+// invalid values (a negative wait, a nil strategy or one of this package's
+// with arguments out of range, a waiter id that is not 32 lowercase hex
+// digits, a nil Option).
 func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 	var o acquireOpts
 	for _, f := range opts {
@@ -204,6 +205,8 @@ func ResolveOptions(try bool, opts ...Option) (AcquireOptions, error) {
 		return r, fmt.Errorf("%w: WithWait(%s): want >= 0 (0 waits until the context ends)", ErrInvalidOption, o.wait)
 	case o.retrySet && o.retry == nil:
 		return r, fmt.Errorf("%w: WithRetry(nil): want a strategy, such as ExponentialBackoff(4*time.Millisecond, 256*time.Millisecond)", ErrInvalidOption)
+	case checkStrategy(o.retry) != nil:
+		return r, fmt.Errorf("%w: WithRetry: %v", ErrInvalidOption, checkStrategy(o.retry))
 	case try && o.unfair:
 		return r, fmt.Errorf("%w: WithUnfair does not apply to TryAcquire, which takes a free lock whoever waits", ErrInvalidOption)
 	case o.ownerSet && ValidateLabel(o.owner) != nil:

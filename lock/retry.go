@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -18,6 +19,22 @@ import (
 // if it keeps state, give each acquisition its own.
 type RetryStrategy interface {
 	NextBackoff() time.Duration
+}
+
+// checkedStrategy is a strategy of this package whose arguments can be
+// wrong: ResolveOptions refuses it, rather than Acquire panicking on a nil
+// inner strategy or giving up at once on a zero interval.
+type checkedStrategy interface {
+	check() error
+}
+
+// checkStrategy returns what is wrong with s, if it is one of this
+// package's strategies (a strategy of your own is used as given).
+func checkStrategy(s RetryStrategy) error {
+	if c, ok := s.(checkedStrategy); ok {
+		return c.check()
+	}
+	return nil
 }
 
 // freshStrategy is a strategy that keeps state, and makes a copy of itself
@@ -47,26 +64,39 @@ type linear time.Duration
 
 func (l linear) NextBackoff() time.Duration { return time.Duration(l) }
 
-// LinearBackoff waits the same interval every time.
+// LinearBackoff waits the same interval every time; d must be positive.
 func LinearBackoff(d time.Duration) RetryStrategy { return linear(d) }
+
+func (l linear) check() error {
+	if l <= 0 {
+		return fmt.Errorf("LinearBackoff(%s): want an interval > 0 (NoRetry gives up at once)", time.Duration(l))
+	}
+	return nil
+}
 
 type exponential struct {
 	mu            sync.Mutex
 	min, cur, max time.Duration
+	bad           error // arguments out of range: ResolveOptions refuses it
 }
 
-func (e *exponential) fresh() RetryStrategy { return &exponential{min: e.min, cur: e.min, max: e.max} }
+func (e *exponential) fresh() RetryStrategy {
+	return &exponential{min: e.min, cur: e.min, max: e.max, bad: e.bad}
+}
+
+func (e *exponential) check() error { return e.bad }
 
 // ExponentialBackoff waits min, then twice as long each time up to max, with
-// up to 25% random jitter so that waiters do not retry in step.
+// up to 25% random jitter so that waiters do not retry in step. min must be
+// positive and max at least min.
 func ExponentialBackoff(min, max time.Duration) RetryStrategy {
-	if min <= 0 {
-		min = time.Millisecond
+	var bad error
+	if min <= 0 || max < min {
+		bad = fmt.Errorf("ExponentialBackoff(%s, %s): want 0 < min <= max", min, max)
+		// Called directly, NextBackoff still needs values it can use.
+		min, max = time.Millisecond, time.Millisecond
 	}
-	if max < min {
-		max = min
-	}
-	return &exponential{min: min, cur: min, max: max}
+	return &exponential{min: min, cur: min, max: max, bad: bad}
 }
 
 func (e *exponential) NextBackoff() time.Duration {
@@ -91,8 +121,22 @@ type limited struct {
 	left int
 }
 
-// LimitRetry gives up after max retries of s, in each acquisition.
+// LimitRetry gives up after max retries of s, in each acquisition; s must
+// not be nil and max not negative.
 func LimitRetry(s RetryStrategy, max int) RetryStrategy { return &limited{s: s, max: max, left: max} }
+
+func (l *limited) check() error {
+	switch {
+	case l.s == nil:
+		return fmt.Errorf("LimitRetry(nil, %d): want a strategy to limit", l.max)
+	case l.max < 0:
+		return fmt.Errorf("LimitRetry(s, %d): want max >= 0 retries", l.max)
+	}
+	if err := checkStrategy(l.s); err != nil {
+		return fmt.Errorf("LimitRetry: %v", err)
+	}
+	return nil
+}
 
 func (l *limited) fresh() RetryStrategy { return &limited{s: fresh(l.s), max: l.max, left: l.max} }
 
