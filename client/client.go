@@ -299,9 +299,6 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	if err := lock.ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
-	if ttl%time.Millisecond != 0 {
-		return nil, fmt.Errorf("%w: %s; want whole milliseconds", lock.ErrInvalidTTL, ttl)
-	}
 	verb := "acquire"
 	if campaign {
 		verb = "campaign"

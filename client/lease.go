@@ -32,8 +32,8 @@ var _ lock.LeaseKeeper = keeper{}
 // it is sent again; to a server that does not know seq, the refresh goes
 // again without it.
 func (k keeper) Refresh(ctx context.Context, name, leaseID string, ttl time.Duration, seq uint64) (lock.Grant, error) {
-	if ttl%time.Millisecond != 0 {
-		return lock.Grant{}, fmt.Errorf("%w: %s; want whole milliseconds", lock.ErrInvalidTTL, ttl)
+	if err := lock.ValidateTTL(ttl); err != nil {
+		return lock.Grant{}, err
 	}
 	var a api.Lease
 	ttlMs := ttl.Milliseconds()

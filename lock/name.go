@@ -65,10 +65,13 @@ func ValidateNamePrefix(prefix string) error {
 	return nil
 }
 
-// ValidateTTL checks a TTL against MinTTL and MaxTTL.
+// ValidateTTL checks a TTL: MinTTL to MaxTTL in whole milliseconds, the
+// unit of Redis's PEXPIRE and of the HTTP API, so that the TTL a Lease
+// reports is the one the store keeps (before, the Redis store cut 10.0009s
+// to 10s and the Lease said 10.0009s: docs/design.md, defect 199).
 func ValidateTTL(ttl time.Duration) error {
-	if ttl < MinTTL || ttl > MaxTTL {
-		return fmt.Errorf("%w: %s; want %s to %s", ErrInvalidTTL, ttl, MinTTL, MaxTTL)
+	if ttl < MinTTL || ttl > MaxTTL || ttl%time.Millisecond != 0 {
+		return fmt.Errorf("%w: %s; want %s to %s in whole milliseconds", ErrInvalidTTL, ttl, MinTTL, MaxTTL)
 	}
 	return nil
 }

@@ -105,7 +105,7 @@ func (o *holdOpts) register(fs *flag.FlagSet, ttlHelp, waitHelp, graceHelp strin
 // check refuses values the API or the child's supervision cannot take.
 func (o *holdOpts) check(cmdName string) error {
 	switch {
-	case lock.ValidateTTL(o.ttl) != nil || o.ttl%time.Millisecond != 0:
+	case lock.ValidateTTL(o.ttl) != nil:
 		return usagef(cmdName, "--ttl %s: want %s to %s in whole milliseconds", o.ttl, lock.MinTTL, lock.MaxTTL)
 	case o.wait < 0:
 		return usagef(cmdName, "--wait %s: want >= 0 (0 waits until %s)", o.wait, o.waitZero)
