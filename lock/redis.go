@@ -132,15 +132,31 @@ var _ LeaseStore = (*RedisStore)(nil)
 // RedisOption configures a RedisStore.
 type RedisOption func(*RedisStore) error
 
-// WithRedisPrefix sets the key prefix. Default "fenced:".
+// WithRedisPrefix sets the key prefix. Default "fenced:". See
+// ValidateRedisPrefix.
 func WithRedisPrefix(p string) RedisOption {
 	return func(s *RedisStore) error {
-		if p == "" {
-			return errors.New("lock: empty Redis key prefix")
+		if err := ValidateRedisPrefix(p); err != nil {
+			return err
 		}
 		s.prefix = p
 		return nil
 	}
+}
+
+// ValidateRedisPrefix checks a Redis key prefix: not empty, and without
+// "{" or "}". A lock's keys share the hash tag {name}, which keeps them in
+// one Redis Cluster slot for its scripts; a brace in the prefix would come
+// first and change the tag: "{}" made every script fail with CROSSSLOT,
+// and "{app}" put every lock on one master (docs/design.md, defect 200).
+func ValidateRedisPrefix(p string) error {
+	switch {
+	case p == "":
+		return errors.New("lock: empty Redis key prefix; want one such as fenced: or app-a:")
+	case strings.ContainsAny(p, "{}"):
+		return fmt.Errorf("lock: Redis key prefix %q has a brace; want none: a lock's {name} must be its keys' first hash tag, so that they share a Redis Cluster slot (use one such as fenced: or app-a:)", p)
+	}
+	return nil
 }
 
 // NewRedisStore returns a store on rdb that takes tokens from seq. Close

@@ -48,6 +48,10 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"serve", "--redis-addr", "a:1", "--redis-cluster-addrs", "b:1", "--etcd-endpoints", "http://a:1"}, "only one"},
 		{nil, []string{"serve", "--redis-sentinel-addrs", "a:1", "--etcd-endpoints", "http://a:1"}, "--redis-master"},
 		{nil, []string{"serve", "--redis-addr", "nohost", "--etcd-endpoints", "http://a:1"}, "--redis-addr"},
+		// Refused before the wait for etcd, not after, with every script
+		// failing CROSSSLOT on a Cluster (defect 200).
+		{nil, []string{"serve", "--redis-addr", "a:1", "--etcd-endpoints", "http://a:1", "--redis-prefix", "{}"}, `--redis-prefix: Redis key prefix "{}" has a brace; want none`},
+		{nil, []string{"dev", "--redis-addr", "a:1", "--redis-prefix", "app{x}:"}, "--redis-prefix"},
 		{nil, []string{"serve", "--redis-addr", "a:1", "--etcd-endpoints", "nohost"}, "--etcd-endpoints"},
 		{[]string{"FENCED_REDIS_TLS=maybe"}, []string{"serve"}, "FENCED_REDIS_TLS"},
 		{nil, []string{"serve", "--lease-store", "etcd", "--etcd-endpoints", "http://a:1", "--etcd-data-dir", dir}, "give one"},

@@ -75,8 +75,8 @@ func (r *redisFlags) validate(cmd string) (*redis.UniversalOptions, error) {
 		return nil, usagef(cmd, "--redis-db %d: want >= 0", r.db)
 	case r.db != 0 && r.clusterAddrs != "":
 		return nil, usagef(cmd, "--redis-db %d with --redis-cluster-addrs: Redis Cluster has only database 0", r.db)
-	case r.prefix == "":
-		return nil, usagef(cmd, "--redis-prefix: want a non-empty prefix")
+	case lock.ValidateRedisPrefix(r.prefix) != nil:
+		return nil, usagef(cmd, "--redis-prefix: %v", strings.TrimPrefix(lock.ValidateRedisPrefix(r.prefix).Error(), "lock: "))
 	}
 	if err := r.tlsFiles.check(cmd); err != nil {
 		return nil, err
