@@ -25,6 +25,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"Config.Locks", func(c *Config) { c.Locks = nil }},
 		{"Config.MaxBodyBytes", func(c *Config) { c.MaxBodyBytes = -1 }},
+		{"Config.MaxBodyBytes", func(c *Config) { c.MaxBodyBytes = 10 }},
 		{"Config.MinTTL", func(c *Config) { c.MinTTL = time.Millisecond }},
 		{"Config.MinTTL", func(c *Config) { c.MinTTL = 10500 * time.Microsecond }},
 		{"Config.MaxTTL", func(c *Config) { c.MaxTTL = 25 * time.Hour }},

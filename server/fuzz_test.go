@@ -192,7 +192,7 @@ func FuzzServeHTTP(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	srv, err := New(Config{Locks: locks, MaxWait: 10 * time.Millisecond, MaxBodyBytes: 1 << 10})
+	srv, err := New(Config{Locks: locks, MaxWait: 10 * time.Millisecond, MaxBodyBytes: MinMaxBodyBytes})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -45,7 +45,7 @@ type Config struct {
 	// while the server runs.
 	Tokens *Tokens
 	// MaxBodyBytes bounds a request body; a larger one is a 413. Default
-	// 64 KiB.
+	// 64 KiB; at least MinMaxBodyBytes.
 	MaxBodyBytes int64
 	// MinTTL and MaxTTL bound ttl_ms. Defaults lock.MinTTL (10ms) and
 	// lock.MaxTTL (24h); they must lie within those and be whole
@@ -69,7 +69,13 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxBodyBytes   = 64 << 10
+	DefaultMaxBodyBytes = 64 << 10
+	// MinMaxBodyBytes is the least MaxBodyBytes: the API's largest request
+	// (an acquire with both labels of 128 bytes, each character escaped as
+	// \u00XX) fits in 2 KiB. Below it a server refused requests of its own
+	// API, the curl line it prints at start among them (docs/design.md,
+	// defect 210).
+	MinMaxBodyBytes       = 4 << 10
 	DefaultTTL            = 30 * time.Second
 	DefaultMaxWait        = 60 * time.Second
 	DefaultBackendTimeout = 10 * time.Second
@@ -190,8 +196,8 @@ func (e *ConfigError) Error() string {
 func (cfg Config) Check() error {
 	s := &Server{maxBody: cfg.MaxBodyBytes, backendTimeout: cfg.BackendTimeout, readyTimeout: cfg.ReadyTimeout,
 		limits: limits{minTTL: cfg.MinTTL, maxTTL: cfg.MaxTTL, defaultTTL: cfg.DefaultTTL, maxWait: cfg.MaxWait}}
-	if s.maxBody < 0 {
-		return &ConfigError{"MaxBodyBytes", s.maxBody, fmt.Sprintf("want > 0 (0 means %d)", DefaultMaxBodyBytes)}
+	if s.maxBody < 0 || s.maxBody > 0 && s.maxBody < MinMaxBodyBytes {
+		return &ConfigError{"MaxBodyBytes", s.maxBody, fmt.Sprintf("want at least %d, the API's largest request with room to spare (0 means %d)", MinMaxBodyBytes, DefaultMaxBodyBytes)}
 	}
 	if s.limits.maxWait < 0 {
 		return &ConfigError{"MaxWait", s.limits.maxWait, fmt.Sprintf("want > 0 (0 means %s)", DefaultMaxWait)}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -340,8 +341,8 @@ func TestRoutingErrors(t *testing.T) {
 
 func TestBodyTooLarge(t *testing.T) {
 	cs := &counting{LeaseStore: backends(t)[1].store}
-	e := newEnv(t, cs, func(c *Config) { c.MaxBodyBytes = 64 })
-	big := `{"ttl_ms":1000` + strings.Repeat(" ", 100) + `}`
+	e := newEnv(t, cs, func(c *Config) { c.MaxBodyBytes = MinMaxBodyBytes })
+	big := `{"ttl_ms":1000` + strings.Repeat(" ", MinMaxBodyBytes) + `}`
 	for _, action := range []string{"acquire", "refresh", "release"} {
 		e.do("POST", "/v1/locks/x/"+action, big).errCode(t, http.StatusRequestEntityTooLarge, codePayloadTooLarge)
 	}
@@ -351,8 +352,24 @@ func TestBodyTooLarge(t *testing.T) {
 	// At the limit is fine.
 	name := testenv.Name(t)
 	body := `{"ttl_ms":1000}`
-	body += strings.Repeat(" ", 64-len(body))
+	body += strings.Repeat(" ", MinMaxBodyBytes-len(body))
 	l := e.mustAcquire(name, body)
+	e.release(name, l.LeaseID)
+
+	// The largest request of the API fits in the least limit, with every
+	// character of both labels escaped as Go's encoder does "<" (defect
+	// 210: --max-body-bytes 10 refused fenced's own curl line).
+	ttl, wait := int64(lock.MaxTTL/time.Millisecond), int64(DefaultMaxWait/time.Millisecond)
+	waiter, _ := lock.NewWaiterID()
+	largest, err := json.Marshal(api.AcquireRequest{TTLMs: &ttl, WaitMs: &wait, Owner: strings.Repeat("<", lock.MaxLabelLen),
+		Holder: strings.Repeat("<", lock.MaxLabelLen), Waiter: waiter, Final: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(largest) > MinMaxBodyBytes/2 {
+		t.Fatalf("the largest acquire is %d bytes, over half of MinMaxBodyBytes (%d)", len(largest), MinMaxBodyBytes)
+	}
+	l = e.mustAcquire(name, string(largest))
 	e.release(name, l.LeaseID)
 }
 

@@ -22,6 +22,7 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"dev", "--max-ttl", "abc"}, "--max-ttl"},
 		{nil, []string{"dev", "--max-ttl", "48h"}, "--max-ttl"},
 		{nil, []string{"dev", "--max-body-bytes", "1k"}, "--max-body-bytes"},
+		{nil, []string{"dev", "--max-body-bytes", "10"}, "--max-body-bytes 10: want at least 4096"},
 		{nil, []string{"dev", "--ready-timeout", "0s"}, "--ready-timeout"},
 		// Not the server's "(0 means …)": the flags refuse 0.
 		{nil, []string{"dev", "--max-wait", "-1s"}, "--max-wait -1s: want > 0 (run"},

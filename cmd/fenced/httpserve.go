@@ -63,7 +63,7 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.maxWait, "max-wait", server.DefaultMaxWait, "Longest wait_ms an acquire request may ask for.")
 	fs.DurationVar(&h.backendTimeout, "backend-timeout", server.DefaultBackendTimeout, "Bound on the Redis and etcd calls of one request, on top of its wait_ms; past it the answer is 503 with Retry-After.")
 	fs.DurationVar(&h.readyTimeout, "ready-timeout", server.DefaultReadyTimeout, "Bound on the backend check of GET /readyz; keep it below your probe's timeout (Kubernetes: 1s).")
-	fs.Int64Var(&h.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "Largest request body; a larger one is a 413.")
+	fs.Int64Var(&h.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "Largest request body, at least 4096; a larger one is a 413.")
 	fs.DurationVar(&h.shutdownGrace, "shutdown-grace", 10*time.Second, "On SIGTERM or SIGINT, how long in-flight requests may take to finish before they are cut off.\nRequests that wait (wait_ms, election long polls) are answered 503 with Retry-After at once.")
 }
 
@@ -98,8 +98,8 @@ func (h *httpFlags) validate(cmd string) error {
 			return usagef(cmd, "%s %s: want > 0", f.flag, f.d)
 		}
 	}
-	if h.maxBodyBytes <= 0 {
-		return usagef(cmd, "--max-body-bytes %d: want > 0", h.maxBodyBytes)
+	if h.maxBodyBytes < server.MinMaxBodyBytes {
+		return usagef(cmd, "--max-body-bytes %d: want at least %d, the API's largest request with room to spare", h.maxBodyBytes, server.MinMaxBodyBytes)
 	}
 	// The TTLs are checked here, not left to server.Config.Check: a 0 there
 	// means the default (24h, 30s), and its message names Config fields.
