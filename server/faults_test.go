@@ -265,6 +265,9 @@ func TestRedisRefusesFenced(t *testing.T) {
 	const pass = "s3cret-s3cret"
 	for _, cmd := range [][]any{
 		{"ACL", "SETUSER", "pinger", "on", ">" + pass, "+ping", "~*"},
+		// Its scripts, but not what they call: Redis 7.0 refuses that
+		// with an ERR, not NOPERM (defect 211).
+		{"ACL", "SETUSER", "scripter", "on", ">" + pass, "+ping", "+evalsha", "+eval", "~*", "&*"},
 		{"CONFIG", "SET", "requirepass", pass},
 	} {
 		if err := r.Client().Do(t.Context(), cmd...).Err(); err != nil {
@@ -278,7 +281,8 @@ func TestRedisRefusesFenced(t *testing.T) {
 	}{
 		{"NOAUTH", func(o *redis.Options) {}, []string{"NOAUTH", "--redis-password"}},
 		{"WRONGPASS", func(o *redis.Options) { o.Password = "wrong" }, []string{"WRONGPASS", "--redis-password", "--redis-username"}},
-		{"NOPERM", func(o *redis.Options) { o.Username, o.Password = "pinger", pass }, []string{"NOPERM", "--redis-username", "ACL SETUSER"}},
+		{"NOPERM", func(o *redis.Options) { o.Username, o.Password = "pinger", pass }, []string{"NOPERM", "--redis-username", "ACL SETUSER", "Redis ACL"}},
+		{"ScriptACL", func(o *redis.Options) { o.Username, o.Password = "scripter", pass }, []string{"can't run this command", "--redis-username", "ACL SETUSER"}},
 		{"DB", func(o *redis.Options) { o.Password, o.DB = pass, 99 }, []string{"DB index", "--redis-db", "databases"}},
 	} {
 		t.Run(c.refusal, func(t *testing.T) {

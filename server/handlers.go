@@ -548,7 +548,7 @@ func backendHint(backend string, err error) (hint string, refused bool) {
 		return redisNoAuthHint, true
 	case redisRefused(err, "WRONGPASS"):
 		return redisWrongPassHint, true
-	case redisRefused(err, "NOPERM"):
+	case redisACLRefused(err):
 		return redisNoPermHint, true
 	case redisRefused(err, "ERR DB index"):
 		return redisDBHint, true
@@ -562,10 +562,13 @@ func backendHint(backend string, err error) (hint string, refused bool) {
 // writes (a full or read-only store), or fenced's connection and commands
 // (its credentials, database or permissions: defect 195).
 func refusal(err error) string {
-	for _, code := range []string{"NOAUTH", "ERR Protocol error: unauthenticated", "WRONGPASS", "NOPERM", "ERR DB index"} {
+	for _, code := range []string{"NOAUTH", "ERR Protocol error: unauthenticated", "WRONGPASS", "ERR DB index"} {
 		if redisRefused(err, code) {
 			return "refuses fenced's connection"
 		}
+	}
+	if redisACLRefused(err) {
+		return "refuses fenced's connection"
 	}
 	return "refuses writes"
 }
@@ -582,6 +585,14 @@ func BackendHint(err error) (hint string, refused bool) {
 func redisRefused(err error, code string) bool {
 	var re redis.Error
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), code+" ")
+}
+
+// redisACLRefused: the ACL user may not run a command or touch a key. A
+// command refused inside a script is no NOPERM on Redis 7.0 but "ERR The
+// user executing the script can't …", and was taken for a Redis that does
+// not answer (docs/design.md, defect 211).
+func redisACLRefused(err error) bool {
+	return redisRefused(err, "NOPERM") || redisRefused(err, "ERR The user executing the script can't")
 }
 
 // noSpaceHint is what an operator does when etcd's database reached its
@@ -617,7 +628,7 @@ const (
 	redisWrongPassHint = "Redis refused fenced's user name or password (WRONGPASS): check --redis-username and --redis-password " +
 		"(FENCED_REDIS_PASSWORD) against Redis's requirepass or ACL user (ACL LIST), and that the user is on"
 	redisNoPermHint = "the Redis ACL user fenced logs in as (--redis-username) may not run a command or touch a key fenced needs (NOPERM): " +
-		"allow it the commands and the keys under --redis-prefix (ACL SETUSER; ACL LOG says what was refused)"
+		"give it the rules the README lists under \"Redis ACL\" (lock.RedisACLRules: the keys and channels under --redis-prefix and the commands of fenced's scripts) with ACL SETUSER; ACL LOG says what was refused"
 	redisDBHint = "Redis has no database of the number fenced selects (ERR DB index): set --redis-db below Redis's databases " +
 		"setting (redis-cli CONFIG GET databases; 16 by default), or raise databases in redis.conf"
 )
