@@ -136,8 +136,11 @@ func TestCheckLostEarly(t *testing.T) {
 	}
 }
 
-// checkObserved finds a term going back and a leader shown with another's
-// value, and passes a correct sequence with nobody leading in between.
+// checkObserved finds a term going back, a leader shown leading again
+// after another state (docs/design.md, defect 205) and a leader shown with
+// another's value, and passes a correct sequence with nobody leading in
+// between and what a fresh Observe call may show first: the state the last
+// one showed, or a later one.
 func TestCheckObserved(t *testing.T) {
 	h := &history{grants: map[string]*grant{
 		"a": {name: "e", who: "p0c0", id: "a", token: 5},
@@ -155,6 +158,11 @@ func TestCheckObserved(t *testing.T) {
 	}{
 		{"terms in order", []lock.Leader{nobody, lead(5, "p0c0"), nobody, lead(7, "p1c1"), lead(9, "final")}, ""},
 		{"a term going back", []lock.Leader{lead(7, "p1c1"), nobody, lead(5, "p0c0")}, "showed term 5 after term 7"},
+		{"a resigned leader again", []lock.Leader{lead(5, "p0c0"), nobody, lead(5, "p0c0")}, "showed term 5 leading again after nobody leading"},
+		{"a resigned leader again, later", []lock.Leader{lead(5, "p0c0"), nobody, lead(7, "p1c1"), nobody, lead(5, "p0c0")}, "showed term 5 after term 7"},
+		{"a leader again after the next", []lock.Leader{lead(5, "p0c0"), lead(7, "p1c1"), lead(5, "p0c0")}, "showed term 5 after term 7"},
+		{"a fresh call shows the leader again", []lock.Leader{nobody, lead(5, "p0c0"), lead(5, "p0c0"), nobody, nobody, lead(7, "p1c1")}, ""},
+		{"a fresh call shows a later state", []lock.Leader{lead(5, "p0c0"), lead(7, "p1c1"), nobody, lead(9, "final")}, ""},
 		{"another's value", []lock.Leader{lead(5, "p1c1")}, "that term is p0c0's"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

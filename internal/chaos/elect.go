@@ -129,9 +129,16 @@ func campaign(t *testing.T, ctx context.Context, h *history, e lock.Elector, who
 }
 
 // checkObserved checks one observer's sightings of election name against
-// the history: the terms it showed never went back (Observe reads
+// the history: the states it showed never went back (Observe reads
 // linearizably, and each term is higher than every term before it), and
 // a leader whose grant the history holds was shown with its own value.
+//
+// A term shown is higher than every term before it, or it repeats the
+// sighting just before it: the first sighting of a fresh Observe call
+// (observe calls again when a channel closes) is who leads now, which may
+// be who led when the last call ended. A term shown again after another
+// state went back: once nobody leads, or a later term, that term never
+// leads again (docs/design.md, defect 205).
 func checkObserved(h *history, name, who string, seen []lock.Leader) (wrong []string) {
 	terms := map[fence.Token]*grant{}
 	for _, g := range h.grants {
@@ -139,13 +146,16 @@ func checkObserved(h *history, name, who string, seen []lock.Leader) (wrong []st
 			terms[g.token] = g
 		}
 	}
-	var last fence.Token
-	for _, l := range seen {
+	var last fence.Token // the highest term shown
+	for i, l := range seen {
 		if !l.Leading {
 			continue
 		}
-		if l.Token < last {
+		switch {
+		case l.Token < last:
 			wrong = append(wrong, fmt.Sprintf("%s: observer %s showed term %d after term %d", name, who, l.Token, last))
+		case l.Token == last && i > 0 && seen[i-1] != l:
+			wrong = append(wrong, fmt.Sprintf("%s: observer %s showed term %d leading again after %s", name, who, l.Token, shown(seen[i-1])))
 		}
 		last = max(last, l.Token)
 		if g, ok := terms[l.Token]; ok && g.who != l.Value {
@@ -153,6 +163,14 @@ func checkObserved(h *history, name, who string, seen []lock.Leader) (wrong []st
 		}
 	}
 	return wrong
+}
+
+// shown says what sighting l showed.
+func shown(l lock.Leader) string {
+	if !l.Leading {
+		return "nobody leading"
+	}
+	return fmt.Sprintf("term %d (%q)", l.Token, l.Value)
 }
 
 // checkElection checks, once the faults are over, that a new leader and
