@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fenced/fenced/internal/chaos"
+	"github.com/fenced/fenced/lock"
 )
 
 // TestChaos runs the randomized fault test of internal/chaos on each lease
@@ -31,5 +32,14 @@ func TestChaos(t *testing.T) {
 			t.Parallel()
 			chaos.Run(t, c.setup(t))
 		})
+	}
+}
+
+// The randomized fault test reports an abandoned attempt's mark left in
+// etcd on a lease longer than the mark's life (docs/design.md, defect
+// 206): it must know that life.
+func TestChaosAbandonedFor(t *testing.T) {
+	if chaos.AbandonedFor != lock.AbandonedFor {
+		t.Fatalf("chaos.AbandonedFor is %s; an abandoned mark lasts %s (lock/etcd.go, abandonedFor)", chaos.AbandonedFor, lock.AbandonedFor)
 	}
 }

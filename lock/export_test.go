@@ -25,3 +25,7 @@ func (s *RedisStore) PipelineAcquireAndRefresh(ctx context.Context, name, leaseI
 func (s *RedisStore) AbandonLease(ctx context.Context, name, leaseID string, ttl time.Duration) error {
 	return s.abandonLease(ctx, name, leaseID, ttl)
 }
+
+// AbandonedFor is abandonedFor: how long an abandoned attempt's etcd mark
+// lasts, which internal/chaos holds the marks left in etcd to.
+const AbandonedFor = abandonedFor

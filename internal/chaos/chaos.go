@@ -424,23 +424,62 @@ func Etcd(t *testing.T) Setup {
 	cli := testenv.ClusterClient(t, s.Etcd)
 	s.Direct = must(t)(newStore(cli))
 	s.Keys = func() []string {
-		r, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		keys, err := etcdKeys(context.Background(), cli, prefix)
 		if err != nil {
 			t.Fatal(err)
-		}
-		var keys []string
-		for _, kv := range r.Kvs {
-			// The token's counter and floor stay, one each per store; an
-			// abandoned attempt's mark names no lock and goes with its own
-			// lease, in a minute (lock/etcd.go, abandon).
-			k := string(kv.Key)
-			if k != prefix+"counter" && k != prefix+"floor" && !strings.HasPrefix(k, prefix+"abandoned/") {
-				keys = append(keys, k)
-			}
 		}
 		return keys
 	}
 	return s
+}
+
+// AbandonedFor is how long an abandoned attempt's mark lasts in etcd:
+// lock/etcd.go's abandonedFor (lock.TestChaosAbandonedFor checks that
+// they agree).
+const AbandonedFor = time.Minute
+
+// abandonedMargin is how much longer than AbandonedFor a mark's lease may
+// have left: etcd extends every lease by an election timeout (500 ms
+// here) when a new leader takes over.
+const abandonedMargin = 5 * time.Second
+
+// etcdKeys lists the keys of the locks under prefix. The token's counter
+// and floor stay, one each per store; an abandoned attempt's mark names no
+// lock and goes with its own lease within AbandonedFor (lock/etcd.go,
+// abandon), so a mark is listed, saying why, only when it is on no lease
+// or on one with longer left: such a mark stays (docs/design.md, defect
+// 206).
+func etcdKeys(ctx context.Context, cli *clientv3.Client, prefix string) ([]string, error) {
+	r, err := cli.Get(ctx, prefix, clientv3.WithPrefix()) // not WithKeysOnly: that leaves out the lease
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	left := map[clientv3.LeaseID]int64{} // seconds, by lease
+	for _, kv := range r.Kvs {
+		k := string(kv.Key)
+		switch {
+		case k == prefix+"counter" || k == prefix+"floor":
+		case !strings.HasPrefix(k, prefix+"abandoned/"):
+			keys = append(keys, k)
+		case kv.Lease == 0:
+			keys = append(keys, k+" (an abandoned mark on no lease)")
+		default:
+			id := clientv3.LeaseID(kv.Lease)
+			ttl, ok := left[id]
+			if !ok {
+				l, err := cli.TimeToLive(ctx, id)
+				if err != nil {
+					return nil, err
+				}
+				ttl, left[id] = l.TTL, l.TTL // -1: the lease is over, and the mark gone with it
+			}
+			if time.Duration(ttl)*time.Second > AbandonedFor+abandonedMargin {
+				keys = append(keys, fmt.Sprintf("%s (an abandoned mark on a lease with %d s left, longer than the mark's %s)", k, ttl, AbandonedFor))
+			}
+		}
+	}
+	return keys, nil
 }
 
 // newProcess is the lock client of a process over store st, whose
