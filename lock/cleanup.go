@@ -42,8 +42,10 @@ func abandonWindow(ttl time.Duration) time.Duration {
 	return min(max(ttl, 10*time.Second), time.Minute)
 }
 
-// abandon runs a failed acquisition's release of its lease, free, which
-// reports whether the store answered: on the caller's goroutine, once,
+// abandon runs a failed acquisition's release of its lease (or another
+// cleanup of the same kind: a granted waiter's leave of the queues that did
+// not grant it, RedlockStore.leaveQueues), free, which reports whether the
+// store answered: on the caller's goroutine, once,
 // bounded by cleanupTimeout past the caller's end, when inLine (its order
 // against the acquisition's next request matters, and an attempt sent
 // again later could come after that request); else on a goroutine of the

@@ -62,17 +62,28 @@ func (n *notifier) watchInto(ctx context.Context, channel string, ch chan struct
 		go n.dispatch(msgs)
 	}
 	sub := n.subs[channel]
+	var sent chan error // the outcome of the SUBSCRIBE this call sends, if it sends one
 	if sub == nil {
 		sub = &subscription{waiters: make(map[chan struct{}]string), active: make(chan struct{})}
 		n.subs[channel] = sub
-		// SUBSCRIBE and UNSUBSCRIBE are sent under mu, so they reach Redis
-		// in the order the table changes. go-redis tracks the channel even
-		// when the send fails, and subscribes it on its next connection:
-		// the entry stays until that confirmation comes.
-		if err := n.ps.Subscribe(ctx, channel); err != nil {
-			n.mu.Unlock()
-			return nil, backendErr("redis", "watch", err)
-		}
+		// The SUBSCRIBE goes out on a goroutine of the notifier, neither
+		// under mu nor on the caller's: the first one dials, and a Redis
+		// that does not answer holds it for go-redis's timeouts, whatever
+		// ctx says on a client without ContextTimeoutEnabled, and every
+		// other watcher of the store behind it (5 s where a Redlock node's
+		// timeout was 250 ms: docs/design.md, defect 202). UNSUBSCRIBE is
+		// sent under mu (dropIdle), and only for a confirmed entry, whose
+		// SUBSCRIBE Redis had: so they still reach Redis in the order the
+		// table changes. go-redis tracks the channel even when the send
+		// fails, and subscribes it on its next connection: the entry stays
+		// until that confirmation comes. Close waits for the goroutine,
+		// which ends when go-redis returns.
+		sent = make(chan error, 1)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			sent <- n.ps.Subscribe(ctx, channel)
+		}()
 	}
 	sub.waiters[ch] = waiter
 	n.mu.Unlock()
@@ -86,12 +97,20 @@ func (n *notifier) watchInto(ctx context.Context, channel string, ch chan struct
 			n.dropIdle(channel, sub)
 		})
 	}
-	select {
-	case <-sub.active:
-		return stop, nil
-	case <-ctx.Done():
-		stop()
-		return nil, ctx.Err()
+	for {
+		select {
+		case <-sub.active:
+			return stop, nil
+		case err := <-sent:
+			if err != nil {
+				stop()
+				return nil, backendErr("redis", "watch", err)
+			}
+			sent = nil // sent: the confirmation is to come
+		case <-ctx.Done():
+			stop()
+			return nil, ctx.Err()
+		}
 	}
 }
 

@@ -41,6 +41,8 @@ var (
 	unreenterLua string
 	//go:embed scripts/recover.lua
 	recoverLua string
+	//go:embed scripts/pttl.lua
+	pttlLua string
 
 	acquireScript   = redis.NewScript(preludeLua + acquireLua)
 	confirmScript   = redis.NewScript(confirmLua)
@@ -52,6 +54,7 @@ var (
 	readyScript     = redis.NewScript(readyLua)
 	unreenterScript = redis.NewScript(preludeLua + unreenterLua)
 	recoverScript   = redis.NewScript(preludeLua + recoverLua)
+	pttlScript      = redis.NewScript(pttlLua)
 )
 
 // RedisStore keeps leases in Redis and takes tokens from a Sequencer. Any
@@ -605,6 +608,12 @@ func (s *RedisStore) List(ctx context.Context, req ListRequest) (ListPage, error
 		}
 	}
 	return page, nil
+}
+
+// pttl is key's PTTL in ms (-2: no such key), read through the pipelines
+// (scripts/pttl.lua).
+func (s *RedisStore) pttl(ctx context.Context, key string) (int64, error) {
+	return s.run(ctx, pttlScript, []string{key}).Int64()
 }
 
 // callContext is ctx bounded by the store's callTimeout, if it has one.

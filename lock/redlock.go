@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/groupcommit"
 	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
 )
@@ -24,12 +25,13 @@ import (
 //
 // A node that may have lost leases it took takes no lease, and extends
 // none, until every lease it may have forgotten is over: the longest TTL
-// the other nodes' <prefix>horizon keys show, read when it is first found
-// without a <prefix>epoch key set by the very server process that answers
-// (RecoveringError meanwhile; docs/design.md, defects 103, 178). The epoch names
-// that process's run_id, new at each start and a replica's own: so a
-// restart, with or without persistence, a failover to a replica (Sentinel,
-// or an address moved), and a flush all make the node wait. Persistence
+// of the other nodes' <prefix>horizon keys (of as many as it takes:
+// recover), read when it is first found without a <prefix>epoch key set
+// by the very server process that answers (RecoveringError meanwhile;
+// docs/design.md, defects 103, 178, 201). The epoch names that process's
+// run_id, new at each start and a replica's own: so a restart, with or
+// without persistence, a failover to a replica (Sentinel, or an address
+// moved), and a flush all make the node wait. Persistence
 // does not shorten the wait: an RDB snapshot, an AOF fsynced every second
 // or a replica that lagged still has the epoch, written long before, but
 // may miss the latest leases, and voting at once would hand a lease held
@@ -44,8 +46,10 @@ import (
 // Each node call is bounded by the node timeout, so a dead node costs at
 // most that much per operation (a List, which makes a call per lock, that
 // much per call). Give the clients ContextTimeoutEnabled, as RedisStore
-// asks: without it a caller still stops waiting for a script at the node
-// timeout, but List's SCAN waits out go-redis's read timeout.
+// asks: without it a caller still stops waiting for a node at the node
+// timeout (every call but one is a script, which goes through the node's
+// pipelines, and a Watch stops waiting for a subscription), but List's
+// SCAN waits out go-redis's read timeout.
 type RedlockStore struct {
 	nodes       []*RedisStore
 	seq         sequencer.Sequencer
@@ -248,8 +252,9 @@ func nodeErr(i int, err error) error {
 }
 
 // Acquire implements LeaseStore: the lease on a majority, one token, and a
-// confirm on a majority. Fair waiters queue on every node; a holder that
-// reenters must do so on a majority.
+// confirm on a majority. Fair waiters queue on every node, and a granted
+// one leaves the queues of the nodes that did not grant it
+// (leaveQueues); a holder that reenters must do so on a majority.
 func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
 	takes := make([]taken, len(s.nodes))
 	var recovered atomic.Bool // a node that lost its data may take leases now
@@ -290,6 +295,14 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 		o = s.each(ctx, "acquire", take)
 	}
 	if _, re := o.count(errReentered); re >= s.quorum {
+		if ok, _ := o.count(nil); ok > 0 || o.nodeFailed() {
+			// The attempt took a lease of its own where the lock was
+			// free, and may have where a node did not answer: the
+			// holder's lease is the grant, and nobody would release
+			// that one (docs/design.md, defect 204).
+			s.abandon(ctx, req, false)
+		}
+		s.leaveQueues(ctx, req, o)
 		return s.reentered(req, takes, o), nil
 	}
 	if ok, _ := o.count(nil); ok < s.quorum {
@@ -332,6 +345,7 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 		s.abandon(ctx, req, true)
 		return Grant{}, ErrLost
 	}
+	s.leaveQueues(ctx, req, o)
 	return Grant{Token: tok, TTL: req.TTL, LeaseID: req.LeaseID, Count: 1}, nil
 }
 
@@ -361,9 +375,19 @@ func (e *RecoveringError) Error() string {
 // The epoch it sets names the node's server process (recover.lua). A
 // forgotten lease is on a majority with node i; the horizon of one of
 // that majority's others must be read, so all but quorum-1 of the other
-// nodes must answer. On nodes that never held a lock the wait is 0. It
-// returns the wait.
+// nodes must answer; any that many will do, so it reads no more once
+// they have: a node that does not answer then leaves the epoch write the
+// rest of the node timeout, which the read of a frozen node used to use
+// up (docs/design.md, defect 201). On nodes that never held a lock the
+// wait is 0. It returns the wait, or a RecoveringError when it cannot set
+// it.
 func (s *RedlockStore) recover(ctx context.Context, i int) (time.Duration, error) {
+	need := len(s.nodes) - s.quorum + 1
+	// Reads the caller may leave when it cancels them (LeaveOnCancel):
+	// none runs on this goroutine, where a client could hold it to its
+	// deadline or past (groupcommit; defect 202).
+	rctx, enough := context.WithCancel(groupcommit.LeaveOnCancel(ctx))
+	defer enough()
 	var (
 		mu       sync.Mutex
 		answered int
@@ -373,24 +397,31 @@ func (s *RedlockStore) recover(ctx context.Context, i int) (time.Duration, error
 	for j, n := range s.nodes {
 		if j != i {
 			wg.Go(func() {
-				d, err := n.rdb.PTTL(ctx, n.horizonKey).Result()
-				if err == nil {
-					mu.Lock()
-					answered, wait = answered+1, max(wait, d)
-					mu.Unlock()
+				ms, err := n.pttl(rctx, n.horizonKey)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				answered, wait = answered+1, max(wait, time.Duration(ms)*time.Millisecond)
+				if answered == need {
+					enough()
 				}
 			})
 		}
 	}
 	wg.Wait()
-	if need := len(s.nodes) - s.quorum + 1; answered < need {
+	if answered < need {
 		return 0, &RecoveringError{}
 	}
 	if wait > 0 {
 		// The nodes' clocks may run at different rates, as a validity allows.
 		wait += Drift(wait)
 	}
-	return wait, s.nodes[i].run(ctx, recoverScript, []string{s.nodes[i].epochKey}, wait.Milliseconds()).Err()
+	if err := s.nodes[i].run(ctx, recoverScript, []string{s.nodes[i].epochKey}, wait.Milliseconds()).Err(); err != nil {
+		return 0, &RecoveringError{} // it sits out until the next acquisition sets the epoch
+	}
+	return wait, nil
 }
 
 // reentered grants a lease its holder took again on a majority. Each
@@ -445,6 +476,64 @@ func (s *RedlockStore) abandon(ctx context.Context, req AcquireRequest, confirme
 		})
 		return errors.Join(o.errs...)
 	})
+}
+
+// leaveQueues gives up, after a grant (or a reentry) to a fair waiter,
+// its place in the queue of every node that did not grant it: one where
+// another lease held the lock queued it, and one that did not answer may
+// have. A node that grants the lock, or counts a reentry, takes the
+// waiter's place off itself (acquire.lua); the others kept it for the
+// waiter TTL, at the head of their queue, where it took the lock from
+// every later fair waiter: with a node down, the free lock went to nobody
+// for 3.5 s (docs/design.md, "Fair waiting", and defect 203). A leave by
+// the head of a free lock's queue wakes the next waiter (leave.lua).
+// The leave is best-effort and only frees sooner what expires anyway: it
+// runs as abandon's release does, on a goroutine of the store, asking a
+// node that does not answer again for up to the waiter TTL.
+func (s *RedlockStore) leaveQueues(ctx context.Context, req AcquireRequest, o outcome) {
+	if req.Waiter == "" {
+		return
+	}
+	done := make([]bool, len(s.nodes)) // no place there, or left
+	queued := false
+	for i, err := range o.errs {
+		done[i] = !mayHavePlace(err)
+		queued = queued || !done[i]
+	}
+	if !queued {
+		return
+	}
+	s.cleanups.abandon(ctx, false, req.WaiterTTL, func(ctx context.Context) error {
+		o := s.each(ctx, "leave", func(ctx context.Context, i int, n *RedisStore) error {
+			if done[i] {
+				return nil
+			}
+			if err := n.Leave(ctx, req.Name, req.Waiter); err != nil {
+				return nodeErr(i, err)
+			}
+			done[i] = true
+			return nil
+		})
+		return errors.Join(o.errs...)
+	})
+}
+
+// mayHavePlace reports whether a node's answer to a fair attempt, err,
+// may have left the waiter a place in its queue: it said held, or gave no
+// answer. A grant and a reentry take the place off; a node recovering, or
+// an attempt in progress, is answered before the queue is looked at.
+func mayHavePlace(err error) bool {
+	var (
+		ne  *NodeError
+		rec *RecoveringError
+	)
+	switch {
+	case err == nil, errors.Is(err, errReentered):
+		return false
+	case errors.Is(err, ErrNotAcquired):
+		return true
+	}
+	return errors.As(err, &ne) && !errors.As(ne.Err, &rec) && !errors.Is(ne.Err, ErrInProgress)
 }
 
 // unreenter takes off, on every node, the hold that req's acquire scripts
@@ -703,11 +792,11 @@ func (s *RedlockStore) onEarlierNode(ctx context.Context, node int, name string,
 			continue
 		}
 		nctx, cancel := s.nodes[i].callContext(ctx)
-		n, err := s.nodes[i].rdb.Exists(nctx, s.nodes[i].keys(name)[kLease]).Result()
+		ms, err := s.nodes[i].pttl(nctx, s.nodes[i].keys(name)[kLease])
 		cancel()
 		if err != nil {
 			down[i] = true
-		} else if n > 0 {
+		} else if ms != -2 {
 			return true
 		}
 	}
