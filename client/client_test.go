@@ -452,6 +452,32 @@ func TestNewRejects(t *testing.T) {
 	}
 }
 
+// TestBearerTokenAsTheServerTakesIt: WithBearerToken refuses what no
+// server can hold (server.NewTokens and the token file refuse it), saying
+// what is allowed, and takes what one can (docs/design.md, defect 208).
+// A token of 15 bytes was taken, and every call then failed 401; "" was
+// refused with "client: empty bearer token".
+func TestBearerTokenAsTheServerTakesIt(t *testing.T) {
+	const want = "want at least 16 bytes of printable ASCII without spaces"
+	for _, tok := range []string{"", "fifteen-bytes-x", "has space-0123456789", "tab\t0123456789abcdef", "caf\u00e9-0123456789abcdef"} {
+		if _, err := server.NewTokens(server.Token{Secret: []byte(tok)}); err == nil {
+			t.Fatalf("server.NewTokens took %q: this test's premise is wrong", tok)
+		}
+		_, err := client.New("http://127.0.0.1:1", client.WithBearerToken(tok))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("WithBearerToken(%q): %v; want an error saying %q", tok, err, want)
+		}
+	}
+	for _, tok := range []string{"0123456789abcdef", "#a+b/c=d_e-f.g~h!", strings.Repeat("x", 200)} {
+		if _, err := server.NewTokens(server.Token{Secret: []byte(tok)}); err != nil {
+			t.Fatalf("server.NewTokens(%q): %v: this test's premise is wrong", tok, err)
+		}
+		if _, err := client.New("http://127.0.0.1:1", client.WithBearerToken(tok)); err != nil {
+			t.Errorf("WithBearerToken(%q): %v; the server takes it", tok, err)
+		}
+	}
+}
+
 func TestAPIErrorMatches(t *testing.T) {
 	for _, c := range []struct {
 		e    *client.APIError

@@ -515,13 +515,22 @@ func (c *Client) UnreenterUnhanded(ctx context.Context, name, leaseID, waiter st
 // random bits in hex.
 func NewReleaseID() (string, error) { return newLeaseID() }
 
-// ValidateReleaseID checks a release id: 32 lowercase hex digits.
+// ValidateReleaseID checks a release id: 32 lowercase hex digits. Its
+// error matches ErrInvalidLeaseID.
 func ValidateReleaseID(op string) error {
 	if err := checkID128(op); err != nil {
-		return fmt.Errorf("%w: release id: %v", ErrInvalidLeaseID, err)
+		return releaseIDError{err}
 	}
 	return nil
 }
+
+// releaseIDError is a release id refused: it matches ErrInvalidLeaseID, as
+// before, and names the release id, where wrapping the sentinel read "lock:
+// invalid lease id: release id: …" (docs/design.md, defect 209).
+type releaseIDError struct{ err error }
+
+func (e releaseIDError) Error() string { return "lock: invalid release id: " + e.err.Error() }
+func (e releaseIDError) Unwrap() error { return ErrInvalidLeaseID }
 
 // ErrInvalidLeaseID: a lease id that this package cannot have issued.
 var ErrInvalidLeaseID = errors.New("lock: invalid lease id")

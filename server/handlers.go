@@ -385,12 +385,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	limit := defaultListLimit
 	if v, ok := q[fieldLimit]; ok {
-		n, err := strconv.Atoi(v[0])
+		// Digits only, as token and after_token: Atoi took "+5"
+		// (docs/design.md, defect 209).
+		n, err := strconv.ParseUint(v[0], 10, 32)
 		if err != nil || n < 1 || n > lock.MaxListLimit {
 			writeError(w, invalid(fieldLimit, fmt.Sprintf("limit %s: want an integer from 1 to %d (default %d)", excerpt([]byte(v[0])), lock.MaxListLimit, defaultListLimit)))
 			return
 		}
-		limit = n
+		limit = int(n)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
 	defer cancel()

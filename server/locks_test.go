@@ -72,6 +72,8 @@ func TestListLocks(t *testing.T) {
 				{"limit=0", fieldLimit},
 				{"limit=1001", fieldLimit},
 				{"limit=x", fieldLimit},
+				{"limit=%2B5", fieldLimit}, // "+5", taken before (defect 209)
+				{"limit=-5", fieldLimit},
 				{"cursor=" + url.QueryEscape("not/a cursor"), fieldCursor},
 				{"limit=1&limit=2", fieldLimit},
 				{"colour=red", ""},
@@ -543,8 +545,10 @@ func TestReleaseIDTakesOffOneHold(t *testing.T) {
 				}
 			}
 			r := e.do("POST", "/v1/locks/"+name+"/release", `{"lease_id":"`+l.LeaseID+`","release_id":"xyz"}`)
-			if msg := r.errCode(t, http.StatusBadRequest, codeInvalidArgument); !strings.Contains(msg, "want 32 lowercase hex digits") {
-				t.Fatalf("a release_id of 3 characters: %s", msg)
+			// It was called "lock: invalid lease id: release id: …" (defect 209).
+			if msg := r.errCode(t, http.StatusBadRequest, codeInvalidArgument); !strings.Contains(msg, "want 32 lowercase hex digits") ||
+				!strings.HasPrefix(msg, "lock: invalid release id: 3 characters") {
+				t.Fatalf("a release_id of 3 characters: %s; want it named the release id", msg)
 			}
 			if r := e.release(name, l.LeaseID); r.status != http.StatusOK || e.state(name).Held {
 				t.Fatalf("the second release: %d %s", r.status, r.body)

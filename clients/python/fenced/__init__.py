@@ -54,6 +54,7 @@ import secrets
 import select
 import threading
 import time
+import unicodedata
 import urllib.parse
 import urllib.request
 import weakref
@@ -291,11 +292,44 @@ def _invalid(field: str, message: str) -> InvalidArgumentError:
     return e
 
 
+#: The general categories that no version of Unicode calls printable (Go's
+#: unicode.IsPrint, which lock.ValidateLabel uses): controls, format
+#: characters, surrogates, private use, and separators but the ASCII space.
+#: A character Python's tables do not know (Cn) is sent for the server to
+#: decide: str.isprintable() refused U+1F6DC, a symbol of Unicode 15.0 the
+#: server takes, where Python 3.11's tables are 14.0 (docs/design.md,
+#: defect 207).
+_NOT_PRINTABLE = frozenset(("Cc", "Cf", "Cs", "Co", "Zl", "Zp", "Zs"))
+
+
+#: The shortest bearer token a server takes (the Go server.MinTokenLen).
+_MIN_TOKEN_BYTES = 16
+
+
+def _check_bearer_token(token: Any) -> None:
+    """A ValueError unless token is one a server's token file can hold: at
+    least 16 bytes of printable ASCII without spaces, as the Go client's
+    WithBearerToken wants. Any other failed every call with a 401, or one
+    with a line break at the first call in http.client (docs/design.md,
+    defect 208). The error never shows the token: it is a secret."""
+    want = (f"want a str of at least {_MIN_TOKEN_BYTES} bytes of printable ASCII without spaces, "
+            "as a server's token file holds them (None or \"\": send none)")
+    if not isinstance(token, str):
+        raise ValueError(f"bearer_token: a {type(token).__name__}; {want}")
+    bad = next((i for i, c in enumerate(token) if not "\x21" <= c <= "\x7e"), None)
+    if bad is not None:
+        raise ValueError(f"bearer_token has U+{ord(token[bad]):04X} at character {bad}; {want}")
+    if len(token) < _MIN_TOKEN_BYTES:
+        raise ValueError(f"bearer_token of {len(token)} bytes; {want}")
+
+
 def _check_label(field: str, value: Any) -> str:
     """value if it is a label the API takes (schema Label: 1 to 128 bytes
     of printable UTF-8, the Go client's lock.ValidateLabel), else an
     InvalidArgumentError naming field, before anything is sent: an owner
-    is for people, and a bad one is better refused where it is written."""
+    is for people, and a bad one is better refused where it is written. A
+    character Python's tables do not know is the server's to judge
+    (_NOT_PRINTABLE)."""
     want = f"want 1 to {MAX_LABEL_BYTES} bytes of printable UTF-8"
     if not isinstance(value, str):
         raise _invalid(field, f"{field} {value!r}: {want}")
@@ -307,7 +341,7 @@ def _check_label(field: str, value: Any) -> str:
         raise _invalid(field, f"{field}: not UTF-8 (a lone surrogate); {want}") from None
     if n > MAX_LABEL_BYTES:
         raise _invalid(field, f"{field}: {n} bytes; {want}")
-    bad = next((c for c in value if not c.isprintable()), None)
+    bad = next((c for c in value if c != " " and unicodedata.category(c) in _NOT_PRINTABLE), None)
     if bad is not None:
         raise _invalid(field, f"{field}: has {bad!r} at character {value.index(bad)}; {want}")
     return value
@@ -449,7 +483,8 @@ class Client:
     with ValueError, as the Go client refuses it (the error shows a
     password as "xxxxx"). bearer_token: sent as
     "Authorization: Bearer ..." when the server requires one (default None
-    or "": none). Bad arguments here raise ValueError.
+    or "": none); at least 16 bytes of printable ASCII without spaces, as
+    a server's token file holds them. Bad arguments here raise ValueError.
     timeout: seconds to wait for an answer, on top of an acquire's wait_ms
     (default 10). retries: how often a 503 unavailable answer is retried,
     after the answer's Retry-After (at most 1 s) or 100 ms, 200 ms, ...
@@ -491,11 +526,8 @@ class Client:
             raise ValueError(f"timeout {timeout!r}: want a number of seconds > 0")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries {retries!r}: want an int >= 0")
-        if bearer_token is not None and (not isinstance(bearer_token, str) or not bearer_token.isascii()
-                                         or not bearer_token.isprintable()):
-            # http.client refuses a header with a line break only at the
-            # first call, and a non-str failed there with a TypeError.
-            raise ValueError("bearer_token: want a str of printable ASCII (None or \"\": send none)")
+        if bearer_token is not None and bearer_token != "":  # "" sends none, as None does
+            _check_bearer_token(bearer_token)
         self.base_url = base_url.rstrip("/")
         self._url = u
         # .holder: this thread's _ConnHolder, whose slot has its

@@ -2395,6 +2395,23 @@ class RedisTest(unittest.TestCase):
                 self.assertIn("owner", cm.exception.message)
                 self.assertIn("want 1 to 128 bytes of printable UTF-8", cm.exception.message)
 
+    def test_owner_newer_than_pythons_unicode_is_sent(self) -> None:
+        # U+1F6DC (a symbol of Unicode 15.0) is printable to the server and
+        # the Go client; Python 3.11's tables (14.0) do not know it, and
+        # str.isprintable() had the client refuse it (defect 207). What the
+        # tables do not know is sent, and the server decides: it takes
+        # U+1F6DC, and answers 400 for a noncharacter, unassigned in every
+        # version of Unicode.
+        name = unique()
+        owner = "wifi \U0001F6DC"
+        lease = self.client.try_acquire(name, ttl_ms=30_000, owner=owner)
+        assert lease is not None
+        with lease:
+            self.assertEqual(self.client.inspect(name).owner, owner)
+        with self.assertRaises(fenced.InvalidArgumentError) as cm:
+            self.client.try_acquire(name, ttl_ms=30_000, owner="x\ufdd0")
+        self.assertEqual((cm.exception.field, cm.exception.status), ("owner", 400))
+
     def test_bad_waits_and_settings_refused_before_sending(self) -> None:
         # A wait_ms the client cannot ask for was sent anyway: 1.5 went out
         # as 2 ms, True as 1 ms, a str failed with a TypeError, and
@@ -2426,6 +2443,21 @@ class RedisTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, want, msg=str(kwargs)):
                 fenced.Client("http://127.0.0.1:9", **kwargs)  # type: ignore[arg-type]
         fenced.Client("http://127.0.0.1:9", bearer_token="")  # "" sends none, as before
+
+    def test_bearer_token_no_server_holds_refused(self) -> None:
+        # A token no server's token file can hold (fewer than 16 bytes, a
+        # space, a tab, a non-ASCII letter) was taken, and every call then
+        # failed 401 (defect 208). It is refused where the client is made,
+        # saying what is allowed, as the Go client does; one a server can
+        # hold is taken.
+        want = "want a str of at least 16 bytes of printable ASCII without spaces"
+        for bad in ("fifteen-bytes-x", "has space-0123456789", "tab\t0123456789abcdef", "caf\u00e9-0123456789abcdef", 5):
+            with self.assertRaises(ValueError, msg=repr(bad)) as cm:
+                fenced.Client("http://127.0.0.1:9", bearer_token=bad)  # type: ignore[arg-type]
+            self.assertIn(want, str(cm.exception))
+            self.assertTrue(str(cm.exception).startswith("bearer_token"), str(cm.exception))
+        for good in ("0123456789abcdef", "#a+b/c=d_e-f.g~h!", "x" * 200):
+            fenced.Client("http://127.0.0.1:9", bearer_token=good).close()
 
     def test_unfair_acquire_waits_without_a_place(self) -> None:
         # An unfair acquire waits with no place in the lock's queue: it

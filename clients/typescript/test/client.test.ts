@@ -2150,6 +2150,22 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     }
   });
 
+  it("sends an owner that Node's Unicode tables do not know, for the server to judge", async () => {
+    // Which characters are printable depends on the Unicode version: a
+    // Node whose tables are older than the server's (Go's) refused what
+    // the server takes (defect 207). Only what no version calls printable
+    // is refused here; U+1F6DC (Unicode 15.0) is the server's to take, and
+    // a noncharacter, unassigned in every version, the server's to refuse.
+    const name = unique();
+    const owner = "wifi \u{1F6DC}";
+    const t = await client.tryAcquire(name, { ttlMs: 30_000, owner });
+    assert.ok(t);
+    assert.equal((await client.inspect(name)).owner, owner);
+    await t.release();
+    await assert.rejects(client.tryAcquire(name, { ttlMs: 30_000, owner: "x\uFDD0" }), (e: unknown) =>
+      e instanceof InvalidArgumentError && e.field === "owner" && e.status === 400);
+  });
+
   it("refuses a bad waitMs, ttlMs or client setting without sending", async () => {
     // 1.5 went out as it was, "5" and true were taken as numbers, NaN failed
     // in a timer with Node's RangeError, leader() dropped a waitMs without
@@ -2187,6 +2203,21 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       assert.throws(() => new Client("http://127.0.0.1:9", options as object), want, JSON.stringify(options));
     }
     new Client("http://127.0.0.1:9", { bearerToken: "" }); // "" sends none, as before
+  });
+
+  it("refuses a bearer token no server can hold, saying what is allowed", () => {
+    // A token no server's token file can hold (fewer than 16 bytes, a
+    // space, a tab, a non-ASCII letter) was taken, and every call then
+    // failed 401 (defect 208). It is refused where the client is made, as
+    // the Go client does; one a server can hold is taken.
+    const want = "want a string of at least 16 bytes of printable ASCII without spaces";
+    for (const bad of ["fifteen-bytes-x", "has space-0123456789", "tab\t0123456789abcdef", "caf\u00e9-0123456789abcdef", 5]) {
+      assert.throws(() => new Client("http://127.0.0.1:9", { bearerToken: bad as string }), (e: unknown) =>
+        e instanceof TypeError && e.message.startsWith("bearerToken") && e.message.includes(want), JSON.stringify(bad));
+    }
+    for (const good of ["0123456789abcdef", "#a+b/c=d_e-f.g~h!", "x".repeat(200)]) {
+      new Client("http://127.0.0.1:9", { bearerToken: good });
+    }
   });
 
   it("waits unfair with no place in the queue, and sends no unfair with one attempt", async () => {
