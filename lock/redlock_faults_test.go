@@ -197,17 +197,8 @@ func TestRedlockReentryFreesItsAttemptsLease(t *testing.T) {
 	name := testenv.Name(t)
 	leaseKey := "fenced:{" + name + "}:lease"
 	node2 := procs[2].Client()
-	if err := node2.Set(ctx, leaseKey, "someone-else", 10*time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
 	c := newClient(t, s)
-	held, err := c.Acquire(ctx, name, 30*time.Second, lock.WithHolder("worker-1"), lock.WithWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := node2.Del(ctx, leaseKey).Err(); err != nil {
-		t.Fatal(err)
-	}
+	held := acquireBeside(t, c, node2, name, 30*time.Second, lock.WithHolder("worker-1"))
 	again, err := c.TryAcquire(ctx, name, 30*time.Second, lock.WithHolder("worker-1"))
 	if err != nil {
 		t.Fatal(err)

@@ -277,13 +277,13 @@ func TestRedlockRestoredNodeExtendsNoLeaseReleasedSince(t *testing.T) {
 // holds a lease of someone else's meanwhile: a lease on a bare majority.
 // With a wait, so that a node missing the node timeout on a loaded machine
 // is asked again.
-func acquireBeside(t *testing.T, c *lock.Client, busy *redis.Client, name string, ttl time.Duration) *lock.Lease {
+func acquireBeside(t *testing.T, c *lock.Client, busy *redis.Client, name string, ttl time.Duration, opts ...lock.Option) *lock.Lease {
 	t.Helper()
 	leaseKey := "fenced:{" + name + "}:lease"
 	if err := busy.Set(t.Context(), leaseKey, "someone-else", 10*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	held, err := c.Acquire(t.Context(), name, ttl, lock.WithWait(5*time.Second))
+	held, err := c.Acquire(t.Context(), name, ttl, append(opts, lock.WithWait(5*time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}
