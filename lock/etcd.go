@@ -891,6 +891,11 @@ func (s *EtcdStore) unreenter(ctx context.Context, name, leaseID, op string) {
 		i := slices.Index(st.Ops, op)
 		n, ops := st.Count, st.Ops
 		switch {
+		case i >= 0 && slices.Contains(st.Ops, handedMark(op)):
+			// A copy of the request was handed the hold (reenter): its
+			// caller has it; taking it off left the holder one release
+			// short (defect 214). As on Redis leases.
+			return
 		case i >= 0 && st.Count > 1:
 			n, ops = st.Count-1, slices.Delete(slices.Clone(st.Ops), i, i+1)
 		case i >= 0:

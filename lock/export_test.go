@@ -29,3 +29,16 @@ func (s *RedisStore) AbandonLease(ctx context.Context, name, leaseID string, ttl
 // AbandonedFor is abandonedFor: how long an abandoned attempt's etcd mark
 // lasts, which internal/chaos holds the marks left in etcd to.
 const AbandonedFor = abandonedFor
+
+// UnreenterFailed runs what store s does when req's reentry failed without
+// its answer: the take-off of a hold its script or Txn may have counted.
+func UnreenterFailed(ctx context.Context, s LeaseStore, req AcquireRequest, holderLease string) {
+	switch s := s.(type) {
+	case *RedisStore:
+		s.unreenter(ctx, req)
+	case *EtcdStore:
+		s.unreenter(ctx, req.Name, holderLease, req.mark())
+	default:
+		panic("UnreenterFailed: not a RedisStore or EtcdStore")
+	}
+}

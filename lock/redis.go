@@ -419,9 +419,11 @@ func (s *RedisStore) abandon(ctx context.Context, req AcquireRequest, confirmed 
 // release by the holder that came first would count the lock down to the
 // one hold that unreenter never takes off, the lock then held by nobody
 // until its TTL; and an attempt sent again with the same mark (req.mark:
-// the waiter's, or the remote acquisition's, in any process) that came
-// first would find its hold counted already, which unreenter then takes
-// off: one release short of its holds.
+// the waiter's) that came first would find its hold counted already,
+// which unreenter then takes off: one release short of its holds. A
+// remote acquisition's copy, sent through another process that this
+// order does not reach, marks the hold handed, and unreenter leaves such
+// a hold (defect 214).
 func (s *RedisStore) unreenter(ctx context.Context, req AcquireRequest) {
 	if req.Holder == "" {
 		return

@@ -358,3 +358,49 @@ func TestUnreenterUnhanded(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedReentryLeavesAHoldACopyWasHanded: a reentry through one fenced
+// server whose answer did not come in time (its client gone, Redis slow)
+// is sent again by its client through another server, which is handed
+// the hold the first one counted; the first server's store then takes
+// off, as for any failed reentry, what its attempt may have counted. It
+// must not take off the hold the copy was handed: the holder would be one
+// release short, and its outer hold's lock free under it. Before, that
+// take-off ignored the hand-over, and a second holder took the lock while
+// the first believed it held it (3 of 3 through two servers, one with
+// Redis 300 ms away: docs/design.md, defect 214).
+func TestFailedReentryLeavesAHoldACopyWasHanded(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			name := testenv.Name(t)
+			const holder = "worker-4"
+			first, err := b.store.Acquire(ctx, lock.AcquireRequest{Name: name, LeaseID: strings.Repeat("1a", 16), TTL: 30 * time.Second, Holder: holder})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiter := strings.Repeat("c1", 16)
+			slow := lock.AcquireRequest{Name: name, LeaseID: strings.Repeat("2a", 16), TTL: 30 * time.Second, Holder: holder, Rejoin: waiter}
+			copied := slow
+			copied.LeaseID = strings.Repeat("3a", 16)
+			for _, req := range []lock.AcquireRequest{slow, copied} { // counted, then handed
+				if g, err := b.store.Acquire(ctx, req); err != nil || g.LeaseID != first.LeaseID || g.Count != 2 {
+					t.Fatalf("reentry: %+v, %v; want the holder's lease %s, count 2", g, err, first.LeaseID)
+				}
+			}
+			lock.UnreenterFailed(ctx, b.store, slow, first.LeaseID)
+			if st, err := b.store.Inspect(ctx, name); err != nil || st.Count != 2 {
+				t.Fatalf("after the slow attempt's take-off: %+v, %v; want count 2, the hold the copy was handed kept", st, err)
+			}
+			for i := range 2 {
+				if err := b.store.Release(ctx, name, first.LeaseID, strings.Repeat(fmt.Sprintf("%x", 10+i), 32)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st, err := b.store.Inspect(ctx, name); err != nil || st.Held {
+				t.Fatalf("after two releases of the two holds: %+v, %v; want free", st, err)
+			}
+		})
+	}
+}

@@ -11,10 +11,16 @@
 -- Returns 1 when a hold was taken off. Safe to run twice: the op goes with
 -- the hold, so a second run finds nothing, and an acquisition that tries
 -- again with the same waiter counts its hold anew.
+-- Never a hold a copy of the request was handed ('h' mark), in either
+-- mode: that copy's caller has it (a client that gave up on one fenced
+-- server and asked another), and taking it off left the holder one
+-- release short, its lock freed under its outer hold (docs/design.md,
+-- defect 214). If the copy's answer was lost too, the hold stays until
+-- the lock's TTL: a lock held by nobody a while, rather than two holders.
 if ARGV[2] == '1' and redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
 local h = redis.call('HMGET', KEYS[1], 'c', 'ops')
 if not seen(h[2], ARGV[1]) then return 0 end
-if ARGV[2] == '1' and seen(h[2], 'h' .. ARGV[1]) then return 0 end
+if seen(h[2], 'h' .. ARGV[1]) then return 0 end
 -- The last hold is its holder's to release (a reentry always counts a
 -- second one).
 if tonumber(h[1] or '1') <= 1 then return 0 end
