@@ -81,7 +81,8 @@
 //
 // # Errors
 //
-// Invalid names and TTLs are rejected with [ErrInvalidName] and
+// Invalid names and TTLs (a TTL is [MinTTL] to [MaxTTL] in whole
+// milliseconds, [ValidateTTL]) are rejected with [ErrInvalidName] and
 // [ErrInvalidTTL] before any key is touched. A held lock is
 // [ErrNotAcquired]; a refresh or release by a lease id that no longer holds
 // the lease is [ErrLost]. When the context ends, the error matches ctx.Err().
