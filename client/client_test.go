@@ -19,6 +19,7 @@ import (
 	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/fence"
+	"github.com/fenced/fenced/internal/locktest"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 	"github.com/fenced/fenced/sequencer"
@@ -665,4 +666,16 @@ func TestUnansweredShorterRefreshThroughTheAPI(t *testing.T) {
 	if time.Now().Before(a.Deadline()) && a.Err() == nil {
 		t.Fatal("a second holder acquired while the first still believes it holds the lock")
 	}
+}
+
+// TestRefreshOvertakenByRelease: lock's test of the same name through a
+// fenced server (docs/design.md, defect 215).
+func TestRefreshOvertakenByRelease(t *testing.T) {
+	var s *locktest.RefreshBehindRelease
+	f := newFixtureOf(t, func(st lock.LeaseStore) lock.LeaseStore { s = locktest.NewRefreshBehindRelease(st); return s })
+	l, err := newClient(t, f.url).Acquire(t.Context(), testenv.Name(t), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locktest.CheckRefreshOvertakenByRelease(t, s, l)
 }

@@ -248,6 +248,9 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		if errors.Is(err, ErrLost) {
 			l.lose(ErrLost)
+			if e := l.Err(); !errors.Is(e, ErrLost) {
+				return e // released (or expired) before the answer: Err says so
+			}
 			return err
 		}
 		// The store may have applied it and the answer been lost: a
@@ -308,6 +311,11 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.halted = true
 		l.halt()
 		l.lostBefore = l.Err()
+		// Released from here on, before the store is told: a Refresh of
+		// the caller's that reaches the store after the release, and hears
+		// "lost" before Release returns, must find the lease released, not
+		// lose it (docs/design.md, defect 215).
+		l.lose(ErrReleased)
 	}
 	if l.releaseID == "" {
 		// One id for every call: a release sent again after a failure
