@@ -108,6 +108,12 @@ type Lease struct {
 	// bound). The lease's validity runs from then: a client adds it to
 	// the time it sent the request. Omitted when 0, and by refresh.
 	WaitedMs int64 `json:"waited_ms,omitempty"`
+	// Reused, on an acquire or campaign, says the lease is a hold that
+	// existed before this acquisition, with the token issued then: a
+	// holder's reentry, or the grant made for an earlier request of the
+	// same waiter whose answer was lost (lock.Lease.Reused). Omitted when
+	// false, and by refresh.
+	Reused bool `json:"reused,omitempty"`
 }
 
 // LockState is the answer to GET /v1/locks/{name}. It never carries the

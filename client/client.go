@@ -652,12 +652,24 @@ func (c *Client) adopt(ctx context.Context, name string, start time.Time, a api.
 	if o.Detached {
 		opts = append(opts, lock.WithDetached())
 	}
-	g := lock.Grant{Token: a.Token, TTL: time.Duration(a.TTLMs) * time.Millisecond, LeaseID: a.LeaseID, Count: a.Count}
+	// A reentry is reused whatever the server says: one older than
+	// "reused" says nothing (docs/design.md, defect 216).
+	g := lock.Grant{Token: a.Token, TTL: time.Duration(a.TTLMs) * time.Millisecond, LeaseID: a.LeaseID, Count: a.Count,
+		Reused: a.Reused || a.Count > 1}
 	// The validity runs from the attempt that granted the lease, which the
 	// server began waited_ms after it had the request, so never before
 	// start + waited_ms.
 	start = start.Add(time.Duration(max(a.WaitedMs, 0)) * time.Millisecond)
-	return c.leases.Adopt(ctx, name, a.LeaseID, g, start, opts...)
+	l, err := c.leases.Adopt(ctx, name, a.LeaseID, g, start, opts...)
+	if o.Detached && errors.Is(err, lock.ErrClosed) {
+		// This client's own acquisition, which Close overtook: it takes
+		// nothing, as Close says. A lease that is not detached the set
+		// released already (docs/design.md, defect 217).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = keeper{c}.Release(rctx, name, a.LeaseID, "")
+	}
+	return l, err
 }
 
 // Inspect reports who holds name. The server never tells the lease id or

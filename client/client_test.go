@@ -679,3 +679,33 @@ func TestRefreshOvertakenByRelease(t *testing.T) {
 	}
 	locktest.CheckRefreshOvertakenByRelease(t, s, l)
 }
+
+// TestReusedAsTheSDKSays: a reentry through a fenced server is Reused, as
+// it is in the SDK (client.Lease is lock.Lease). Before, the client's
+// leases were never Reused: the answer did not say (docs/design.md,
+// defect 216).
+func TestReusedAsTheSDKSays(t *testing.T) {
+	f := newFixture(t)
+	for _, locker := range []struct {
+		name string
+		l    lock.Locker
+	}{{"sdk", f.locks}, {"client", newClient(t, f.url)}} {
+		t.Run(locker.name, func(t *testing.T) {
+			name := testenv.Name(t)
+			outer, err := locker.l.Acquire(t.Context(), name, 3*time.Second, lock.WithHolder("w1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner, err := locker.l.Acquire(t.Context(), name, 3*time.Second, lock.WithHolder("w1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if outer.Reused() || !inner.Reused() || inner.Count() != 2 {
+				t.Fatalf("outer Reused %v, inner Reused %v with Count %d; want false, true, 2", outer.Reused(), inner.Reused(), inner.Count())
+			}
+			if err := errors.Join(inner.Release(t.Context()), outer.Release(t.Context())); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

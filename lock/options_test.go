@@ -144,6 +144,21 @@ func TestLeaseSet(t *testing.T) {
 	if _, err := set.Adopt(ctx, name, d.ID(), lock.Grant{Token: d.Token(), TTL: d.TTL()}, time.Now()); !errors.Is(err, lock.ErrClosed) {
 		t.Fatalf("Adopt after Close = %v, want ErrClosed", err)
 	}
+	// Detached too, by a set or a Client; before, both made the lease
+	// (docs/design.md, defect 217).
+	closed, err := lock.New(b.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closed.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Adopt(ctx, name, d.ID(), lock.Grant{Token: d.Token(), TTL: d.TTL()}, time.Now(), lock.WithDetached()); !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("Adopt(WithDetached) after the set's Close = %v, want ErrClosed", err)
+	}
+	if _, err := closed.Adopt(ctx, name, d.ID(), lock.Grant{Token: d.Token(), TTL: d.TTL()}, time.Now(), lock.WithDetached()); !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("Adopt(WithDetached) after the Client's Close = %v, want ErrClosed", err)
+	}
 	if _, err := lock.NewLeaseSet(nil); err == nil {
 		t.Fatal("NewLeaseSet(nil) accepted")
 	}

@@ -84,6 +84,10 @@ type Grant struct {
 	// Count is how many releases the lock takes to be freed: 1, or more
 	// for a reentrant holder.
 	Count int
+	// Reused is for Adopt: the grant is a hold that existed before the
+	// acquisition that got it (Lease.Reused), as a fenced server says of
+	// its grants. Stores leave it false.
+	Reused bool
 }
 
 // State is a lock's state as Inspect sees it.

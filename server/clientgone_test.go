@@ -44,6 +44,11 @@ func TestClientGoneKeepsWaitersGrant(t *testing.T) {
 					if r.status != http.StatusOK {
 						t.Fatalf("refresh of the caller's lease: %d %s; want it still held", r.status, r.body)
 					}
+					// The waiter asks again: handed the grant made for it,
+					// which the answer says is reused (defect 216).
+					if again := eB.mustAcquire(name, c.body); again.LeaseID != l.LeaseID || l.Reused || !again.Reused || again.Count != 0 {
+						t.Fatalf("the waiter's first answer %+v, and when it asks again %+v; want the same lease, reused the second time only", l, again)
+					}
 					if _, r := eB.acquire(name, `{"ttl_ms":30000}`); r.status != http.StatusConflict {
 						t.Fatalf("another caller's acquire: %d %s; want 409 held", r.status, r.body)
 					}

@@ -202,7 +202,7 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 		count = 0 // omitted: the usual case says nothing
 	}
 	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: l.ID(), Token: l.Token(), TTLMs: l.TTL().Milliseconds(), Count: count,
-		WaitedMs: waitedBefore(l, start).Milliseconds()})
+		WaitedMs: waitedBefore(l, start).Milliseconds(), Reused: l.Reused()})
 }
 
 // clientGone answers an acquire whose client went away while the lease l

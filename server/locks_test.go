@@ -252,6 +252,9 @@ func TestReentrantHolder(t *testing.T) {
 			if again.LeaseID != first.LeaseID || again.Token != first.Token || first.Count != 0 || again.Count != 2 {
 				t.Fatalf("reentered: %+v after %+v; want the same lease id and token, count 2 (and none the first time)", again, first)
 			}
+			if first.Reused || !again.Reused { // defect 216
+				t.Fatalf("reused: %v, then %v; want false, then true", first.Reused, again.Reused)
+			}
 			if st := e.state(name); st.Count != 2 {
 				t.Fatalf("GET: %+v", st)
 			}

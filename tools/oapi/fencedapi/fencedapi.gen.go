@@ -323,6 +323,12 @@ type Lease struct {
 	LeaseId LeaseID `json:"lease_id"`
 	Name    string  `json:"name"`
 
+	// Reused Acquire and campaign only: the lease is a hold that existed
+	// before this acquisition, with the token issued then (a holder's
+	// reentry, or the grant made for an earlier request of the same
+	// waiter whose answer was lost). Absent when false.
+	Reused *bool `json:"reused,omitempty"`
+
 	// Token The fencing token: 1 to 2^63-1 (9223372036854775807). Send it with
 	// every write to the protected resource (the Fencing-Token header, or
 	// fence_admit in Postgres). Parse it as a 64-bit integer: it may pass
