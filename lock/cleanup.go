@@ -15,7 +15,9 @@ const cleanupTimeout = time.Second
 
 // maxAbandonsRetrying bounds the abandons trying again at once: in an
 // outage every failed acquisition starts one, and those past the bound
-// make their one attempt only (their lease expires anyway).
+// make their one attempt only (their lease expires anyway). It bounds the
+// etcd store's goroutines abandoning too (EtcdStore.abandon), where
+// those past it wait their turn.
 const maxAbandonsRetrying = 64
 
 // cleanups are a store's goroutines of best-effort cleanups that outlive

@@ -88,6 +88,18 @@ type EtcdStore struct {
 	endLife context.CancelCauseFunc
 	wg      sync.WaitGroup // the goroutine and the work it started
 
+	// abandons are the attempts to abandon (abandon), by lease id, with
+	// their locks' names; abandoners the goroutines abandoning them, at
+	// most maxAbandonsRetrying. Under mu.
+	abandons   map[string]string
+	abandoners int
+	// marking is held (sent to) while an abandoned mark's lease is looked
+	// up or granted (markLease); markID and markSent, under it, are the
+	// lease marks go on now and when its grant was sent.
+	marking  chan struct{}
+	markID   clientv3.LeaseID
+	markSent time.Time
+
 	txns, ops, sessionGrants, reads atomic.Uint64
 	inflight, maxInflight           atomic.Int64 // batches being committed
 	// maxOps bounds the operations of the store's other Txns whose size
@@ -310,6 +322,7 @@ func NewEtcdStore(cli *clientv3.Client, opts ...EtcdOption) (*EtcdStore, error) 
 		cli: cli, kv: etcdkv.New(cli), ks: ks, issuer: sequencer.NewIssuer(cli, ks, c.log), log: c.log,
 		sessions: map[int64]*session{}, retired: map[*session]bool{}, granting: map[int64]chan struct{}{}, held: map[string]*holding{}, released: map[string]tombstone{}, places: map[placeKey]place{},
 		slots: map[string]map[int]bool{}, orphans: map[slotKey]bool{}, orphanAt: map[slotKey]int64{}, joining: map[slotKey]int{}, instance: instance,
+		abandons: map[string]string{}, marking: make(chan struct{}, 1),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	s.life, s.endLife = context.WithCancelCause(context.Background())
@@ -689,6 +702,14 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 		// etcd answers.
 		s.abandon(req.Name, req.LeaseID)
 		return Grant{}, ErrLost
+	case err != nil && etcdkv.Refused(err):
+		// Refused for want of a leader by every member it went to: nothing
+		// of it ran, neither the create nor a join, so there is nothing to
+		// abandon, and the place stays for the waiter's next attempt. In
+		// an election or a lost quorum a waiter attempts every backoff,
+		// and an abandon each was a goroutine, an etcd lease and a mark
+		// per attempt (docs/design.md, defect 212).
+		return Grant{}, backendErr("etcd", "acquire", err)
 	case err != nil:
 		// The create may yet commit: free it rather than wait for its
 		// deadline.
@@ -983,27 +1004,63 @@ func (s *EtcdStore) setHolds(name, leaseID string, n int) {
 // The create may also be committed after the release found nothing: a
 // member whose link to the leader held the forwarded proposal hands it on
 // later, while the release went to another member. So the abandon first
-// marks the attempt (abandonedKey, on a lease of its own for
-// abandonedFor), which every create compares, and releases after: a
-// create committed before the mark is released, one after it takes
-// nothing (defect 147).
+// marks the attempt (abandonedKey, on markLease), which every create
+// compares, and releases after: a create committed before the mark is
+// released, one after it takes nothing (defect 147).
+//
+// The attempt joins the store's abandons, which at most
+// maxAbandonsRetrying goroutines work through, as cleanups bound Redis's
+// (defect 212): in an outage every failed attempt is one, and a goroutine
+// each grew without bound. Unlike a Redis lease, a lock created here never
+// expires by itself, so none is dropped: those past the bound wait their
+// turn, as a lease id and a name.
 func (s *EtcdStore) abandon(name, leaseID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
+	s.abandons[leaseID] = name
+	if s.abandoners >= maxAbandonsRetrying {
+		return // one of them takes it
+	}
+	s.abandoners++
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	go s.abandonAll()
+}
+
+// abandonAll abandons the store's abandons one after another, until none
+// is left or the store closes.
+func (s *EtcdStore) abandonAll() {
+	defer s.wg.Done()
+	for {
+		s.mu.Lock()
+		var name, leaseID string
+		for leaseID, name = range s.abandons {
+			break
+		}
+		if leaseID == "" || s.closed {
+			s.abandoners--
+			s.mu.Unlock()
+			return
+		}
+		delete(s.abandons, leaseID)
+		s.mu.Unlock()
 		marked := false
 		s.untilAnswered(5*time.Second, func(ctx context.Context) bool {
+			// A member without a leader refuses at once, rather than hold
+			// the try for its 5 s.
+			ctx = clientv3.WithRequireLeader(ctx)
 			if !marked {
-				lg, err := s.cli.Grant(ctx, int64(abandonedFor/time.Second))
+				lease, err := s.markLease(ctx)
 				if err != nil {
 					return false
 				}
-				if _, err := s.kv.Txn(ctx).Then(clientv3.OpPut(s.abandonedKey(leaseID), "", clientv3.WithLease(lg.ID))).Commit(); err != nil {
+				_, err = s.kv.Txn(ctx).Then(clientv3.OpPut(s.abandonedKey(leaseID), "", clientv3.WithLease(lease))).Commit()
+				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+					s.markLost(lease)
+				}
+				if err != nil {
 					return false
 				}
 				marked = true
@@ -1011,7 +1068,48 @@ func (s *EtcdStore) abandon(name, leaseID string) {
 			err := s.Release(ctx, name, leaseID, "")
 			return err == nil || errors.Is(err, ErrLost) // released, or it was never created
 		})
-	}()
+	}
+}
+
+// markReuse is how long after sending a mark lease's grant the store puts
+// marks on it. The lease lives abandonedFor longer, so every mark on it
+// lasts at least abandonedFor; an etcd lease per mark was a Raft write and
+// a lease in etcd's lessor for each, a thousand for a thousand HTTP
+// waiters whose clients left mid-attempt (defect 212). Kept short so that
+// no mark lasts much longer than abandonedFor either (the fault test's
+// check allows 5 s more, internal/chaos).
+const markReuse = 2 * time.Second
+
+// markLease is the etcd lease for an abandoned mark put now: the store's
+// current one, or a new one if that was sent markReuse ago.
+func (s *EtcdStore) markLease(ctx context.Context) (clientv3.LeaseID, error) {
+	select {
+	case s.marking <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-s.marking }()
+	if s.markID != 0 && time.Since(s.markSent) < markReuse {
+		return s.markID, nil
+	}
+	// Sent before the grant: etcd counts the lease's TTL from later.
+	sent := time.Now()
+	lg, err := s.cli.Grant(ctx, int64((abandonedFor+markReuse)/time.Second))
+	if err != nil {
+		return 0, err
+	}
+	s.markID, s.markSent = lg.ID, sent
+	return lg.ID, nil
+}
+
+// markLost forgets the mark lease etcd no longer knows (a cluster
+// restored or replaced), so that the next mark gets a new one.
+func (s *EtcdStore) markLost(lease clientv3.LeaseID) {
+	s.marking <- struct{}{}
+	if s.markID == lease {
+		s.markID = 0
+	}
+	<-s.marking
 }
 
 // handOver marks leaseID's grant of name handed to another request of its
@@ -1106,8 +1204,9 @@ func (s *EtcdStore) ReleaseUnhanded(ctx context.Context, name, leaseID string) (
 	return true, nil
 }
 
-// abandonedFor is how long an abandoned attempt's mark lasts: a create
-// etcd commits later than that takes its lock, as before the mark.
+// abandonedFor is how long an abandoned attempt's mark lasts at least (at
+// most markReuse more): a create etcd commits later than that takes its
+// lock, as before the mark.
 const abandonedFor = time.Minute
 
 // abandonedKey marks an attempt whose caller gave up (abandon).
@@ -2346,17 +2445,39 @@ func (s *EtcdStore) sessionLostLocked(sess *session) {
 func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[etcdOp]) error {
 	joins := s.joinsSent(batch)
 	defer func() { s.joinsEnded(joins) }()
-	creates := false
+	creates := 0
 	for _, r := range batch {
-		creates = creates || r.Arg.kind == opCreate
+		if r.Arg.kind == opCreate {
+			creates++
+		}
 	}
-	if len(batch) == 1 && !creates {
+	if len(batch) == 1 && creates == 0 {
 		return s.commitOne(ctx, batch[0])
 	}
+	// Every token Txn writes the counter key, which every issuer of the
+	// keyspace follows (sequencer.Issuer.Follow); but a batch whose
+	// creates all find their locks held writes it not, so that waiters on
+	// held locks write nothing and make no revision (docs/design.md,
+	// defect 213). A lone create writes it in its own branch, with its
+	// lock. Several cannot (etcd refuses two puts of one key in sibling
+	// Txns): their batch writes it unless every one of their locks is
+	// taken, which etcd decides before it applies anything, as it does a
+	// create's own compares; a create takes its lock only if it is free.
+	// That batch rides in a Txn of its own, so that those compares count
+	// against --max-txn-ops beside it, not on top of it.
+	wrapped := creates > 1
 	then := func(offset uint64) []clientv3.Op {
-		ops := make([]clientv3.Op, len(batch), len(batch)+1)
+		ops := make([]clientv3.Op, len(batch))
+		var taken []clientv3.Cmp
 		for i, r := range batch {
 			t := s.opTxn(r.Arg, offset)
+			if r.Arg.kind == opCreate {
+				if wrapped {
+					taken = append(taken, s.ks.LockTaken(r.Arg.name))
+				} else {
+					t.then = append(t.then, s.ks.CounterPut(offset))
+				}
+			}
 			ops[i] = clientv3.OpTxn(t.cmps, t.then, t.els)
 			if r.Arg.kind == opCreate {
 				// An attempt abandoned before etcd committed this takes
@@ -2364,26 +2485,30 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 				ops[i] = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Version(s.abandonedKey(r.Arg.id)), "=", 0)}, []clientv3.Op{ops[i]}, nil)
 			}
 		}
-		if creates {
-			// Every token Txn writes the counter key, which every issuer
-			// of the keyspace follows (sequencer.Issuer.Follow).
-			ops = append(ops, s.ks.CounterPut(offset))
+		if !wrapped {
+			return ops
 		}
-		return ops
+		return []clientv3.Op{clientv3.OpTxn(nil, ops, nil), clientv3.OpTxn(taken, nil, []clientv3.Op{s.ks.CounterPut(offset)})}
+	}
+	parts := func(resp *clientv3.TxnResponse) []*pb.ResponseOp {
+		if !wrapped {
+			return resp.Responses
+		}
+		return resp.Responses[0].GetResponseTxn().Responses
 	}
 	var (
 		resp *clientv3.TxnResponse
 		tok  fence.Token
 		err  error
 	)
-	if creates {
+	if creates > 0 {
 		// The token counts only if a create of the batch took its lock:
 		// a batch whose creates all found their locks held wrote nothing
 		// (or only queue places and deletes) and its revision is no token.
 		created := func(resp *clientv3.TxnResponse) bool {
 			for i, r := range batch {
 				if r.Arg.kind == opCreate {
-					if sub := createTxn(resp.Responses[i]); sub != nil && sub.Succeeded {
+					if sub := createTxn(parts(resp)[i]); sub != nil && sub.Succeeded {
 						return true
 					}
 				}
@@ -2404,10 +2529,11 @@ func (s *EtcdStore) commitTxn(ctx context.Context, batch []*groupcommit.Request[
 	s.txns.Add(1)
 	s.ops.Add(uint64(len(batch)))
 	restored := errors.Is(err, sequencer.ErrRestored)
+	resps := parts(resp)
 	for i, r := range batch {
-		sub := resp.Responses[i].GetResponseTxn()
+		sub := resps[i].GetResponseTxn()
 		if r.Arg.kind == opCreate {
-			if sub = createTxn(resp.Responses[i]); sub == nil {
+			if sub = createTxn(resps[i]); sub == nil {
 				// Abandoned: only a Txn sent again after its caller gave up
 				// meets its mark, and nobody waits for its answer.
 				r.Done(heldResult{}, errHeld)

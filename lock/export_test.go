@@ -27,8 +27,16 @@ func (s *RedisStore) AbandonLease(ctx context.Context, name, leaseID string, ttl
 }
 
 // AbandonedFor is abandonedFor: how long an abandoned attempt's etcd mark
-// lasts, which internal/chaos holds the marks left in etcd to.
+// lasts at least, which internal/chaos holds the marks left in etcd to.
 const AbandonedFor = abandonedFor
+
+// MarkReuse is markReuse: how long an etcd store puts abandoned marks on
+// one lease (defect 212).
+const MarkReuse = markReuse
+
+// MaxAbandonsRetrying is maxAbandonsRetrying: the most abandons a store
+// tries again at once.
+const MaxAbandonsRetrying = maxAbandonsRetrying
 
 // UnreenterFailed runs what store s does when req's reentry failed without
 // its answer: the take-off of a hold its script or Txn may have counted.

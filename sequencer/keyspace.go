@@ -339,6 +339,12 @@ func (k Keyspace) LockFree(name string) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(k.LockKey(name)), "=", 0)
 }
 
+// LockTaken is the compare that lock name is held, by anyone: LockFree's
+// opposite.
+func (k Keyspace) LockTaken(name string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(k.LockKey(name)), ">", 0)
+}
+
 // LockHeldBy are the compares that leaseID holds lock name: its key's
 // value lies between leaseID+" " and leaseID+"!", so it is leaseID, a
 // space and the info (lockValue), and no other lease id's, as no lease id

@@ -445,8 +445,8 @@ const abandonedMargin = 5 * time.Second
 
 // etcdKeys lists the keys of the locks under prefix. The token's counter
 // and floor stay, one each per store; an abandoned attempt's mark names no
-// lock and goes with its own lease within AbandonedFor (lock/etcd.go,
-// abandon), so a mark is listed, saying why, only when it is on no lease
+// lock and goes with its lease (one of 2 s of marks) within AbandonedFor
+// and 2 s (lock/etcd.go, abandon), so a mark is listed, saying why, only when it is on no lease
 // or on one with longer left: such a mark stays (docs/design.md, defect
 // 206).
 func etcdKeys(ctx context.Context, cli *clientv3.Client, prefix string) ([]string, error) {
