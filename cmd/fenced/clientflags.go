@@ -73,13 +73,19 @@ func (o *clientOpts) client(cmdName string) (*client.Client, error) {
 		return nil, usagef(cmdName, "--url: %v", err)
 	}
 	opts := []client.Option{client.WithMaxRequestWait(o.maxReq)}
+	tokenFrom := "--client-token"
 	if o.tokenFile != "" {
 		var err error
 		if o.token, err = readTokenFile(o.tokenFile); err != nil {
 			return nil, fmt.Errorf("--client-token-file: %w", err)
 		}
+		tokenFrom = "--client-token-file " + o.tokenFile
 	}
 	if o.token != "" {
+		// Checked here, so that its error names where the token came from.
+		if _, err := client.New(o.url, client.WithBearerToken(o.token)); err != nil {
+			return nil, usagef(cmdName, "%s: %v", tokenFrom, err)
+		}
 		opts = append(opts, client.WithBearerToken(o.token))
 	}
 	if o.tls.ca != "" || o.tls.cert != "" {

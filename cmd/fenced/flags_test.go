@@ -23,6 +23,8 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"dev", "--max-ttl", "48h"}, "--max-ttl"},
 		{nil, []string{"dev", "--max-body-bytes", "1k"}, "--max-body-bytes"},
 		{nil, []string{"dev", "--max-body-bytes", "10"}, "--max-body-bytes 10: want at least 4096"},
+		// A token no server holds names where it came from (defect 208).
+		{[]string{"FENCED_CLIENT_TOKEN=short"}, []string{"locks", "list", "--url", "http://127.0.0.1:1"}, "--client-token: client: bearer token of 5 bytes; want at least 16 bytes"},
 		{nil, []string{"dev", "--ready-timeout", "0s"}, "--ready-timeout"},
 		// Not the server's "(0 means …)": the flags refuse 0.
 		{nil, []string{"dev", "--max-wait", "-1s"}, "--max-wait -1s: want > 0 (run"},
