@@ -219,7 +219,8 @@ func (f *floorFlags) validate(cmd *command) error {
 // mends (a --min-token that leaves no token below 2^63, a floor key that
 // is not a number): fenced then exits without serving.
 //
-// While it waits it logs, every second, where it asks (the client's
+// While it waits it logs, after each attempt (up to 5 s, then a second's
+// pause), where it asks (the client's
 // endpoints), why an endpoint does not answer when a dial says so
 // (connection refused, no such host), and hint, what to check: "etcd does
 // not answer" alone, with a bare "context deadline exceeded", left the
