@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -205,18 +206,21 @@ func TestRedisFailoverLosesLease(t *testing.T) {
 
 // TestEtcdLeaderChangeDelaysExpiry measures how long a lock whose holder
 // stopped refreshing stays taken, with a steady etcd leader and when the
-// leader is killed right after the grant, in two cases: the holder's
+// leader is lost right after the grant, in two cases: the holder's
 // process lives on (its store deletes the lock at its deadline), and the
 // holder's process died (the lock goes when its session lease expires, and
 // etcd renews every lease with its full TTL when a new leader takes over).
-// docs/design.md reports the figures; the test checks that the lock is
-// freed in every case.
+// The leader is lost by cutting it off from its peers, not by Close: that
+// is etcd's graceful shutdown, which keeps the member leading while it
+// waits up to the request timeout for open client streams, and the test
+// timed that wait (docs/design.md, "Operating under faults", reports the
+// figures). The test checks that the lock is freed in every case.
 func TestEtcdLeaderChangeDelaysExpiry(t *testing.T) {
 	const ttl = time.Second
 	// freed runs one case on a fresh three-member cluster with etcd's
 	// default timing, and returns how long after its TTL the lock was free.
-	freed := func(killLeader, processDies bool) time.Duration {
-		members := testenv.EtcdClusterTimed(t, 3, 100, 1000)
+	freed := func(loseLeader, processDies bool) time.Duration {
+		members, peers := testenv.EtcdClusterProxied(t, 3)
 		cli := testenv.ClusterClient(t, members)
 		waiterStore, err := lock.NewEtcdStore(cli)
 		if err != nil {
@@ -238,18 +242,18 @@ func TestEtcdLeaderChangeDelaysExpiry(t *testing.T) {
 		if processDies {
 			s.Close() // its deadlines are no longer enforced, its session no longer renewed
 		}
-		if killLeader {
-			leader := testenv.Leader(members)
-			if leader == nil {
+		if loseLeader {
+			k := slices.IndexFunc(members, func(m *sequencer.Embedded) bool { return m.IsLeader() })
+			if k < 0 {
 				t.Fatal("no leader")
 			}
-			leader.Close()
+			defer testenv.Isolate(members, peers, k)()
 		}
 		// etcd answers "no leader" while it elects one: the wait budget
 		// rides that out.
 		next, err := waiters.Acquire(t.Context(), name, ttl, lock.WithWait(60*time.Second))
 		if err != nil {
-			t.Fatalf("the lock was not freed (leader killed %v, holder's process died %v): %v", killLeader, processDies, err)
+			t.Fatalf("the lock was not freed (leader lost %v, holder's process died %v): %v", loseLeader, processDies, err)
 		}
 		next.Release(t.Context())
 		return time.Since(start) - ttl
@@ -257,7 +261,7 @@ func TestEtcdLeaderChangeDelaysExpiry(t *testing.T) {
 	stopped, stoppedFailover := freed(false, false), freed(true, false)
 	died, diedFailover := freed(false, true), freed(true, true)
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
-	t.Logf("a %s lock nobody refreshes is freed after its TTL by: holder alive %s (leader killed: %s); holder's process dead %s (leader killed: %s)",
+	t.Logf("a %s lock nobody refreshes is freed after its TTL by: holder alive %s (leader lost: %s); holder's process dead %s (leader lost: %s)",
 		ttl, r(stopped), r(stoppedFailover), r(died), r(diedFailover))
 }
 
