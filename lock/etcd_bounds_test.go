@@ -45,6 +45,31 @@ func marks(t *testing.T, cli *clientv3.Client, prefix string) (n int, leases map
 	return len(r.Kvs), leases
 }
 
+// queueWaiters starts n fair waiters of name on c, each waiting up to a
+// minute, and returns once all of them are queued. The leases granted to
+// them arrive on granted; stop ends the others' waits and waits for them
+// (so does the test's end).
+func queueWaiters(t *testing.T, c *lock.Client, name string, n int) (granted <-chan *lock.Lease, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	out := make(chan *lock.Lease, n)
+	for range n {
+		wg.Go(func() {
+			if l, err := c.Acquire(ctx, name, time.Minute, lock.WithWait(time.Minute)); err == nil {
+				out <- l
+			}
+		})
+	}
+	stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
+	t.Cleanup(stop)
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
+		st, err := c.Inspect(t.Context(), name)
+		return err == nil && st.Waiters == n
+	})
+	return out, stop
+}
+
 // Defect 212: an attempt that every member refused for want of a leader
 // ran nothing, and is not abandoned. Three members, a holder, 20 fair
 // waiters that ride out the loss of two members with an attempt every
@@ -65,21 +90,7 @@ func TestEtcdAttemptsRefusedForWantOfALeaderAreNotAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	const waiters = 20
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	for range waiters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = c.Acquire(wctx, name, time.Minute, lock.WithWait(time.Minute))
-		}()
-	}
-	testenv.WaitUntil(t, 30*time.Second, func() bool {
-		st, err := c.Inspect(ctx, name)
-		return err == nil && st.Waiters == waiters
-	})
+	_, stop := queueWaiters(t, c, name, waiters)
 	leasesBefore, err := cli.Leases(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -93,8 +104,7 @@ func TestEtcdAttemptsRefusedForWantOfALeaderAreNotAbandoned(t *testing.T) {
 		most = max(most, len(testenv.GoroutinesIn(inAbandon)))
 		return cnt.n.Load() >= from+10*waiters
 	})
-	cancel()
-	wg.Wait()
+	stop()
 	most = max(most, len(testenv.GoroutinesIn(inAbandon)))
 
 	members[1] = testenv.Restart(t, members, 1)
@@ -200,24 +210,7 @@ func TestEtcdWaitersOnAHeldLockWriteNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	const waiters = 20
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	granted := make(chan *lock.Lease, waiters)
-	for range waiters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if l, err := c.Acquire(wctx, name, time.Minute, lock.WithWait(time.Minute)); err == nil {
-				granted <- l
-			}
-		}()
-	}
-	testenv.WaitUntil(t, 30*time.Second, func() bool {
-		st, err := c.Inspect(ctx, name)
-		return err == nil && st.Waiters == waiters
-	})
+	granted, _ := queueWaiters(t, c, name, waiters)
 	r0, err := cli.Get(ctx, prefix+"counter")
 	if err != nil {
 		t.Fatal(err)
