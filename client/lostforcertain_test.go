@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/internal/faultproxy"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
@@ -46,17 +48,24 @@ func TestReleaseOfALeaseLostForCertainIsLost(t *testing.T) {
 		}
 	})
 
-	t.Run("second call", func(t *testing.T) {
-		p1, u1 := behindProxy(t, f.url)
-		c1 := newClient(t, u1)
+	// acquire takes a lock of the test's name through a client of its own,
+	// behind a proxy of its own.
+	acquire := func(t *testing.T) (*faultproxy.Proxy, string, *client.Lease) {
+		t.Helper()
+		p, u := behindProxy(t, f.url)
 		name := testenv.Name(t)
-		l, err := c1.Acquire(ctx, name, 30*time.Second)
+		l, err := newClient(t, u).Acquire(ctx, name, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
+		return p, name, l
+	}
+
+	t.Run("second call", func(t *testing.T) {
+		p1, name, l := acquire(t)
 		p1.Hold(true)
 		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err = l.Release(rctx) // held, then cut by the deadline
+		err := l.Release(rctx) // held, then cut by the deadline
 		cancel()
 		p1.CutAll() // the release held is never delivered
 		p1.Hold(false)
@@ -75,13 +84,7 @@ func TestReleaseOfALeaseLostForCertainIsLost(t *testing.T) {
 	// attempt, whose answer was lost, and the store's memory of released
 	// ids full (16 hand-overs since).
 	t.Run("unsure", func(t *testing.T) {
-		p1, u1 := behindProxy(t, f.url)
-		c1 := newClient(t, u1)
-		name := testenv.Name(t)
-		l, err := c1.Acquire(ctx, name, 30*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p1, name, l := acquire(t)
 		lost := p1.LoseReplyAndRefuse([]byte("/release"))
 		if err := l.Release(ctx); err == nil || errors.Is(err, lock.ErrLost) {
 			t.Fatalf("a release whose answer was lost, the server then unreachable: %v; want an error that is not lost", err)
