@@ -82,10 +82,6 @@ func (o *clientOpts) client(cmdName string) (*client.Client, error) {
 		tokenFrom = "--client-token-file " + o.tokenFile
 	}
 	if o.token != "" {
-		// Checked here, so that its error names where the token came from.
-		if _, err := client.New(o.url, client.WithBearerToken(o.token)); err != nil {
-			return nil, usagef(cmdName, "%s: %v", tokenFrom, err)
-		}
 		opts = append(opts, client.WithBearerToken(o.token))
 	}
 	if o.tls.ca != "" || o.tls.cert != "" {
@@ -97,7 +93,8 @@ func (o *clientOpts) client(cmdName string) (*client.Client, error) {
 	}
 	c, err := client.New(o.url, opts...)
 	if err != nil {
-		return nil, usagef(cmdName, "%v", err) // the URL is good: a bad token
+		// The URL is good: a bad token, named by where it came from.
+		return nil, usagef(cmdName, "%s: %v", tokenFrom, err)
 	}
 	return c, nil
 }
