@@ -125,6 +125,13 @@ class FencedError(Exception):
     #: On a refused wait_ms, the longest wait the server allows (its
     #: --max-wait; API field max_wait_ms), or None.
     max_wait_ms: Optional[int] = None
+    #: On a 409 after the server waited (API fields waited_ms, position):
+    #: how long that request waited, in milliseconds, and its place in the
+    #: lock's queue when it gave up (1 is the head; 0: it had none, an
+    #: unfair wait); None when the answer did not say. Those of the last
+    #: request of a wait in several requests, as the Go client's APIError.
+    waited_ms: Optional[int] = None
+    position: Optional[int] = None
 
     def __init__(self, message: str, status: int = 0, code: Optional[str] = None,
                  retry_after: Optional[float] = None):
@@ -1525,8 +1532,9 @@ def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
         e.token = held_by
     if isinstance(err.get("field"), str):
         e.field = err["field"]
-    if isinstance(err.get("max_wait_ms"), int):
-        e.max_wait_ms = err["max_wait_ms"]
+    for key in ("max_wait_ms", "waited_ms", "position"):
+        if isinstance(err.get(key), int) and not isinstance(err.get(key), bool):
+            setattr(e, key, err[key])
     if isinstance(e, LostError) and isinstance(err.get("maybe_released"), bool):
         e.maybe_released = err["maybe_released"]
     return e
@@ -1606,7 +1614,8 @@ class Lease:
     """A held lease: name, lease_id (the holder's secret), token, ttl_ms
     (the TTL the server granted) and count (how many releases the lock took
     to be freed when it was granted: 1, or more for a reentrant holder's
-    acquire of a lock it held; see Client.acquire's holder).
+    acquire of a lock it held; see Client.acquire's holder), and reused
+    (whether the grant is a hold that existed before, its token issued then).
 
     valid_for() says how long the lease is surely still held by the rule
     ttl - elapsed - drift, measured from before the request that granted or
@@ -1635,6 +1644,12 @@ class Lease:
         #: How many releases the lock took to be freed when this lease was
         #: granted: 1, or more when a reentrant holder acquired a lock it held.
         self.count: int = doc.get("count", 1)
+        #: Whether the lease is a hold that existed before this acquisition,
+        #: with the token issued then: a holder's reentry, or the grant made
+        #: for an earlier request of the same wait whose answer was lost (API
+        #: field reused; from a server that does not send it, count > 1, as
+        #: the Go client's Lease.Reused).
+        self.reused: bool = bool(doc.get("reused", self.count > 1))
         #: Set once, when the lease is known or presumed lost. Its is_set()
         #: and wait() read the clock: past the deadline the lease is lost
         #: when they are called (_LostEvent).

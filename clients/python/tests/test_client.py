@@ -513,6 +513,12 @@ class DevTest(unittest.TestCase):
             self.client.acquire(name, ttl_ms=10_000, wait_ms=100)
         self.assertEqual((cm.exception.code, cm.exception.status), ("held", 409))
         self.assertFalse(cm.exception.retryable)
+        # The only waiter, at the head of the queue when it gave up, after
+        # the server waited the 100 ms asked for (API fields position, waited_ms).
+        self.assertEqual(cm.exception.position, 1)
+        self.assertIsNotNone(cm.exception.waited_ms)
+        self.assertGreaterEqual(cm.exception.waited_ms, 100)
+        self.assertFalse(lease.reused)
 
         st = self.client.inspect(name)
         self.assertTrue(st.held)
@@ -2131,10 +2137,11 @@ class RedisTest(unittest.TestCase):
         self.assertIsNotNone(second, "the holder's second acquire was refused: held")
         assert second is not None
         self.assertEqual((second.lease_id, second.token, second.count), (first.lease_id, first.token, 2))
+        self.assertEqual((first.reused, second.reused), (False, True))
         self.assertIsNone(other.try_acquire(name, ttl_ms=30_000))
         self.assertIsNone(other.try_acquire(name, ttl_ms=30_000, holder=secrets.token_hex(16)))
         with other.lock(name, ttl_ms=30_000, wait_ms=1000, holder=holder) as third:  # waiting, kept alive
-            self.assertEqual((third.lease_id, third.count), (first.lease_id, 3))
+            self.assertEqual((third.lease_id, third.count, third.reused), (first.lease_id, 3, True))
         second.release()
         self.assertTrue(self.client.inspect(name).held, "two releases of three freed the lock")
         first.release()

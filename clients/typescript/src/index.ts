@@ -72,6 +72,15 @@ export class FencedError extends Error {
   field: string | undefined;
   /** On a refused wait_ms, the longest wait the server allows (its --max-wait; API field max_wait_ms). */
   maxWaitMs: number | undefined;
+  /**
+   * On a 409 after the server waited (API fields waited_ms, position): how
+   * long that request waited, in milliseconds, and its place in the lock's
+   * queue when it gave up (1 is the head; 0: it had none, an unfair wait);
+   * undefined when the answer did not say. Those of the last request of a
+   * wait in several requests, as the Go client's APIError.
+   */
+  waitedMs: number | undefined;
+  position: number | undefined;
   /** Whether the same request may be tried again. */
   get retryable(): boolean {
     return false;
@@ -1443,15 +1452,18 @@ function retryAfterMs(value: string | null): number | undefined {
 function apiError(status: number, headers: Headers, text: string): FencedError {
   const retryAfter = retryAfterMs(headers.get("Retry-After"));
   let code: unknown, message: unknown, field: unknown, maxWaitMs: unknown, heldBy: unknown, maybeReleased: unknown;
+  let waitedMs: unknown, position: unknown;
   try {
     // parseAnswer: the token of a force-release's 409 is a bigint.
-    const err = (parseAnswer(text) as { error?: { code?: unknown; message?: unknown; field?: unknown; max_wait_ms?: unknown; token?: unknown; maybe_released?: unknown } }).error;
+    const err = (parseAnswer(text) as { error?: Record<string, unknown> }).error;
     code = err?.code;
     message = err?.message;
     field = err?.field;
     maxWaitMs = err?.max_wait_ms;
     heldBy = err?.token;
     maybeReleased = err?.maybe_released;
+    waitedMs = err?.waited_ms;
+    position = err?.position;
   } catch {
     // not JSON: below
   }
@@ -1472,6 +1484,8 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
   const e = new cls(message, status, code, retryAfter);
   if (typeof field === "string") e.field = field;
   if (typeof maxWaitMs === "number") e.maxWaitMs = maxWaitMs;
+  if (typeof waitedMs === "number") e.waitedMs = waitedMs;
+  if (typeof position === "number") e.position = position;
   if (e instanceof LostError && typeof maybeReleased === "boolean") e.maybeReleased = maybeReleased;
   return e;
 }
@@ -1483,7 +1497,8 @@ function apiError(status: number, headers: Headers, text: string): FencedError {
  * A held lease: name, leaseID (the holder's secret), token, ttlMs (the TTL
  * the server granted) and count (how many releases the lock took to be
  * freed when it was granted: 1, or more for a reentrant holder's acquire of
- * a lock it held; see AcquireOptions.holder).
+ * a lock it held; see AcquireOptions.holder), and reused (whether the grant
+ * is a hold that existed before, its token issued then).
  *
  * validForMs() says how long the lease is surely still held, by the rule
  * ttl − elapsed − drift measured from before the request that granted or
@@ -1508,6 +1523,14 @@ export class Lease {
   readonly token: bigint;
   /** How many releases the lock took to be freed when this lease was granted: 1, or more when a reentrant holder acquired a lock it held. */
   readonly count: number;
+  /**
+   * Whether the lease is a hold that existed before this acquisition, with
+   * the token issued then: a holder's reentry, or the grant made for an
+   * earlier request of the same wait whose answer was lost (API field
+   * reused; from a server that does not send it, count > 1, as the Go
+   * client's Lease.Reused).
+   */
+  readonly reused: boolean;
   #ttlMs: number;
   #deadline: number;
   #refreshing: Promise<void> = Promise.resolve();
@@ -1545,6 +1568,7 @@ export class Lease {
     this.leaseID = doc.lease_id as string;
     this.token = doc.token as bigint;
     this.count = (doc.count as number | undefined) ?? 1; // absent for 1
+    this.reused = doc.reused === undefined ? this.count > 1 : doc.reused === true;
     this.#ttlMs = doc.ttl_ms as number;
     // The grant's attempt began waited_ms after the server had the request,
     // so never before startedMs + waited_ms: the validity runs from there

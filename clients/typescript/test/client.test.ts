@@ -356,6 +356,11 @@ describe("fenced dev (etcd leases)", () => {
     assert.equal(held.code, "held");
     assert.equal(held.status, 409);
     assert.equal(held.retryable, false);
+    // The only waiter, at the head of the queue when it gave up, after the
+    // server waited the 100 ms asked for (API fields position, waited_ms).
+    assert.equal(held.position, 1);
+    assert.ok(held.waitedMs !== undefined && held.waitedMs >= 100, `waitedMs ${held.waitedMs}`);
+    assert.equal(lease.reused, false);
 
     const st = await client.inspect(name);
     assert.equal(st.held, true);
@@ -1776,10 +1781,11 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       const second = await other.tryAcquire(name, { ttlMs: 30_000, holder });
       assert.notEqual(second, null, "the holder's second acquire was refused: held");
       assert.deepEqual([second!.leaseID, second!.token, second!.count], [first.leaseID, first.token, 2]);
+      assert.deepEqual([first.reused, second!.reused], [false, true]);
       assert.equal(await other.tryAcquire(name, { ttlMs: 30_000 }), null);
       assert.equal(await other.tryAcquire(name, { ttlMs: 30_000, holder: randomBytes(16).toString("hex") }), null);
       await other.withLock(name, { ttlMs: 30_000, waitMs: 1000, holder }, async (third) => { // waiting, kept alive
-        assert.deepEqual([third.leaseID, third.count], [first.leaseID, 3]);
+        assert.deepEqual([third.leaseID, third.count, third.reused], [first.leaseID, 3, true]);
       });
       await second!.release();
       assert.equal((await client.inspect(name)).held, true, "two releases of three freed the lock");
