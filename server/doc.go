@@ -120,7 +120,7 @@
 //
 // # Metrics
 //
-//	fenced_acquisitions_total{result="acquired|held|invalid|error|cancelled"}
+//	fenced_acquisitions_total{result="acquired|held|invalid|error|cancelled|shutting_down|in_progress|ttl_too_short"}
 //	fenced_acquire_duration_seconds          histogram, waiting included
 //	fenced_tokens_issued_total               not a reentry or a grant found again
 //	fenced_active_leases                     gauge, see below
@@ -133,11 +133,27 @@
 //	fenced_waiters                           acquire requests with wait_ms > 0 in progress
 //	fenced_auth_refused_total{code="unauthenticated|forbidden"}
 //
-// fenced_active_leases counts leases acquired or refreshed through this
-// server that it has not seen released or lost and whose TTL has not run
-// out since. Expired entries are dropped lazily, when the gauge is read and
-// on acquire, by no goroutine. A lease released through another fenced node
-// stays counted here until its TTL runs out. A lease its reentrant holder
-// acquired more than once counts until a release frees the lock: after
-// each release of one, the server reads the lock's state.
+// Campaigns count in fenced_acquisitions_total, and a leader's
+// resignation (a release) in fenced_releases_total. Result "error" is the
+// lease store's failure alone (it counts in fenced_backend_errors_total
+// too, and FencedAcquireErrors alerts on it); the 503s the store did not
+// cause have their own: shutting_down (Drain ended a wait, or the server
+// is closing: every rolling restart has some), in_progress (an earlier
+// request of the same waiter is still taking the lock; ask again) and
+// ttl_too_short (the grant came back with no validity left: a TTL below
+// the store's latency). "invalid" is a request refused before the lease
+// store, by its name, query string or body, on every route of the three
+// counters; reads and force-release count in none of them.
+//
+// fenced_active_leases counts leases acquired through this server that it
+// has not seen released, lost or force-released and whose TTL has not run
+// out since their last acquire or refresh through it. A refresh extends a
+// lease counted and adds none: a lease acquired through another fenced
+// node is that node's to count, and a refresh answered after a release or
+// a loss of its lease does not bring the lease back. Expired entries are
+// dropped lazily, when the gauge is read and on acquire, by no goroutine.
+// A lease released through another fenced node stays counted here until
+// its TTL runs out. A lease its reentrant holder acquired more than once
+// counts until a release frees the lock: after each release of one, the
+// server reads the lock's state.
 package server

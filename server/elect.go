@@ -17,8 +17,10 @@ import (
 // refreshes and resigns through the lock's refresh and release. Only a
 // server whose leases are in etcd holds elections.
 
-// opCampaign names a campaign in 403 answers; its lease store failures
-// count as acquire's (grant), and the leader read's as opLeader.
+// opCampaign names a campaign in 403 answers; it counts in
+// fenced_acquisitions_total, its invalid requests too (countInvalid), and
+// its lease store failures as acquire's (grant); the leader read's as
+// opLeader.
 const opCampaign = "campaign"
 
 // electable answers a 400 when this server's leases are in Redis.
@@ -32,12 +34,12 @@ func (s *Server) electable(w http.ResponseWriter) bool {
 }
 
 func (s *Server) campaign(w http.ResponseWriter, r *http.Request, name string) {
-	req, ok := decodeBody(s, w, r, opAcquire, s.limits.decodeCampaign)
+	req, ok := decodeBody(s, w, r, opCampaign, s.limits.decodeCampaign)
 	if !ok {
 		return
 	}
 	if !s.electable(w) {
-		s.countInvalid(opAcquire)
+		s.countInvalid(opCampaign)
 		return
 	}
 	s.grant(w, r, name, req, true)

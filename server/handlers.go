@@ -89,9 +89,12 @@ func decodeBody[T any](s *Server, w http.ResponseWriter, r *http.Request, op str
 	return req, true
 }
 
+// countInvalid counts a request of op refused before the lease store (a
+// bad name, query string or body) as result invalid of op's counter.
+// Reads and force-release have none.
 func (s *Server) countInvalid(op string) {
 	switch op {
-	case opAcquire:
+	case opAcquire, opCampaign: // a campaign is an acquire of the election's lock
 		s.metrics.acquisitions.WithLabelValues(resultInvalid).Inc()
 	case opRefresh:
 		s.metrics.refreshes.WithLabelValues(resultInvalid).Inc()
@@ -156,10 +159,10 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 	if errors.Is(err, lock.ErrTTLTooShort) {
 		// Before ErrNotAcquired, which it matches too: the grant came back
 		// with no validity left and was released, so nobody holds the lock
-		// and 409 held would be false. A 503 ("error", as every 503 not
-		// cancelled) with field ttl_ms, the part of the request to change,
-		// lets a client tell it by code and field.
-		s.metrics.acquisitions.WithLabelValues(resultError).Inc()
+		// and 409 held would be false. A 503 with field ttl_ms, the part of
+		// the request to change, lets a client tell it by code and field;
+		// not counted "error": the store answered, only later than the TTL.
+		s.metrics.acquisitions.WithLabelValues(resultTTLTooShort).Inc()
 		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, field: fieldTTLMs, message: err.Error()})
 		return
 	}
@@ -196,7 +199,7 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, name string, req 
 		return
 	}
 	s.metrics.acquisitions.WithLabelValues(resultAcquired).Inc()
-	s.leases.held(name, l.ID(), l.Deadline(), l.Count() > 1)
+	s.leases.acquired(name, l.ID(), l.Deadline(), l.Count() > 1)
 	count := l.Count()
 	if count == 1 {
 		count = 0 // omitted: the usual case says nothing
@@ -277,14 +280,14 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, name string) {
 	if err != nil {
 		aerr, result := s.failure(r, ctx, opRefresh, name, start, err)
 		if result == resultLost {
-			s.leases.gone(name, req.leaseID)
+			s.leases.ended(name, req.leaseID)
 		}
 		s.metrics.refreshes.WithLabelValues(result).Inc()
 		writeError(w, aerr)
 		return
 	}
 	s.metrics.refreshes.WithLabelValues(resultRefreshed).Inc()
-	s.leases.held(name, req.leaseID, start.Add(g.TTL), false)
+	s.leases.refreshed(name, req.leaseID, start.Add(g.TTL))
 	writeJSON(w, http.StatusOK, leaseResponse{Name: name, LeaseID: req.leaseID, Token: g.Token, TTLMs: g.TTL.Milliseconds()})
 }
 
@@ -299,7 +302,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	if err := s.locks.ReleaseID(ctx, name, req.leaseID, req.releaseID); err != nil {
 		aerr, result := s.failure(r, ctx, opRelease, name, start, err)
 		if result == resultLost {
-			s.leases.gone(name, req.leaseID)
+			s.leases.ended(name, req.leaseID)
 			// Whether the store could tell it from an earlier release's
 			// answer, for a client that sent one and lost its answer
 			// (docs/design.md, defect 190).
@@ -323,7 +326,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 // costs no second call.
 func (s *Server) releasedHold(r *http.Request, name, id string) {
 	if !s.leases.reentered(name, id) {
-		s.leases.gone(name, id)
+		s.leases.released(name, id)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.backendTimeout)
@@ -336,7 +339,7 @@ func (s *Server) releasedHold(r *http.Request, name, id string) {
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "released a reentered lease; could not read whether the lock is still held",
 			slog.String("lock", name), slog.Any("err", err))
 	case !st.Held || st.LeaseID != id:
-		s.leases.gone(name, id)
+		s.leases.released(name, id)
 	}
 }
 
@@ -459,7 +462,7 @@ func (s *Server) forceRelease(w http.ResponseWriter, r *http.Request, name strin
 			message: fmt.Sprintf("lock %q is not held: nothing to release", name)})
 		return
 	}
-	s.leases.gone(name, st.LeaseID)
+	s.leases.ended(name, st.LeaseID)
 	attrs := []slog.Attr{slog.String("lock", name), slog.Uint64("token", uint64(st.Token)),
 		slog.String("remaining", st.Remaining.Round(time.Millisecond).String())}
 	if st.Owner != "" {
@@ -503,14 +506,14 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 		// another node.
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "wait ended: fenced is shutting down",
 			slog.String("op", op), slog.String("lock", name))
-		return shuttingDown(), resultError
+		return shuttingDown(), resultShuttingDown
 	case errors.Is(err, lock.ErrClosed):
-		return shuttingDown(), resultError
+		return shuttingDown(), resultShuttingDown
 	case errors.Is(err, lock.ErrInProgress):
 		// Not the store's fault: a copy of this request, here or on
 		// another node, is still taking the lock (defect 158).
 		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
-			message: fmt.Sprintf("an earlier request of this acquisition (the same waiter) is still taking lock %q, through this node or another: ask again in a moment, and it is handed that grant", name)}, resultError
+			message: fmt.Sprintf("an earlier request of this acquisition (the same waiter) is still taking lock %q, through this node or another: ask again in a moment, and it is handed that grant", name)}, resultInProgress
 	}
 	s.metrics.backendErrors.WithLabelValues(op).Inc()
 	backend := backendOf(err)

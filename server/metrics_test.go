@@ -2,10 +2,14 @@ package server
 
 import (
 	"net/http"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/internal/locktest"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -128,26 +132,45 @@ func findMetric(mfs map[string]*dto.MetricFamily, name string, labels ...string)
 	return nil, false
 }
 
+// TestLeaseTracker: only an acquire adds a lease; a refresh extends one
+// tracked, even one just past its deadline here, and brings back none
+// that was released, lost or force-released; an acquire brings back a
+// released one (a reentry the release did not free) but not an ended one.
 func TestLeaseTracker(t *testing.T) {
 	lt := newLeaseTracker()
 	now := time.Now()
-	lt.held("a", "1", now.Add(time.Minute), false)
-	lt.held("b", "2", now.Add(time.Second), false)
-	lt.held("c", "3", now.Add(-time.Second), false)
+	lt.acquired("a", "1", now.Add(time.Minute), false)
+	lt.acquired("b", "2", now.Add(time.Second), false)
+	lt.acquired("c", "3", now.Add(-time.Second), false)
 	if n := lt.count(now); n != 2 {
 		t.Fatalf("count %d, want 2 (one expired)", n)
 	}
-	lt.held("b", "2", now.Add(time.Hour), false) // refreshed
+	lt.refreshed("b", "2", now.Add(time.Hour))
+	lt.refreshed("c", "3", now.Add(time.Hour)) // applied by the store just in time
+	lt.refreshed("d", "4", now.Add(time.Hour)) // acquired through another node
+	if n := lt.count(now.Add(2 * time.Second)); n != 3 {
+		t.Fatalf("count after refreshes %d, want 3 (a, b, c)", n)
+	}
+	lt.released("a", "1")
+	lt.released("x", "9")                      // unknown: no effect
+	lt.refreshed("a", "1", now.Add(time.Hour)) // answered after the release
 	if n := lt.count(now.Add(2 * time.Second)); n != 2 {
-		t.Fatalf("count after refresh %d, want 2", n)
+		t.Fatalf("count after a release and a refresh behind it %d, want 2", n)
 	}
-	lt.gone("a", "1")
-	lt.gone("x", "9") // unknown: no effect
+	lt.acquired("a", "1", now.Add(time.Hour), true) // a reentry the release only counted down
+	if n := lt.count(now.Add(2 * time.Second)); n != 3 {
+		t.Fatalf("count after a reentry behind a release %d, want 3", n)
+	}
+	lt.ended("a", "1") // force-released
+	lt.ended("b", "2") // lost
+	lt.refreshed("b", "2", now.Add(time.Hour))
+	lt.acquired("a", "1", now.Add(time.Hour), true)
 	if n := lt.count(now.Add(2 * time.Second)); n != 1 {
-		t.Fatalf("count after release %d, want 1", n)
+		t.Fatalf("count after two leases ended and answers behind them %d, want 1", n)
 	}
-	if n := len(lt.leases); n != 1 {
-		t.Fatalf("%d entries kept, want 1", n)
+	lt.released("c", "3")
+	if n := lt.count(now.Add(time.Hour + expiredKept)); n != 0 || len(lt.leases) != 0 {
+		t.Fatalf("count %d, %d entries kept past their deadline and expiredKept, want none", n, len(lt.leases))
 	}
 }
 
@@ -165,5 +188,168 @@ func TestSharedRegistry(t *testing.T) {
 	// A second server on the same registry: the names are taken.
 	if _, err := New(Config{Locks: newLocks(t, store), Registerer: reg}); err == nil || !strings.Contains(err.Error(), "Config.Registerer") {
 		t.Fatalf("second server on one registry: %v", err)
+	}
+}
+
+// TestAcquisitionResultsNotStoreFailures: an acquire that ends in a 503
+// the lease store did not cause counts under its own result, not "error"
+// ("lease store failed", which FencedAcquireErrors alerts on): a wait that
+// Drain ends and an acquire after the lock client closed (shutting_down),
+// a copy of a request still taking the lock (in_progress), a grant that
+// came back with no validity left (ttl_too_short). All four counted as
+// "error", so the alert fired at every rolling restart.
+func TestAcquisitionResultsNotStoreFailures(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			for _, c := range []struct {
+				what, result string
+				run          func(t *testing.T) *env
+			}{
+				{"a wait Drain ends", resultShuttingDown, func(t *testing.T) *env {
+					ws := &watchSignal{LeaseStore: b.store, watching: make(chan string, 1)}
+					e := newEnv(t, ws, nil)
+					name := testenv.Name(t)
+					e.mustAcquire(name, `{"ttl_ms":30000}`)
+					waiting := e.send("POST", "/v1/locks/"+name+"/acquire", `{"ttl_ms":5000,"wait_ms":30000}`)
+					<-ws.watching
+					e.srv.Drain()
+					wantShuttingDown(t, "the waiting acquire", <-waiting)
+					return e
+				}},
+				{"the lock client closed", resultShuttingDown, func(t *testing.T) *env {
+					e := newEnv(t, b.store, nil)
+					if err := e.srv.locks.Close(t.Context()); err != nil {
+						t.Fatal(err)
+					}
+					_, r := e.acquire(testenv.Name(t), `{"ttl_ms":30000}`)
+					wantShuttingDown(t, "acquire after Close", r)
+					return e
+				}},
+				{"a copy still taking the lock", resultInProgress, func(t *testing.T) *env {
+					e := newEnv(t, inProgressStore{b.store}, nil)
+					_, r := e.acquire(testenv.Name(t), `{"ttl_ms":30000,"waiter":"`+strings.Repeat("c3", 16)+`"}`)
+					r.errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+					return e
+				}},
+				{"no validity left", resultTTLTooShort, func(t *testing.T) *env {
+					e := newEnv(t, &locktest.SlowAcquire{LeaseStore: b.store, Delay: 12 * time.Millisecond}, nil)
+					_, r := e.acquire(testenv.Name(t), `{"ttl_ms":10}`)
+					r.errCode(t, http.StatusServiceUnavailable, codeUnavailable)
+					return e
+				}},
+			} {
+				m := c.run(t).scrape()
+				if v := metric(m, "fenced_acquisitions_total", "result", resultError); v != 0 {
+					t.Errorf("%s: fenced_acquisitions_total{result=error} %v, want 0: the lease store did not fail (backend errors %v)",
+						c.what, v, metric(m, "fenced_backend_errors_total", "op", opAcquire))
+				}
+				if v := metric(m, "fenced_acquisitions_total", "result", c.result); v != 1 {
+					t.Errorf("%s: fenced_acquisitions_total{result=%s} %v, want 1", c.what, c.result, v)
+				}
+			}
+		})
+	}
+}
+
+// TestInvalidCountedEveryRoute: a request refused before the lease store
+// (a bad name, query string or body) counts as result "invalid" of the
+// counter of its operation, whichever check refused it: acquire and
+// campaign (a campaign is an acquire of the election's lock) in
+// fenced_acquisitions_total, refresh in fenced_refreshes_total, release
+// (a leader's resignation too) in fenced_releases_total. Reads (inspect,
+// list, leader) and force-release count in none. A campaign's bad body
+// counted as an invalid acquisition, its bad name or query string not.
+func TestInvalidCountedEveryRoute(t *testing.T) {
+	e := newEnv(t, backends(t)[1].store, nil) // etcd: elections
+	id := strings.Repeat("d4", 16)
+	counters := []string{"fenced_acquisitions_total", "fenced_refreshes_total", "fenced_releases_total"}
+	for _, c := range []struct {
+		method, path, body string
+		counter            string // "" for none
+	}{
+		{"POST", "/v1/locks/bad$name/acquire", `{"ttl_ms":5000}`, "fenced_acquisitions_total"},
+		{"POST", "/v1/locks/x/acquire?x=1", `{"ttl_ms":5000}`, "fenced_acquisitions_total"},
+		{"POST", "/v1/locks/x/acquire", `{"ttl_ms":"x"}`, "fenced_acquisitions_total"},
+		{"POST", "/v1/elections/bad$name/campaign", `{"ttl_ms":5000,"value":"a"}`, "fenced_acquisitions_total"},
+		{"POST", "/v1/elections/a%2Fb/campaign", `{"ttl_ms":5000,"value":"a"}`, "fenced_acquisitions_total"},
+		{"POST", "/v1/elections/x/campaign?x=1", `{"ttl_ms":5000,"value":"a"}`, "fenced_acquisitions_total"},
+		{"POST", "/v1/elections/x/campaign", `{"ttl_ms":"x","value":"a"}`, "fenced_acquisitions_total"},
+		{"POST", "/v1/locks/bad$name/refresh", `{"lease_id":"` + id + `"}`, "fenced_refreshes_total"},
+		{"POST", "/v1/locks/x/refresh?x=1", `{"lease_id":"` + id + `"}`, "fenced_refreshes_total"},
+		{"POST", "/v1/locks/x/refresh", `{}`, "fenced_refreshes_total"},
+		{"POST", "/v1/locks/bad$name/release", `{"lease_id":"` + id + `"}`, "fenced_releases_total"},
+		{"POST", "/v1/locks/x/release?x=1", `{"lease_id":"` + id + `"}`, "fenced_releases_total"},
+		{"POST", "/v1/locks/x/release", `{}`, "fenced_releases_total"},
+		{"GET", "/v1/locks/bad$name", "", ""},
+		{"GET", "/v1/locks/x?x=1", "", ""},
+		{"GET", "/v1/locks?prefix=bad$", "", ""},
+		{"DELETE", "/v1/locks/bad$name", "", ""},
+		{"DELETE", "/v1/locks/x?token=x", "", ""},
+		{"GET", "/v1/elections/bad$name", "", ""},
+		{"GET", "/v1/elections/x?after_token=x", "", ""},
+	} {
+		before := e.scrape()
+		if r := e.do(c.method, c.path, c.body); r.status != http.StatusBadRequest {
+			t.Fatalf("%s %s %s: %d %s, want 400", c.method, c.path, c.body, r.status, r.body)
+		}
+		after := e.scrape()
+		for _, name := range counters {
+			want := 0.0
+			if name == c.counter {
+				want = 1
+			}
+			if d := metric(after, name, "result", resultInvalid) - metric(before, name, "result", resultInvalid); d != want {
+				t.Errorf("%s %s %s: %s{result=invalid} +%v, want +%v", c.method, c.path, c.body, name, d, want)
+			}
+		}
+	}
+}
+
+// TestResultLabelsDocumented: every result a counter with a result label
+// exports, from the start, is listed in its help and in doc.go's list for
+// it, and every result doc.go lists is exported. fenced_refreshes_total
+// exported out_of_order, which its help did not list.
+func TestResultLabelsDocumented(t *testing.T) {
+	src, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, backends(t)[0].store, nil)
+	families := 0
+	for name, mf := range e.scrape() {
+		exported := map[string]bool{}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "result" {
+					exported[lp.GetValue()] = true
+				}
+			}
+		}
+		if len(exported) == 0 {
+			continue
+		}
+		families++
+		dm := regexp.MustCompile(regexp.QuoteMeta(name) + `\{result="([^"]+)"\}`).FindSubmatch(src)
+		if dm == nil {
+			t.Errorf(`%s: doc.go lists no %s{result="…"}`, name, name)
+			continue
+		}
+		documented := strings.Split(string(dm[1]), "|")
+		for r := range exported {
+			if !regexp.MustCompile(`\b` + regexp.QuoteMeta(r) + `\b`).MatchString(mf.GetHelp()) {
+				t.Errorf("%s exports result %q, which its help does not list: %q", name, r, mf.GetHelp())
+			}
+			if !slices.Contains(documented, r) {
+				t.Errorf("%s exports result %q, which doc.go does not list: %v", name, r, documented)
+			}
+		}
+		for _, r := range documented {
+			if !exported[r] {
+				t.Errorf("%s: doc.go lists result %q, not exported from the start", name, r)
+			}
+		}
+	}
+	if families < 3 {
+		t.Fatalf("%d counters with a result label, want acquisitions, refreshes and releases at least", families)
 	}
 }

@@ -260,7 +260,7 @@ type route struct {
 	pattern string
 	method  string     // GET routes also answer HEAD
 	perm    Permission // what a token needs; 0: open, served without authentication
-	op      string     // the operation, for 403 answers and the invalid results of acquire, refresh and release
+	op      string     // the operation, for 403 answers and the invalid results of acquire (campaign too), refresh and release (countInvalid)
 	handle  func(s *Server, w http.ResponseWriter, r *http.Request, name string)
 	// query is what the route takes in its query string, as
 	// api/openapi.yaml documents it: ServeHTTP refuses any other parameter,

@@ -45,8 +45,8 @@ func TestShortTTLFreeLockIsUnavailable(t *testing.T) {
 			if v := metric(e.scrape(), "fenced_acquisitions_total", "result", "held"); v != 0 {
 				t.Fatalf("fenced_acquisitions_total{result=held} %v, want 0", v)
 			}
-			if v := metric(e.scrape(), "fenced_acquisitions_total", "result", "error"); v != 2 {
-				t.Fatalf("fenced_acquisitions_total{result=error} %v, want 2", v)
+			if v := metric(e.scrape(), "fenced_acquisitions_total", "result", "ttl_too_short"); v != 2 {
+				t.Fatalf("fenced_acquisitions_total{result=ttl_too_short} %v, want 2", v)
 			}
 
 			// Held by another: 409 held, whatever the ttl_ms.
