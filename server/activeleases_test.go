@@ -86,36 +86,51 @@ func (h *answerHeld) Refresh(ctx context.Context, name, id string, ttl time.Dura
 	return g, err
 }
 
+// endBehindAnswer acquires a lock with body through a server whose store
+// holds the answer of its next op call, sends the request of that op that
+// pending makes from the lease (its path and body), and, with the store's
+// work done and its answer held, ends the lease with end (release or
+// force-release), answered 200; then it lets the held answer go, which
+// must be 200 too. It returns the server and the lock's name.
+func endBehindAnswer(t *testing.T, b backend, op, end, body string, pending func(name string, l leaseResponse) (path, body string)) (*env, string) {
+	t.Helper()
+	h := newAnswerHeld(b.store, op)
+	e := newEnv(t, h, nil)
+	name := testenv.Name(t)
+	l := e.mustAcquire(name, body)
+	h.armed.Store(true)
+	path, pendingBody := pending(name, l)
+	answered := e.send("POST", path, pendingBody)
+	<-h.applied
+	var r response
+	if end == "release" {
+		r = e.release(name, l.LeaseID)
+	} else {
+		r = e.do("DELETE", "/v1/locks/"+name, "")
+	}
+	if r.status != http.StatusOK {
+		t.Fatalf("%s: %d %s", end, r.status, r.body)
+	}
+	close(h.let)
+	if r := <-answered; r.status != http.StatusOK {
+		t.Fatalf("%s applied before the %s: %d %s", op, end, r.status, r.body)
+	}
+	return e, name
+}
+
 // TestActiveLeasesRefreshBehindEnd: a refresh the store applied, whose
 // handler is delayed until after a release (or a force-release) of the
 // same lease was answered, does not put the ended lease back into
 // fenced_active_leases. It did, until the lease's TTL ran out (4 of 4,
 // both stores): the refresh's handler recorded the lease after the
-// release's took it off.
+// release's took it off (docs/design.md, defect 218).
 func TestActiveLeasesRefreshBehindEnd(t *testing.T) {
 	for _, b := range backends(t) {
 		for _, end := range []string{"release", "force-release"} {
 			t.Run(b.name+"/"+end, func(t *testing.T) {
-				h := newAnswerHeld(b.store, opRefresh)
-				e := newEnv(t, h, nil)
-				name := testenv.Name(t)
-				l := e.mustAcquire(name, `{"ttl_ms":30000}`)
-				h.armed.Store(true)
-				refreshed := e.send("POST", "/v1/locks/"+name+"/refresh", `{"lease_id":"`+l.LeaseID+`","ttl_ms":30000}`)
-				<-h.applied
-				var r response
-				if end == "release" {
-					r = e.release(name, l.LeaseID)
-				} else {
-					r = e.do("DELETE", "/v1/locks/"+name, "")
-				}
-				if r.status != http.StatusOK {
-					t.Fatalf("%s: %d %s", end, r.status, r.body)
-				}
-				close(h.let)
-				if r := <-refreshed; r.status != http.StatusOK {
-					t.Fatalf("refresh applied before the %s: %d %s", end, r.status, r.body)
-				}
+				e, name := endBehindAnswer(t, b, opRefresh, end, `{"ttl_ms":30000}`, func(name string, l leaseResponse) (string, string) {
+					return "/v1/locks/" + name + "/refresh", `{"lease_id":"` + l.LeaseID + `","ttl_ms":30000}`
+				})
 				if st := e.state(name); st.Held {
 					t.Fatalf("lock held after the %s: %+v", end, st)
 				}
@@ -137,27 +152,10 @@ func TestActiveLeasesReentryBehindForceRelease(t *testing.T) {
 	for _, b := range backends(t) {
 		for _, end := range []string{"release", "force-release"} {
 			t.Run(b.name+"/"+end, func(t *testing.T) {
-				h := newAnswerHeld(b.store, opAcquire)
-				e := newEnv(t, h, nil)
-				name := testenv.Name(t)
 				body := `{"ttl_ms":30000,"holder":"h-secret-2"}`
-				l := e.mustAcquire(name, body)
-				h.armed.Store(true)
-				reentered := e.send("POST", "/v1/locks/"+name+"/acquire", body)
-				<-h.applied
-				var r response
-				if end == "release" {
-					r = e.release(name, l.LeaseID)
-				} else {
-					r = e.do("DELETE", "/v1/locks/"+name, "")
-				}
-				if r.status != http.StatusOK {
-					t.Fatalf("%s: %d %s", end, r.status, r.body)
-				}
-				close(h.let)
-				if r := <-reentered; r.status != http.StatusOK {
-					t.Fatalf("reentry applied before the %s: %d %s", end, r.status, r.body)
-				}
+				e, name := endBehindAnswer(t, b, opAcquire, end, body, func(name string, _ leaseResponse) (string, string) {
+					return "/v1/locks/" + name + "/acquire", body
+				})
 				want := 0.0
 				if e.state(name).Held {
 					want = 1
