@@ -114,7 +114,7 @@ func (c *Column) AddColumn(ctx context.Context) error {
 		return nil
 	}, nil)
 	if err != nil {
-		return dbError(ctx, fmt.Errorf("postgres: add fence column to %q: %w", c.table, err))
+		return c.dbError(ctx, fmt.Errorf("postgres: add fence column to %q: %w", c.table, err))
 	}
 	return nil
 }
@@ -149,7 +149,7 @@ func (c *Column) AdmitTx(ctx context.Context, tx pgx.Tx, key any, t fence.Token)
 			return c.invalidKey(key, err)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return dbError(ctx, fmt.Errorf("postgres: admit token %d for %s: %w", t, c.resource(key), err))
+			return c.dbError(ctx, fmt.Errorf("postgres: admit token %d for %s: %w", t, c.resource(key), err))
 		}
 		err = c.rejected(ctx, tx, key, t, tok)
 		if !errors.Is(err, errAdmissible) {
@@ -198,7 +198,7 @@ func (c *Column) rejected(ctx context.Context, tx pgx.Tx, key any, t fence.Token
 	case hasCode(err, sqlStateCharacterNotInRepertoire):
 		return c.invalidKey(key, err)
 	case err != nil:
-		return dbError(ctx, fmt.Errorf("postgres: read fence token of %s: %w", c.resource(key), err))
+		return c.dbError(ctx, fmt.Errorf("postgres: read fence token of %s: %w", c.resource(key), err))
 	case highest == nil:
 		// NULL <= t is never true: no token can be admitted for the row.
 		return fmt.Errorf("postgres: the fence column %q of %s is NULL, which admits no token; set it to 0 and make the column NOT NULL (AddColumn checks it)",
@@ -223,6 +223,23 @@ func (c *Column) InTx(ctx context.Context, key any, t fence.Token, fn func(ctx c
 	return inTx(ctx, c.db, c.txOptions, func(ctx context.Context, tx pgx.Tx) error {
 		return c.AdmitTx(ctx, tx, key, t)
 	}, fn)
+}
+
+// dbError is [dbError] for the Column's own statements, which name the
+// table with its schema: a table that only search_path finds is missing to
+// them, and a column missing is the fence column never added (or the key
+// column misnamed).
+func (c *Column) dbError(ctx context.Context, err error) error {
+	switch {
+	case hasCode(err, sqlStateUndefinedTable):
+		err = fmt.Errorf("%w; a Column looks for table %q only in schema %q, not along search_path: if the table is in another schema, name it with WithSchema (the default is public)",
+			err, c.table, c.schema)
+	case hasCode(err, sqlStateUndefinedColumn):
+		err = fmt.Errorf("%w; table %s needs the fence column %q and the key column %q: add the fence column with Column.AddColumn (run it with your schema migrations), "+
+			"or name the column the table has with WithFenceColumn",
+			err, pgx.Identifier{c.schema, c.table}.Sanitize(), c.fenceCol, c.keyColumn)
+	}
+	return dbError(ctx, err)
 }
 
 func (c *Column) resource(key any) string { return fmt.Sprintf("%s/%v", c.table, key) }

@@ -177,3 +177,69 @@ func TestSessionEndedBeforeCommit(t *testing.T) {
 		t.Fatalf("after InTx: %d rows, highest token %d; want nothing committed", n, h)
 	}
 }
+
+// TestRowsLeftOpenAtCommit: fn returned nil with the rows of a tx.Query
+// still open, so the connection was busy reading them. The check for a
+// session ended before COMMIT took the unread rows for a message from the
+// server, failed to read them with pgconn's "conn busy", and InTx said the
+// session had ended before COMMIT. The session was alive: the error now
+// names fn's open rows and says the transaction rolled back, as it does
+// (COMMIT cannot be sent on a busy connection, and pgx closes it).
+func TestRowsLeftOpenAtCommit(t *testing.T) {
+	pool := testPool(t)
+	f, _, table := acctFence(t, pool)
+	err := f.InTx(t.Context(), "r", 5, func(ctx context.Context, tx pgx.Tx) error {
+		if err := insertOne(table)(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.Query(ctx, "SELECT g FROM generate_series(1, 100000) g") // rows not closed
+		return err
+	})
+	if err == nil || strings.Contains(err.Error(), "session ended") || !strings.Contains(err.Error(), "rows") ||
+		!strings.Contains(err.Error(), "rolled back") || errors.Is(err, postgres.ErrCommitUnknown) || postgres.IsRetryable(err) {
+		t.Fatalf("InTx = %v, want an error that names the open rows and a rollback (not a session ended, not unknown, not retryable)", err)
+	}
+	if n, h := committed(t, pool, f, table, "r"); n != 0 || h != 0 {
+		t.Fatalf("after InTx: %d rows, highest token %d; want nothing committed", n, h)
+	}
+}
+
+// TestConnClosedBeforeCommit: the session ended under a statement of fn
+// (here pg_terminate_backend, then a statement that fails with FATAL
+// 57P01), and fn returned nil all the same. pgx had closed the connection,
+// so COMMIT was never sent, but Commit's "conn closed" read as a COMMIT
+// whose answer was lost: ErrCommitUnknown. It is a rollback, and running
+// the transaction again may succeed.
+func TestConnClosedBeforeCommit(t *testing.T) {
+	pool := testPool(t)
+	f, _, table := acctFence(t, pool)
+	err := f.InTx(t.Context(), "r", 5, func(ctx context.Context, tx pgx.Tx) error {
+		if err := insertOne(table)(ctx, tx); err != nil {
+			return err
+		}
+		terminate(t, pool, tx)
+		_, _ = tx.Exec(ctx, "SELECT 1") // fails, and fn ignores it
+		return nil
+	})
+	if err == nil || errors.Is(err, postgres.ErrCommitUnknown) || !strings.Contains(err.Error(), "rolled back") || !postgres.IsRetryable(err) {
+		t.Fatalf("InTx = %v (retryable %v), want a rollback that is retryable, not ErrCommitUnknown", err, postgres.IsRetryable(err))
+	}
+	if n, h := committed(t, pool, f, table, "r"); n != 0 || h != 0 {
+		t.Fatalf("after InTx: %d rows, highest token %d; want nothing committed", n, h)
+	}
+}
+
+// terminate ends tx's session with pg_terminate_backend, from pool, and
+// waits until its backend has exited.
+func terminate(t *testing.T, pool *pgxpool.Pool, tx pgx.Tx) {
+	t.Helper()
+	ctx := t.Context()
+	var pid int
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var gone bool
+	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", pid).Scan(&gone); err != nil || !gone {
+		t.Fatalf("pg_terminate_backend: %v, %v", gone, err)
+	}
+}

@@ -79,6 +79,17 @@
 // else, is an error from [Fence.Migrate] or [Column.AddColumn] matching
 // [ErrInvalidOption], not a success followed by failing admits.
 //
+// An error of a setup that cannot work says what to do, and keeps the
+// server's *pgconn.PgError for errors.As: a fence table that is missing
+// (SQLSTATE 42P01; run [Fence.Migrate], or fenced admin pg-migrate), a
+// Column's fence column that is missing (42703; [Column.AddColumn], or
+// [WithFenceColumn] to name the column the table has), a Column's table in
+// a schema other than public (42P01; [WithSchema]: the table is named with
+// its schema, never looked up along search_path), and a read-only server
+// (25006; a hot-standby replica, or default_transaction_read_only: connect
+// to the primary). Migrate refuses a read-only transaction too (25006),
+// even when every migration is applied.
+//
 // # Other languages
 //
 // Migrate also installs the SQL function fence_admit(resource text, token
@@ -112,16 +123,22 @@
 // InTx methods do not retry: the function may have done things outside the
 // database that must not be done twice. They roll back and return the error
 // wrapped; [IsRetryable] reports whether running the whole transaction
-// again may succeed. A COMMIT that was sent and got no answer (the
-// connection lost, the context ended), or whose session was ended while it
-// ran, by PostgreSQL (an error of severity FATAL or PANIC) or by a pooler
-// (PgBouncer's own errors, SQLSTATE 08P01, when it loses the server
-// connection or its query_timeout fires), matches [ErrCommitUnknown]: the
-// server may have applied it, and the fence, which admits a holder's token
-// again, cannot stop the write from being applied twice if it is run again.
-// Read what it changed first, or make it idempotent. An ERROR answering the
-// COMMIT, a session that ended before COMMIT was sent, and a COMMIT never
-// sent because the context had ended, are rollbacks.
+// again may succeed: after a serialization failure or a deadlock (40001,
+// 40P01), a lock_timeout or statement_timeout (55P03, 57014; an admit
+// waits for the row lock of a concurrent writer of the resource), and a
+// session that ended before COMMIT was sent; never when the caller's
+// context ended, nor after [ErrCommitUnknown]. A COMMIT that was sent and
+// got no answer (the connection lost, the context ended), or whose session
+// was ended while it ran, by PostgreSQL (an error of severity FATAL or
+// PANIC) or by a pooler (PgBouncer's own errors, SQLSTATE 08P01, when it
+// loses the server connection or its query_timeout fires), matches
+// [ErrCommitUnknown]: the server may have applied it, and the fence, which
+// admits a holder's token again, cannot stop the write from being applied
+// twice if it is run again. Read what it changed first, or make it
+// idempotent. An ERROR answering the COMMIT, a session that ended before
+// COMMIT was sent, a COMMIT never sent because the context had ended, and
+// one never sent because the function left rows open (close them before
+// returning), are rollbacks.
 //
 // # Connection poolers
 //
@@ -136,6 +153,15 @@
 // default_query_exec_mode=exec, or simple_protocol, to the DSN (or set
 // DefaultQueryExecMode in pgx's ConnConfig); this package's errors carry
 // that advice when they meet those SQLSTATEs.
+//
+// A pooler in statement mode (PgBouncer with pool_mode = statement) allows
+// no transaction of more than one statement: [Fence.InTx], [Column.InTx]
+// and [Fence.Migrate] fail at BEGIN with PgBouncer's FATAL "transaction
+// blocks not allowed in statement pooling mode" (SQLSTATE 08P01), and
+// nothing can guard a write there. [Fence.Admit] alone, one statement,
+// still works, but it is only a check: a stale holder can write between it
+// and the write. Give the guarded writes a pool in transaction or session
+// mode, and run Migrate through it, or directly against the server.
 //
 // # Migrations
 //

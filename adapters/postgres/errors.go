@@ -21,11 +21,28 @@ import (
 // with a PostgreSQL error. [MapError] turns it into a [*fence.StaleError].
 const SQLStateStale = "SF001"
 
-// SQLSTATEs after which a whole transaction may be retried.
+// SQLSTATEs of an ERROR after which a whole transaction may be retried:
+// the server rolled it back because it met another transaction (a
+// serialization failure, a deadlock) or waited too long, most often for
+// another transaction's lock (lock_timeout, statement_timeout).
 const (
 	sqlStateSerializationFailure = "40001"
 	sqlStateDeadlockDetected     = "40P01"
+	sqlStateLockNotAvailable     = "55P03" // lock_timeout, or NOWAIT
+	sqlStateQueryCanceled        = "57014" // statement_timeout, or a cancel request
 )
+
+// Configuration errors, which the fence's own statements meet when what
+// they use is missing, or the server refuses writes.
+const (
+	sqlStateUndefinedTable         = "42P01"
+	sqlStateUndefinedColumn        = "42703"
+	sqlStateReadOnlySQLTransaction = "25006"
+)
+
+// readOnlyAdvice says what a read-only transaction means for the fence.
+const readOnlyAdvice = "the server runs this transaction read-only: it is a hot-standby replica, or default_transaction_read_only is on (for the database, the role or the connection); " +
+	"an admit writes, so connect to the primary"
 
 // sqlStateClassConnectionException is the class of SQLSTATEs for a lost
 // connection, 08; PgBouncer's own errors are 08P01.
@@ -128,6 +145,15 @@ func commitNotSent(err error) bool {
 	return pgconn.SafeToRetry(err) && !errors.Is(err, pgconn.ErrConnClosed)
 }
 
+// sessionLostError is the error of a transaction that InTx knows rolled
+// back because its session ended before COMMIT was sent: run again, on
+// another session, it may succeed. It changes neither the message nor what
+// the error matches; [IsRetryable] looks for it.
+type sessionLostError struct{ err error }
+
+func (e *sessionLostError) Error() string { return e.err.Error() }
+func (e *sessionLostError) Unwrap() error { return e.err }
+
 // hasCode reports whether err is a PostgreSQL error with SQLSTATE code.
 func hasCode(err error, code string) bool {
 	var pe *pgconn.PgError
@@ -219,27 +245,61 @@ func parseStale(detail string) (*fence.StaleError, bool) {
 	return &fence.StaleError{Resource: res, Token: fence.Token(t), Highest: fence.Token(h)}, true
 }
 
-// IsRetryable reports whether err ends a transaction that may succeed when
-// run again from the start: a serialization failure (SQLSTATE 40001, common
-// under SERIALIZABLE and REPEATABLE READ) or a detected deadlock (40P01).
-// A stale token is never retryable: the holder has lost its lock.
+// IsRetryable reports whether err ends a transaction that rolled back and
+// may succeed when run again from the start:
+//
+//   - an ERROR by which the server rolled it back for meeting another
+//     transaction or waiting too long: a serialization failure (SQLSTATE
+//     40001, common under SERIALIZABLE and REPEATABLE READ), a detected
+//     deadlock (40P01), a lock_timeout or a lock not available (55P03), a
+//     statement_timeout or a statement cancelled (57014);
+//   - from InTx, a session that ended before COMMIT was sent (a FATAL
+//     error such as 57P01 or 25P03, a pooler's 08P01, a broken
+//     connection): the transaction rolled back with it. Run it again on
+//     another connection, as a pool gives; a failed BEGIN is not included,
+//     since a pooler that refuses transactions (PgBouncer in statement
+//     mode) fails every BEGIN so.
+//
+// It is false for an error that matches [ErrCommitUnknown] (the write may
+// have been applied), for one that matches the context's error (the
+// caller's context ended, whatever the server's SQLSTATE; this package's
+// errors match it when the context ended), and for a stale token: the
+// holder has lost its lock. A FATAL error that is not from InTx is not
+// retryable: after a COMMIT of your own, it does not say whether the
+// COMMIT was applied.
 func IsRetryable(err error) bool {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
+	if err == nil || errors.Is(err, ErrCommitUnknown) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	return pe.Code == sqlStateSerializationFailure || pe.Code == sqlStateDeadlockDetected
+	var lost *sessionLostError
+	if errors.As(err, &lost) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || endsSession(pe) {
+		return false
+	}
+	switch pe.Code {
+	case sqlStateSerializationFailure, sqlStateDeadlockDetected, sqlStateLockNotAvailable, sqlStateQueryCanceled:
+		return true
+	}
+	return false
 }
 
 // dbError finishes an error from the database for the caller: one caused
 // by the end of ctx matches ctx.Err(), whatever form the driver gave it,
-// and one that a transaction pooler causes says what to change.
+// and one that a transaction pooler or a read-only server causes says what
+// to change.
 func dbError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if hasCode(err, sqlStateDuplicatePreparedStatement) || hasCode(err, sqlStateInvalidStatementName) {
+	switch {
+	case hasCode(err, sqlStateDuplicatePreparedStatement) || hasCode(err, sqlStateInvalidStatementName):
 		err = fmt.Errorf("%w; %s", err, poolerAdvice)
+	case hasCode(err, sqlStateReadOnlySQLTransaction):
+		err = fmt.Errorf("%w; %s", err, readOnlyAdvice)
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%w (%w)", err, cerr)

@@ -49,7 +49,7 @@ func Example() {
 	case errors.As(err, &stale):
 		fmt.Printf("lost the lock: token %d, highest admitted %d\n", stale.Token, stale.Highest)
 	case postgres.IsRetryable(err):
-		fmt.Println("serialization failure: run the transaction again")
+		fmt.Println("rolled back (a conflict, a timeout, a lost session): run the transaction again")
 	case err != nil:
 		fmt.Println(err)
 	}

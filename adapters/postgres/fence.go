@@ -136,7 +136,7 @@ func (f *Fence) admit(ctx context.Context, q querier, resource string, t fence.T
 			return e
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return dbError(ctx, fmt.Errorf("postgres: admit token %d for %q: %w", t, resource, err))
+			return f.dbError(ctx, fmt.Errorf("postgres: admit token %d for %q: %w", t, resource, err))
 		}
 		// A higher token is there. In READ COMMITTED this statement sees the
 		// latest committed token; in REPEATABLE READ and SERIALIZABLE the
@@ -147,7 +147,7 @@ func (f *Fence) admit(ctx context.Context, q querier, resource string, t fence.T
 		case err == nil && highest > tok:
 			return &fence.StaleError{Resource: resource, Token: t, Highest: fence.Token(highest)}
 		case err != nil && !errors.Is(err, pgx.ErrNoRows):
-			return dbError(ctx, fmt.Errorf("postgres: read highest token for %q: %w", resource, err))
+			return f.dbError(ctx, fmt.Errorf("postgres: read highest token for %q: %w", resource, err))
 		}
 		// The row was deleted or lowered in between: admit again.
 	}
@@ -158,12 +158,16 @@ func (f *Fence) admit(ctx context.Context, q querier, resource string, t fence.T
 // [Fence.AdmitTx]), and commits if fn returns nil. On any error, from the
 // admit, fn or the commit, it rolls back and returns the error: a stale token
 // as a [*fence.StaleError] (fn is not called), an error raised by the SQL
-// function fence_admit inside fn mapped by [MapError], and a serialization
-// failure wrapped so that [IsRetryable] reports it. A COMMIT sent that got
-// no answer, or whose session ended while it ran (a FATAL error, or a
-// pooler's class 08 error), matches [ErrCommitUnknown]: it may have been
-// applied. InTx does not retry; retrying is the caller's choice because fn
-// may have effects outside the database.
+// function fence_admit inside fn mapped by [MapError], and a rollback that
+// may succeed when run again (a serialization failure, a timeout, a
+// session that ended before COMMIT was sent) wrapped so that [IsRetryable]
+// reports it. A COMMIT sent that got no answer, or whose session ended
+// while it ran (a FATAL error, or a pooler's class 08 error), matches
+// [ErrCommitUnknown]: it may have been applied. fn must close the rows it
+// opens before it returns: COMMIT cannot be sent on a connection still
+// busy with them, and the transaction rolls back with an error that says
+// so. InTx does not retry; retrying is the caller's choice because fn may
+// have effects outside the database.
 func (f *Fence) InTx(ctx context.Context, resource string, t fence.Token, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if _, err := pgToken(t); err != nil {
 		return err
@@ -197,9 +201,20 @@ func (f *Fence) Highest(ctx context.Context, resource string) (fence.Token, erro
 		err = inTx(ctx, f.db, f.txOptions, func(ctx context.Context, tx pgx.Tx) error { return read(ctx, tx) }, nil)
 	}
 	if err != nil {
-		return 0, dbError(ctx, fmt.Errorf("postgres: read highest token for %q: %w", resource, err))
+		return 0, f.dbError(ctx, fmt.Errorf("postgres: read highest token for %q: %w", resource, err))
 	}
 	return fence.Token(highest), nil
+}
+
+// dbError is [dbError] for the Fence's own statements, which can meet no
+// fence table only because Migrate has not run in the Fence's schema.
+func (f *Fence) dbError(ctx context.Context, err error) error {
+	if hasCode(err, sqlStateUndefinedTable) {
+		err = fmt.Errorf("%w; the fence table %s is missing: run Migrate (at every start, or once with fenced admin pg-migrate, "+
+			"or the script of fenced admin pg-sql, as the schema's owner), with the same WithSchema and WithTable",
+			err, pgx.Identifier{f.schema, f.table}.Sanitize())
+	}
+	return dbError(ctx, err)
 }
 
 // inTx begins a transaction on db, runs admit and then fn (if not nil), and
@@ -210,21 +225,25 @@ func inTx(ctx context.Context, db Beginner, opts pgx.TxOptions, admit, fn func(c
 		return dbError(ctx, fmt.Errorf("postgres: begin: %w", err))
 	}
 	// After a commit this does nothing; after an error or a panic in fn it
-	// rolls back. With ctx ended the rollback fails and pgx closes the
-	// connection, which ends the transaction just as well.
+	// rolls back. With ctx ended, or the connection busy, the rollback
+	// fails and pgx closes the connection, which ends the transaction just
+	// as well.
 	defer func() { _ = tx.Rollback(ctx) }()
 	if err := admit(ctx, tx); err != nil {
-		return err
+		return sessionLost(tx, err)
 	}
 	if fn != nil {
 		if err := fn(ctx, tx); err != nil {
-			return dbError(ctx, MapError(err))
+			return sessionLost(tx, dbError(ctx, MapError(err)))
 		}
+	}
+	if err := commitBlocked(tx); err != nil {
+		return dbError(ctx, err)
 	}
 	// The error of a session that ended before COMMIT is read only after
 	// COMMIT is sent, and would pass for COMMIT's own.
 	if err := sessionEnded(tx); err != nil {
-		return dbError(ctx, fmt.Errorf("postgres: commit not sent: the session ended before it, so the transaction rolled back: %w", err))
+		return &sessionLostError{dbError(ctx, fmt.Errorf("postgres: commit not sent: the session ended before it, so the transaction rolled back: %w", err))}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		switch {

@@ -32,8 +32,8 @@ type migration struct {
 }
 
 type migrateSQL struct {
-	schemaExists, createSchema, versionTableExists, versionTable, applied, record, lock, check string
-	migrations                                                                                 []migration
+	readOnly, schemaExists, createSchema, versionTableExists, versionTable, applied, record, lock, check string
+	migrations                                                                                           []migration
 }
 
 // renderMigrate renders the migration runner's statements and the
@@ -41,6 +41,7 @@ type migrateSQL struct {
 func renderMigrate(idents map[string]string) (migrateSQL, error) {
 	var m migrateSQL
 	err := renderAll(idents, map[string]*string{
+		"sql/refuse_read_only.sql":     &m.readOnly,
 		"sql/migrate_lock.sql":         &m.lock,
 		"sql/schema_exists.sql":        &m.schemaExists,
 		"sql/create_schema.sql":        &m.createSchema,
@@ -95,7 +96,10 @@ func renderMigrate(idents map[string]string) (migrateSQL, error) {
 // commits them together with their records. A schema that already holds a
 // fence table of another name, or a table of the fence table's name that is
 // not a fence table (created before, for something else), is an error
-// matching [ErrInvalidOption], and nothing is migrated.
+// matching [ErrInvalidOption], and nothing is migrated. So is a read-only
+// transaction (SQLSTATE 25006: a hot-standby replica, or
+// default_transaction_read_only on), even with every migration applied:
+// every admit would fail there.
 func (f *Fence) Migrate(ctx context.Context) error {
 	// READ COMMITTED so that each statement after the lock sees what an
 	// earlier migrator committed while this one waited.
@@ -111,6 +115,9 @@ func (f *Fence) Migrate(ctx context.Context) error {
 
 func (f *Fence) migrateTx(ctx context.Context, tx pgx.Tx) error {
 	m := &f.migrate
+	if _, err := tx.Exec(ctx, m.readOnly); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, m.lock, MigrationLockKey); err != nil {
 		return err
 	}

@@ -51,6 +51,41 @@ func TestBehindPgBouncer(t *testing.T) {
 	})
 }
 
+// TestStatementPoolingCannotGuard pins what the package doc says of
+// PgBouncer in statement mode: every transaction of more than one
+// statement fails at BEGIN (FATAL 08P01), so InTx, Column.InTx and Migrate
+// do; Admit, one statement, works, and is only a check.
+func TestStatementPoolingCannotGuard(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	_, schema := newFence(t, pool)
+	mustExec(t, pool, "CREATE TABLE "+ident(schema, "acct")+" (id int PRIMARY KEY, fence_token bigint NOT NULL DEFAULT 0)")
+	mustExec(t, pool, "INSERT INTO "+ident(schema, "acct")+" VALUES (1)")
+	p := poolAt(t, startPgBouncerTo(t, "", 0, "pool_mode = statement")+"&default_query_exec_mode=exec")
+	f, err := postgres.NewFence(p, postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := postgres.NewColumn(p, "acct", "id", postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for name, err := range map[string]error{
+		"Migrate":     f.Migrate(ctx),
+		"Fence.InTx":  f.InTx(ctx, "r", 5, noop),
+		"Column.InTx": c.InTx(ctx, 1, 5, noop),
+	} {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "08P01" || !strings.Contains(err.Error(), "statement pooling") || postgres.IsRetryable(err) {
+			t.Errorf("%s through statement pooling = %v, want PgBouncer's 08P01, not retryable", name, err)
+		}
+	}
+	if err := f.Admit(ctx, "r", 5); err != nil {
+		t.Fatalf("Admit through statement pooling: %v", err)
+	}
+}
+
 // testStatementCacheAdvice: with pgx's default query mode, which prepares
 // named statements per connection, two clients of a pooler in transaction
 // mode with one server connection prepare the same statement on it, and

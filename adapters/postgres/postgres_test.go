@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -550,13 +551,30 @@ func TestMapErrorAndIsRetryable(t *testing.T) {
 	if postgres.MapError(nil) != nil {
 		t.Fatal("MapError(nil) != nil")
 	}
-	for code, want := range map[string]bool{"40001": true, "40P01": true, "23505": false, postgres.SQLStateStale: false} {
-		err := errors.Join(errors.New("wrapped"), &pgconn.PgError{Code: code})
+	for code, want := range map[string]bool{
+		"40001": true, "40P01": true, "55P03": true, "57014": true, // rolled back: conflict, timeout
+		"23505": false, postgres.SQLStateStale: false, "25006": false,
+	} {
+		err := errors.Join(errors.New("wrapped"), &pgconn.PgError{Severity: "ERROR", Code: code})
 		if got := postgres.IsRetryable(err); got != want {
 			t.Errorf("IsRetryable(%s) = %v, want %v", code, got, want)
 		}
 	}
-	if postgres.IsRetryable(errors.New("x")) || postgres.IsRetryable(nil) {
-		t.Error("IsRetryable of a non-Postgres error")
+	// Not retryable, whatever the code: a session's end outside InTx (the
+	// answer to a COMMIT of the caller's may be one), a commit that may
+	// have been applied, an error of the caller's ended context.
+	for name, err := range map[string]error{
+		"FATAL 57P01":           &pgconn.PgError{Severity: "FATAL", Code: "57P01"},
+		"FATAL 40001":           &pgconn.PgError{Severity: "FATAL", Code: "40001"},
+		"08P01":                 &pgconn.PgError{Severity: "ERROR", Code: "08P01"},
+		"ErrCommitUnknown":      fmt.Errorf("%w: %w", postgres.ErrCommitUnknown, &pgconn.PgError{Severity: "ERROR", Code: "40001"}),
+		"57014 and ctx's error": fmt.Errorf("%w (%w)", &pgconn.PgError{Severity: "ERROR", Code: "57014"}, context.Canceled),
+		"55P03 and deadline":    fmt.Errorf("%w (%w)", &pgconn.PgError{Severity: "ERROR", Code: "55P03"}, context.DeadlineExceeded),
+		"not Postgres":          errors.New("x"),
+		"nil":                   nil,
+	} {
+		if postgres.IsRetryable(err) {
+			t.Errorf("IsRetryable(%s) = true, want false", name)
+		}
 	}
 }

@@ -56,7 +56,7 @@ func MigrationSQL(opts ...Option) (string, error) {
 	}
 	q := map[string]*string{}
 	stmts := []struct{ name, sql string }{
-		{"lock", m.lock}, {"schemaExists", m.schemaExists}, {"createSchema", m.createSchema},
+		{"readOnly", m.readOnly}, {"lock", m.lock}, {"schemaExists", m.schemaExists}, {"createSchema", m.createSchema},
 		{"versionTableExists", m.versionTableExists}, {"versionTable", m.versionTable}, {"applied", m.applied}, {"record", m.record},
 		{"check", m.check},
 	}
@@ -100,6 +100,7 @@ BEGIN
 			USING ERRCODE = 'invalid_transaction_state',
 				HINT = 'Keep the script''s BEGIN ISOLATION LEVEL READ COMMITTED line, or have the tool run it at READ COMMITTED.';
 	END IF;
+	EXECUTE %s;
 	EXECUTE %s
 		USING %d::bigint;
 	EXECUTE %s
@@ -121,7 +122,7 @@ BEGIN
 		applied := applied || applied_version;
 	END LOOP;
 `, strconv.Quote(c.schema), strconv.Quote(c.table), MigrationLockKey, versionTable,
-		*q["lock"], MigrationLockKey,
+		*q["readOnly"], *q["lock"], MigrationLockKey,
 		*q["schemaExists"], schemaLit,
 		*q["createSchema"],
 		*q["versionTableExists"], schemaLit, quoteLiteral(versionTable),

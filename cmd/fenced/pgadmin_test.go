@@ -147,6 +147,23 @@ func TestPgMigrate(t *testing.T) {
 	}
 }
 
+// TestPgMigrateRefusesAReadOnlyServer: pg-migrate against a read-only
+// server (a hot-standby replica; here PGOPTIONS sets
+// default_transaction_read_only) reported success once the migrations were
+// applied, though every admit there then failed. It fails, and says why.
+func TestPgMigrateRefusesAReadOnlyServer(t *testing.T) {
+	t.Parallel()
+	schema := pgSchema(t)
+	if code, out, stderr := run(t, nil, "admin", "pg-migrate", "--database-url", testenv.PostgresDSN(), "--schema", schema); code != 0 {
+		t.Fatalf("pg-migrate: exit %d %q %s", code, out, stderr)
+	}
+	code, out, stderr := run(t, []string{"PGOPTIONS=-c default_transaction_read_only=on"},
+		"admin", "pg-migrate", "--database-url", testenv.PostgresDSN(), "--schema", schema)
+	if code != 1 || strings.Contains(out, "migrated") || !strings.Contains(stderr, "read-only") || !strings.Contains(stderr, "SQLSTATE 25006") {
+		t.Fatalf("pg-migrate of a read-only server: exit %d %q %s; want exit 1 and an error saying it is read-only", code, out, stderr)
+	}
+}
+
 func TestPgAdminErrors(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
