@@ -17,7 +17,7 @@ import (
 const pendingReadTimeout = time.Second
 
 // commitBlocked returns why COMMIT cannot be sent on tx's connection
-// after fn returned nil, or nil. Either way the transaction rolls back: a
+// after fn returned nil, or nil (docs/design.md, defect 222). Either way the transaction rolls back: a
 // busy connection fails the rollback too, and pgx closes it.
 //
 //   - The connection is busy: fn left the rows of a tx.Query open, or
