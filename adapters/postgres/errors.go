@@ -147,8 +147,8 @@ func commitNotSent(err error) bool {
 
 // sessionLostError is the error of a transaction that InTx knows rolled
 // back because its session ended before COMMIT was sent: run again, on
-// another session, it may succeed (docs/design.md, defect 223). It changes neither the message nor what
-// the error matches; [IsRetryable] looks for it.
+// another session, it may succeed (docs/design.md, defect 223). It changes
+// neither the message nor what the error matches; [IsRetryable] looks for it.
 type sessionLostError struct{ err error }
 
 func (e *sessionLostError) Error() string { return e.err.Error() }
