@@ -88,6 +88,14 @@ const DefaultIdleConns = 256
 // connection for most requests), and no overall timeout, since an acquire may wait on the server; every call
 // is bounded by its context instead. It cannot be combined with
 // WithTLSConfig: configure TLS on hc's transport.
+//
+// The client never follows a redirect, hc's CheckRedirect notwithstanding:
+// it sends its requests through a copy of hc (its Transport, Jar and
+// Timeout) that follows none, and leaves hc as it is. Followed, a 301, 302
+// or 303 turns a DELETE or a POST into a GET, and a force-release into an
+// inspect that reported success; fenced never redirects, so a redirect is
+// an *APIError that names the URL to use instead (package documentation,
+// "Errors").
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) error {
 		if hc == nil {
@@ -249,12 +257,22 @@ func New(urls string, opts ...Option) (*Client, error) {
 		if cfg.tls != nil {
 			tr.TLSClientConfig = cfg.tls
 		}
-		c.hc, c.ownHC = &http.Client{Transport: tr}, true
+		c.hc, c.ownHC = &http.Client{Transport: tr, CheckRedirect: noRedirects}, true
 	} else if cfg.tls != nil {
 		return nil, errors.New("client: WithTLSConfig and WithHTTPClient together: set the TLS configuration on the HTTP client's transport")
+	} else {
+		hc := *cfg.hc // the caller's is left as it is (WithHTTPClient)
+		hc.CheckRedirect = noRedirects
+		c.hc = &hc
 	}
 	return c, nil
 }
+
+// noRedirects makes an http.Client return a redirect as its answer, which
+// send turns into an error (redirected): followed, 301 to 303 turn DELETE
+// and POST into GET, and a force-release into an inspect that reported
+// success (docs/design.md, defect 225).
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // URLs are the servers' base URLs, in the order given to New.
 func (c *Client) URLs() []string { return append([]string(nil), c.urls...) }
@@ -267,6 +285,13 @@ func (c *Client) URLs() []string { return append([]string(nil), c.urls...) }
 // The holder identity is a credential, as the lease id is: whoever sends it
 // gets the lease id, so the server never shows it; choose an unguessable
 // one (random per process) and never log it.
+//
+// When the context ends (or Close ends the call) while its request is in
+// flight, the server may have granted it, the answer on its way: the call
+// then sends one more attempt with its waiter, after it returned, and
+// releases the grant that attempt finds (or the free lock it takes), as
+// Acquire gives its place up; if the server cannot be reached within a
+// second, such a grant holds the lock until its TTL.
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...lock.Option) (*Lease, error) {
 	o, err := lock.ResolveOptions(true, opts...)
 	if err != nil {
@@ -293,7 +318,8 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration,
 // flight, the call gives its place in the queue up with one more request,
 // and releases a grant that request finds (docs/design.md, defect 134); if
 // the server cannot be reached within a second, the place goes after 3 s
-// and a grant it made after its TTL.
+// and a grant it made after its TTL. An unfair Acquire does the same with
+// one attempt under its waiter, as TryAcquire does.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...lock.Option) (*Lease, error) {
 	o, err := lock.ResolveOptions(false, opts...)
 	if err != nil {
@@ -381,7 +407,8 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	// 1 ms, which gives the place up (docs/design.md, defect 128). A place
 	// of the caller's own (WithWaiter without WithFinal) is the caller's to
 	// keep.
-	givesUp := !o.Unfair && (o.Waiter == "" || o.Final)
+	ownWaiter := o.Waiter == "" || o.Final // no later call of the caller's comes with it
+	givesUp := !o.Unfair && ownWaiter
 	placed := false // the last request sent kept its place if it ended held
 	// A wait its caller cuts short (ctx, Close) may leave a place at the
 	// server too: the request in flight keeps it when it ends, final or
@@ -390,9 +417,19 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	// a goroutine of its own, which stays a call of the client until it
 	// ends (Close waits for it): the caller, whose deadline may be what
 	// ended, does not wait for it (as defect 126's stores do not).
+	//
+	// Any request the context cuts short may also have been granted, its
+	// answer on its way: a TryAcquire's, an unfair wait's, a wait's first
+	// request of under a millisecond (one attempt). Unfound, that grant
+	// held the lock, known to nobody, for its TTL; so such a call gives up
+	// too, with one attempt (wait_ms 0) under its waiter, which finds the
+	// grant, or takes the lock if free, and releases either
+	// (docs/design.md, "A lost answer"). A waiter of the caller's own
+	// (WithWaiter without WithFinal) finds its grant with its next call.
 	queued := false // a fair waiting request was sent
+	cut := false    // the context ended while a request was in flight
 	defer func() {
-		if !queued || got != nil || ctx.Err() == nil {
+		if got != nil || ctx.Err() == nil || !(queued || cut && ownWaiter) {
 			return
 		}
 		if c.givingUp.Add(1) > maxGivingUp {
@@ -404,7 +441,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		go func() {
 			defer done()
 			defer c.givingUp.Add(-1)
-			c.giveUp(ctx, name, path, ttl, waiter, o, campaign)
+			c.giveUp(ctx, name, path, ttl, waiter, o, campaign, queued)
 		}()
 	}()
 	for {
@@ -454,6 +491,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		})
 		var a api.Lease
 		err := c.do(ctx, http.MethodPost, path, body, &a, mode)
+		cut = ctx.Err() != nil
 		if err == nil {
 			l, err := c.adopt(ctx, name, start, a, o)
 			if err == nil || o.Try || !errors.Is(err, lock.ErrNotAcquired) || (!until.IsZero() && !time.Now().Before(until)) {
@@ -551,20 +589,27 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 // left to expire (3 s).
 const maxGivingUp = 64
 
-// giveUp gives up the place of a fair wait its caller cut short: one
-// request with the wait's waiter, final and of 1 ms, within a second of
-// its own. The server then gives the place up as soon as the request cut
-// short ends there too (lock.WithFinal). Its answer may be a grant: the
+// giveUp ends an acquisition its caller cut short: one request with its
+// waiter, within a second of its own. For a fair wait that may have a
+// place (placed), the request is final and of 1 ms: the server then gives
+// the place up as soon as the request cut short ends there too
+// (lock.WithFinal). Otherwise it is one attempt (wait_ms 0, which has no
+// place and no final), as a TryAcquire's. Its answer may be a grant: the
 // lock came free, or the request cut short was granted and its answer is
 // found again by the waiter (which would otherwise hold the lock, known to
-// nobody, until its TTL); either is not the caller's, and is released.
-func (c *Client) giveUp(ctx context.Context, name, path string, ttl time.Duration, waiter string, o lock.AcquireOptions, campaign bool) {
+// nobody, until its TTL); either is not the caller's, and is released
+// (docs/design.md, defect 134 and "A lost answer"). A free lock it takes
+// is held only until that release, its answer's way back.
+func (c *Client) giveUp(ctx context.Context, name, path string, ttl time.Duration, waiter string, o lock.AcquireOptions, campaign, placed bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	ttlMs, waitMs := ttl.Milliseconds(), int64(1)
-	var body any = api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Waiter: waiter, Final: true}
+	ttlMs, waitMs := ttl.Milliseconds(), int64(0)
+	if placed {
+		waitMs = 1
+	}
+	var body any = api.AcquireRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Owner: o.Owner, Holder: o.Holder, Waiter: waiter, Final: placed}
 	if campaign {
-		body = api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: waiter, Final: true}
+		body = api.CampaignRequest{TTLMs: &ttlMs, WaitMs: &waitMs, Value: o.Owner, Waiter: waiter, Final: placed}
 	}
 	var a api.Lease
 	if c.do(ctx, http.MethodPost, path, body, &a, resendShared) == nil && a.LeaseID != "" {
@@ -632,8 +677,13 @@ func unanswered(err error) bool {
 // grant came back with no validity left and was released; nobody holds
 // the lock). Sent again at once, it made a TryAcquire take 1.5 s of resends
 // (docs/design.md, defect 184); a wait asks again itself.
+//
+// A redirect is no answer of fenced either, but one of something in front
+// of it, which sent the request nowhere: nothing was applied, and sent
+// again the request would be redirected again, so it is a refusal, as a
+// 4xx is.
 func undecidedAnswer(ae *APIError) bool {
-	if ae.Code == api.CodeUnavailable && ae.Field == api.FieldTTLMs {
+	if ae.Code == api.CodeUnavailable && ae.Field == api.FieldTTLMs || isRedirect(ae.Status) {
 		return false
 	}
 	return ae.Status >= 500 || ae.Code == ""
@@ -1025,6 +1075,9 @@ func (c *Client) send(ctx context.Context, base, method, path string, body []byt
 		}
 		return true, fmt.Errorf("client: reading the answer of %s %s: %w", method, path, err)
 	}
+	if isRedirect(resp.StatusCode) {
+		return true, redirected(resp, base, path)
+	}
 	if resp.StatusCode != http.StatusOK {
 		ae := apiError(resp.StatusCode, b)
 		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
@@ -1039,6 +1092,33 @@ func (c *Client) send(ctx context.Context, base, method, path string, body []byt
 		return true, fmt.Errorf("client: the answer of %s %s is not the JSON expected: %w", method, path, err)
 	}
 	return true, nil
+}
+
+// isRedirect reports whether status is a redirect (3xx): never fenced's
+// answer, which is a decision (200) or an error (4xx, 5xx).
+func isRedirect(status int) bool { return status >= 300 && status < 400 }
+
+// redirected is the error of a redirect answered to the request of path
+// sent to base: something in front of fenced (an ingress that sends
+// http:// to https://, a load balancer moved) sent the client elsewhere.
+// The request reached no fenced server, so nothing was applied, and
+// sending it again would be redirected again: it is refused as a 4xx is
+// (undecidedAnswer). It says where to point the client: the Location less
+// the request's path, when it ends with it.
+func redirected(resp *http.Response, base, path string) *APIError {
+	ae := &APIError{Status: resp.StatusCode}
+	loc, err := resp.Location()
+	if err != nil {
+		ae.Message = fmt.Sprintf("%s%s redirected without a Location; fenced never redirects, so something in front of it answered: point the client at fenced's own URL", redact.URL(base), path)
+		return ae
+	}
+	to := redact.URL(loc.String())
+	point := "the URL fenced answers on"
+	if final, ok := strings.CutSuffix(to, path); ok && final != "" {
+		point = final
+	}
+	ae.Message = fmt.Sprintf("%s%s redirected to %s; fenced never redirects, so something in front of it answered, and the client follows no redirect (a 301 to 303 would turn the request into a GET): point the client at %s", redact.URL(base), path, to, point)
+	return ae
 }
 
 func apiError(status int, body []byte) *APIError {

@@ -171,6 +171,12 @@
 // [lock.ErrInvalidName] or [lock.ErrInvalidTTL] (checked before any
 // request), a closed client [lock.ErrClosed]. Every answer of the server
 // other than 200 is an [*APIError] with its status, code and field, mapped
-// to those sentinels by code and field, never by message text. When the
-// context ends, the error matches ctx.Err().
+// to those sentinels by code and field, never by message text. So is a
+// redirect (3xx), which fenced never sends: something in front of it (an
+// ingress that sends http:// to https://) answered, and the client follows
+// no redirect, which for a 301 to 303 would turn a DELETE or a POST into a
+// GET (a force-release into an inspect, that reported success). Its
+// APIError has no code and names the URL to point the client at; nothing
+// was applied, and the request is sent neither again nor to the next
+// server. When the context ends, the error matches ctx.Err().
 package client

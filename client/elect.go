@@ -51,7 +51,7 @@ func (c *Client) Elect(ctx context.Context, name, value string, ttl time.Duratio
 // wait_ms: its --max-wait is shorter than WithMaxRequestWait) is asked at
 // once for the longest it allows, as an Acquire does (WithMaxRequestWait).
 // Any other 4xx answer
-// (401, 403, 404, …) is taken as final: sending it again would be refused
+// (401, 403, 404, …), or a redirect (3xx), is taken as final: sending it again would be refused
 // again, and the channel would show a leader that may be long gone.
 //
 // The channel is closed when ctx ends or the client closes, and also,
@@ -153,10 +153,10 @@ func (c *Client) leader(ctx context.Context, name string, after *fence.Token, wa
 }
 
 // final reports whether err is an answer that the same request would get
-// again: a 4xx other than 408 and 429.
+// again: a redirect, or a 4xx other than 408 and 429.
 func final(err error) bool {
 	var ae *APIError
-	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 &&
+	return errors.As(err, &ae) && ae.Status >= 300 && ae.Status < 500 && // a redirect too: it would come again
 		ae.Status != http.StatusRequestTimeout && ae.Status != http.StatusTooManyRequests
 }
 

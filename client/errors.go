@@ -25,7 +25,10 @@ var ErrNoAnswer = errors.New("client: no answer from the server in time")
 // APIError is an error answer of the fenced server:
 // {"error":{"code","message","field"}} with its HTTP status. A body that is
 // not in that form (a proxy's error page, say) gives an APIError with an
-// empty Code and an excerpt of the body as Message.
+// empty Code and an excerpt of the body as Message. A redirect (3xx), which
+// fenced never sends and the client never follows, gives one with an empty
+// Code and a Message that names the URL to point the client at: nothing
+// was applied, and the request is not sent again.
 //
 // It matches the lock package's sentinel errors where the code has the same
 // meaning, so errors.Is works as it does with an embedded lock.Client:
@@ -63,6 +66,9 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string {
+	if e.Code == "" && e.Status >= 300 && e.Status < 400 {
+		return fmt.Sprintf("HTTP %d, a redirect, not fenced's answer: %s", e.Status, e.Message)
+	}
 	if e.Code == "" {
 		return fmt.Sprintf("fenced answered HTTP %d: %s", e.Status, e.Message)
 	}

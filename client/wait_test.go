@@ -424,6 +424,80 @@ func TestCutWaitDoesNotWaitForItsGiveUp(t *testing.T) {
 	}
 }
 
+// An acquisition cut short by its context while the server's grant is on
+// its way back: the server granted, and the caller's context ended before
+// the answer came. A fair wait's give-up found that grant through its
+// waiter and released it (defect 134); a TryAcquire and an unfair Acquire
+// sent none, and the grant held the lock, known to nobody, for its whole
+// TTL. Each now sends one request with its waiter, a single attempt, and
+// releases the grant it finds (docs/design.md, "A lost answer"). The
+// server behind the test's gateway grants the first request, and its
+// answer waits until the caller has gone.
+func TestCutAcquireReleasesTheGrantOnItsWay(t *testing.T) {
+	f := newFixture(t)
+	pass, _ := passOn(t, f, 0)
+	for _, tc := range []struct {
+		how  string
+		call func(ctx context.Context, c *client.Client, name string) (*client.Lease, error)
+	}{
+		{"TryAcquire", func(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
+			return c.TryAcquire(ctx, name, 30*time.Second)
+		}},
+		{"unfair Acquire", func(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
+			return c.Acquire(ctx, name, 30*time.Second, lock.WithUnfair())
+		}},
+		{"fair Acquire", func(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
+			return c.Acquire(ctx, name, 30*time.Second)
+		}},
+	} {
+		t.Run(tc.how, func(t *testing.T) {
+			name := testenv.Name(t)
+			granted := make(chan struct{})
+			var (
+				mu     sync.Mutex
+				bodies []api.AcquireRequest
+			)
+			url := seeingAcquires(t, pass, func(req api.AcquireRequest, r *http.Request) bool {
+				mu.Lock()
+				bodies = append(bodies, req)
+				first := len(bodies) == 1
+				mu.Unlock()
+				if !first {
+					return true
+				}
+				rec := httptest.NewRecorder()
+				pass.ServeHTTP(rec, r.WithContext(context.WithoutCancel(r.Context())))
+				if rec.Code != http.StatusOK {
+					t.Errorf("the first request: %d %s", rec.Code, rec.Body)
+				}
+				close(granted)
+				<-r.Context().Done() // the answer is on its way when the caller goes
+				return false
+			})
+			c := newClient(t, url)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			go func() {
+				<-granted
+				cancel()
+			}()
+			if l, err := tc.call(ctx, c, name); !errors.Is(err, context.Canceled) {
+				t.Fatalf("cut short once granted: %v, %v; want the context's error", l, err)
+			}
+			// Well within the TTL (30 s): the give-up's request and release.
+			testenv.WaitUntil(t, 10*time.Second, func() bool {
+				st, err := f.locks.Inspect(t.Context(), name)
+				return err == nil && !st.Held
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if len(bodies) != 2 || bodies[1].Waiter != bodies[0].Waiter {
+				t.Fatalf("requests %+v; want the give-up's one more, with the same waiter", bodies)
+			}
+		})
+	}
+}
+
 // A wait in requests of a millisecond (WithMaxRequestWait, or a server's
 // --max-wait of 1ms) sends one no sooner than 50 ms after the last began.
 // Before, each answered at the end of its wait was followed by the next at

@@ -3,6 +3,8 @@ package main_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -52,6 +54,19 @@ func TestLocksCommand(t *testing.T) {
 	}
 	if code, _, stderr = run(t, nil, "locks", "release", "--url", url, prefix+"other"); code != 1 || !strings.Contains(stderr, "not held") {
 		t.Fatalf("release of a free lock: exit %d, want 1 with \"not held\"\n%s", code, stderr)
+	}
+
+	// Through an ingress that redirects (http:// to https://): refused,
+	// saying where to point the client; it printed "released" of a lock
+	// still held, the DELETE followed as a GET.
+	a.acquire(prefix+"moved", 30000)
+	moved := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, url+r.URL.RequestURI(), http.StatusMovedPermanently)
+	}))
+	defer moved.Close()
+	code, out, stderr = run(t, nil, "locks", "release", "--url", moved.URL, prefix+"moved")
+	if code != 1 || !strings.Contains(stderr, "point the client at "+url) || !a.held(prefix+"moved") {
+		t.Fatalf("locks release through a redirect: exit %d, %q\n%s", code, out, stderr)
 	}
 
 	// --if-token: another token releases nothing; the holder's releases it.

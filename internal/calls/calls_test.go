@@ -68,3 +68,26 @@ func TestCallerEndsItsOwn(t *testing.T) {
 		t.Errorf("Wait once it returned: %v", err)
 	}
 }
+
+// TestWaitWithNothingRunning: Wait with an ended ctx, once every call has
+// returned (or none began), is nil. It selected on both at once and Go
+// picks at random among the ready: half of the Closes of a client with
+// nothing running said acquisitions were still returning.
+func TestWaitWithNothingRunning(t *testing.T) {
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	for i := range 200 {
+		var s Set
+		if i%2 == 1 { // a call that returned before Close
+			_, end, err := s.Begin(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			end()
+		}
+		s.Close(errShut)
+		if err := s.Wait(ended); err != nil {
+			t.Fatalf("Wait %d with nothing running and an ended ctx: %v", i, err)
+		}
+	}
+}

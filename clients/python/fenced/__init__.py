@@ -81,6 +81,7 @@ __all__ = [
     "UnsupportedMediaTypeError",
     "UnavailableError",
     "TransportError",
+    "RedirectError",
     "FENCING_TOKEN_HEADER",
     "MAX_TOKEN",
     "MAX_LABEL_BYTES",
@@ -256,6 +257,19 @@ class TransportError(FencedError):
     """No answer from fenced: connection refused or reset, or a timeout.
     Retryable; whether the request took effect is unknown."""
     retryable = True
+
+
+class RedirectError(FencedError):
+    """A redirect (3xx), which fenced never sends: something in front of it
+    (an ingress that sends http:// to https://, a moved load balancer)
+    answered, and the client follows no redirect. Nothing was applied, and
+    the request is not sent again: point the client at the URL the message
+    names (location less the request's path). location is the Location
+    header, or "" without one. Not retryable, and no code: not the API's
+    error."""
+
+    #: The Location the redirect pointed at, or "".
+    location: str = ""
 
 
 _log = logging.getLogger("fenced")
@@ -922,20 +936,22 @@ class Client:
         raised once the wait is over. fenced's refusals end the call. A
         fair wait cut short by an exception that is not fenced's
         (KeyboardInterrupt, SystemExit, ...) gives its place up with one
-        more request before it is raised (_give_up; defect 134)."""
+        more request before it is raised (_give_up; defect 134); one
+        attempt and an unfair wait send one attempt with their waiter, and
+        each releases the grant it finds."""
         sent: list[float] = []
         # The key to this call's grant if an answer is lost, and one place
         # in the queue for every request of a fair wait (API field waiter).
         # One attempt and an unfair wait have no place, but find their
         # grant all the same.
         body["waiter"] = secrets.token_hex(16)
-        if wait_ms <= 0:
-            doc = self._call("POST", name, action, body, kind=kind, sent=sent, resend_lost=True)
-            lease = self._granted(doc, sent[-1], name, action)
-            if lease is None:
-                raise _no_validity(name)
-            return lease
         try:
+            if wait_ms <= 0:
+                doc = self._call("POST", name, action, body, kind=kind, sent=sent, resend_lost=True)
+                lease = self._granted(doc, sent[-1], name, action)
+                if lease is None:
+                    raise _no_validity(name)
+                return lease
             return self._wait(name, action, body, wait_ms, kind)
         except BaseException as e:
             # Cut short by the caller: an exception that is not fenced's
@@ -943,10 +959,14 @@ class Client:
             # back-off. A fair request sent (final is set on each) may
             # have left a place that would stand 3 s before everyone
             # behind it, so it is given up first (docs/design.md, defect
-            # 134). A FencedError is the wait's own end, which the rules
-            # of defect 128 handle.
-            if "final" in body and not isinstance(e, FencedError):
-                self._give_up(name, action, body, kind)
+            # 134). Any request cut short, one attempt's and an unfair
+            # wait's too, may have been granted, its answer on its way:
+            # the give-up finds that grant through the waiter and releases
+            # it, where it held the lock, known to nobody, for its TTL
+            # ("A lost answer"). A FencedError is the call's own end, which
+            # the rules of defect 128 handle.
+            if not isinstance(e, FencedError):
+                self._give_up(name, action, body, kind, placed="final" in body)
             raise
 
     def _wait(self, name: str, action: str, body: dict[str, Any], wait_ms: int, kind: str) -> "Lease":
@@ -1052,12 +1072,13 @@ class Client:
                 raise _no_validity(name)
             # Released: wait on for the time left, as the Go client does.
 
-    def _give_up(self, name: str, action: str, body: dict[str, Any], kind: str) -> None:
-        """Give up the place of a fair wait its caller cut short, as the Go
-        client's giveUp: one request with the wait's waiter, final and of
-        1 ms, within about 1 s of its own. The server gives the place up
-        as soon as the request cut short ends there too (its connection
-        was closed: _request). Its answer may be a grant (the lock came
+    def _give_up(self, name: str, action: str, body: dict[str, Any], kind: str, placed: bool) -> None:
+        """End a call its caller cut short, as the Go client's giveUp: one
+        request with the call's waiter, within about 1 s of its own. For a
+        fair wait (placed), final and of 1 ms: the server gives the place
+        up as soon as the request cut short ends there too (its connection
+        was closed: _request). For one attempt or an unfair wait, which
+        have no place, one attempt (wait_ms 0). Its answer may be a grant (the lock came
         free, or the request cut short was granted and its waiter finds
         that grant again): not the caller's, so it is released at once,
         best effort, where it would otherwise hold the lock, known to
@@ -1066,7 +1087,12 @@ class Client:
         ends the give-up too (docs/design.md, defect 134)."""
         end = time.monotonic() + 1.0
         try:
-            doc = self._call("POST", name, action, dict(body, wait_ms=1, final=True), kind=kind,
+            if placed:
+                again = dict(body, wait_ms=1, final=True)
+            else:  # neither unfair nor final applies to one attempt
+                again = {k: v for k, v in body.items() if k not in ("unfair", "final")}
+                again["wait_ms"] = 0
+            doc = self._call("POST", name, action, again, kind=kind,
                              timeout=min(1.0, self.timeout), retries=0)
             if doc.get("lease_id"):
                 # What is left of the second, but time for one request.
@@ -1347,6 +1373,8 @@ class Client:
                 raise
             finally:
                 self._done(conn)
+        if 300 <= status < 400:
+            raise _redirected(method, self.base_url, path, status, rheaders.get("Location") or "")
         if status >= 400:
             raise _api_error(status, rheaders, raw)
         try:
@@ -1540,6 +1568,32 @@ def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
     return e
 
 
+def _redirected(method: str, base: str, path: str, status: int, location: str) -> RedirectError:
+    """The RedirectError of a request of path to base answered status, a
+    redirect to location: the client follows none (http.client never
+    does), and it must not be taken for an answer of fenced, which never
+    redirects: its body, a JSON object, read as the lock's state, or a page
+    taken for a proxy's after fenced acted (so a force-release "may have
+    released" the lock). It names where to point the client: location less
+    the request's path, when it ends with it (as the Go client's package
+    documentation says, "Errors")."""
+    where = urllib.parse.urljoin(base + path, location) if location else ""
+    shown = _redacted(where, urllib.parse.urlsplit(where)) if where else ""
+    said = f"{method} {base}{path}: HTTP {status}, a redirect"
+    if not shown:
+        msg = (f"{said} without a Location, not fenced's answer: fenced never redirects, so something in front "
+               "of it answered: point the client at fenced's own URL")
+    else:
+        final = shown[:-len(path)] if shown.endswith(path) and len(shown) > len(path) else ""
+        msg = (f"{said} to {shown}, not fenced's answer: fenced never redirects, so something in front of it "
+               "answered, and the client follows no redirect (a 301 to 303 would turn the request into a GET): "
+               + (f"point the client at {final}; nothing was applied" if final else
+                  "point the client at the URL fenced answers on; nothing was applied"))
+    e = RedirectError(msg, status)
+    e.location = shown
+    return e
+
+
 def _maybe_applied(e: BaseException) -> bool:
     """Whether a refresh or release that failed with e may have been
     applied all the same. Not when fenced itself refused it: a 4xx answer
@@ -1551,8 +1605,8 @@ def _maybe_applied(e: BaseException) -> bool:
     exception that is not the API's (docs/design.md, defect 114)."""
     if not isinstance(e, FencedError):
         return True
-    if isinstance(e, LostError):
-        return False
+    if isinstance(e, (LostError, RedirectError)):
+        return False  # a redirect reached no fenced: nothing was applied
     return not (e.code is not None and (e.status == 0 or 400 <= e.status < 500))
 
 

@@ -21,7 +21,7 @@ import warnings
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
@@ -456,11 +456,23 @@ class DevTest(unittest.TestCase):
         self.client = fenced.Client(self.daemon.url)
         self.addCleanup(self.client.close)
 
-    @contextlib.contextmanager
     def signal_once_queued(self, name: str, sig: int) -> Any:
         """Sends sig to the main thread, while the with block runs, once
         name's queue has a waiter (or after 30 s, to end the call), and
         then checks that the waiter took its place."""
+        return self.signal_once(name, sig, lambda st: st.waiters == 1, "the waiter never took its place in the queue")
+
+    def signal_once_held(self, name: str, sig: int) -> Any:
+        """Sends sig to the main thread, while the with block runs, once
+        name is held (or after 30 s, to end the call), and then checks
+        that it was."""
+        return self.signal_once(name, sig, lambda st: st.held, "the lock was never granted")
+
+    @contextlib.contextmanager
+    def signal_once(self, name: str, sig: int, ready: Callable[[fenced.LockState], bool], never: str) -> Any:
+        """Sends sig to the main thread, while the with block runs, once
+        ready(name's state) (or after 30 s, to end the call), and then
+        checks that it was, else fails saying never."""
         main = threading.main_thread().ident
         assert main is not None
         placed, done, gate = threading.Event(), threading.Event(), threading.Lock()
@@ -470,7 +482,7 @@ class DevTest(unittest.TestCase):
             try:
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline and not done.is_set():
-                    if look.inspect(name).waiters == 1:
+                    if ready(look.inspect(name)):
                         placed.set()
                         break
                     time.sleep(0.01)
@@ -487,7 +499,7 @@ class DevTest(unittest.TestCase):
             with gate:
                 done.set()
             t.join(timeout=60)
-        self.assertTrue(placed.is_set(), "the waiter never took its place in the queue")
+        self.assertTrue(placed.is_set(), never)
 
     def assert_place_given_up(self, name: str, holder: Any) -> None:
         """The place of a wait cut short is gone within 1 s, well before
@@ -790,6 +802,39 @@ class DevTest(unittest.TestCase):
                             w.elect(name, value="py-candidate", ttl_ms=30_000, wait_ms=90_000)
                 self.assert_place_given_up(name, holder)  # and the give-up took nothing
                 w.inspect(name)  # the thread's next call: not on the connection cut short
+
+    def test_cut_one_attempt_releases_its_grant(self) -> None:
+        # The server grants a try_acquire (an unfair acquire) and its
+        # answer is on its way (the proxy holds it) when Ctrl-C cuts the
+        # call short. A fair wait gave its place up with one more request,
+        # which also found such a grant (defect 134); these sent none, and
+        # the grant held the lock, known to nobody, for its TTL. Now each
+        # sends one attempt with its waiter and releases the grant it finds
+        # before the KeyboardInterrupt is raised (docs/design.md, "A lost
+        # answer").
+        if threading.current_thread() is not threading.main_thread():
+            self.fail("run in the main thread: a SIGINT's KeyboardInterrupt is raised there only")
+        old = signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.addCleanup(signal.signal, signal.SIGINT, old)
+        for kind in ("try_acquire", "unfair acquire"):
+            with self.subTest(kind):
+                name = unique()
+                p = ScriptedProxy(self.daemon.url, {"/acquire": ["late"]})
+                self.addCleanup(p.stop)
+                self.addCleanup(p.late.set)  # before stop: the answer held ends
+                c = fenced.Client(p.url)
+                self.addCleanup(c.close)
+                with self.signal_once_held(name, signal.SIGINT):
+                    with self.assertRaises(KeyboardInterrupt):
+                        if kind == "try_acquire":
+                            c.try_acquire(name, ttl_ms=30_000)
+                        else:
+                            c.acquire(name, ttl_ms=30_000, wait_ms=20_000, unfair=True)
+                st = self.client.inspect(name)
+                self.assertFalse(st.held, f"the grant of the call cut short holds the lock, {st.ttl_ms} ms left")
+                bodies = [b for path, b in p.sent if path.endswith("/acquire")]
+                self.assertEqual(len(bodies), 2, bodies)
+                self.assertEqual((bodies[1]["waiter"], bodies[1].get("wait_ms", 0)), (bodies[0]["waiter"], 0))
 
     def test_lost_answer_finds_its_grant(self) -> None:
         # The answer to the first acquire is cut after the server granted

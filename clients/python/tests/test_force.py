@@ -97,6 +97,42 @@ class AppliedThenFails(http.server.ThreadingHTTPServer):
         self._t.join()
 
 
+class Redirector(http.server.ThreadingHTTPServer):
+    """Answers every request with a redirect of status to the same path
+    and query on target, as an ingress that sends http:// to https:// does,
+    with body as its body (some send a JSON one). stop() ends it."""
+
+    def __init__(self, target: str, status: int, body: bytes = b""):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                if n:
+                    self.rfile.read(n)
+                self.send_response(status)
+                self.send_header("Location", target + self.path)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_DELETE = _any
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.daemon_threads = True
+        self._t = threading.Thread(target=self.serve_forever, daemon=True)
+        self._t.start()
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        self._t.join()
+
+
 class ForceReleaseTest(unittest.TestCase):
     daemon: Daemon
 
@@ -203,6 +239,38 @@ class ForceReleaseTest(unittest.TestCase):
             with self.assertRaises(fenced.InvalidArgumentError) as cm2:
                 self.client.force_release(name, token=bad)  # type: ignore[arg-type]
             self.assertEqual((cm2.exception.field, cm2.exception.status), ("token", 0))
+
+    def test_redirect_is_refused(self) -> None:
+        # http.client follows no redirect, but the client took a 3xx as an
+        # answer: its body, if a JSON object, as the lock's state (a
+        # force-release "released" a lock still held), else an error that
+        # said the lock may have been released. A redirect is never
+        # fenced's answer: nothing was applied (the Go client's package
+        # documentation, "Errors").
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=30_000)
+        self.addCleanup(lease.release)
+        for status in (301, 302, 303, 307, 308):
+            for body in (b"", b"{}"):
+                with self.subTest(status=status, body=body):
+                    r = Redirector(self.daemon.url, status, body)
+                    self.addCleanup(r.stop)
+                    c = fenced.Client(r.url)
+                    self.addCleanup(c.close)
+                    for call in (lambda: c.force_release(name), lambda: c.force_release(name, token=lease.token),
+                                 lambda: c.try_acquire(name, ttl_ms=30_000), lambda: c.inspect(name)):
+                        with self.assertRaises(fenced.FencedError) as cm:
+                            call()
+                        e = cm.exception
+                        self.assertEqual((e.status, e.code), (status, None), str(e))
+                        self.assertIn("point the client at " + self.daemon.url + ";", e.message)
+                        self.assertNotIn("may have", e.message)
+                        self.assertIsInstance(e, fenced.RedirectError)
+                        self.assertTrue(e.location.startswith(self.daemon.url + "/v1/locks/"), e.location)
+                        self.assertFalse(e.retryable)
+                    st = self.client.inspect(name)
+                    self.assertTrue(st.held and st.token == lease.token,
+                                    f"after calls through a {status} redirect: {st}")
 
 
 if __name__ == "__main__":

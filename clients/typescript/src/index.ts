@@ -199,6 +199,20 @@ export class TransportError extends FencedError {
   }
 }
 
+/**
+ * A redirect (3xx), which fenced never sends: something in front of it (an
+ * ingress that sends http:// to https://, a moved load balancer) answered,
+ * and the client follows no redirect, which for a 301 to 303 would turn a
+ * DELETE or a POST into a GET (a force-release into an inspect, whose state
+ * forceRelease returned as its success). Nothing was applied, and the
+ * request is not sent again: point the client at the URL the message names
+ * (location less the request's path). No code: not the API's error.
+ */
+export class RedirectError extends FencedError {
+  /** The Location the redirect pointed at, resolved and with any password hidden; "" without one. */
+  location = "";
+}
+
 const errorClasses: Record<string, new (m: string, s: number, c: string, r?: number) => FencedError> = {
   invalid_argument: InvalidArgumentError,
   unauthenticated: UnauthenticatedError,
@@ -839,7 +853,18 @@ export class Client {
     // again is extended to ttl_ms by that request.
     const onSend = () => (started = performance.now());
     if (waitMs <= 0) {
-      const doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs, signal, onSend, resendLost: true }, kind);
+      let doc: Record<string, unknown>;
+      try {
+        doc = await this.call("POST", name, action, body, { timeoutMs: this.timeoutMs, signal, onSend, resendLost: true }, kind);
+      } catch (e) {
+        // Aborted with the request in flight: the server may have granted
+        // it, the answer on its way. One more attempt with the waiter finds
+        // that grant and releases it (as an aborted wait's give-up does),
+        // where it held the lock, known to nobody, for its TTL
+        // (docs/design.md, "A lost answer").
+        if (signal?.aborted && !(e instanceof FencedError && !undecided(e))) void this.#giveUp(name, action, body, kind, false);
+        throw e;
+      }
       const lease = await this.#adopt(doc, started, name, action);
       if (lease) return lease;
       throw noValidity(name, action);
@@ -953,27 +978,33 @@ export class Client {
       }
     } catch (e) {
       // Not after fenced's refusal (a 409 of a final request gave its place
-      // up; a 4xx has none), nor the client's own (status 0).
-      if (queued && signal?.aborted && !(e instanceof FencedError && !undecided(e))) void this.#giveUp(name, action, body, kind); // it catches every error
+      // up; a 4xx has none), nor the client's own (status 0). An unfair
+      // wait has no place, but its request cut short may have been
+      // granted: its give-up is one attempt, which finds that grant.
+      if (signal?.aborted && !(e instanceof FencedError && !undecided(e))) void this.#giveUp(name, action, body, kind, queued); // it catches every error
       throw e; // the call's own error, whatever became of the give-up
     }
   }
 
   /**
-   * Give up the place of a fair wait its caller cut short (the signal
-   * aborted; docs/design.md, defect 134): one more request with the wait's
-   * waiter and body (ttl, owner, holder, value), final and of 1 ms, bounded
-   * to a second of its own, not by the aborted signal. The server then lets
-   * the place go as soon as the request cut short ends there too. Its
-   * answer may be a grant: the lock came free, or the request cut short was
-   * granted and its waiter finds that grant again (which would otherwise
-   * hold the lock, known to nobody, until its TTL); neither is the caller's,
-   * so it is released at once. Best effort: every error is ignored.
+   * End a call its caller cut short (the signal aborted; docs/design.md,
+   * defect 134): one more request with the call's waiter and body (ttl,
+   * owner, holder, value), bounded to a second of its own, not by the
+   * aborted signal. For a fair wait that took a place (placed), final and
+   * of 1 ms: the server then lets the place go as soon as the request cut
+   * short ends there too. For one attempt or an unfair wait, which have no
+   * place, one attempt (no wait_ms, unfair nor final). Its answer may be a
+   * grant: the lock came free, or the request cut short was granted and
+   * its waiter finds that grant again (which would otherwise hold the
+   * lock, known to nobody, until its TTL); neither is the caller's, so it
+   * is released at once. Best effort: every error is ignored.
    */
-  async #giveUp(name: string, action: "/acquire" | "/campaign", body: Record<string, unknown>, kind: "locks" | "elections"): Promise<void> {
+  async #giveUp(name: string, action: "/acquire" | "/campaign", body: Record<string, unknown>, kind: "locks" | "elections", placed: boolean): Promise<void> {
     const bound = AbortSignal.timeout(1000);
+    const { wait_ms: _w, unfair: _u, final: _f, ...attempt } = body;
     try {
-      const doc = await this.call("POST", name, action, { ...body, wait_ms: 1, final: true }, { timeoutMs: 1000, signal: bound, resendLost: true }, kind);
+      const again = placed ? { ...body, wait_ms: 1, final: true } : attempt;
+      const doc = await this.call("POST", name, action, again, { timeoutMs: 1000, signal: bound, resendLost: true }, kind);
       if (typeof doc.lease_id !== "string") return;
       const release = { lease_id: doc.lease_id, release_id: randomBytes(16).toString("hex") };
       await this.call("POST", name, "/release", release, { timeoutMs: 1000, signal: bound, resendLost: true });
@@ -1293,6 +1324,11 @@ export class Client {
     try {
       resp = await fetch(url, {
         method,
+        // fenced never redirects, and a redirect followed turns a DELETE
+        // (303) or a POST (301 to 303) into a GET: a force-release into an
+        // inspect, whose state was returned as its success. In Node
+        // (undici), "manual" gives the 3xx answer itself (redirected).
+        redirect: "manual",
         headers,
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
@@ -1303,6 +1339,7 @@ export class Client {
       const why = timeout.aborted ? `no answer within ${timeoutMs} ms` : String((e as Error)?.cause ?? e);
       throw new TransportError(`${method} ${url}: ${why}`, 0, undefined, undefined, { cause: e });
     }
+    if (resp.status >= 300 && resp.status < 400) throw redirected(method, url, this.baseURL, resp);
     if (resp.ok) {
       try {
         return parseAnswer(text);
@@ -1402,6 +1439,7 @@ function answerLost(e: TransportError): boolean {
 function maybeApplied(e: unknown): boolean {
   if (!(e instanceof FencedError)) return true; // the call's abort, or a fault on the way: perhaps sent
   if (e instanceof TransportError) return true;
+  if (e instanceof RedirectError) return false; // reached no fenced: nothing was applied
   if (e instanceof TTLTooShortError) return false; // fenced's decision, though a 503: released, not acquired
   if (e.status === 0) return false; // refused by the client itself: nothing was sent
   return !(e.status >= 400 && e.status < 500 && e.code !== undefined);
@@ -1447,6 +1485,35 @@ function retryAfterMs(value: string | null): number | undefined {
   if (t === undefined || !/^\d+$/.test(t)) return undefined;
   const secs = Math.min(Number(t), 1e9); // every caller caps it anyway
   return secs > 0 ? secs * 1000 : undefined;
+}
+
+/**
+ * The RedirectError of a request to url, whose base URL is base, answered
+ * with a redirect: it names where to point the client, the Location less
+ * the request's path when it ends with it (as the Go client's package
+ * documentation says, "Errors").
+ */
+function redirected(method: string, url: string, base: string, resp: Response): RedirectError {
+  const raw = resp.headers.get("Location");
+  const said = `${method} ${redactedURL(url)}: HTTP ${resp.status}, a redirect`;
+  if (!raw) {
+    return new RedirectError(`${said} without a Location, not fenced's answer: fenced never redirects, so something in front of it answered: point the client at fenced's own URL`, resp.status);
+  }
+  let to: string;
+  try {
+    to = redactedURL(new URL(raw, url).toString());
+  } catch {
+    to = redactedURL(raw);
+  }
+  const path = url.startsWith(base) ? url.slice(base.length) : "";
+  const final = path !== "" && to.endsWith(path) && to.length > path.length ? to.slice(0, -path.length) : "";
+  const e = new RedirectError(
+    `${said} to ${to}, not fenced's answer: fenced never redirects, so something in front of it answered, and the client follows no redirect ` +
+      `(a 301 to 303 would turn the request into a GET): point the client at ${final || "the URL fenced answers on"}; nothing was applied`,
+    resp.status,
+  );
+  e.location = to;
+  return e;
 }
 
 function apiError(status: number, headers: Headers, text: string): FencedError {

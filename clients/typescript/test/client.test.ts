@@ -605,6 +605,48 @@ describe("fenced dev (etcd leases)", () => {
     );
   });
 
+  it("releases the grant of a one-attempt or unfair acquire aborted with its answer on the way", async () => {
+    // The server granted, and the caller aborted before the answer came.
+    // A fair wait's give-up found such a grant through its waiter (defect
+    // 134); a tryAcquire and an unfair acquire sent none, and the grant
+    // held the lock, known to nobody, for its TTL. Now each sends one
+    // attempt with its waiter, in the background, and releases the grant
+    // it finds (docs/design.md, "A lost answer"). The first request here
+    // reaches the server whatever the signal, and the call is aborted once
+    // its answer is back, as if still on its way.
+    for (const kind of ["tryAcquire", "unfair acquire"] as const) {
+      const name = unique();
+      const ac = new AbortController();
+      const bodies: Record<string, unknown>[] = [];
+      const realFetch = globalThis.fetch;
+      globalThis.fetch = async (input, init) => {
+        if (!String(input).endsWith("/acquire")) return realFetch(input, init);
+        bodies.push(JSON.parse(String(init?.body)) as Record<string, unknown>);
+        if (bodies.length > 1) return realFetch(input, init);
+        const granted = await realFetch(input, { ...init, signal: undefined });
+        await granted.arrayBuffer();
+        ac.abort();
+        throw ac.signal.reason;
+      };
+      try {
+        const call = kind === "tryAcquire"
+          ? client.tryAcquire(name, { ttlMs: 30_000, signal: ac.signal })
+          : client.acquire(name, { ttlMs: 30_000, waitMs: 20_000, unfair: true, signal: ac.signal });
+        await assert.rejects(call, (e: unknown) => e instanceof Error && e.name === "AbortError");
+        let st = await client.inspect(name);
+        for (const deadline = performance.now() + 5000; st.held && performance.now() < deadline; ) {
+          await sleep(20);
+          st = await client.inspect(name);
+        }
+        assert.equal(st.held, false, `${kind}: the grant of the call aborted holds the lock, ${st.ttlMs} ms left`);
+        assert.equal(bodies.length, 2, `${kind}: ${JSON.stringify(bodies)}`);
+        assert.deepEqual([bodies[1].waiter, bodies[1].wait_ms ?? 0, bodies[1].unfair], [bodies[0].waiter, 0, undefined], JSON.stringify(bodies));
+      } finally {
+        globalThis.fetch = realFetch;
+      }
+    }
+  });
+
   it("finds a waiting acquire's grant again when its answer is lost", async () => {
     const proxy = await startCuttingProxy(daemon.url, "/acquire");
     try {

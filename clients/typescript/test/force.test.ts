@@ -10,11 +10,13 @@ import type { Socket } from "node:net";
 
 import {
   Client,
+  FencedError,
   HeldByOtherError,
   HeldError,
   InvalidArgumentError,
   type Lease,
   MAX_TOKEN,
+  RedirectError,
   TransportError,
   UnavailableError,
 } from "../src/index.js";
@@ -74,6 +76,29 @@ async function appliedThenFails(
     firstStatus: () => firstStatus,
     close: async () => {
       for (const s of sockets) s.destroy();
+      server.close();
+      await once(server, "close");
+    },
+  };
+}
+
+/**
+ * An HTTP server that answers every request with a redirect of status to
+ * the same path and query on target, as an ingress that sends http:// to
+ * https:// does.
+ */
+async function redirector(target: string, status: number): Promise<{ url: string; close: () => Promise<void> }> {
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    req.resume();
+    req.on("end", () => res.writeHead(status, { Location: target + req.url, "Content-Length": "0" }).end());
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const addr = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${addr.port}`,
+    close: async () => {
+      server.closeAllConnections();
       server.close();
       await once(server, "close");
     },
@@ -169,6 +194,40 @@ describe("forceRelease (fenced dev)", () => {
     for (const bad of [0, -1n, 1.5, Number.MAX_SAFE_INTEGER + 1, MAX_TOKEN + 1n, "5" as unknown as bigint]) {
       await assert.rejects(client.forceRelease(name, { token: bad }), (e: unknown) =>
         e instanceof InvalidArgumentError && e.field === "token" && e.status === 0);
+    }
+  });
+
+  it("refuses a redirect, which fenced never sends, and applies nothing", async () => {
+    // fetch follows redirects by default, and a 301 to 303 turns a DELETE
+    // into a GET: fenced's inspect, whose state forceRelease returned as
+    // its success, the lock still held (the Go client's package
+    // documentation, "Errors").
+    const name = unique();
+    const lease = await client.acquire(name, { ttlMs: 30_000 });
+    try {
+      for (const status of [301, 302, 303, 307, 308]) {
+        const r = await redirector(daemon.url, status);
+        try {
+          const c = new Client(r.url);
+          for (const call of [() => c.forceRelease(name), () => c.forceRelease(name, { token: lease.token }),
+            () => c.tryAcquire(name, { ttlMs: 30_000 }), () => c.inspect(name)]) {
+            const err = await (call() as Promise<unknown>).then(
+              (v) => assert.fail(`a call through a ${status} redirect returned ${JSON.stringify(v, (_, x) => (typeof x === "bigint" ? String(x) : x))}`),
+              (e: unknown) => e,
+            );
+            assert.ok(err instanceof FencedError && err.status === status && err.code === undefined, String(err));
+            assert.ok(err.message.includes(`point the client at ${daemon.url};`), err.message);
+            assert.ok(!err.message.includes("may have"), err.message);
+            assert.ok(err instanceof RedirectError && err.location.startsWith(`${daemon.url}/v1/locks/`) && !err.retryable, String(err));
+          }
+          const st = await client.inspect(name);
+          assert.ok(st.held && st.token === lease.token, `after calls through a ${status} redirect the lock is held ${st.held}`);
+        } finally {
+          await r.close();
+        }
+      }
+    } finally {
+      await lease.release().catch(() => {}); // lost, if a call got through: the failure said so
     }
   });
 });
