@@ -1882,9 +1882,10 @@ func (s *EtcdStore) Leave(ctx context.Context, name, waiter string) error {
 	return nil
 }
 
-// Ping implements LeaseStore: etcd can grant (sequencer.PingEtcd).
+// Ping implements LeaseStore: etcd can grant, and a token is left below
+// 2^63 (sequencer.Issuer.Ping).
 func (s *EtcdStore) Ping(ctx context.Context) error {
-	if err := sequencer.PingEtcd(ctx, s.cli, s.ks.FloorKey()); err != nil {
+	if err := s.issuer.Ping(ctx); err != nil {
 		return backendErr("etcd", "ping", err)
 	}
 	return nil

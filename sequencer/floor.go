@@ -2,6 +2,7 @@ package sequencer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -39,12 +40,37 @@ type Floor struct {
 	Offset   uint64      // added to every revision
 	Revision int64       // etcd's revision when read
 	Next     fence.Token // a lower bound on the next token
+	// Issued says whether any token was issued under the prefix in this
+	// cluster: its counter key, which every token Txn writes, exists. A
+	// prefix fenced never served, or a new cluster, has none.
+	Issued bool
 }
+
+// Exhausted reports whether the next token would pass fence.MaxToken: no
+// token is left, and issuers return ErrTokensExhausted.
+func (f Floor) Exhausted() bool { return f.Next > fence.MaxToken }
+
+// MaxMinToken (2^62) is the largest min RaiseFloor takes. A floor above it
+// leaves fewer than 2^62 tokens below 2^63, and nothing lowers a floor, so
+// a larger min is a typo (a digit too many) that would use the tokens up
+// for good: today's tokens are near 1.8e15, the clock in microseconds. The
+// bound is on the caller's min only: a floor already above it (set by
+// hand, or by an older fenced) is still raised.
+const MaxMinToken fence.Token = 1 << 62
+
+// ErrMinTokenTooHigh is returned by RaiseFloor for a min above
+// MaxMinToken; the floor is left as it was.
+var ErrMinTokenTooHigh = errors.New("sequencer: min token too high")
 
 // ReadFloor returns the floor offset and the current revision of the
 // keyspace under prefix ("" means DefaultPrefix).
 func ReadFloor(ctx context.Context, cli *clientv3.Client, prefix string) (Floor, error) {
-	f, err := readFloor(ctx, cli, NewKeyspace(prefix))
+	ks := NewKeyspace(prefix)
+	f, err := readFloor(ctx, cli, ks)
+	if err != nil {
+		return Floor{}, err
+	}
+	f.Issued, err = issued(ctx, cli, ks)
 	return f.Floor, err
 }
 
@@ -56,12 +82,35 @@ func ReadFloor(ctx context.Context, cli *clientv3.Client, prefix string) (Floor,
 // token exceeds Floor.Next-1.
 //
 // Tokens stay below 2^63, so they fit a signed 64-bit column, for about
-// 290,000 years of clock. A min that leaves no token up to fence.MaxToken
-// is an error; an issuer whose next token would pass it returns
-// ErrTokensExhausted.
+// 290,000 years of clock. A min above MaxMinToken (2^62) is refused with
+// ErrMinTokenTooHigh, and a floor that would leave no token up to
+// fence.MaxToken with ErrTokensExhausted; an issuer whose next token would
+// pass it returns ErrTokensExhausted.
 func RaiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fence.Token) (Floor, error) {
+	if min > MaxMinToken {
+		return Floor{}, fmt.Errorf("%w: min token %d is above 2^62 (%d), which would leave fewer than 2^62 tokens below 2^63, "+
+			"and nothing lowers a floor once raised (a digit too many?); give the highest token your resources have seen, "+
+			"or none: the clock in microseconds (now %d) and the tokens etcd issued count anyway",
+			ErrMinTokenTooHigh, uint64(min), uint64(MaxMinToken), time.Now().UnixMicro())
+	}
+	ks := NewKeyspace(prefix)
+	was, err := issued(ctx, cli, ks)
+	if err != nil {
+		return Floor{}, err
+	}
 	f, _, err := raiseFloor(ctx, cli, prefix, min, false)
+	f.Issued = was
 	return f, err
+}
+
+// issued reports whether the counter key under ks exists: whether any
+// token was issued there in this cluster.
+func issued(ctx context.Context, cli *clientv3.Client, ks Keyspace) (bool, error) {
+	resp, err := etcdkv.New(cli).Get(clientv3.WithRequireLeader(ctx), ks.CounterKey(), clientv3.WithCountOnly())
+	if err != nil {
+		return false, fmt.Errorf("sequencer: read the counter key: %w", err)
+	}
+	return resp.Count > 0, nil
 }
 
 // raiseFloor raises the floor; with onlyIfNew, only if no floor was ever
@@ -87,7 +136,8 @@ func raiseFloor(ctx context.Context, cli *clientv3.Client, prefix string, min fe
 		// cur.Revision+1 or later, the next Txn's after it): it must not
 		// pass fence.MaxToken, which no fence admits.
 		if target > uint64(fence.MaxToken)-2 {
-			return Floor{}, false, fmt.Errorf("%w: floor %d leaves no token up to %d (2^63-1, the largest a signed 64-bit column holds)", ErrTokensExhausted, target, uint64(fence.MaxToken))
+			return Floor{}, false, fmt.Errorf("%w: floor %d leaves no token up to %d (2^63-1, the largest a signed 64-bit column holds); nothing lowers a floor",
+				ErrTokensExhausted, target, uint64(fence.MaxToken))
 		}
 		// The put takes revision cur.Revision+1 (or later if someone writes
 		// first, which only makes tokens larger); offset so that

@@ -89,8 +89,10 @@ var ErrRestored = errors.New("sequencer: etcd's revision went back below tokens 
 
 // ErrTokensExhausted is returned when the next token would pass
 // fence.MaxToken (2^63-1): the floor was raised so high that no token is
-// left above it. Only a floor set by hand, or a RaiseFloor with a min near
-// 2^63, comes near it; a new keyspace (WithPrefix) starts again.
+// left above it, or this process has seen a token at 2^63-1 and issues
+// none lower. Only a floor set by hand (RaiseFloor takes no min above
+// MaxMinToken) comes near it. Waiting does not mend it: nothing lowers a
+// floor; a new keyspace (WithPrefix) or a new cluster starts again.
 var ErrTokensExhausted = errors.New("sequencer: no token left below 2^63 (fence.MaxToken) above the floor")
 
 // ErrBadFloor is returned when the floor key does not hold a number: only
@@ -295,6 +297,36 @@ func (i *Issuer) Issue(ctx context.Context, cmps []clientv3.Cmp, then func(offse
 	return nil, 0, false, fmt.Errorf("sequencer: the floor key %s changed under 8 Txns in a row; is something rewriting it?", floorKey)
 }
 
+// seenMax is the ErrTokensExhausted of an issuer that has seen highest,
+// a token at or above fence.MaxToken (a Txn that found none left counts:
+// its counter write is seen, its token never used).
+func (i *Issuer) seenMax(highest fence.Token) error {
+	return fmt.Errorf("%w: this process saw the tokens under %s reach %d and issues none lower, whatever the floor in etcd is now; only a restart makes it forget",
+		ErrTokensExhausted, i.ks.Prefix(), uint64(highest))
+}
+
+// Ping checks that the issuer can issue a token: etcd can take writes
+// (PingEtcd), the floor leaves a token below 2^63, and this process has
+// not seen token 2^63-1. Either of the last two is ErrTokensExhausted,
+// which no waiting mends: /readyz says so rather than ready.
+func (i *Issuer) Ping(ctx context.Context) error {
+	i.mu.Lock()
+	highest := i.highest
+	i.mu.Unlock()
+	if highest >= fence.MaxToken {
+		return i.seenMax(highest)
+	}
+	// One read: the floor's value, where PingEtcd counts the key.
+	f, err := readFloor(ctx, i.cli, i.ks)
+	if err != nil {
+		return err
+	}
+	if f.Exhausted() {
+		return fmt.Errorf("%w: under %s, revision %d plus floor offset %d is %d", ErrTokensExhausted, i.ks.Prefix(), f.Revision+1, f.Offset, uint64(f.Next))
+	}
+	return alarms(ctx, i.cli)
+}
+
 // setFloor caches the floor as last read. The newest read wins, even with
 // a lower mod revision: a restored cluster's floor has one.
 func (i *Issuer) setFloor(offset uint64, modRev int64) {
@@ -306,10 +338,17 @@ func (i *Issuer) setFloor(offset uint64, modRev int64) {
 // restored raises the floor above the highest token issued before, after
 // a Txn that began later got a token no larger than it.
 func (i *Issuer) restored(ctx context.Context, tok, highest fence.Token) error {
+	if highest >= fence.MaxToken {
+		// No token exceeds it: this process must never issue one again
+		// (guarantee 1), whatever floor etcd now has.
+		return i.seenMax(highest)
+	}
 	i.log.Warn("etcd's revision went back: a token would not exceed one already issued; raising the token floor",
 		"token", uint64(tok), "highest_issued", uint64(highest), "prefix", i.ks.Prefix(),
 		"hint", "etcd was restored from an older snapshot or replaced; run fenced admin raise-floor on every restore before serving")
-	if _, err := RaiseFloor(ctx, i.cli, i.ks.Prefix(), highest+1); err != nil {
+	// Not RaiseFloor: its bound on min (MaxMinToken) is for a min a person
+	// types; a floor above it, set by hand, still has tokens left.
+	if _, _, err := raiseFloor(ctx, i.cli, i.ks.Prefix(), highest+1, false); err != nil {
 		return fmt.Errorf("sequencer: raise the floor after etcd went back: %w", err)
 	}
 	i.mu.Lock()

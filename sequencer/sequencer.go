@@ -147,9 +147,10 @@ func NewEtcd(cli *clientv3.Client, opts ...Option) (*Etcd, error) {
 	return s, nil
 }
 
-// Ping checks that etcd can issue tokens (PingEtcd).
+// Ping checks that etcd can issue tokens (Issuer.Ping): etcd takes
+// writes, and a token is left below 2^63 (else ErrTokensExhausted).
 func (s *Etcd) Ping(ctx context.Context) error {
-	if err := PingEtcd(ctx, s.cli, s.ks.FloorKey()); err != nil {
+	if err := s.issuer.Ping(ctx); err != nil {
 		return fmt.Errorf("sequencer: etcd: %w", err)
 	}
 	return nil
@@ -169,6 +170,12 @@ func PingEtcd(ctx context.Context, cli *clientv3.Client, key string) error {
 	if _, err := etcdkv.New(cli).Get(clientv3.WithRequireLeader(ctx), key, clientv3.WithCountOnly()); err != nil {
 		return err
 	}
+	return alarms(ctx, cli)
+}
+
+// alarms returns an error for an alarm raised that stops writes, as read
+// from the Status of the member that answers (see PingEtcd).
+func alarms(ctx context.Context, cli *clientv3.Client) error {
 	st, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
 	if err != nil {
 		return err

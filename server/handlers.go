@@ -15,6 +15,7 @@ import (
 	"github.com/fenced/fenced/api"
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/sequencer"
 	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
@@ -541,6 +542,8 @@ func (s *Server) failure(r *http.Request, ctx context.Context, op, name string, 
 // that the hint names: "check that it is reachable" is not the advice.
 func backendHint(backend string, err error) (hint string, refused bool) {
 	switch {
+	case errors.Is(err, sequencer.ErrTokensExhausted):
+		return tokensExhaustedHint, true
 	case errors.Is(err, rpctypes.ErrNoSpace):
 		return noSpaceHint, true
 	case redisRefused(err, "OOM"):
@@ -567,6 +570,9 @@ func backendHint(backend string, err error) (hint string, refused bool) {
 // writes (a full or read-only store), or fenced's connection and commands
 // (its credentials, database or permissions: defect 195).
 func refusal(err error) string {
+	if errors.Is(err, sequencer.ErrTokensExhausted) {
+		return "has no token left below 2^63"
+	}
 	for _, code := range []string{"NOAUTH", "ERR Protocol error: unauthenticated", "WRONGPASS", "ERR DB index"} {
 		if redisRefused(err, code) {
 			return "refuses fenced's connection"
@@ -606,6 +612,14 @@ func redisACLRefused(err error) bool {
 const noSpaceHint = "etcd's database reached its space quota (alarm NOSPACE) and etcd refuses every write: " +
 	"compact its history (etcdctl compact), defragment it (etcdctl defrag), disarm the alarm (etcdctl alarm disarm), " +
 	"and keep less history (--auto-compaction-retention; fenced's embedded etcd keeps a minute)"
+
+// tokensExhaustedHint: no token is left below 2^63 (fence.MaxToken) above
+// the floor, or this fenced saw token 2^63-1. etcd answers; no waiting
+// mends it, and nothing lowers a floor (docs/design.md, "Keys and tokens").
+const tokensExhaustedHint = "the tokens below 2^63 are used up under this --etcd-prefix (the token floor in etcd, or a token this fenced saw, reached 2^63-1, " +
+	"the largest a signed 64-bit column holds) and retrying does not help: nothing lowers a floor. To issue tokens again, give every fenced a new " +
+	"--etcd-prefix or a new etcd cluster, reset the fences that admitted a token near 2^63, and restart every fenced, since each remembers the " +
+	"highest token it saw (fenced admin floor shows the floor)"
 
 // noLeaderHint: the etcd member fenced asked has no leader, and fenced
 // found no other that had one (it asks the next member when there is one,

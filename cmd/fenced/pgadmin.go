@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -136,9 +137,31 @@ func runPgMigrate(ctx context.Context, args []string, stdout io.Writer) (err err
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("%s: not done within --timeout %s (another migrator holding the lock?): %w", where, timeout, err)
 		}
-		return fmt.Errorf("%s: %w", where, err)
+		return fmt.Errorf("%s: %w", where, withFlagNames(err))
 	}
 	fmt.Fprintf(stdout, "migrated %s: schema %s has the fence table %s and %s.fence_admit(resource text, token bigint)\n",
 		where, strconv.Quote(p.schema), strconv.Quote(p.table), pgx.Identifier{p.schema}.Sanitize())
 	return nil
 }
+
+// optionFlags puts the adapter's option names, which its errors give for
+// SDK users, as the flags of pg-sql and pg-migrate that set them.
+var optionFlags = strings.NewReplacer("(WithTable)", "(--table)", "(WithSchema)", "(--schema)")
+
+// withFlagNames is err with the adapter's option names put as flags; it
+// still unwraps to err, so errors.Is and errors.As see what they did.
+func withFlagNames(err error) error {
+	msg := optionFlags.Replace(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &flagNamedError{msg: msg, err: err}
+}
+
+type flagNamedError struct {
+	msg string
+	err error
+}
+
+func (e *flagNamedError) Error() string { return e.msg }
+func (e *flagNamedError) Unwrap() error { return e.err }

@@ -202,3 +202,20 @@ func TestPgAdminErrors(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestPgMigrateForeignTableNamesFlags: pg-migrate on a schema whose table
+// of the fence's name is not a fence table says to give another --table
+// or --schema: the flags an operator has, not the Go options the adapter
+// names for SDK users (WithTable, WithSchema).
+func TestPgMigrateForeignTableNamesFlags(t *testing.T) {
+	t.Parallel()
+	schema := pgSchema(t)
+	if code, _, stderr := psql(t, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".fence_tokens (id int);"); code != 0 {
+		t.Fatalf("create the foreign table: %s", stderr)
+	}
+	code, _, stderr := run(t, nil, "admin", "pg-migrate", "--database-url", testenv.PostgresDSN(), "--schema", schema)
+	if code != 1 || !strings.Contains(stderr, "is not a fence table") || !strings.Contains(stderr, "(--table)") || !strings.Contains(stderr, "(--schema)") ||
+		strings.Contains(stderr, "WithTable") || strings.Contains(stderr, "WithSchema") {
+		t.Fatalf("pg-migrate on a foreign fence_tokens: exit %d, stderr %q; want exit 1 naming --table and --schema, not the Go options", code, stderr)
+	}
+}

@@ -139,8 +139,8 @@ func TestRaiseFloorUsage(t *testing.T) {
 		{nil, slices.Concat(serve, []string{"--min-token", "5"}), "--min-token goes with --raise-floor"},
 		{[]string{"FENCED_MIN_TOKEN=5"}, serve, "give both, or drop --min-token; --min-token is set by $FENCED_MIN_TOKEN"},
 		{[]string{"FENCED_RAISE_FLOOR=false"}, []string{"dev", "--min-token", "5"}, "--min-token goes with --raise-floor"},
-		{nil, []string{"dev", "--raise-floor", "--min-token", "9223372036854775808"}, "--min-token 9223372036854775808: want below 2^63"},
-		{[]string{"FENCED_RAISE_FLOOR=true"}, slices.Concat(serve, []string{"--min-token", "9223372036854775808"}), "--min-token 9223372036854775808: want below 2^63"},
+		{nil, []string{"dev", "--raise-floor", "--min-token", "9223372036854775808"}, "--min-token 9223372036854775808: above 2^62"},
+		{[]string{"FENCED_RAISE_FLOOR=true"}, slices.Concat(serve, []string{"--min-token", "9223372036854775808"}), "--min-token 9223372036854775808: above 2^62"},
 		{nil, []string{"dev", "--raise-floor", "--min-token", "-1"}, "want a decimal token"},
 		{[]string{"FENCED_RAISE_FLOOR=maybe"}, []string{"dev"}, "FENCED_RAISE_FLOOR"},
 	} {
@@ -151,14 +151,15 @@ func TestRaiseFloorUsage(t *testing.T) {
 	}
 }
 
-// TestRaiseFloorFailsForGood: a raise etcd refuses for good (a minimum
-// that leaves no token below 2^63) ends fenced with the error; it never
-// serves without the raise.
+// TestRaiseFloorFailsForGood: a minimum that leaves no token below 2^63
+// ends fenced with the error; it never serves without the raise. It is
+// now refused with the flags, as is any minimum above 2^62
+// (sequencer.MaxMinToken, TestAdminRaiseFloorRefusesAHugeMin).
 func TestRaiseFloorFailsForGood(t *testing.T) {
 	t.Parallel()
 	code, stdout, stderr := run(t, nil, "dev", "--listen", "127.0.0.1:0", "--raise-floor", "--min-token", "9223372036854775806")
-	if code != 1 || !strings.Contains(stderr, "leaves no token") || strings.Contains(stdout, "listening") {
-		t.Fatalf("fenced dev --raise-floor --min-token 2^63-2: exit %d, stdout %q, stderr:\n%s\nwant exit 1 with the error, never listening", code, stdout, stderr)
+	if code != 2 || !strings.Contains(stderr, "--min-token 9223372036854775806: above 2^62") || strings.Contains(stdout, "listening") {
+		t.Fatalf("fenced dev --raise-floor --min-token 2^63-2: exit %d, stdout %q, stderr:\n%s\nwant exit 2 with the error, never listening", code, stdout, stderr)
 	}
 }
 

@@ -74,7 +74,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[1] != "help" {
-			return Run(ctx, []string{args[1], "--help"}, stdout, stderr)
+			// fenced help admin raise-floor: the subcommand's own usage.
+			return Run(ctx, append(args[1:len(args):len(args)], "--help"), stdout, stderr)
 		}
 		fmt.Fprint(stdout, topUsage)
 	default:

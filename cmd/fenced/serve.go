@@ -194,7 +194,7 @@ func (f *floorFlags) register(fs *flag.FlagSet) {
 		"external etcd, fenced admin raise-floor before starting does the same). Harmless left on:\n"+
 		"tokens jump forward to the clock at each start.")
 	fs.Var(tokenValue{&f.min}, "min-token", "With --raise-floor: every token issued from now on exceeds this `token`, the highest your\n"+
-		"resources have seen (safe even against a wrong clock).")
+		"resources have seen (safe even against a wrong clock); at most 2^62.")
 }
 
 // validate refuses --min-token without --raise-floor, from the command
@@ -203,8 +203,8 @@ func (f *floorFlags) validate(cmd *command) error {
 	if cmd.set["min-token"] && !f.raise {
 		return usagef(cmd.name, "--min-token goes with --raise-floor: give both, or drop --min-token")
 	}
-	if uint64(f.min) >= 1<<63 {
-		return usagef(cmd.name, "--min-token %d: want below 2^63", f.min)
+	if err := checkMinToken(cmd.name, f.min); err != nil {
+		return err
 	}
 	return nil
 }
@@ -252,7 +252,7 @@ func ensureFloor(ctx context.Context, log *slog.Logger, cli *clientv3.Client, pr
 			return nil
 		case ctx.Err() != nil:
 			return fmt.Errorf("%s: %w", what, ctx.Err())
-		case errors.Is(err, sequencer.ErrTokensExhausted) || errors.Is(err, sequencer.ErrBadFloor):
+		case errors.Is(err, sequencer.ErrTokensExhausted) || errors.Is(err, sequencer.ErrBadFloor) || errors.Is(err, sequencer.ErrMinTokenTooHigh):
 			// etcd answered, and asking again gets the same.
 			return fmt.Errorf("%s: %w", what, err)
 		}
