@@ -15,7 +15,24 @@ import fenced
 from daemon import Daemon, unique
 
 
-class AppliedThenFails(http.server.ThreadingHTTPServer):
+class _Served(http.server.ThreadingHTTPServer):
+    """A test HTTP server on a free loopback port, served by a thread of
+    its own from the start: url is its address, stop() ends it."""
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler]):
+        super().__init__(("127.0.0.1", 0), handler)
+        self.daemon_threads = True
+        self._t = threading.Thread(target=self.serve_forever, daemon=True)
+        self._t.start()
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        self._t.join()
+
+
+class AppliedThenFails(_Served):
     """An HTTP/1.1 proxy in front of a fenced that forwards every request,
     but answers the first DELETE with a failure after the server applied
     it: it forwards the DELETE, calls applied() (the test waits there for
@@ -85,19 +102,10 @@ class AppliedThenFails(http.server.ThreadingHTTPServer):
 
             do_GET = do_POST = do_DELETE = _any
 
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.daemon_threads = True
-        self._t = threading.Thread(target=self.serve_forever, daemon=True)
-        self._t.start()
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        self._t.join()
+        super().__init__(Handler)
 
 
-class Redirector(http.server.ThreadingHTTPServer):
+class Redirector(_Served):
     """Answers every request with a redirect of status to the same path
     and query on target, as an ingress that sends http:// to https:// does,
     with body as its body (some send a JSON one). stop() ends it."""
@@ -121,16 +129,7 @@ class Redirector(http.server.ThreadingHTTPServer):
 
             do_GET = do_POST = do_DELETE = _any
 
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.daemon_threads = True
-        self._t = threading.Thread(target=self.serve_forever, daemon=True)
-        self._t.start()
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        self._t.join()
+        super().__init__(Handler)
 
 
 class ForceReleaseTest(unittest.TestCase):
