@@ -334,9 +334,10 @@ func (c *Client) attempt(ctx context.Context, req AcquireRequest, o AcquireOptio
 	start := time.Now()
 	g, err := c.store.Acquire(ctx, req)
 	if err != nil {
-		// ErrLost at confirm may be a restore or a force-release, but once
-		// the attempt took the TTL less its drift, no grant could have had
-		// validity left either: a longer TTL is what helps.
+		// ErrLost at confirm may be a force-release, but once the attempt
+		// took the TTL less its drift, no grant could have had validity
+		// left either: a longer TTL is what helps. (A restore is no
+		// longer one: the stores ask again, defect 231.)
 		if took := time.Since(start); errors.Is(err, ErrLost) && took >= req.TTL-Drift(req.TTL) {
 			return nil, &ttlTooShortError{name: req.Name, ttl: req.TTL, took: took, drift: Drift(req.TTL)}
 		}

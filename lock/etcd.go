@@ -230,6 +230,11 @@ func countOf(lk sequencer.LockState) countResult {
 
 var errHeld = errors.New("lock: held")
 
+// errUndeleted marks a create that took its lock with a token etcd's going
+// back made too low (sequencer.ErrRestored) and whose lock could not be
+// deleted again (answer).
+var errUndeleted = errors.New("lock: a lock taken with a token too low was not deleted again")
+
 // EtcdOption configures an EtcdStore.
 type EtcdOption func(*etcdConfig) error
 
@@ -634,19 +639,40 @@ func (s *EtcdStore) queueKey(name string, slot int) string {
 func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
 	ctx = clientv3.WithRequireLeader(ctx)
 	start := time.Now()
-	sess, err := s.sessionFor(ctx, req.TTL, start)
-	if err != nil {
-		return Grant{}, err
-	}
-	op := s.createOp(req, sess, start)
 	pk := placeKey{req.Name, req.Waiter}
-	v, err := s.gc.Do(ctx, req.Name, op)
-	if errors.Is(err, errHeld) && op.waiter != "" && !op.placed {
-		// Taken after all: ask again at once, joining the queue this time
-		// (or taking the lock, if it was freed meanwhile), before the
-		// caller waits, so that it waits in its arrival order.
-		s.joinOp(&op)
+	var (
+		op  etcdOp
+		v   any
+		err error
+	)
+	for range 3 {
+		var sess *session
+		if sess, err = s.sessionFor(ctx, req.TTL, start); err != nil {
+			return Grant{}, err
+		}
+		op = s.createOp(req, sess, start)
 		v, err = s.gc.Do(ctx, req.Name, op)
+		if errors.Is(err, errHeld) && op.waiter != "" && !op.placed {
+			// Taken after all: ask again at once, joining the queue this
+			// time (or taking the lock, if it was freed meanwhile), before
+			// the caller waits, so that it waits in its arrival order.
+			s.joinOp(&op)
+			v, err = s.gc.Do(ctx, req.Name, op)
+		}
+		if !errors.Is(err, sequencer.ErrRestored) || errors.Is(err, errUndeleted) {
+			break
+		}
+		// etcd went back: the create took the lock with a token not above
+		// one issued before, and was deleted again (answer), queue place
+		// and all; the issuer raised the floor. Ask again, as the
+		// sequencer does: the lock is free, and a caller told anything
+		// else, ErrLost, reported it held (a TryAcquire: "held by another
+		// holder"; docs/design.md, defect 231).
+		if req.Waiter != "" {
+			s.mu.Lock()
+			s.unplaceLocked(pk)
+			s.mu.Unlock()
+		}
 	}
 	switch {
 	case errors.Is(err, errHeld):
@@ -693,15 +719,19 @@ func (s *EtcdStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, err
 			return g, err
 		}
 		return Grant{}, &HeldError{Remaining: s.remaining(req.Name), Position: hr.position}
-	case errors.Is(err, sequencer.ErrRestored):
-		// The lock was deleted again (answer), and the client tries once
-		// more. That delete may have failed, and the store books no such
-		// lock, so nothing else would delete it: on a session its other
-		// locks keep alive, it would be held by nobody until the process
-		// ends (docs/design.md, defect 185). Abandoned, it is deleted until
-		// etcd answers.
+	case errors.Is(err, errUndeleted):
+		// The delete of a create etcd's going back made too low failed,
+		// and the store books no such lock, so nothing else would delete
+		// it: on a session its other locks keep alive, it would be held by
+		// nobody until the process ends (docs/design.md, defect 185).
+		// Abandoned, it is deleted until etcd answers; the caller hears
+		// that etcd failed, not that the lock is held.
 		s.abandon(req.Name, req.LeaseID)
-		return Grant{}, ErrLost
+		return Grant{}, backendErr("etcd", "acquire", err)
+	case errors.Is(err, sequencer.ErrRestored):
+		// Too low three times in a row, each deleted again: etcd keeps
+		// going back, or something keeps lowering what it hands out.
+		return Grant{}, backendErr("etcd", "acquire", err)
 	case err != nil && etcdkv.Refused(err):
 		// Refused for want of a leader by every member it went to: nothing
 		// of it ran, neither the create nor a join, so there is nothing to
@@ -2698,7 +2728,7 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 // created lock's deadline is enforced from here, even if its caller left.
 // resps are the responses of the branch that ran. A create whose token does
 // not exceed one issued before (etcd went back) is deleted again and
-// answered ErrRestored.
+// answered ErrRestored (with errUndeleted if that delete failed).
 func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], ok bool, resps []*pb.ResponseOp, tok fence.Token, rev int64, restored bool) {
 	op := r.Arg
 	switch {
@@ -2720,7 +2750,10 @@ func (s *EtcdStore) answer(ctx context.Context, r *groupcommit.Request[etcdOp], 
 	case op.kind == opExpire:
 		r.Done(nil, nil)
 	case restored:
-		_, _ = s.kv.Txn(ctx).If(s.ks.LockHeldBy(op.name, op.id)...).Then(s.ks.DeleteLock(op.name)...).Commit()
+		if _, err := s.kv.Txn(ctx).If(s.ks.LockHeldBy(op.name, op.id)...).Then(s.ks.DeleteLock(op.name)...).Commit(); err != nil {
+			r.Done(nil, fmt.Errorf("%w: %w: %w", errUndeleted, sequencer.ErrRestored, err))
+			return
+		}
 		r.Done(nil, sequencer.ErrRestored)
 	default:
 		granted, _ := s.hold(op.name, op.id, tok, rev, op.sess, op.start, op.ttl, op.holder == "", 1, 0)
