@@ -603,7 +603,8 @@ type history struct {
 }
 
 // window is when a fault of a Redis server of the leases may have taken
-// leases with it: a restart at its start (from = to); a fault Sentinel may
+// leases with it: a restart from its start until the server is back (a
+// grant asked for meanwhile may have been written before the kill); a fault Sentinel may
 // answer with a failover, from its start until Sentinel settled.
 type window struct{ from, to time.Time }
 
@@ -1015,14 +1016,17 @@ func nemesis(ctx context.Context, t *testing.T, s Setup, h *history, r *rand.Ran
 			pause(3 * time.Second)
 			node.Cont()
 		case "redis restarted":
-			if s.Settle == nil {
-				h.mu.Lock()
-				h.restarts, h.restartsFree = append(h.restarts, window{began, began}), s.RestartFrees
-				h.mu.Unlock()
-			}
 			node := s.Restart[r.IntN(len(s.Restart))]
 			where = node.Addr
-			if err := node.Restart(); err != nil {
+			err := node.Restart()
+			if s.Settle == nil {
+				// To the end of the restart: a grant asked for after began
+				// but written before the kill went with it too.
+				h.mu.Lock()
+				h.restarts, h.restartsFree = append(h.restarts, window{began, time.Now()}), s.RestartFrees
+				h.mu.Unlock()
+			}
+			if err != nil {
 				t.Error(err)
 				return
 			}
