@@ -1,13 +1,8 @@
 package lock_test
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
 
 	"github.com/fenced/fenced/fence"
 	"github.com/fenced/fenced/internal/faultproxy"
@@ -69,7 +64,7 @@ func tryAcquireAfterEtcdWentBack(t *testing.T, leases, how string) {
 	var snap string
 	if how == "restored" {
 		grant(testenv.Name(t))
-		snap = saveSnapshot(t, e1)
+		snap = testenv.SaveEtcdSnapshot(t, e1)
 	} else {
 		// Tokens on the old cluster above any the new one's floor gives
 		// (a --min-token above the clock).
@@ -109,28 +104,5 @@ func tryAcquireAfterEtcdWentBack(t *testing.T, leases, how string) {
 // snapshot restore does, and points p at it; t.Cleanup closes it.
 func pointAtRestored(t *testing.T, p *faultproxy.Proxy, snap string) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "restored")
-	peer := testenv.FreeURL(t)
-	if err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-		SnapshotPath: snap, Name: "fenced", OutputDataDir: dir,
-		PeerURLs: []string{peer}, InitialCluster: "fenced=" + peer, InitialClusterToken: "fenced",
-	}); err != nil {
-		t.Fatal(err)
-	}
-	e, err := sequencer.StartEmbedded(t.Context(), sequencer.EmbedConfig{Dir: dir, PeerURL: peer, UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	testenv.PointAt(p, e)
-}
-
-// saveSnapshot saves a snapshot of e's data, as etcdctl snapshot save does.
-func saveSnapshot(t *testing.T, e *sequencer.Embedded) string {
-	t.Helper()
-	snap := filepath.Join(t.TempDir(), "snap.db")
-	if _, err := snapshot.NewV3(zap.NewNop()).Save(t.Context(), clientv3.Config{Endpoints: []string{e.ClientURL()}, Logger: zap.NewNop()}, snap); err != nil {
-		t.Fatal(err)
-	}
-	return snap
+	testenv.PointAt(p, testenv.RestoreEtcd(t, snap))
 }

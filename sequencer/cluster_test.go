@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,8 +16,6 @@ import (
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/sequencer"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
 )
 
 // TestLeaderStopMidRun runs grants against a three-member cluster, stops the
@@ -94,12 +91,12 @@ func TestRaiseFloorAfterSnapshotRestore(t *testing.T) {
 		}
 	}
 	issue(s, 20)
-	snap := saveSnapshot(t, e)
+	snap := testenv.SaveEtcdSnapshot(t, e)
 	issue(s, 50)
 	s.Close()
 	e.Close()
 
-	e2 := restore(t, snap)
+	e2 := testenv.RestoreEtcd(t, snap)
 	cli2, err := e2.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -223,11 +220,11 @@ func TestSequencerNoticesEtcdWentBack(t *testing.T) {
 		}
 	}
 	issue(20)
-	snap := saveSnapshot(t, e)
+	snap := testenv.SaveEtcdSnapshot(t, e)
 	issue(50)
 	testenv.StopEtcdBehind(p, e, direct)
 
-	e2 := restore(t, snap)
+	e2 := testenv.RestoreEtcd(t, snap)
 	if f, err := sequencer.ReadFloor(ctx, mustClient(t, e2), ""); err != nil || f.Next > max {
 		t.Fatalf("the restored cluster would issue %d (%v), above %d anyway: the test does not exercise a restore", f.Next, err, max)
 	}
@@ -262,36 +259,6 @@ func mustClient(t *testing.T, e *sequencer.Embedded) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
-}
-
-// saveSnapshot saves a snapshot of e's data, as etcdctl snapshot save does.
-func saveSnapshot(t *testing.T, e *sequencer.Embedded) string {
-	t.Helper()
-	snap := filepath.Join(t.TempDir(), "snap.db")
-	if _, err := snapshot.NewV3(zap.NewNop()).Save(t.Context(), clientv3.Config{Endpoints: []string{e.ClientURL()}, Logger: zap.NewNop()}, snap); err != nil {
-		t.Fatal(err)
-	}
-	return snap
-}
-
-// restore starts a new single member from snap, as etcdutl snapshot
-// restore does; it is closed by t.Cleanup.
-func restore(t *testing.T, snap string) *sequencer.Embedded {
-	t.Helper()
-	restored := t.TempDir() + "/restored"
-	peer := testenv.FreeURL(t)
-	if err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-		SnapshotPath: snap, Name: "fenced", OutputDataDir: restored,
-		PeerURLs: []string{peer}, InitialCluster: "fenced=" + peer, InitialClusterToken: "fenced",
-	}); err != nil {
-		t.Fatal(err)
-	}
-	e, err := sequencer.StartEmbedded(t.Context(), sequencer.EmbedConfig{Dir: restored, PeerURL: peer, UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
 }
 
 // A member of three whose peers never come up gives up at its start

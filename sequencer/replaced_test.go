@@ -110,7 +110,7 @@ func TestFollowerCountsOthersTokensWithTheirOffset(t *testing.T) {
 	if _, err := other.Next(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
-	snap := saveSnapshot(t, e)
+	snap := testenv.SaveEtcdSnapshot(t, e)
 	// The operator raises the floor with the highest token resources have seen.
 	min := fence.Token(uint64(time.Now().UnixMicro()) + 1e12)
 	if _, err := sequencer.RaiseFloor(ctx, direct, "", min); err != nil {
@@ -135,7 +135,7 @@ func TestFollowerCountsOthersTokensWithTheirOffset(t *testing.T) {
 
 	other.Close()
 	testenv.StopEtcdBehind(p, e, direct)
-	e2 := restore(t, snap)
+	e2 := testenv.RestoreEtcd(t, snap)
 	testenv.PointAt(p, e2)
 	// Its first calls may meet the connections cut.
 	var tok fence.Token

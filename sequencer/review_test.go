@@ -61,7 +61,7 @@ func TestFollowerThatIssuedNothingNoticesARestore(t *testing.T) {
 	if _, err := s.Next(ctx, "r"); err != nil {
 		t.Fatal(err)
 	}
-	snap := saveSnapshot(t, e)
+	snap := testenv.SaveEtcdSnapshot(t, e)
 	idle := newSeq(t, testenv.EtcdClient(t, p.Addr())) // follows, issues nothing
 	var max fence.Token
 	deadline := time.Now().Add(10 * time.Second)
@@ -76,7 +76,7 @@ func TestFollowerThatIssuedNothingNoticesARestore(t *testing.T) {
 		max = tok
 	}
 	testenv.StopEtcdBehind(p, e, direct)
-	e2 := restore(t, snap)
+	e2 := testenv.RestoreEtcd(t, snap)
 	testenv.PointAt(p, e2)
 	tok, err := idle.Next(ctx, "r")
 	if err != nil {
