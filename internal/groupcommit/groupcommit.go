@@ -227,12 +227,19 @@ func (c *Committer[T]) Do(ctx context.Context, key string, arg T) (any, error) {
 	return c.wait(ctx, r)
 }
 
-// wait returns r's result, or ctx.Err() if ctx ends first.
+// wait returns r's result, or ctx.Err() if ctx ends first. A result in
+// by the time ctx has ended is returned: select picks at random among
+// ready cases, and would drop it half the time (defect 232).
 func (c *Committer[T]) wait(ctx context.Context, r *Request[T]) (any, error) {
 	select {
 	case <-r.done:
 		return r.value, r.err
 	case <-ctx.Done():
+		select {
+		case <-r.done:
+			return r.value, r.err
+		default:
+		}
 		c.mu.Lock()
 		if r.state == pending {
 			r.state = gone // no batch takes it

@@ -381,3 +381,26 @@ func TestStallsAreBounded(t *testing.T) {
 		t.Fatalf("%d commits in flight at once: none was set aside", m)
 	}
 }
+
+// TestResultBeforeTheContextEnds: a result that is in when the caller
+// looks is returned, even if the caller's context has ended since. Before,
+// Do picked at random between the result and ctx.Err() when both were
+// ready, and dropped a committed result half the time (docs/design.md,
+// defect 232).
+func TestResultBeforeTheContextEnds(t *testing.T) {
+	for i := range 40 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		c := &groupcommit.Committer[int]{Slots: 1, Inline: true}
+		c.Commit = func(batch []*groupcommit.Request[int]) {
+			for _, r := range batch {
+				r.Done(r.Arg, nil)
+			}
+			cancel() // the context ends after the result is in
+		}
+		v, err := c.Do(ctx, "k", i)
+		cancel()
+		if err != nil || v.(int) != i {
+			t.Fatalf("run %d: Do = %v, %v; want its committed result %d", i, v, err, i)
+		}
+	}
+}
