@@ -20,7 +20,7 @@ func TokenFromHeader(h http.Header) (Token, error) {
 	vs := h.Values(Header)
 	switch len(vs) {
 	case 0:
-		return 0, fmt.Errorf("%w: missing %s header", ErrInvalidToken, Header)
+		return 0, fmt.Errorf("%w: missing %s header; want one, a decimal number from 1 to %d", ErrInvalidToken, Header, MaxToken)
 	case 1:
 		return ParseToken(vs[0])
 	default:

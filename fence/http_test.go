@@ -128,6 +128,44 @@ func TestMiddleware(t *testing.T) {
 	}
 }
 
+// TestEveryRefusalSaysWhatIsAllowed: each 400 of a bad Fencing-Token
+// header says what would be accepted, as docs/fencing-token-http.md
+// promises. Before, a missing header named no value, and 21 digits were
+// refused with "want a decimal number from 1 to ..." though their value
+// was 1 (docs/design.md, defect 233).
+func TestEveryRefusalSaysWhatIsAllowed(t *testing.T) {
+	maxTok := fmt.Sprint(uint64(fence.MaxToken))
+	h := fence.Middleware(fence.NewMemoryStore(), func(*http.Request) string { return "r" })(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, tc := range []struct {
+		name   string
+		values []string
+		want   string // besides its kind, what the message must name
+	}{
+		{"missing", nil, maxTok},
+		{"repeated", []string{"5", "6"}, "exactly one"},
+		{"empty", []string{""}, "20 digits"},
+		{"21 digits of value 1", []string{"000000000000000000001"}, "20 digits"},
+		{"4,000 digits", []string{strings.Repeat("7", 4000)}, "20 digits"},
+		{"letters", []string{"x1"}, maxTok},
+		{"zero", []string{"0"}, maxTok},
+		{"above MaxToken", []string{"9223372036854775808"}, maxTok},
+	} {
+		req := httptest.NewRequest(http.MethodPut, "/r", nil)
+		for _, v := range tc.values {
+			req.Header.Add(fence.Header, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var e apiError
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusBadRequest {
+			t.Fatalf("%s: %d %s (%v), want 400", tc.name, rec.Code, rec.Body, err)
+		}
+		if !strings.Contains(e.Error.Message, "want") || !strings.Contains(e.Error.Message, tc.want) {
+			t.Errorf("%s: message %q does not say what is allowed (%q)", tc.name, e.Error.Message, tc.want)
+		}
+	}
+}
+
 // TestMiddlewareSerialisesPerResource runs many requests with random tokens
 // against one resource; the handler records the order in which writes
 // happen. Because admit and handler are serialised, the writes must be in

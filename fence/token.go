@@ -28,10 +28,10 @@ var ErrInvalidToken = errors.New("fence: invalid token")
 // Middleware sends it to the writer in its 400.
 func ParseToken(s string) (Token, error) {
 	if s == "" {
-		return 0, fmt.Errorf("%w: empty; want a decimal number from 1 to %d", ErrInvalidToken, MaxToken)
+		return 0, fmt.Errorf("%w: empty; want 1 to 20 digits, a decimal number from 1 to %d", ErrInvalidToken, MaxToken)
 	}
 	if len(s) > 20 {
-		return 0, fmt.Errorf("%w: %d characters; want a decimal number from 1 to %d", ErrInvalidToken, len(s), MaxToken)
+		return 0, fmt.Errorf("%w: %d characters; want at most 20 digits, a decimal number from 1 to %d", ErrInvalidToken, len(s), MaxToken)
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
@@ -40,7 +40,7 @@ func ParseToken(s string) (Token, error) {
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || Token(v) > MaxToken {
-		return 0, fmt.Errorf("%w: %q is out of range (1 to %d)", ErrInvalidToken, s, MaxToken)
+		return 0, fmt.Errorf("%w: %q is out of range; want a decimal number from 1 to %d", ErrInvalidToken, s, MaxToken)
 	}
 	if v == 0 {
 		return 0, fmt.Errorf("%w: 0 means no token; want 1 to %d", ErrInvalidToken, MaxToken)

@@ -38,12 +38,12 @@ class Store:
 def parse_token(values: list[str] | None) -> int:
     """The token of the request's Fencing-Token headers; ValueError says why not."""
     if not values:
-        raise ValueError(f"missing {HEADER} header")
+        raise ValueError(f"missing {HEADER} header; want one, a decimal number from 1 to {MAX_TOKEN}")
     if len(values) > 1:
         raise ValueError(f"{len(values)} {HEADER} headers; want exactly one")
     v = values[0]
     if not _DIGITS.fullmatch(v):
-        raise ValueError(f"{HEADER} {v!r}: want a decimal number from 1 to {MAX_TOKEN}")
+        raise ValueError(f"{HEADER} {v!r}: want 1 to 20 digits, a decimal number from 1 to {MAX_TOKEN}")
     t = int(v)
     # Above the largest token fenced issues: admitted, it would be the
     # highest for good, and every real token stale after it.
