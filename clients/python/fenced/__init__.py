@@ -126,11 +126,13 @@ class FencedError(Exception):
     #: On a refused wait_ms, the longest wait the server allows (its
     #: --max-wait; API field max_wait_ms), or None.
     max_wait_ms: Optional[int] = None
-    #: On a 409 after the server waited (API fields waited_ms, position):
-    #: how long that request waited, in milliseconds, and its place in the
-    #: lock's queue when it gave up (1 is the head; 0: it had none, an
-    #: unfair wait); None when the answer did not say. Those of the last
-    #: request of a wait in several requests, as the Go client's APIError.
+    #: On the HeldError that ends a wait (acquire, elect with wait_ms): how
+    #: long the call waited, in milliseconds, from its start to the 409,
+    #: across all its requests (a wait longer than the server's --max-wait
+    #: takes several), as the Go client's lock.WaitError; and its place in
+    #: the lock's queue then, as the last 409 that had one said (API fields
+    #: waited_ms, position; 1 is the head; 0: it had none, an unfair wait;
+    #: None when no answer said). The message says the same numbers.
     waited_ms: Optional[int] = None
     position: Optional[int] = None
 
@@ -293,12 +295,30 @@ def _check_token(token: int) -> int:
 def set_fencing_token(headers: Union[MutableMapping[str, str], urllib.request.Request], token: int) -> None:
     """Set the Fencing-Token header to token, in decimal, on a dict of
     headers or a urllib.request.Request: the contract of
-    docs/fencing-token-http.md. A token outside 1 to 2^63-1 is a ValueError."""
+    docs/fencing-token-http.md. The header under any other spelling
+    ("fencing-token", and a Request's unredirected one) is replaced: a
+    request carries exactly one. A token outside 1 to 2^63-1 is a ValueError."""
     value = str(_check_token(token))
+    # Header names are case-insensitive, but a dict's keys are not: one
+    # left under another spelling went out beside this one, and the
+    # resource refused the two (docs/design.md, defect 176, in Go). urllib
+    # sends a Request's unredirected header in preference to its own.
     if isinstance(headers, urllib.request.Request):
+        for held in (headers.headers, headers.unredirected_hdrs):
+            _drop_fencing_token(held)
         headers.add_header(FENCING_TOKEN_HEADER, value)
     else:
+        _drop_fencing_token(headers)
         headers[FENCING_TOKEN_HEADER] = value
+
+
+def _drop_fencing_token(headers: MutableMapping[str, str]) -> None:
+    """Delete the Fencing-Token header from headers under every spelling."""
+    for key in [k for k in headers.keys() if k.lower() == FENCING_TOKEN_HEADER.lower()]:
+        try:
+            del headers[key]
+        except KeyError:  # a case-insensitive mapping deleted it with an earlier spelling
+            pass
 
 
 # ---------------------------------------------------------------------------
@@ -839,8 +859,9 @@ class Client:
         lost once it was sent, the UnavailableError or TransportError says
         the lock may have been released, since a second request would
         release whatever holds it by then, most often the waiter the first
-        one woke. Inspect the lock, then force_release it with the token it
-        shows."""
+        one woke. Inspect the lock then: if it is still held, by the holder
+        meant, force_release it with the token it shows (a free lock shows
+        token 0, which names no grant: InvalidArgumentError)."""
         if token is not None:
             try:
                 _check_token(token)
@@ -868,7 +889,8 @@ class Client:
                 raise
             raise type(e)(f"{e.message}; the request may have reached the server and released the lock, "
                           "so it is not sent again (a second would release the next holder): inspect the "
-                          "lock, then force_release it with the token it shows, which is safe to send again",
+                          "lock to see whether it is held now and by whom; if by the holder to release, "
+                          "force_release it with that token, which is safe to send again",
                           e.status, e.code, e.retry_after) from e
 
     def refresh_id(self, name: str, lease_id: str, ttl_ms: Optional[int] = None,
@@ -972,7 +994,9 @@ class Client:
     def _wait(self, name: str, action: str, body: dict[str, Any], wait_ms: int, kind: str) -> "Lease":
         """The requests of a waiting _take (wait_ms > 0), as _take says."""
         fair = not body.get("unfair")
-        end = time.monotonic() + wait_ms / 1000.0
+        began = time.monotonic()
+        end = began + wait_ms / 1000.0
+        position = 0  # in the queue, as the last 409 that had one said
         backoff = _MIN_HELD_BACKOFF
         failed = 0  # requests in a row that failed without fenced's decision
         asked_past_wait = False
@@ -998,6 +1022,8 @@ class Client:
                 raise
             except HeldError as e:
                 failed = 0
+                if e.position:
+                    position = e.position
                 now = time.monotonic()
                 # A grant that came back with no validity left (503 on
                 # ttl_ms: nobody holds the lock) is asked again while the
@@ -1005,7 +1031,7 @@ class Client:
                 # client does: a later grant may be quicker (defect 182).
                 again = isinstance(e, TTLTooShortError) and now < end
                 if (last and not again) or (now >= end and not fair):
-                    raise  # no request once the wait is over
+                    raise _wait_over(e, name, kind, wait_ms, began, position)  # no request once the wait is over
                 # A fair wait may end after a request that was not final:
                 # its 409 came late (a slow network, a loaded machine), or
                 # the back-off below ran to the end. That request's place
@@ -1034,7 +1060,8 @@ class Client:
                     backoff = min(2 * backoff, _MAX_HELD_BACKOFF)
                 time.sleep(min(pause, end - now))
                 if time.monotonic() >= end and (last or not fair):
-                    raise  # it ended in the back-off (a final request's place is gone already)
+                    # It ended in the back-off (a final request's place is gone already).
+                    raise _wait_over(e, name, kind, wait_ms, began, position)
                 continue  # a fair one's wait may be over: then the request giving its place up
             except FencedError as e:
                 if not _unanswered(e):
@@ -1565,6 +1592,33 @@ def _api_error(status: int, headers: Any, raw: bytes) -> FencedError:
             setattr(e, key, err[key])
     if isinstance(e, LostError) and isinstance(err.get("maybe_released"), bool):
         e.maybe_released = err["maybe_released"]
+    return e
+
+
+def _wait_over(e: HeldError, name: str, kind: str, wait_ms: int, began: float, position: int) -> HeldError:
+    """e, the 409 held that ended a wait of wait_ms for name begun at
+    began, made to say the call's wait rather than its last request's: a
+    wait longer than the server's --max-wait goes in several requests, and
+    the last one's waited_ms and message (its own few hundred ms) read as
+    if the caller had waited that long. So waited_ms is the call's, from
+    its start here, as the Go client's lock.WaitError.Waited; position the
+    place the last request that had one reported; and the message the
+    server's words with those numbers, the same whether the wait took one
+    request or several. A TTLTooShortError says why in words of its own,
+    and is left as it is."""
+    if type(e) is not HeldError:
+        return e
+    e.waited_ms = round((time.monotonic() - began) * 1000)
+    if position:
+        e.position = position
+    if kind == "elections":
+        what, still = f"election {json.dumps(name)} has another leader", "still led"
+    else:
+        what, still = f"lock {json.dumps(name)} is held by another holder", "still held"
+    e.message = f"{what}; {still} after waiting {e.waited_ms} ms (wait_ms {wait_ms})"
+    if e.position:
+        e.message += f"; this caller was number {e.position} in its queue"
+    e.args = (e.message,)
     return e
 
 

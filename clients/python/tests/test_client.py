@@ -1211,6 +1211,47 @@ class RedisTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 fenced.set_fencing_token({}, bad)  # type: ignore[arg-type]
 
+    def test_fencing_token_header_under_another_spelling(self) -> None:
+        # Header names are case-insensitive, and a request carries exactly
+        # one Fencing-Token (docs/fencing-token-http.md). A dict with the
+        # header as "fencing-token" got "Fencing-Token" beside it, and the
+        # resource saw two and refused (400); a Request with it among its
+        # unredirected headers kept sending the old token, which urllib
+        # prefers. set_fencing_token now replaces every spelling, as the Go
+        # Transport does (docs/design.md, defect 176).
+        srv = http_resource.serve(0)
+        t = threading.Thread(target=srv.serve_forever, daemon=True)
+        t.start()
+
+        def stop() -> None:
+            srv.shutdown()
+            srv.server_close()
+            t.join()
+        self.addCleanup(stop)
+        port = srv.server_address[1]
+
+        headers = {"fencing-token": "5", "Content-Type": "text/plain", "FENCING-TOKEN": "6"}
+        fenced.set_fencing_token(headers, 7)
+        self.assertEqual(headers, {"Content-Type": "text/plain", "Fencing-Token": "7"})
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        self.addCleanup(conn.close)
+        conn.request("PUT", "/items/spelling", body=b"v7", headers=headers)
+        resp = conn.getresponse()
+        body = resp.read()
+        self.assertEqual((resp.status, json.loads(body).get("highest")), (200, 7), body)
+
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/items/spelling", data=b"v8", method="PUT")
+        req.add_unredirected_header("Fencing-Token", "5")
+        req.headers["fencing-token"] = "6"
+        fenced.set_fencing_token(req, 8)
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                status, body = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, body = e.code, e.read()
+        self.assertEqual((status, json.loads(body).get("highest")), (200, 8), body)
+        self.assertEqual([(k, v) for k, v in req.header_items() if k.lower() == "fencing-token"], [("Fencing-token", "8")])
+
     def scripted(self, script: dict[str, list[str]], retries: int = 2,
                  timeout: float = 10.0, nodelay: bool = False) -> tuple[ScriptedProxy, fenced.Client]:
         """A ScriptedProxy in front of the daemon, and a client through it."""
@@ -2729,6 +2770,32 @@ class ShortMaxWaitTest(unittest.TestCase):
             c._call("POST", name, "/acquire", {"wait_ms": 1000, "waiter": "0" * 32})
         self.assertEqual((cm.exception.field, cm.exception.max_wait_ms), ("wait_ms", 400))
 
+    def test_held_error_says_the_whole_wait(self) -> None:
+        # A 2.5 s wait goes in requests of 400 ms; the HeldError carried
+        # the last one's waited_ms and message (under 400 ms), where the Go
+        # client's WaitError says how long the call waited. It now says the
+        # call's wait, in its field and its message, and its place.
+        c = fenced.Client(self.daemon.url)
+        self.addCleanup(c.close)
+        for what, take, words in (
+            ("lock", lambda n: c.acquire(n, ttl_ms=30_000, wait_ms=2500), "is held by another holder; still held"),
+            ("election", lambda n: c.elect(n, value="py-b", ttl_ms=30_000, wait_ms=2500), "has another leader; still led"),
+        ):
+            with self.subTest(what=what):
+                name = unique()
+                holder = c.acquire(name, ttl_ms=30_000) if what == "lock" else c.elect(name, value="py-a", ttl_ms=30_000)
+                self.addCleanup(holder.release)
+                started = time.monotonic()
+                with self.assertRaises(fenced.HeldError) as cm:
+                    take(name)
+                took_ms = (time.monotonic() - started) * 1000
+                e = cm.exception
+                self.assertEqual((type(e), e.code, e.status), (fenced.HeldError, "held", 409))
+                self.assertIsNotNone(e.waited_ms)
+                self.assertTrue(2400 <= e.waited_ms <= took_ms + 1, f"waited_ms {e.waited_ms}; the call took {took_ms:.0f} ms")
+                self.assertEqual(e.position, 1)
+                self.assertEqual(e.message, f"{what} {json.dumps(name)} {words} after waiting {e.waited_ms} ms "
+                                            "(wait_ms 2500); this caller was number 1 in its queue")
 
     def test_long_poll_in_polls_the_server_allows(self) -> None:
         # leader() asked for the whole wait_ms in one poll: longer than the

@@ -208,6 +208,8 @@ class ForceReleaseTest(unittest.TestCase):
                     c.force_release(name)
                 self._next_still_holds(name, done, got, p)
                 self.assertIn("may have reached the server and released the lock", cm.exception.message)
+                # Its advice: a free lock has no token to force-release by.
+                self.assertIn("inspect the lock to see whether it is held now", cm.exception.message)
                 self.assertEqual(p.deletes, 1)
 
     def test_with_token_is_sent_again_and_spares_the_next_holder(self) -> None:
@@ -238,6 +240,27 @@ class ForceReleaseTest(unittest.TestCase):
             with self.assertRaises(fenced.InvalidArgumentError) as cm2:
                 self.client.force_release(name, token=bad)  # type: ignore[arg-type]
             self.assertEqual((cm2.exception.field, cm2.exception.status), ("token", 0))
+
+    def test_by_token_as_the_readme_shows(self) -> None:
+        # The README's cheat sheet force-released by the token inspect
+        # showed, right after a force-release that left the lock free:
+        # inspect of a free lock shows token 0, which no grant has, and
+        # the call raised InvalidArgumentError without sending. It now
+        # looks at held first, as this does; the error that says a
+        # force-release may have been applied says so too.
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=30_000)
+        self.client.force_release(name)
+        for want_held in (False, True):
+            if want_held:
+                lease = self.client.acquire(name, ttl_ms=30_000)
+            st = self.client.inspect(name)
+            self.assertEqual(st.held, want_held)
+            if st.held:
+                self.assertEqual(self.client.force_release(name, token=st.token).token, lease.token)
+            self.assertFalse(self.client.inspect(name).held)
+        with self.assertRaises(fenced.InvalidArgumentError):
+            self.client.force_release(name, token=self.client.inspect(name).token)  # token 0: no grant
 
     def test_redirect_is_refused(self) -> None:
         # http.client follows no redirect, but the client took a 3xx as an

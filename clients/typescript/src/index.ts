@@ -73,11 +73,13 @@ export class FencedError extends Error {
   /** On a refused wait_ms, the longest wait the server allows (its --max-wait; API field max_wait_ms). */
   maxWaitMs: number | undefined;
   /**
-   * On a 409 after the server waited (API fields waited_ms, position): how
-   * long that request waited, in milliseconds, and its place in the lock's
-   * queue when it gave up (1 is the head; 0: it had none, an unfair wait);
-   * undefined when the answer did not say. Those of the last request of a
-   * wait in several requests, as the Go client's APIError.
+   * On the HeldError that ends a wait (acquire, elect with waitMs): how long
+   * the call waited, in milliseconds, from its start to the 409, across all
+   * its requests (a wait longer than the server's --max-wait takes
+   * several), as the Go client's lock.WaitError; and its place in the lock's
+   * queue then, as the last 409 that had one said (API fields waited_ms,
+   * position; 1 is the head; 0: it had none, an unfair wait; undefined when
+   * no answer said). The message says the same numbers.
    */
   waitedMs: number | undefined;
   position: number | undefined;
@@ -246,16 +248,23 @@ function checkToken(token: bigint | number): bigint {
 
 /**
  * Set the Fencing-Token header to token, in decimal, on a Headers object or
- * a plain object of headers: the contract of docs/fencing-token-http.md. A
- * token outside 1 to 2^63−1 is a RangeError.
+ * a plain object of headers: the contract of docs/fencing-token-http.md.
+ * The header under any other spelling ("fencing-token") is replaced: a
+ * request carries exactly one. A token outside 1 to 2^63−1 is a RangeError.
  */
 export function setFencingToken(headers: Headers | Record<string, string>, token: bigint | number): void {
   const value = checkToken(token).toString();
   if (headers instanceof Headers) {
     headers.set(FENCING_TOKEN_HEADER, value);
-  } else {
-    headers[FENCING_TOKEN_HEADER] = value;
+    return;
   }
+  // Header names are case-insensitive, but an object's keys are not: one
+  // left under another spelling went out beside this one, and the resource
+  // refused the two (docs/design.md, defect 176, in Go).
+  for (const key of Object.keys(headers)) {
+    if (key.toLowerCase() === FENCING_TOKEN_HEADER.toLowerCase()) delete headers[key];
+  }
+  headers[FENCING_TOKEN_HEADER] = value;
 }
 
 /** The fields of an answer that are tokens, 64-bit integers. */
@@ -870,7 +879,9 @@ export class Client {
       throw noValidity(name, action);
     }
     const fair = body.unfair !== true;
-    const end = performance.now() + waitMs;
+    const began = performance.now();
+    const end = began + waitMs;
+    let position = 0; // in the queue, as the last 409 that had one said
     let backoffMs = MIN_HELD_BACKOFF_MS;
     // The pause after a request that got no decision: 50 ms doubling to
     // 1 s, as the Go client's (docs/design.md, defect 130).
@@ -945,7 +956,9 @@ export class Client {
           // left, after the last request too, as the Go client does: a
           // later grant may be quicker (docs/design.md, defect 182).
           const again = e instanceof TTLTooShortError && performance.now() < end;
-          if (!(e instanceof HeldError) || (last && !again) || (!fair && performance.now() >= end)) throw e; // no request once the wait is over
+          if (!(e instanceof HeldError)) throw e;
+          if (e.position) position = e.position;
+          if ((last && !again) || (!fair && performance.now() >= end)) throw waitOver(e, name, kind, waitMs, began, position); // no request once the wait is over
           // A fair wait may end after a request that was not final: its 409
           // came late (a slow network, a loaded machine), or the back-off
           // below ran to the end. That request's place is kept 3 s for a next
@@ -972,7 +985,8 @@ export class Client {
             backoffMs = Math.min(2 * backoffMs, MAX_HELD_BACKOFF_MS);
           }
           await sleep(Math.min(pauseMs, end - now), undefined, { signal });
-          if ((last || !fair) && performance.now() >= end) throw e; // it ended in the back-off (a final request's place is gone already)
+          // It ended in the back-off (a final request's place is gone already).
+          if ((last || !fair) && performance.now() >= end) throw waitOver(e, name, kind, waitMs, began, position);
           // A fair one's wait may be over: then the request giving its place up.
         }
       }
@@ -1176,8 +1190,9 @@ export class Client {
    * lost once it was sent or one not fenced's (a proxy's 502 page), the
    * error says the lock may have been released, since a second request
    * would release whatever holds it by then, most often the waiter the
-   * first one woke. Inspect the lock, then force-release it with the token
-   * it shows.
+   * first one woke. Inspect the lock then: if it is still held, by the
+   * holder meant, force-release it with the token it shows (a free lock
+   * shows token 0n, which names no grant: InvalidArgumentError).
    */
   async forceRelease(name: string, options: ForceReleaseOptions = {}): Promise<LockState> {
     let token: bigint | undefined;
@@ -1200,7 +1215,8 @@ export class Client {
         const cls = e.constructor as new (m: string, s: number, c?: string, r?: number, o?: { cause?: unknown }) => FencedError;
         throw new cls(
           `${e.message}; the request may have reached the server and released the lock, so it is not sent again ` +
-            "(a second would release the next holder): inspect the lock, then force-release it with the token it shows, which is safe to send again",
+            "(a second would release the next holder): inspect the lock to see whether it is held now and by whom; " +
+            "if by the holder to release, force-release it with that token, which is safe to send again",
           e.status,
           e.code,
           e.retryAfterMs,
@@ -1514,6 +1530,36 @@ function redirected(method: string, url: string, base: string, resp: Response): 
   );
   e.location = to;
   return e;
+}
+
+/**
+ * e, the 409 held that ended a wait of waitMs for name begun at began, made
+ * to say the call's wait rather than its last request's: a wait longer than
+ * the server's --max-wait goes in several requests, and the last one's
+ * waitedMs and message (its own few hundred ms) read as if the caller had
+ * waited that long. So waitedMs is the call's, from its start here, as the
+ * Go client's lock.WaitError.Waited; position the place the last request
+ * that had one reported; and the message the server's words with those
+ * numbers, the same whether the wait took one request or several. A
+ * TTLTooShortError says why in words of its own, and is left as it is.
+ */
+function waitOver(e: HeldError, name: string, kind: "locks" | "elections", waitMs: number, began: number, position: number): HeldError {
+  if (e.constructor !== HeldError) return e;
+  const waitedMs = Math.round(performance.now() - began);
+  const place = position || e.position; // 0 or undefined: none, or none said
+  const [what, still] =
+    kind === "elections"
+      ? [`election ${JSON.stringify(name)} has another leader`, "still led"]
+      : [`lock ${JSON.stringify(name)} is held by another holder`, "still held"];
+  let message = `${what}; ${still} after waiting ${waitedMs} ms (wait_ms ${waitMs})`;
+  if (place) message += `; this caller was number ${place} in its queue`;
+  // A new error, not e with its message changed: its stack, which Node
+  // prints, says the message it was made with.
+  const over = new HeldError(message, e.status, e.code, e.retryAfterMs);
+  over.field = e.field;
+  over.waitedMs = waitedMs;
+  over.position = place;
+  return over;
 }
 
 function apiError(status: number, headers: Headers, text: string): FencedError {

@@ -391,6 +391,10 @@ describe("fenced dev (etcd leases)", () => {
     for (const bad of ["http://127.0.0.1:99999", "http://127.0.0.1:0"]) {
       assert.throws(() => new Client(bad), (e: unknown) => e instanceof TypeError && /port: want a number from 1 to 65535/.test(e.message));
     }
+    // A number out of range is a RangeError, as the README says (it said TypeError).
+    for (const options of [{ timeoutMs: 0 }, { timeoutMs: Infinity }, { retries: -1 }, { retries: 1.5 }]) {
+      assert.throws(() => new Client(daemon.url, options), RangeError, JSON.stringify(options));
+    }
   });
 
   it("holds an election: one leads, a long poll sees it resign, the next term is higher", async () => {
@@ -1040,6 +1044,29 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
       assert.throws(() => setFencingToken({}, bad), RangeError);
     }
     assert.throws(() => setFencingToken({}, "5" as unknown as bigint), TypeError);
+  });
+
+  it("sets one Fencing-Token header on an object that had it under another spelling", async () => {
+    // Header names are case-insensitive, and a request carries exactly one
+    // Fencing-Token (docs/fencing-token-http.md). An object with the header
+    // as "fencing-token" got "Fencing-Token" beside it, fetch sent both,
+    // and the resource refused the two (400). setFencingToken now replaces
+    // every spelling, as the Go Transport does (docs/design.md, defect 176).
+    const resource = await startResource();
+    try {
+      const headers: Record<string, string> = { "fencing-token": "5", "Content-Type": "text/plain", "FENCING-TOKEN": "6" };
+      setFencingToken(headers, 7n);
+      assert.deepEqual(headers, { "Content-Type": "text/plain", "Fencing-Token": "7" });
+      const resp = await fetch(resource.url + "spelling", { method: "PUT", headers, body: "v7" });
+      assert.equal(resp.status, 200, await resp.text());
+      const h = new Headers({ "fencing-token": "5" });
+      setFencingToken(h, 8n);
+      assert.deepEqual([...h], [["fencing-token", "8"]]);
+      const late = await fetch(resource.url + "spelling", { method: "PUT", headers: { "Fencing-Token": "6" }, body: "v6" });
+      assert.equal(late.status, 409, await late.text()); // 7 was admitted
+    } finally {
+      await resource.close();
+    }
   });
 
   it("keeps alive a lease shortened by refresh()", async () => {
@@ -2448,6 +2475,39 @@ describe("fenced dev with --max-wait 400ms", () => {
     assert.equal(refused.status, 400);
     const body = (await refused.json()) as { error: { field?: string; max_wait_ms?: number } };
     assert.deepEqual([body.error.field, body.error.max_wait_ms], ["wait_ms", 400]);
+  });
+
+  it("says the whole wait in the HeldError of a wait in several requests", async () => {
+    // A 2.5 s wait goes in requests of 400 ms; the HeldError carried the
+    // last one's waitedMs and message (under 400 ms), where the Go client's
+    // WaitError says how long the call waited. It now says the call's wait,
+    // in its field and its message, and its place.
+    const client = new Client(daemon.url);
+    const cases = [
+      ["lock", (n: string) => client.acquire(n, { ttlMs: 30_000 }), (n: string) => client.acquire(n, { ttlMs: 30_000, waitMs: 2500 }), "is held by another holder; still held"],
+      ["election", (n: string) => client.elect(n, { value: "a", ttlMs: 30_000, waitMs: 0 }), (n: string) => client.elect(n, { value: "b", ttlMs: 30_000, waitMs: 2500 }), "has another leader; still led"],
+    ] as const;
+    for (const [what, hold, take, words] of cases) {
+      const name = unique();
+      const holder = await hold(name);
+      try {
+        const started = performance.now();
+        const err = await take(name).then(
+          () => assert.fail(`${what}: taken while held`),
+          (e: unknown) => e,
+        );
+        const took = performance.now() - started;
+        assert.ok(err instanceof HeldError && err.constructor === HeldError, `${what}: ${err}`);
+        assert.deepEqual([err.code, err.status, err.position], ["held", 409, 1]);
+        assert.ok(err.waitedMs !== undefined && err.waitedMs >= 2400 && err.waitedMs <= took + 1, `${what}: waitedMs ${err.waitedMs}; the call took ${took} ms`);
+        assert.equal(
+          err.message,
+          `${what} ${JSON.stringify(name)} ${words} after waiting ${err.waitedMs} ms (wait_ms 2500); this caller was number 1 in its queue`,
+        );
+      } finally {
+        await holder.release();
+      }
+    }
   });
 
   it("long-polls a leader past the server's --max-wait, in polls it allows", async () => {

@@ -153,6 +153,8 @@ describe("forceRelease (fenced dev)", () => {
         const l = await nextStillHolds(name, next, p);
         assert.ok(err instanceof (fail === "503" ? UnavailableError : TransportError), String(err));
         assert.match((err as Error).message, /may have reached the server and released the lock/);
+        // Its advice: a free lock has no token to force-release by.
+        assert.match((err as Error).message, /inspect the lock to see whether it is held now/);
         assert.equal(p.deletes(), 1);
         await l.release();
       } finally {
@@ -195,6 +197,27 @@ describe("forceRelease (fenced dev)", () => {
       await assert.rejects(client.forceRelease(name, { token: bad }), (e: unknown) =>
         e instanceof InvalidArgumentError && e.field === "token" && e.status === 0);
     }
+  });
+
+  it("force-releases by the token inspect shows as the README does, held or free", async () => {
+    // The README's cheat sheet force-released by the token inspect showed,
+    // right after a force-release that left the lock free: inspect of a
+    // free lock shows token 0n, which no grant has, and the call rejected
+    // with InvalidArgumentError without sending. It now looks at held
+    // first, as this does; the error that says a force-release may have
+    // been applied says so too.
+    const name = unique();
+    let lease = await client.acquire(name, { ttlMs: 30_000 });
+    await client.forceRelease(name);
+    for (const wantHeld of [false, true]) {
+      if (wantHeld) lease = await client.acquire(name, { ttlMs: 30_000 });
+      const { held, token } = await client.inspect(name);
+      assert.equal(held, wantHeld);
+      if (held) assert.equal((await client.forceRelease(name, { token })).token, lease.token);
+      assert.equal((await client.inspect(name)).held, false);
+    }
+    const { token } = await client.inspect(name);
+    await assert.rejects(client.forceRelease(name, { token }), InvalidArgumentError); // 0n: no grant
   });
 
   it("refuses a redirect, which fenced never sends, and applies nothing", async () => {
