@@ -24,8 +24,9 @@ The holder of a force-released lock learns it at its next refresh; its token
 still fences its late writes. Needs the server's inspect (list, get) or
 force-release permission. A release without --if-token is not sent again
 when its answer is lost or is a 503 (it may have been done, and a second
-would release the next holder): get the lock, then release it with
---if-token and the token it shows, which is safe to send again.`
+would release the next holder): get the lock; if it is still held, by the
+holder you meant, release it with --if-token and the token it shows, which
+is safe to send again (a free lock has no token to give).`
 
 type locksOpts struct {
 	clientOpts
