@@ -46,12 +46,14 @@ from __future__ import annotations
 
 import http.client
 import inspect
+import io
 import json
 import logging
 import math
 import random
 import secrets
 import select
+import socket
 import threading
 import time
 import unicodedata
@@ -135,6 +137,10 @@ class FencedError(Exception):
     #: None when no answer said). The message says the same numbers.
     waited_ms: Optional[int] = None
     position: Optional[int] = None
+    # An acquire's or campaign's answer of 200 that lacks a lease's fields
+    # (Client._granted): raised as it is, as the Go client's adopt, and
+    # given up on by no further request.
+    _no_lease = False
 
     def __init__(self, message: str, status: int = 0, code: Optional[str] = None,
                  retry_after: Optional[float] = None):
@@ -259,6 +265,9 @@ class TransportError(FencedError):
     """No answer from fenced: connection refused or reset, or a timeout.
     Retryable; whether the request took effect is unknown."""
     retryable = True
+    # The request went out whole and its answer did not all come within
+    # its timeout (_timed_out_sent).
+    _timed_out_sent = False
 
 
 class RedirectError(FencedError):
@@ -526,8 +535,9 @@ class Client:
     "Authorization: Bearer ..." when the server requires one (default None
     or "": none); at least 16 bytes of printable ASCII without spaces, as
     a server's token file holds them. Bad arguments here raise ValueError.
-    timeout: seconds to wait for an answer, on top of an acquire's wait_ms
-    (default 10). retries: how often a 503 unavailable answer is retried,
+    timeout: seconds a request may take as a whole, connecting, sending and
+    reading all of its answer, on top of an acquire's wait_ms (default
+    10). retries: how often a 503 unavailable answer is retried,
     after the answer's Retry-After (at most 1 s) or 100 ms, 200 ms, ...
     (default 2; 0 disables); a one-attempt acquire, a refresh or release
     (and a force-release with a token) also retries, within the same count,
@@ -606,7 +616,10 @@ class Client:
         whoever waits, so it takes no unfair. Its request carries a waiter
         with no place in the queue: one whose answer was lost, or was a
         proxy's page (defect 119), is sent again, up to retries times, and
-        gets the grant the first one made (the same lease id and token)."""
+        gets the grant the first one made (the same lease id and token); so
+        is one the client's timeout ended once it was sent, and after the
+        last, one attempt under the waiter releases the grant (see
+        acquire)."""
         try:
             return self.acquire(name, ttl_ms=ttl_ms, wait_ms=0, holder=holder, owner=owner)
         except HeldError:
@@ -662,19 +675,25 @@ class Client:
         proxy's 502 or 504 page, or an answer without an API error code:
         fenced may have granted it; docs/design.md, defect 119), is sent
         again, as a 503 is: the server answers it with the grant it made
-        for the first, the same lease id and token. With wait_ms 0
-        (try_acquire) it is sent again up to retries times, then the error
-        is raised. A wait rides out these, and every other failure without
+        for the first, the same lease id and token; so is one the client's
+        own timeout ended once it was sent, its answer maybe a grant on the
+        way (docs/design.md, defect 239). With wait_ms 0 (try_acquire) it
+        is sent again up to retries times, then the error is raised, once
+        one attempt under the waiter (wait_ms 0, within about 1 s) found
+        and released the grant, if any, as below for a call cut short. A
+        wait rides out these, and every other failure without
         fenced's decision (a refused connection, a timeout: a fenced
         restarting), until wait_ms is over, whatever retries says, as the
         Go client does (docs/design.md, defect 130): after a pause (the
         answer's Retry-After, at most 1 s, or 100 ms more each time, with
         jitter; never past the wait's end) the next request, with the same
         waiter, waits what is left of wait_ms. Once the wait is over the
-        error is raised; but after a lost answer or a proxy's page one more
-        request goes at once, with wait_ms 1, to find a grant made in the
-        wait's last moments. fenced's refusals (a 4xx with an API error
-        code: 400, 401, 403, ...) end the call at once.
+        error is raised; but after a lost answer, a proxy's page or a
+        timeout once sent, one more request goes at once, with wait_ms 1,
+        to find a grant made in the wait's last moments, and if that one
+        gets no answer of fenced's either, the give-up below. fenced's
+        refusals (a 4xx with an API error code: 400, 401, 403, ...) end the
+        call at once.
 
         A fair wait its caller cuts short, by an exception that is not
         fenced's in a request or a pause (KeyboardInterrupt: Ctrl-C,
@@ -985,9 +1004,14 @@ class Client:
             # wait's too, may have been granted, its answer on its way:
             # the give-up finds that grant through the waiter and releases
             # it, where it held the lock, known to nobody, for its TTL
-            # ("A lost answer"). A FencedError is the call's own end, which
-            # the rules of defect 128 handle.
-            if not isinstance(e, FencedError):
+            # ("A lost answer"). So may the last request of a call that
+            # ends with no answer of fenced's to it: lost, a proxy's page,
+            # or the client's own timeout once it was sent (_maybe_granted;
+            # defect 239); the requests before it were sent again, with
+            # the waiter, while retries or the wait allowed. Any other
+            # FencedError is the call's own end, which the rules of defect
+            # 128 handle.
+            if not isinstance(e, FencedError) or _maybe_granted(e) and not e._no_lease:
                 self._give_up(name, action, body, kind, placed="final" in body)
             raise
 
@@ -1078,13 +1102,14 @@ class Client:
                 if time.monotonic() + pause >= end:
                     # The wait is over (or will be after the pause): no
                     # request to wait once it is over. But a lost answer,
-                    # or a proxy's page, may be a grant made for this
+                    # a proxy's page, or a timeout once the request was
+                    # sent (defect 239), may be a grant made for this
                     # waiter, which only another request with the waiter
                     # finds again: ask once more, now, waiting what is
                     # left or 1 ms (still a waiting request, final),
                     # rather than leave that lease to hold the lock until
                     # its TTL. A 503 is not asked again.
-                    if asked_past_wait or not _lost_or_not_decision(e):
+                    if asked_past_wait or not _maybe_granted(e):
                         raise
                     asked_past_wait = True
                     continue
@@ -1146,7 +1171,9 @@ class Client:
         release takes off."""
         if not (isinstance(doc.get("lease_id"), str) and doc["lease_id"]
                 and _positive_int(doc.get("token")) and _positive_int(doc.get("ttl_ms"))):
-            raise FencedError(f"{action.strip('/')} {name!r}: the server's answer lacks lease_id, token or ttl_ms", 200)
+            err = FencedError(f"{action.strip('/')} {name!r}: the server's answer lacks lease_id, token or ttl_ms", 200)
+            err._no_lease = True  # answered, with no grant: nothing to give up (Client._take)
+            raise err
         if not isinstance(doc.get("name"), str):
             doc = dict(doc, name=name)  # the lock asked for: the answer's name is that one
         lease = Lease(self, doc, started)
@@ -1219,7 +1246,11 @@ class Client:
                 # body that is not JSON): either may come after fenced
                 # applied it, a grant for this waiter say, which only the
                 # same request finds again (docs/design.md, defect 119).
-                if not (isinstance(e, UnavailableError) or resend_lost and _lost_or_not_decision(e)):
+                # An acquisition (its waiter finds its grant) also after a
+                # timeout once sent: a lost answer all the same (defect 239).
+                acquisition = "waiter" in (body or {})
+                if not (isinstance(e, UnavailableError) or resend_lost and (
+                        _maybe_granted(e) if acquisition else _lost_or_not_decision(e))):
                     raise
                 if attempt >= retries:
                     raise
@@ -1338,9 +1369,15 @@ class Client:
         """One request, sent again once on a fresh connection when a kept
         one was closed as it went out, unless it waits (wait_ms in its body
         or query); sent, if given, gets the time.monotonic() before that
-        second one. An OSError that is not the standard library's (a
-        caller's own, raised by a signal handler) is raised as it is, not
-        as a TransportError."""
+        second one. timeout bounds the whole of it: connecting, sending and
+        reading all of the answer (_bounded_answer), not each read of the
+        socket: an answer that trickles in a byte at a time kept a refresh
+        of the keep-alive going some 40 s past the lease's validity
+        (docs/design.md, defect 238). A timeout once the request was sent
+        is a TransportError that _timed_out_sent says may have been acted
+        on. An OSError that is not the standard library's (a caller's own,
+        raised by a signal handler) is raised as it is, not as a
+        TransportError."""
         data = None
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -1362,10 +1399,14 @@ class Client:
         waits = bool((body or {}).get("wait_ms")) or "wait_ms=" in path.partition("?")[2]
         resend = ((not path.endswith(("/acquire", "/campaign")) or "waiter" in (body or {}))
                   and not (method == "DELETE" and "?token=" not in path) and not waits)
+        deadline = time.monotonic() + timeout
         for attempt in (0, 1):
-            conn, reused = self._conn(timeout)
+            conn, reused = self._conn(max(deadline - time.monotonic(), 0.001))
+            written = False
             try:
+                conn.response_class = _bounded_answer(deadline, timeout)  # type: ignore[assignment]
                 conn.request(method, self._url.path.rstrip("/") + path, body=data, headers=headers)
+                written = True
                 resp = conn.getresponse()
                 raw = resp.read()
                 status, rheaders = resp.status, resp.headers
@@ -1389,7 +1430,9 @@ class Client:
                     # exception that is not fenced's (below), so it ends a
                     # wait rather than be ridden out as no answer.
                     raise
-                raise TransportError(f"{method} {self.base_url}{path}: {e}") from e
+                err = TransportError(f"{method} {self.base_url}{path}: {e}")
+                err._timed_out_sent = written and isinstance(e, socket.timeout)
+                raise err from e
             except BaseException:
                 # Cut short by the caller (KeyboardInterrupt, ...): the
                 # connection may have a request out whose answer is unread,
@@ -1404,6 +1447,17 @@ class Client:
             raise _redirected(method, self.base_url, path, status, rheaders.get("Location") or "")
         if status >= 400:
             raise _api_error(status, rheaders, raw)
+        if status != 200:
+            # fenced's only success is 200 (the API's, and the Go client's,
+            # reading): a 202 {} or a 204 is something in front of it
+            # answering in its place, maybe without passing the request on.
+            # Taken as fenced's answer, a release "succeeded" while fenced
+            # held the lock until its TTL (docs/design.md, defect 237). It
+            # is no decision of fenced's (_not_decision): sent again where
+            # that is safe, like a proxy's page.
+            said = f": {raw[:80]!r}" if raw else ""
+            raise FencedError(f"{method} {self.base_url}{path}: HTTP {status}, not fenced's answer (fenced answers "
+                              f"200 or an API error){said}", status)
         try:
             doc = json.loads(raw)
         except ValueError:
@@ -1437,6 +1491,59 @@ _LOST_ANSWER = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
 def _positive_int(v: Any) -> bool:
     """Whether v is a JSON integer above 0 (not a bool, which is an int in Python)."""
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _bounded_answer(deadline: float, timeout: float) -> Callable[..., http.client.HTTPResponse]:
+    """An HTTPConnection.response_class for one request: its answer is read
+    within what is left of the request's timeout, as a whole; each read of
+    the socket waits only for what is left until deadline, and none starts
+    after it. http.client's socket timeout bounds each read alone, so an
+    answer trickling in a byte at a time (a proxy, a congested link) took
+    many times the timeout (docs/design.md, defect 238)."""
+    return lambda sock, *args, **kwargs: http.client.HTTPResponse(
+        _BoundedSocket(sock, deadline, timeout), *args, **kwargs)  # type: ignore[arg-type]
+
+
+class _BoundedSocket:
+    """What an HTTPResponse takes its file from (makefile): a socket's
+    reads, each bounded by what is left until deadline (_BoundedReader)."""
+
+    def __init__(self, sock: socket.socket, deadline: float, timeout: float):
+        self._sock, self._deadline, self._timeout = sock, deadline, timeout
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_BoundedReader(self._sock, self._deadline, self._timeout))
+
+
+class _BoundedReader(io.RawIOBase):
+    """The raw reads of _BoundedSocket: through the socket's own unbuffered
+    file, which keeps the socket open while the answer is read (http.client
+    closes its connection before the body is read when the answer says
+    Connection: close), with the socket's timeout set to what is left
+    before each."""
+
+    def __init__(self, sock: socket.socket, deadline: float, timeout: float):
+        super().__init__()
+        self._sock, self._deadline, self._timeout = sock, deadline, timeout
+        self._raw = sock.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> Optional[int]:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout(f"timed out: no whole answer within {self._timeout:g} s")
+        self._sock.settimeout(left)
+        return self._raw.readinto(b)
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
 
 
 class _ConnSlot:
@@ -1517,6 +1624,24 @@ def _lost_or_not_decision(e: FencedError) -> bool:
     acted on the request, a grant for its waiter say, which only the same
     request sent again finds (docs/design.md, defect 119)."""
     return isinstance(e, TransportError) and _lost_answer(e) or _not_decision(e)
+
+
+def _timed_out_sent(e: BaseException) -> bool:
+    """Whether e is a request that went out whole and whose answer did not
+    all come within its timeout: fenced may have acted on it, its answer
+    on the way (a proxy holding it, a link gone slow)."""
+    return isinstance(e, TransportError) and e._timed_out_sent
+
+
+def _maybe_granted(e: BaseException) -> bool:
+    """Whether an acquire or campaign that failed with e may have been
+    granted, for its waiter to find: its answer lost (_lost_answer), not
+    fenced's decision (_not_decision), or timed out once sent
+    (_timed_out_sent). Such a request, sent again with its waiter, gets
+    that grant; once none is sent again, the call gives up under the
+    waiter (Client._give_up) and releases what it gets (docs/design.md,
+    defects 226 and 239)."""
+    return _lost_or_not_decision(e) or _timed_out_sent(e)
 
 
 def _unanswered(e: BaseException) -> bool:
@@ -1668,8 +1793,9 @@ def _not_decision(e: BaseException) -> bool:
     """Whether e is an HTTP answer that is not fenced's decision: a 5xx
     other than 503, or a body with no API error code (a proxy's HTML or
     text page of any status, a body that is not JSON, a 200 that is not a
-    JSON object), as a proxy answers in fenced's place when its upstream
-    answer went astray (a 502 or 504 after fenced acted on the request).
+    JSON object, any 2xx but 200: defect 237), as a proxy answers in
+    fenced's place when its upstream answer went astray (a 502 or 504
+    after fenced acted on the request).
     Such a request may have been applied, as one whose answer was lost:
     one that is safe to send again is (Client._send; docs/design.md,
     defect 119). Not a 503 (retried as it is), nor fenced's own refusals

@@ -239,7 +239,13 @@ class ScriptedProxy:
     acted on it); "cutNNN" ("cut500", ...) forwards it and, NNN ms after
     it came, closes both connections without its answer, as a fenced
     killed mid-wait behind a proxy; "late" forwards the request at once and holds the
-    answer until the event late is set; "slowNNN" ("slow600", ...)
+    answer until the event late is set (its connection kept open);
+    "fakeNNN" ("fake202", "fake204", ...) answers status NNN with the body
+    {} (application/json; none for 204) itself, without forwarding, as a
+    proxy that answers in fenced's place; "dripNNN" ("drip400", ...)
+    forwards the request and sends fenced's answer on at once but for its
+    body, which goes a byte every NNN ms, as a connection that trickles;
+    "slowNNN" ("slow600", ...)
     forwards the request at once and holds the answer until NNN ms after
     the request came, as a slow network delivers it; "hold" holds the
     request itself (holding is set) until the event deliver is set, then forwards it and
@@ -308,6 +314,17 @@ class ScriptedProxy:
                     return
                 if action == "drop":
                     self.close_connection = True
+                    return
+                fake = re.fullmatch(r"fake(\d{3})", action)
+                if fake:
+                    status = int(fake.group(1))
+                    data = b"" if status == 204 else b"{}"
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    if status != 204:
+                        self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                     return
                 max_wait = re.fullmatch(r"max_wait(\d+)", action)
                 if max_wait:
@@ -387,6 +404,7 @@ class ScriptedProxy:
                     return
                 if action == "late":
                     outer.late.wait(timeout=30)
+                drip = re.fullmatch(r"drip(\d+)", action)
                 slow = re.fullmatch(r"slow(\d+)", action)
                 if slow:
                     time.sleep(max(0.0, came + int(slow.group(1)) / 1000.0 - time.monotonic()))
@@ -396,6 +414,16 @@ class ScriptedProxy:
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                if drip:
+                    self.wfile.flush()
+                    try:
+                        for i in range(len(data)):
+                            time.sleep(int(drip.group(1)) / 1000.0)
+                            self.wfile.write(data[i:i + 1])
+                            self.wfile.flush()
+                    except OSError:
+                        self.close_connection = True  # the client gave up on it
+                    return
                 self.wfile.write(data)
 
             do_GET = do_POST = do_DELETE = _any
@@ -1757,11 +1785,140 @@ class RedisTest(unittest.TestCase):
             self.assertEqual((st.held, st.token), (True, lease.token))
             lease.release()  # a lease id other than the one fenced granted would answer lost
             self.assertFalse(self.client.inspect(name).held)
-        # With retries=0 it is not sent again: the 502 is raised, as before.
+        # With retries=0 it is not sent again: the 502 is raised, as before,
+        # once one attempt under the waiter found the grant and released it
+        # (docs/design.md, defect 239).
         proxy, c = self.scripted({"/acquire": ["page502"]}, retries=0)
+        name = unique()
         with self.assertRaises(fenced.FencedError) as cm:
-            c.try_acquire(unique(), ttl_ms=1000)
-        self.assertEqual((cm.exception.status, proxy.actions("/acquire")), (502, ["page502"]))
+            c.try_acquire(name, ttl_ms=30_000)
+        self.assertEqual((cm.exception.status, proxy.actions("/acquire")), (502, ["page502", "forward"]))
+        sent = proxy.bodies("/acquire")
+        self.assertEqual((sent[1]["waiter"], sent[1]["wait_ms"]), (sent[0]["waiter"], 0))
+        self.assertFalse(self.client.inspect(name).held, "the grant behind the 502 holds the lock")
+
+    def test_answer_other_than_200_is_not_fenceds(self) -> None:
+        # A proxy answers in fenced's place, without passing the request
+        # on: 202 {} (or 204) to a release, a refresh, an acquire. Any 2xx
+        # was taken as fenced's answer: release() returned success while
+        # fenced held the lock until its TTL (4 of 4). fenced's only
+        # success is 200, as the Go client takes it: any other status is no
+        # decision of fenced's, sent again like a proxy's page (defect 119),
+        # and an error that names the status where it is not sent again.
+        for status in (202, 204):
+            with self.subTest(status=status):
+                fake = f"fake{status}"
+                proxy, c = self.scripted({"/release": [fake], "/refresh": [fake], "/acquire": [fake]})
+                name = unique()
+                lease = c.try_acquire(name, ttl_ms=30_000)
+                self.assertIsNotNone(lease)
+                assert lease is not None
+                self.assertEqual(proxy.actions("/acquire"), [fake, "forward"])
+                lease.refresh(20_000)
+                self.assertEqual(proxy.actions("/refresh"), [fake, "forward"])
+                self.assertEqual(self.client.inspect(name).token, lease.token)
+                lease.release()
+                self.assertEqual(proxy.actions("/release"), [fake, "forward"])
+                st = self.client.inspect(name)
+                self.assertFalse(st.held, f"released on a proxy's {status}, but fenced holds the lock: {st}")
+                # Not sent again: the error says the status.
+                proxy, c = self.scripted({name: [fake], "/v1/locks": [fake]}, retries=0)
+                for call in (lambda: c.inspect(name), lambda: c.list_locks()):
+                    with self.assertRaises(fenced.FencedError) as cm:
+                        call()
+                    e = cm.exception
+                    self.assertEqual((e.status, e.code), (status, None), str(e))
+                    self.assertIn(f"HTTP {status}", str(e))
+                    self.assertIn("not fenced's answer", str(e))
+
+    def test_request_bounded_as_a_whole_by_its_timeout(self) -> None:
+        # A proxy passes fenced's answers on a byte every 0.4 s. The
+        # timeout bounded each read of the socket, not the request: an
+        # inspect with timeout=1 took ~40 s, and a keep-alive refresh that
+        # was to wait half the validity left kept going past the lease's
+        # deadline, so on_lost came ~42 s after another client took the
+        # lock and release() hung ~44 s (2 of 2). The timeout now bounds
+        # the whole request: connecting, sending, and reading the answer.
+        name = unique()
+        proxy, c = self.scripted({name: ["drip400"]}, timeout=1.0)
+        began = time.monotonic()
+        with self.assertRaises(fenced.TransportError):
+            c.inspect(name)
+        self.assertLess(time.monotonic() - began, 6.0, "the inspect outlasted its timeout")
+
+        proxy, c = self.scripted({"/refresh": ["drip400"] * 1000})
+        lease = c.acquire(name, ttl_ms=3000, wait_ms=0)
+        other = unique()
+        released = c.acquire(other, ttl_ms=3000, wait_ms=0)
+        lost = threading.Event()
+        lost_at: list[float] = []
+
+        def on_lost(_: fenced.Lease, __: fenced.FencedError) -> None:
+            lost_at.append(time.monotonic())
+            lost.set()
+        # Not lease.lost: reading it finds the deadline itself (defect 169).
+        lease.keep_alive(on_lost=on_lost)
+        self.addCleanup(lease.stop_keep_alive)
+        released.keep_alive()
+        self.addCleanup(released.stop_keep_alive)
+        deadline = time.monotonic() + 30
+        while not any(other in path for path, _ in proxy.seen if path.endswith("/refresh")):
+            self.assertLess(time.monotonic(), deadline, "no refresh came")
+            time.sleep(0.01)
+        began = time.monotonic()
+        try:
+            released.release()  # or LostError, if the dripping refresh used up the validity
+        except fenced.LostError:
+            pass
+        self.assertLess(time.monotonic() - began, 5.0, "release() waited for a refresh outlasting its timeout")
+        self.assertTrue(lost.wait(60), "the keep-alive never said the lease was lost")
+        self.assertLess(lost_at[0] - lease.deadline, 3.0,
+                        "on_lost came long after the validity ran out: a refresh outlasted its timeout")
+
+    def test_own_timeout_finds_or_gives_up_the_grant(self) -> None:
+        # fenced granted the acquire and the proxy holds its answer, until
+        # the client's own timeout (1 s) ends the request. That ended the
+        # call with no request sent again and no give-up: the grant held
+        # the lock, known to nobody, for its TTL (4 of 4). A timeout once
+        # the request went out is a lost answer now: with retries left it
+        # is sent again with the same waiter and finds the grant; after the
+        # last, one attempt (wait_ms 0) under the waiter finds it and
+        # releases it (docs/design.md, defect 226).
+        def acquires(proxy: ScriptedProxy) -> list[tuple[str, Optional[int]]]:
+            return [(b["waiter"], b.get("wait_ms", 0)) for b in proxy.bodies("/acquire") if b]
+
+        # Retries left: found again, the call's.
+        proxy, c = self.scripted({"/acquire": ["late"]}, timeout=1.0)
+        self.addCleanup(proxy.late.set)
+        name = unique()
+        lease = c.try_acquire(name, ttl_ms=30_000)
+        self.assertIsNotNone(lease)
+        assert lease is not None
+        self.assertEqual(proxy.actions("/acquire"), ["late", "forward"])
+        sent = acquires(proxy)
+        self.assertEqual(sent[1][0], sent[0][0], "sent again with another waiter")
+        self.assertEqual(self.client.inspect(name).token, lease.token)
+        lease.release()
+
+        # No retries left: given up, its grant released.
+        for kind in ("try_acquire", "unfair acquire"):
+            with self.subTest(kind):
+                # An unfair wait asks once more past its wait (a timeout may
+                # be a grant): both held, then the give-up.
+                script = ["late"] if kind == "try_acquire" else ["late", "late"]
+                proxy, c = self.scripted({"/acquire": list(script)}, retries=0, timeout=1.0)
+                self.addCleanup(proxy.late.set)
+                name = unique()
+                with self.assertRaises(fenced.TransportError):
+                    if kind == "try_acquire":
+                        c.try_acquire(name, ttl_ms=30_000)
+                    else:
+                        c.acquire(name, ttl_ms=30_000, wait_ms=500, unfair=True)
+                st = self.client.inspect(name)
+                self.assertFalse(st.held, f"the grant of the call its timeout ended holds the lock, {st.ttl_ms} ms left")
+                sent = acquires(proxy)
+                self.assertEqual(len(sent), len(script) + 1, sent)
+                self.assertEqual(sent[-1], (sent[0][0], 0), "the give-up is not one attempt under the waiter")
 
     def test_wait_rides_out_a_server_briefly_away(self) -> None:
         # A waiting acquire whose requests fail without fenced's decision:

@@ -539,7 +539,11 @@ export interface ClientOptions {
    * holds them. Default (or ""): none.
    */
   bearerToken?: string;
-  /** Milliseconds to wait for an answer, on top of an acquire's waitMs. Default 10000. */
+  /**
+   * Milliseconds a request may take as a whole (sending it and reading all
+   * of its answer), on top of an acquire's waitMs. Default 10000. A
+   * timeout of an acquisition may be a grant on its way: see acquire.
+   */
   timeoutMs?: number;
   /**
    * How often a request is sent again after a 503 unavailable answer, and,
@@ -646,7 +650,9 @@ interface CallOptions {
    * fenced's decision (notFencedDecision: a proxy's page, a 500, a body
    * that is not JSON; defect 119): only for a request the server answers
    * the same when asked again (a body with a waiter, a refresh, a release,
-   * a force-release with a token).
+   * a force-release with a token). With a waiter (an acquisition), also
+   * after the client's own timeout: its answer may be a grant on the way
+   * (mayBeGranted; defect 239).
    */
   resendLost?: boolean;
   /** Called just before each request is sent. */
@@ -716,9 +722,11 @@ export class Client {
    * One attempt to take the lock: a Lease, or null if another holder has
    * it. It takes a free lock whoever waits, so it takes no unfair. Its
    * request carries a waiter with no place in the queue: one whose answer
-   * was lost, or was not fenced's (a proxy's 502 page, …: defect 119), is
-   * sent again, up to `retries` times, and gets the grant the first one
-   * made (the same lease id and token). A grant answered after
+   * was lost, or was not fenced's (a proxy's 502 page, …: defect 119), or
+   * did not come within timeoutMs (defect 239), is sent again, up to
+   * `retries` times, and gets the grant the first one made (the same lease
+   * id and token); after the last, one attempt under the waiter releases
+   * it (see acquire). A grant answered after
    * its validity ran out is released and counts as none: null; so does
    * fenced's 503 on ttl_ms, its word for the same (TTLTooShortError), which
    * is not asked again.
@@ -759,7 +767,13 @@ export class Client {
    * left or 1 ms: the server answers it with the grant it made for the lost
    * one, the same lease id and token. A refusal by fenced (a 4xx with its
    * error code) rejects at once. With waitMs 0 (tryAcquire) a lost answer,
-   * a page or a 503 is sent again, up to `retries` times. A fair wait that
+   * a page, a 503 or the client's own timeout (timeoutMs) is sent again, up
+   * to `retries` times. A call whose last request got no answer of
+   * fenced's (lost, a page, a timeout: mayBeGranted), once retries or the
+   * wait are used up, sends one attempt under its waiter in the
+   * background, bounded to about 1 s, and releases the grant it gets,
+   * where that grant held the lock, known to nobody, for its TTL
+   * (docs/design.md, defect 239). A fair wait that
    * options.signal aborts sends, before it rejects with the abort's error,
    * one more request with its waiter, final and of 1 ms, within about 1 s
    * of its own, and releases a grant it gets: else its place would stand
@@ -870,8 +884,11 @@ export class Client {
         // it, the answer on its way. One more attempt with the waiter finds
         // that grant and releases it (as an aborted wait's give-up does),
         // where it held the lock, known to nobody, for its TTL
-        // (docs/design.md, "A lost answer").
-        if (signal?.aborted && !(e instanceof FencedError && !undecided(e))) void this.#giveUp(name, action, body, kind, false);
+        // (docs/design.md, "A lost answer"). So may the last request
+        // sent, once `retries` are used up, if it got no answer of
+        // fenced's: lost, a proxy's page, or the client's own timeout
+        // (mayBeGranted; defect 239).
+        if ((signal?.aborted && !(e instanceof FencedError && !undecided(e))) || mayBeGranted(e)) void this.#giveUp(name, action, body, kind, false);
         throw e;
       }
       const lease = await this.#adopt(doc, started, name, action);
@@ -937,13 +954,13 @@ export class Client {
             if (performance.now() + pause >= end) {
               // No time is left for the pause. No request once the wait is
               // over; but a lost answer (or a page: defect 119) may be a
-              // grant made for this waiter, which only another request with
+              // grant made for this waiter, and so may a timeout (defect
+              // 239), which only another request with
               // it finds: ask once more, now, for what is left or 1 ms
               // (still a waiting request), rather than leave that lease
               // holding the lock until its TTL. Any other failure ends the
               // call here, as it would after the pause.
-              const mayBeGrant = (e instanceof TransportError && answerLost(e)) || notFencedDecision(e);
-              if (!mayBeGrant || askedPastWait) throw e;
+              if (!mayBeGranted(e) || askedPastWait) throw e;
               askedPastWait = true;
               continue;
             }
@@ -994,8 +1011,11 @@ export class Client {
       // Not after fenced's refusal (a 409 of a final request gave its place
       // up; a 4xx has none), nor the client's own (status 0). An unfair
       // wait has no place, but its request cut short may have been
-      // granted: its give-up is one attempt, which finds that grant.
-      if (signal?.aborted && !(e instanceof FencedError && !undecided(e))) void this.#giveUp(name, action, body, kind, queued); // it catches every error
+      // granted: its give-up is one attempt, which finds that grant. So
+      // may the last request of a wait that ends with no answer of
+      // fenced's to it (mayBeGranted; defect 239).
+      const cut = signal?.aborted && !(e instanceof FencedError && !undecided(e));
+      if (cut || (mayBeGranted(e) && !notAGrant.has(e as object))) void this.#giveUp(name, action, body, kind, queued); // it catches every error
       throw e; // the call's own error, whatever became of the give-up
     }
   }
@@ -1300,7 +1320,9 @@ export class Client {
         // with a waiter (or for a refresh, a release, a force-release with
         // a token): without one, a grant the server made would hold the
         // lock, known to nobody, and the next request would wait behind it.
-        const unsure = (e instanceof TransportError && answerLost(e)) || notFencedDecision(e);
+        // An acquisition (a body with a waiter, which finds its grant) also
+        // after a timeout: a lost answer all the same (defect 239).
+        const unsure = (e instanceof TransportError && (answerLost(e) || (body?.waiter !== undefined && timedOut.has(e)))) || notFencedDecision(e);
         const again = e instanceof UnavailableError || (options.resendLost === true && unsure);
         if (!again || attempt >= retries) throw e;
         const pause = Math.min(e.retryAfterMs ?? 100 * (attempt + 1), 1000) * (0.5 + Math.random() / 2);
@@ -1353,9 +1375,22 @@ export class Client {
     } catch (e) {
       if (signal?.aborted) throw signal.reason;
       const why = timeout.aborted ? `no answer within ${timeoutMs} ms` : String((e as Error)?.cause ?? e);
-      throw new TransportError(`${method} ${url}: ${why}`, 0, undefined, undefined, { cause: e });
+      const err = new TransportError(`${method} ${url}: ${why}`, 0, undefined, undefined, { cause: e });
+      if (timeout.aborted) timedOut.add(err);
+      throw err;
     }
     if (resp.status >= 300 && resp.status < 400) throw redirected(method, url, this.baseURL, resp);
+    if (resp.ok && resp.status !== 200) {
+      // fenced's only success is 200 (the API's, and the Go client's,
+      // reading): a 202 {} or a 204 is something in front of it answering
+      // in its place, maybe without passing the request on. Taken as
+      // fenced's answer, a release "succeeded" while fenced held the lock
+      // until its TTL (docs/design.md, defect 237). No decision of
+      // fenced's (notFencedDecision): sent again where that is safe, as a
+      // proxy's page is.
+      const said = text ? `: ${JSON.stringify(text.slice(0, 80))}` : "";
+      throw new FencedError(`${method} ${url}: HTTP ${resp.status}, not fenced's answer (fenced answers 200 or an API error)${said}`, resp.status);
+    }
     if (resp.ok) {
       try {
         return parseAnswer(text);
@@ -1466,12 +1501,31 @@ function maybeApplied(e: unknown): boolean {
  * not a 503 (UnavailableError, retried as ever), that maybeApplied counts:
  * any other 5xx, or a body with no API error code (a proxy's HTML or text
  * page of any status, a body that is not JSON, a 200 that is not a JSON
- * object). fenced may have acted on the request behind it (a proxy's 502
+ * object, any 2xx but 200: defect 237). fenced may have acted on the
+ * request behind it (a proxy's 502
  * or 504 after forwarding it), so a request safe to send again is sent
  * again, as after a lost answer (docs/design.md, defect 119).
  */
 function notFencedDecision(e: unknown): e is FencedError {
   return e instanceof FencedError && !(e instanceof TransportError) && !(e instanceof UnavailableError) && e.status !== 0 && maybeApplied(e);
+}
+
+/** The TransportErrors of a request that the client's own timeout ended: see mayBeGranted. */
+const timedOut = new WeakSet<object>();
+
+/**
+ * Whether an acquire or campaign that failed with e may have been granted,
+ * for its waiter to find: its answer lost (answerLost), not fenced's
+ * decision (notFencedDecision), or ended by the client's own timeout, the
+ * request maybe sent and its answer on the way (a proxy holding it, a link
+ * gone slow). fetch does not say whether a timed-out request went out;
+ * with a waiter, asking again is safe either way. Such a request is sent
+ * again with its waiter while retries (or the wait) allow, and after the
+ * last the call gives up under its waiter (#giveUp), releasing what it
+ * gets (docs/design.md, defects 226 and 239).
+ */
+function mayBeGranted(e: unknown): e is FencedError {
+  return (e instanceof TransportError && (answerLost(e) || timedOut.has(e))) || notFencedDecision(e);
 }
 
 /**

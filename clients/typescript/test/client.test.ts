@@ -186,7 +186,10 @@ async function startCuttingProxy(
  * code); "502" and "200html" forward, discard fenced's answer and answer a
  * text/html page with that status, as a proxy in front of fenced may
  * (fenced acted, the client cannot tell: docs/design.md, defect 114); "drop"
- * destroys the connection without forwarding (fenced never sees it); "cut"
+ * destroys the connection without forwarding (fenced never sees it);
+ * "fakeNNN" ("fake202", "fake204", …) answers status NNN with the body {}
+ * (none for 204) itself, without forwarding, as a proxy answering in
+ * fenced's place; "cut"
  * forwards, then destroys the connection instead of answering (fenced
  * acted, the client never hears); "late" forwards, then holds the answer
  * until answerLate() is called; "late502" does too, then answers a 502
@@ -233,6 +236,12 @@ async function startScriptedProxy(target: string, script: Record<string, string[
     if (body.length) bodies.push({ url: req.url ?? "", body: JSON.parse(body.toString()) as Record<string, unknown> });
     if (action === "drop") {
       req.socket.destroy();
+      return;
+    }
+    const fake = /^fake(\d{3})$/.exec(action);
+    if (fake) {
+      res.writeHead(Number(fake[1]), { "Content-Type": "application/json" });
+      res.end(fake[1] === "204" ? undefined : "{}");
       return;
     }
     if (action === "503") {
@@ -1649,13 +1658,115 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
         await proxy.close();
       }
     }
-    // With retries 0 it is not sent again: the 502 rejects, as before.
+    // With retries 0 it is not sent again: the 502 rejects, as before, and
+    // one attempt under the waiter, in the background, finds the grant and
+    // releases it (docs/design.md, defect 239).
     const proxy = await startScriptedProxy(daemon.url, { "/acquire": ["502"] });
     try {
-      await assert.rejects(new Client(proxy.url, { bearerToken: bearer, retries: 0 }).tryAcquire(unique(), { ttlMs: 1000 }), (e: unknown) => e instanceof FencedError && e.status === 502);
-      assert.deepEqual(proxy.actions("/acquire"), ["502"]);
+      const name = unique();
+      await assert.rejects(new Client(proxy.url, { bearerToken: bearer, retries: 0 }).tryAcquire(name, { ttlMs: 30_000 }), (e: unknown) => e instanceof FencedError && e.status === 502);
+      let st = await client.inspect(name);
+      for (const deadline = performance.now() + 10_000; st.held && performance.now() < deadline; ) {
+        await sleep(20);
+        st = await client.inspect(name);
+      }
+      assert.equal(st.held, false, `the grant behind the 502 holds the lock, ${st.ttlMs} ms left`);
+      assert.deepEqual(proxy.actions("/acquire"), ["502", "forward"]);
+      const sent = proxy.bodies("/acquire");
+      assert.deepEqual([sent[1].waiter, sent[1].wait_ms ?? 0], [sent[0].waiter, 0]);
     } finally {
       await proxy.close();
+    }
+  });
+
+  it("takes no status but 200 for fenced's answer", async () => {
+    // A proxy answers 202 {} (or 204) in fenced's place, without passing
+    // the request on. Any 2xx was taken as fenced's answer: release()
+    // resolved while fenced held the lock until its TTL (4 of 4). fenced's
+    // only success is 200, as the Go client takes it: any other status is
+    // no decision of fenced's, sent again like a proxy's page (defect
+    // 119), and an error naming the status where it is not sent again
+    // (docs/design.md, defect 237).
+    for (const status of [202, 204]) {
+      const fake = `fake${status}`;
+      const proxy = await startScriptedProxy(daemon.url, { "/release": [fake], "/refresh": [fake], "/acquire": [fake] });
+      try {
+        const c = new Client(proxy.url, { bearerToken: bearer });
+        const name = unique();
+        const lease = await c.tryAcquire(name, { ttlMs: 30_000 });
+        assert.ok(lease, "tryAcquire resolved null");
+        assert.deepEqual(proxy.actions("/acquire"), [fake, "forward"]);
+        await lease.refresh(20_000);
+        assert.deepEqual(proxy.actions("/refresh"), [fake, "forward"]);
+        assert.equal((await client.inspect(name)).token, lease.token);
+        await lease.release();
+        assert.deepEqual(proxy.actions("/release"), [fake, "forward"]);
+        const st = await client.inspect(name);
+        assert.equal(st.held, false, `released on a proxy's ${status}, but fenced holds the lock, ${st.ttlMs} ms left`);
+        const direct = await startScriptedProxy(daemon.url, { [name]: [fake], "/v1/locks": [fake] });
+        try {
+          const d = new Client(direct.url, { bearerToken: bearer, retries: 0 });
+          for (const call of [() => d.inspect(name), () => d.listLocks()]) {
+            await assert.rejects(call(), (e: unknown) =>
+              e instanceof FencedError && e.status === status && e.code === undefined &&
+              e.message.includes(`HTTP ${status}`) && e.message.includes("not fenced's answer"));
+          }
+        } finally {
+          await direct.close();
+        }
+      } finally {
+        await proxy.close();
+      }
+    }
+  });
+
+  it("finds, or gives up, the grant of an acquire its own timeout cut short", async () => {
+    // fenced granted the acquire and the proxy holds its answer until the
+    // client's own timeout (1 s) ends the request. No request was sent
+    // again and none gave up: the grant held the lock, known to nobody,
+    // for its TTL. A timeout is a lost answer now: with retries left it is
+    // sent again with the same waiter and finds the grant; after the last,
+    // one attempt (wait_ms 0) under the waiter finds it and releases it,
+    // in the background (docs/design.md, defects 226 and 239).
+    let proxy = await startScriptedProxy(daemon.url, { "/acquire": ["late"] });
+    try {
+      const c = new Client(proxy.url, { bearerToken: bearer, timeoutMs: 1000 });
+      const name = unique();
+      const lease = await c.tryAcquire(name, { ttlMs: 30_000 });
+      assert.ok(lease, "tryAcquire resolved null");
+      assert.deepEqual(proxy.actions("/acquire"), ["late", "forward"]);
+      const sent = proxy.bodies("/acquire");
+      assert.equal(sent[1].waiter, sent[0].waiter, "sent again with another waiter");
+      assert.equal((await client.inspect(name)).token, lease.token);
+      await lease.release();
+    } finally {
+      proxy.answerLate();
+      await proxy.close();
+    }
+    for (const kind of ["tryAcquire", "unfair acquire"] as const) {
+      // An unfair wait asks once more past its wait (a timeout may be a
+      // grant): both held, then the give-up.
+      const script = kind === "tryAcquire" ? ["late"] : ["late", "late"];
+      proxy = await startScriptedProxy(daemon.url, { "/acquire": [...script] });
+      try {
+        const c = new Client(proxy.url, { bearerToken: bearer, timeoutMs: 1000, retries: 0 });
+        const name = unique();
+        const call = kind === "tryAcquire" ? c.tryAcquire(name, { ttlMs: 30_000 }) : c.acquire(name, { ttlMs: 30_000, waitMs: 500, unfair: true });
+        await assert.rejects(call, TransportError);
+        let st = await client.inspect(name);
+        for (const deadline = performance.now() + 10_000; st.held && performance.now() < deadline; ) {
+          await sleep(20);
+          st = await client.inspect(name);
+        }
+        assert.equal(st.held, false, `${kind}: the grant of the call its timeout ended holds the lock, ${st.ttlMs} ms left`);
+        const sent = proxy.bodies("/acquire");
+        assert.equal(sent.length, script.length + 1, JSON.stringify(sent));
+        const last = sent[sent.length - 1];
+        assert.deepEqual([last.waiter, last.wait_ms ?? 0, last.unfair], [sent[0].waiter, 0, undefined], JSON.stringify(sent));
+      } finally {
+        proxy.answerLate();
+        await proxy.close();
+      }
     }
   });
 
