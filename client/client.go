@@ -426,10 +426,19 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	// grant, or takes the lock if free, and releases either
 	// (docs/design.md, "A lost answer"). A waiter of the caller's own
 	// (WithWaiter without WithFinal) finds its grant with its next call.
-	queued := false // a fair waiting request was sent
-	cut := false    // the context ended while a request was in flight
+	//
+	// So may the last request of a call that ends with no answer of
+	// fenced's to it (lost, a 503, a proxy's page: unanswered) when no
+	// request is sent again, its retries spent or its wait over: that call
+	// gives up the same way (defect 240).
+	queued := false    // a fair waiting request was sent
+	cut := false       // the context ended while a request was in flight
+	unsettled := false // the last request sent got no answer of fenced's
 	defer func() {
-		if got != nil || ctx.Err() == nil || !(queued || cut && ownWaiter) {
+		if got != nil || !ownWaiter && !queued {
+			return
+		}
+		if ctx.Err() == nil && !unsettled || ctx.Err() != nil && !(queued || cut) {
 			return
 		}
 		if c.givingUp.Add(1) > maxGivingUp {
@@ -492,6 +501,7 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		var a api.Lease
 		err := c.do(ctx, http.MethodPost, path, body, &a, mode)
 		cut = ctx.Err() != nil
+		unsettled = err != nil && unanswered(err)
 		if err == nil {
 			l, err := c.adopt(ctx, name, start, a, o)
 			if err == nil || o.Try || !errors.Is(err, lock.ErrNotAcquired) || (!until.IsZero() && !time.Now().Before(until)) {

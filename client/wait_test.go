@@ -498,6 +498,85 @@ func TestCutAcquireReleasesTheGrantOnItsWay(t *testing.T) {
 	}
 }
 
+// An acquisition whose last request was granted but got no answer of
+// fenced's (here a proxy's 502 page after fenced granted it), once no
+// request is sent again (WithRetries spent, or the wait over), gives up
+// with one attempt under its waiter and releases what it finds, as one cut
+// short does (TestCutAcquireReleasesTheGrantOnItsWay). Before, only a
+// context that ended set the give-up off, and the grant held the lock,
+// known to nobody, for its TTL (docs/design.md, defect 240).
+func TestUnansweredAcquireReleasesItsGrant(t *testing.T) {
+	f := newFixture(t)
+	pass, _ := passOn(t, f, 0)
+	for _, tc := range []struct {
+		how  string
+		call func(ctx context.Context, c *client.Client, name string) (*client.Lease, error)
+	}{
+		{"TryAcquire", func(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
+			return c.TryAcquire(ctx, name, 30*time.Second)
+		}},
+		{"Acquire with a wait", func(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
+			return c.Acquire(ctx, name, 30*time.Second, lock.WithWait(300*time.Millisecond))
+		}},
+	} {
+		t.Run(tc.how, func(t *testing.T) {
+			name := testenv.Name(t)
+			var (
+				mu       sync.Mutex
+				returned bool // the call returned: what comes now is the give-up
+				during   []api.AcquireRequest
+				after    []api.AcquireRequest
+			)
+			// Every acquire of the call reaches fenced, and its answer is
+			// replaced by a page, as a proxy whose upstream answer went
+			// astray sends; once the call has returned, requests pass.
+			front, _ := counted(t, func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				var req api.AcquireRequest
+				acquire := strings.HasSuffix(r.URL.Path, "/acquire") && json.Unmarshal(body, &req) == nil
+				mu.Lock()
+				done := returned
+				switch {
+				case acquire && done:
+					after = append(after, req)
+				case acquire:
+					during = append(during, req)
+				}
+				mu.Unlock()
+				if done || !acquire {
+					pass.ServeHTTP(w, r)
+					return
+				}
+				pass.ServeHTTP(httptest.NewRecorder(), r)
+				w.Header().Set("Content-Type", "text/html")
+				w.WriteHeader(http.StatusBadGateway)
+				io.WriteString(w, "<html>502 Bad Gateway</html>")
+			})
+			c := newClient(t, front, client.WithRetries(0))
+			l, err := tc.call(t.Context(), c, name)
+			mu.Lock()
+			returned = true
+			mu.Unlock()
+			if err == nil {
+				t.Fatalf("granted through the pages: %v", l)
+			}
+			// Well within the TTL (30 s): the give-up's request and release.
+			testenv.WaitUntil(t, 10*time.Second, func() bool {
+				st, err := f.locks.Inspect(t.Context(), name)
+				return err == nil && !st.Held
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			// One attempt (wait_ms 0), or for a fair wait, which may have
+			// a place, a final request of 1 ms.
+			if len(during) == 0 || len(after) != 1 || after[0].Waiter != during[0].Waiter || *after[0].WaitMs > 1 {
+				t.Fatalf("requests during the call %+v, after it %+v; want the give-up's one, with the same waiter", during, after)
+			}
+		})
+	}
+}
+
 // A wait in requests of a millisecond (WithMaxRequestWait, or a server's
 // --max-wait of 1ms) sends one no sooner than 50 ms after the last began.
 // Before, each answered at the end of its wait was followed by the next at
