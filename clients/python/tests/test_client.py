@@ -1185,10 +1185,9 @@ class RedisTest(unittest.TestCase):
             pass
         self.assertFalse(self.client.inspect(name).held)
 
-    def test_fencing_token_header(self) -> None:
-        # A protected HTTP resource (examples/http_resource.py) admits
-        # writes by the Fencing-Token header: a paused holder whose lease
-        # expired writes after the next holder, and is rejected.
+    def _resource(self) -> int:
+        """The port of an example protected resource (examples/http_resource.py)
+        served on a thread until the test ends."""
         srv = http_resource.serve(0)
         t = threading.Thread(target=srv.serve_forever, daemon=True)
         t.start()
@@ -1198,7 +1197,13 @@ class RedisTest(unittest.TestCase):
             srv.server_close()
             t.join()
         self.addCleanup(stop)
-        item = f"http://127.0.0.1:{srv.server_address[1]}/items/account-42"
+        return srv.server_address[1]
+
+    def test_fencing_token_header(self) -> None:
+        # A protected HTTP resource (examples/http_resource.py) admits
+        # writes by the Fencing-Token header: a paused holder whose lease
+        # expired writes after the next holder, and is rejected.
+        item = f"http://127.0.0.1:{self._resource()}/items/account-42"
 
         def put(value: str, token: int) -> tuple[int, bytes]:
             req = urllib.request.Request(item, data=value.encode(), method="PUT")
@@ -1247,16 +1252,7 @@ class RedisTest(unittest.TestCase):
         # unredirected headers kept sending the old token, which urllib
         # prefers. set_fencing_token now replaces every spelling, as the Go
         # Transport does (docs/design.md, defect 176).
-        srv = http_resource.serve(0)
-        t = threading.Thread(target=srv.serve_forever, daemon=True)
-        t.start()
-
-        def stop() -> None:
-            srv.shutdown()
-            srv.server_close()
-            t.join()
-        self.addCleanup(stop)
-        port = srv.server_address[1]
+        port = self._resource()
 
         headers = {"fencing-token": "5", "Content-Type": "text/plain", "FENCING-TOKEN": "6"}
         fenced.set_fencing_token(headers, 7)
