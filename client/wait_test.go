@@ -424,6 +424,14 @@ func TestCutWaitDoesNotWaitForItsGiveUp(t *testing.T) {
 	}
 }
 
+// acquireCall is one way to take a lock through the client, for the tests
+// of what becomes of a grant whose answer did not reach the caller.
+type acquireCall = func(ctx context.Context, c *client.Client, name string) (*client.Lease, error)
+
+func tryAcquire30s(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
+	return c.TryAcquire(ctx, name, 30*time.Second)
+}
+
 // An acquisition cut short by its context while the server's grant is on
 // its way back: the server granted, and the caller's context ended before
 // the answer came. A fair wait's give-up found that grant through its
@@ -438,11 +446,9 @@ func TestCutAcquireReleasesTheGrantOnItsWay(t *testing.T) {
 	pass, _ := passOn(t, f, 0)
 	for _, tc := range []struct {
 		how  string
-		call func(ctx context.Context, c *client.Client, name string) (*client.Lease, error)
+		call acquireCall
 	}{
-		{"TryAcquire", func(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
-			return c.TryAcquire(ctx, name, 30*time.Second)
-		}},
+		{"TryAcquire", tryAcquire30s},
 		{"unfair Acquire", func(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
 			return c.Acquire(ctx, name, 30*time.Second, lock.WithUnfair())
 		}},
@@ -510,11 +516,9 @@ func TestUnansweredAcquireReleasesItsGrant(t *testing.T) {
 	pass, _ := passOn(t, f, 0)
 	for _, tc := range []struct {
 		how  string
-		call func(ctx context.Context, c *client.Client, name string) (*client.Lease, error)
+		call acquireCall
 	}{
-		{"TryAcquire", func(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
-			return c.TryAcquire(ctx, name, 30*time.Second)
-		}},
+		{"TryAcquire", tryAcquire30s},
 		{"Acquire with a wait", func(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
 			return c.Acquire(ctx, name, 30*time.Second, lock.WithWait(300*time.Millisecond))
 		}},
