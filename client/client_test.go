@@ -278,12 +278,15 @@ func TestClient(t *testing.T) {
 	t.Run("KeepAliveAndLoss", func(t *testing.T) {
 		ctx := t.Context()
 		name := testenv.Name(t)
-		l, err := c.Acquire(ctx, name, 300*time.Millisecond, lock.WithKeepAlive())
+		// A TTL of 1 s, refreshed every third of it: at 300 ms a refresh
+		// through the API on a loaded CI machine (the race detector, the
+		// other packages' tests) once came after the validity ran out.
+		l, err := c.Acquire(ctx, name, time.Second, lock.WithKeepAlive())
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Outlive the TTL several times: the keep-alive must hold it.
-		hold := time.NewTimer(time.Second)
+		hold := time.NewTimer(3 * time.Second)
 		select {
 		case <-l.Done():
 			t.Fatalf("lease lost under keep-alive: %v", l.Err())
