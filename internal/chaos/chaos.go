@@ -56,6 +56,11 @@ const (
 	workers   = 3 // per Locker
 	nameCount = 2
 	maxTTL    = 2 * time.Second
+	// minGrants is the fewest grants that give the checker something to
+	// check; a run with fewer goes on without faults, up to progressGrace,
+	// until it has them (Run).
+	minGrants     = 3
+	progressGrace = 30 * time.Second
 )
 
 var ttls = []time.Duration{300 * time.Millisecond, 700 * time.Millisecond, time.Second, maxTTL}
@@ -600,6 +605,8 @@ type history struct {
 	restarts     []window
 	restartsFree bool
 	early        []lostEarly // "lost" answers before the holder's deadline
+	// enough is closed at the minGrants-th grant.
+	enough chan struct{}
 }
 
 // window is when a fault of a Redis server of the leases may have taken
@@ -650,6 +657,9 @@ func (h *history) granted(t *testing.T, who, name string, l *lock.Lease, invoked
 		return
 	}
 	h.grants[l.ID()] = &grant{name: name, who: who, id: l.ID(), token: l.Token(), invoked: invoked, granted: granted}
+	if len(h.grants) == minGrants {
+		close(h.enough)
+	}
 }
 
 // holds is the holder's check before it would write: the lease is not
@@ -674,13 +684,43 @@ func (h *history) holds(l *lock.Lease) {
 // empty once the faults end.
 func Run(t *testing.T, s Setup) {
 	d, seed := Duration(t), Seed(t)
-	h := &history{grants: map[string]*grant{}, ops: map[string]int{}}
+	h := &history{grants: map[string]*grant{}, ops: map[string]int{}, enough: make(chan struct{})}
 	names := make([]string, nameCount)
 	for i := range names {
 		names[i] = testenv.Name(t)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
+	// The faults end with ctx; the workers go on after them, without
+	// faults, until the run has minGrants grants (at most progressGrace
+	// after the nemesis healed everything): on a machine starved of CPU
+	// the faults' few seconds may end before anything was granted, and a
+	// history of nothing checks nothing. A workload that makes no progress
+	// even then fails below. A step under way when the work stops runs to
+	// its end (each is bounded), so no call is cut short by the test.
+	healed, stopWork, quit := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	defer close(quit)
+	go func() {
+		defer close(stopWork)
+		select {
+		case <-healed:
+		case <-quit:
+			return
+		}
+		select {
+		case <-h.enough:
+		case <-time.After(progressGrace):
+		case <-quit:
+		}
+	}()
+	working := func() bool {
+		select {
+		case <-stopWork:
+			return false
+		default:
+			return true
+		}
+	}
 
 	// Each worker, candidate, operator and the nemesis say when they are
 	// done.
@@ -708,8 +748,8 @@ func Run(t *testing.T, s Setup) {
 			r := rand.New(rand.NewPCG(uint64(seed), uint64(p*perProcess+w+1)))
 			work := func() {
 				who := fmt.Sprintf("p%dw%d", p, w)
-				for ctx.Err() == nil {
-					step(t, ctx, h, c, who, names[r.IntN(len(names))], r)
+				for working() {
+					step(t, t.Context(), h, c, who, names[r.IntN(len(names))], r)
 				}
 			}
 			switch {
@@ -736,14 +776,21 @@ func Run(t *testing.T, s Setup) {
 		}
 	}
 	faults := map[string]int{}
+	var healedAt time.Time // and the grants then; read after every done
+	var grantsHealed int
 	go func() {
 		nemesis(ctx, t, s, h, rand.New(rand.NewPCG(uint64(seed), 0)), names, faults)
+		h.mu.Lock()
+		healedAt, grantsHealed = time.Now(), len(h.grants)
+		h.mu.Unlock()
+		close(healed)
 		done <- struct{}{}
 	}()
-	// Every worker ends its step after the faults end: an acquisition's
-	// wait, a hold and its release are bounded (step, campaign), so one
-	// that does not return in a minute is stuck.
-	stuck := time.After(d + time.Minute)
+	// Every worker ends its step after the faults end (or after the
+	// progressGrace that may follow them): an acquisition's wait, a hold
+	// and its release are bounded (step, campaign), so one that does not
+	// return in a minute is stuck.
+	stuck := time.After(d + progressGrace + time.Minute)
 	for left := cap(done); left > 0; left-- {
 		select {
 		case <-done:
@@ -752,13 +799,16 @@ func Run(t *testing.T, s Setup) {
 		}
 	}
 	t.Logf("%s of faults: %v; outcomes: %v; %d grants", d, faults, h.ops, len(h.grants))
+	if grantsHealed < minGrants {
+		t.Logf("%d grants when the faults were healed: the workers went on %s after, to have %d to check", grantsHealed, time.Since(healedAt).Round(time.Millisecond), minGrants)
+	}
 	for what := range h.ops {
 		if strings.Contains(what, " other: ") {
 			t.Errorf("an outcome no fault explains: %s", what)
 		}
 	}
-	if len(h.grants) < 3 {
-		t.Fatalf("only %d grants in %s: the workload made no progress to check", len(h.grants), d)
+	if len(h.grants) < minGrants {
+		t.Fatalf("only %d grants in %s of faults and %s after they were healed: the workload made no progress to check", len(h.grants), d, progressGrace)
 	}
 	for _, w := range append(h.wrong, checkHistory(h)...) {
 		t.Error(w)
