@@ -33,6 +33,7 @@ type fixture struct {
 	url      string
 	failing  atomic.Bool  // when set, every request is answered 503
 	acquires atomic.Int64 // acquire requests received
+	answered atomic.Int64 // and whose handler returned
 
 	mu     sync.Mutex
 	grants []string // the bodies of the acquire answers with status 200, as sent
@@ -111,6 +112,7 @@ func (f *fixture) serve(t *testing.T, cfg server.Config) string {
 		f.acquires.Add(1)
 		tw := &teeWriter{ResponseWriter: w}
 		srv.ServeHTTP(tw, r)
+		f.answered.Add(1)
 		if tw.status == http.StatusOK {
 			f.mu.Lock()
 			f.grants = append(f.grants, tw.body.String())

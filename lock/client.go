@@ -120,10 +120,12 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			stopWait()
 		}
 		if kept {
-			// A final call gives the place up if the lock was held (not
-			// after an outage, which its caller may ride out by asking
-			// again).
-			c.places.end(name, req.Waiter, acquired, o.Final && busy != nil)
+			// A final call gives the place up if the lock was held when
+			// the call ended by itself: not after an outage, nor when its
+			// caller's context ended (over HTTP, a cut connection), which
+			// its caller may ride out by asking again (docs/design.md,
+			// defect 241).
+			c.places.end(name, req.Waiter, acquired, o.Final && busy != nil && unbudgeted.Err() == nil)
 			return
 		}
 		switch {

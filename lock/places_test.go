@@ -316,3 +316,60 @@ func TestWaiterMovedToAnotherClientKeepsItsPlace(t *testing.T) {
 		}
 	}
 }
+
+// A final call cut short by its caller's context did not end held by its
+// wait: over HTTP that context is the request's, which ends when a proxy
+// or the network cuts the connection, and the client, with no answer,
+// asks again with the same waiter. Its place must wait for it (for
+// DefaultWaiterTTL, as any call's that is not final), ahead of those who
+// came after. Before, the place went with the cut call, and the next
+// request queued behind a later candidate (docs/design.md, defect 241).
+func TestCutFinalCallKeepsItsPlace(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			c := newClient(t, b.store)
+			ctx := t.Context()
+			name := testenv.Name(t)
+			holder, err := c.TryAcquire(ctx, name, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiters := func(n int) {
+				t.Helper()
+				testenv.WaitUntil(t, 30*time.Second, func() bool {
+					st, err := c.Inspect(ctx, name)
+					return err == nil && st.Waiters == n
+				})
+			}
+			const a = "0123456789abcdef0123456789abcdef"
+			final := []lock.Option{lock.WithWaiter(a), lock.WithFinal(), lock.WithWait(30 * time.Second)}
+			cut, cancel := context.WithCancel(ctx)
+			first := acquireAsync(cut, c, name, final...)
+			waiters(1)
+			cancel()
+			if r := testenv.Next(t, first); r.err == nil {
+				t.Fatal("the call cut short got the lock")
+			}
+			if st, err := c.Inspect(ctx, name); err != nil || st.Waiters != 1 {
+				t.Fatalf("after the final call was cut short: %d waiters (%v), want its place kept", st.Waiters, err)
+			}
+			later := acquireAsync(ctx, c, name, lock.WithWait(30*time.Second))
+			waiters(2)
+			again := acquireAsync(ctx, c, name, final...)
+			if err := holder.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := testenv.Next(t, again)
+			if r.err != nil {
+				t.Fatalf("the waiter's next call: %v (the later waiter was served first?)", r.err)
+			}
+			r.l.Release(ctx)
+			if r := testenv.Next(t, later); r.err != nil {
+				t.Fatalf("the later waiter: %v", r.err)
+			} else {
+				r.l.Release(ctx)
+			}
+		})
+	}
+}
