@@ -1131,8 +1131,20 @@ func redirected(resp *http.Response, base, path string) *APIError {
 	return ae
 }
 
+// apiError is the *APIError of an answer of status other than 200 or a
+// redirect, with its body. Only a 4xx or 5xx is fenced's error: fenced's
+// one success is 200, so another 2xx is something in front of it
+// answering in its place, maybe without passing the request on. Its code,
+// if its body has one, is not taken: it is an answer without one, no
+// decision of fenced's (undecidedAnswer), sent again where that is safe.
+// Taken, a 202 with "lost" said a release failed that a retry would have
+// made, and one with "not_found" that a lock was free while its lease held
+// it (docs/design.md, defect 243; the Python and TypeScript clients' 237).
 func apiError(status int, body []byte) *APIError {
 	var e api.ErrorBody
+	if status < 400 {
+		return &APIError{Status: status, Message: excerpt(status, body)}
+	}
 	if err := json.Unmarshal(body, &e); err == nil && e.Error.Code != "" {
 		ae := &APIError{Status: status, Code: e.Error.Code, Field: e.Error.Field, Message: e.Error.Message}
 		if e.Error.WaitedMs != nil {
@@ -1150,6 +1162,12 @@ func apiError(status int, body []byte) *APIError {
 		ae.LostForCertain = e.Error.MaybeReleased != nil && !*e.Error.MaybeReleased
 		return ae
 	}
+	return &APIError{Status: status, Message: excerpt(status, body)}
+}
+
+// excerpt is the message of an answer that is not an API error: the start
+// of its body, or its status's text if it has none.
+func excerpt(status int, body []byte) string {
 	msg := strings.TrimSpace(string(body))
 	if len(msg) > 200 {
 		msg = msg[:200] + "…"
@@ -1157,5 +1175,5 @@ func apiError(status int, body []byte) *APIError {
 	if msg == "" {
 		msg = http.StatusText(status)
 	}
-	return &APIError{Status: status, Message: msg}
+	return msg
 }

@@ -55,7 +55,8 @@
 // A request goes to the server that answered last; when that server cannot
 // be reached or answers 503 unavailable, the client moves to the next, and
 // stays there. Another 5xx, or an answer that is not fenced's own (a
-// proxy's 502 or 504 page, with no API error code), counts as a 503 does:
+// proxy's 502 or 504 page, with no API error code; a 2xx other than 200),
+// counts as a 503 does:
 // it may come after fenced acted on the request, so it is no decision, and
 // a grant made meanwhile comes back only to a request sent again with its
 // waiter (docs/design.md, defect 119). One 503 is a decision: an
@@ -171,7 +172,10 @@
 // [lock.ErrInvalidName] or [lock.ErrInvalidTTL] (checked before any
 // request), a closed client [lock.ErrClosed]. Every answer of the server
 // other than 200 is an [*APIError] with its status, code and field, mapped
-// to those sentinels by code and field, never by message text. So is a
+// to those sentinels by code and field, never by message text. Only a 4xx
+// or 5xx has a code: another 2xx is not fenced's (its one success is 200)
+// but something's in front of it, an answer without a code, which counts
+// as a proxy's page does ("Several servers") whatever its body says. So is a
 // redirect (3xx), which fenced never sends: something in front of it (an
 // ingress that sends http:// to https://) answered, and the client follows
 // no redirect, which for a 301 to 303 would turn a DELETE or a POST into a

@@ -25,7 +25,11 @@ var ErrNoAnswer = errors.New("client: no answer from the server in time")
 // APIError is an error answer of the fenced server:
 // {"error":{"code","message","field"}} with its HTTP status. A body that is
 // not in that form (a proxy's error page, say) gives an APIError with an
-// empty Code and an excerpt of the body as Message. A redirect (3xx), which
+// empty Code and an excerpt of the body as Message; so does a 2xx other
+// than 200, whatever its body: fenced's one success is 200 and its errors
+// are 4xx and 5xx, so it is something in front of fenced answering in its
+// place, no decision of fenced's, and is sent again as a proxy's page is
+// (docs/design.md, defect 243). A redirect (3xx), which
 // fenced never sends and the client never follows, gives one with an empty
 // Code and a Message that names the URL to point the client at: nothing
 // was applied, and the request is not sent again.
@@ -68,6 +72,9 @@ type APIError struct {
 func (e *APIError) Error() string {
 	if e.Code == "" && e.Status >= 300 && e.Status < 400 {
 		return fmt.Sprintf("HTTP %d, a redirect, not fenced's answer: %s", e.Status, e.Message)
+	}
+	if e.Code == "" && e.Status < 300 {
+		return fmt.Sprintf("HTTP %d, not fenced's answer (fenced answers 200 or an API error): %s", e.Status, e.Message)
 	}
 	if e.Code == "" {
 		return fmt.Sprintf("fenced answered HTTP %d: %s", e.Status, e.Message)

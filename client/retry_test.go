@@ -484,3 +484,91 @@ func TestProxyPageAfterAGrantFindsIt(t *testing.T) {
 	}
 	f.wantFree(t, name, "after the release")
 }
+
+// answersFirst is a proxy in front of the fixture's server that answers
+// the first request whose path ends with a suffix of first itself, with
+// status and first[suffix] as its body, as something in front of fenced
+// answering in its place does, and passes the rest on. sent counts the
+// requests by suffix.
+func answersFirst(t *testing.T, f *fixture, status int, first map[string]string) (u string, sent func(suffix string) int) {
+	t.Helper()
+	pass, _ := passOn(t, f, 0)
+	var mu sync.Mutex
+	n := map[string]int{}
+	u, _ = counted(t, func(w http.ResponseWriter, r *http.Request) {
+		for suffix, body := range first {
+			if !strings.HasSuffix(r.URL.Path, suffix) {
+				continue
+			}
+			mu.Lock()
+			n[suffix]++
+			once := n[suffix] == 1
+			mu.Unlock()
+			if once {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(status)
+				w.Write([]byte(body))
+				return
+			}
+		}
+		pass.ServeHTTP(w, r)
+	})
+	return u, func(suffix string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n[suffix]
+	}
+}
+
+// TestOnly200IsFencedsSuccess: something in front of fenced answers a
+// request itself with a 2xx other than 200 whose body carries an API error
+// code (held, lost, not_found). fenced's only success is 200 and its errors
+// are 4xx and 5xx, so such an answer is no decision of fenced's: it is sent
+// again where that is safe, as a proxy's page is. Before, the client took
+// the code as fenced's: a TryAcquire of a free lock said it was held, a
+// Refresh and a Release of a lease that fenced held said it was lost, and a
+// ForceRelease said the lock was free while a lease held it
+// (docs/design.md, defect 243; the Python and TypeScript clients' 237).
+func TestOnly200IsFencedsSuccess(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	const held = `{"error":{"code":"held","message":"injected"}}`
+	const lost = `{"error":{"code":"lost","message":"injected"}}`
+	const notFound = `{"error":{"code":"not_found","message":"injected"}}`
+	for _, status := range []int{http.StatusAccepted, http.StatusPartialContent} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			name := testenv.Name(t)
+			u, sent := answersFirst(t, f, status, map[string]string{"/acquire": held, "/refresh": lost, "/release": lost})
+			c := newClient(t, u)
+			l, err := c.TryAcquire(ctx, name, 30*time.Second)
+			if err != nil || sent("/acquire") != 2 {
+				t.Fatalf("TryAcquire of a free lock answered %d held: %v after %d requests; want a lease from the second", status, err, sent("/acquire"))
+			}
+			if err := l.Refresh(ctx, 0); err != nil || sent("/refresh") != 2 {
+				t.Fatalf("refresh answered %d lost: %v after %d requests; want refreshed by the second", status, err, sent("/refresh"))
+			}
+			if err := l.Release(ctx); err != nil || sent("/release") != 2 {
+				t.Fatalf("release answered %d lost: %v after %d requests; want released by the second", status, err, sent("/release"))
+			}
+			f.wantFree(t, name, "after the release")
+
+			// A force-release is not sent again: it says it may have
+			// released the lock, which it did not; not that it was free.
+			if _, err := f.locks.TryAcquire(ctx, name, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			u, sent = answersFirst(t, f, status, map[string]string{name: notFound})
+			st, err := newClient(t, u).ForceRelease(ctx, name)
+			var ae *client.APIError
+			if err == nil || !errors.As(err, &ae) || ae.Code != "" || ae.Status != status || !strings.Contains(err.Error(), "may have released") || sent(name) != 1 {
+				t.Fatalf("force-release answered %d not_found: %+v, %v after %d requests; want an error without a code, that it may have released, after 1", status, st, err, sent(name))
+			}
+			if st, err := f.locks.Inspect(ctx, name); err != nil || !st.Held {
+				t.Fatalf("the lock: %+v, %v; want held", st, err)
+			}
+			if _, err := f.locks.ForceRelease(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
