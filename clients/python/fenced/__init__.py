@@ -535,10 +535,11 @@ class Client:
     "Authorization: Bearer ..." when the server requires one (default None
     or "": none); at least 16 bytes of printable ASCII without spaces, as
     a server's token file holds them. Bad arguments here raise ValueError.
-    timeout: seconds a request may take as a whole, connecting, sending and
-    reading all of its answer, on top of an acquire's wait_ms (default
-    10). retries: how often a 503 unavailable answer is retried,
-    after the answer's Retry-After (at most 1 s) or 100 ms, 200 ms, ...
+    timeout: seconds a request may take as a whole, connecting (and the
+    TLS handshake), sending and reading all of its answer, on top of an
+    acquire's wait_ms (default 10). retries: how often a 503 unavailable
+    answer is retried, after the answer's Retry-After (at most 1 s) or
+    100 ms, 200 ms, ...
     (default 2; 0 disables); a one-attempt acquire, a refresh or release
     (and a force-release with a token) also retries, within the same count,
     a request whose answer was lost or was not fenced's decision, such as a
@@ -631,7 +632,13 @@ class Client:
         """Take the lock, waiting up to wait_ms (default 30 s) for the holder
         to release it or for its lease to expire; a wait longer than the
         server's --max-wait (60 s by default) goes in several requests, one
-        place in the queue. Raises HeldError if it is still held then.
+        place in the queue. Raises HeldError if it is still held then: when
+        wait_ms is over, not before. A 409 that comes with time left
+        (something in front of fenced answering for it, a fenced
+        restarting) is asked again after a pause (50 ms doubling to 1 s,
+        never past the wait's end), with the same waiter, for what is left,
+        as the Go client does (docs/design.md, defect 242); the HeldError's
+        waited_ms is the whole call's wait.
         A grant answered after its TTL ran out (no validity left: a slow
         proxy, a pause of this process) is released at once and not
         acquired: the call waits on if time is left, else raises
@@ -964,7 +971,9 @@ class Client:
         on wait_ms, max_wait_ms) is asked for in requests of that length,
         in one place in the queue; the client remembers the maximum. Only
         the request whose wait is all the call has left is final (gives
-        its place up if it ends held); if a fair wait ends after a 409 to
+        its place up if it ends held); a 409 that comes before wait_ms is
+        over, a final request's too, is asked again after a back-off
+        (defect 242); if a fair wait ends after a 409 to
         an earlier one (answered late, or the back-off ran to the end), one
         more request, final with wait_ms 1, gives the place up, and its
         grant is returned or its HeldError raised (defect 128). One
@@ -1049,12 +1058,15 @@ class Client:
                 if e.position:
                     position = e.position
                 now = time.monotonic()
-                # A grant that came back with no validity left (503 on
-                # ttl_ms: nobody holds the lock) is asked again while the
-                # wait has time left, after the last request too, as the Go
-                # client does: a later grant may be quicker (defect 182).
-                again = isinstance(e, TTLTooShortError) and now < end
-                if (last and not again) or (now >= end and not fair):
+                # The wait ends when wait_ms is over, not at the last
+                # request's 409: one answered with time left (a proxy that
+                # answers for fenced, a fenced restarting, a server whose
+                # wait is shorter than asked) is asked again below, with
+                # the same waiter, for what is left, as the Go client does
+                # (docs/design.md, defect 242); so is a grant that came back
+                # with no validity left (503 on ttl_ms: nobody holds the
+                # lock), whose later grant may be quicker (defect 182).
+                if now >= end and (last or not fair):
                     raise _wait_over(e, name, kind, wait_ms, began, position)  # no request once the wait is over
                 # A fair wait may end after a request that was not final:
                 # its 409 came late (a slow network, a loaded machine), or
@@ -1353,7 +1365,7 @@ class Client:
                     conn = None
             reused = conn is not None
             if conn is None:
-                cls = http.client.HTTPSConnection if self._url.scheme == "https" else http.client.HTTPConnection
+                cls = _HTTPSConnection if self._url.scheme == "https" else _HTTPConnection
                 conn = cls(self._url.hostname or "", self._url.port, timeout=timeout)
                 conn._fenced_gen = self._gen  # type: ignore[attr-defined]
                 slot.conn = conn
@@ -1369,13 +1381,13 @@ class Client:
         """One request, sent again once on a fresh connection when a kept
         one was closed as it went out, unless it waits (wait_ms in its body
         or query); sent, if given, gets the time.monotonic() before that
-        second one. timeout bounds the whole of it: connecting, sending and
-        reading all of the answer (_bounded_answer), not each read of the
-        socket: an answer that trickles in a byte at a time kept a refresh
-        of the keep-alive going some 40 s past the lease's validity
-        (docs/design.md, defect 238). A timeout once the request was sent
-        is a TransportError that _timed_out_sent says may have been acted
-        on. An OSError that is not the standard library's (a caller's own,
+        second one. timeout bounds the whole of it: connecting and the TLS
+        handshake (_HTTPConnection), sending and reading all of the answer
+        (_bounded_answer), not each read of the socket: an answer that
+        trickles in a byte at a time kept a refresh of the keep-alive going
+        some 40 s past the lease's validity (docs/design.md, defect 238). A
+        timeout once the request was sent is a TransportError that
+        _timed_out_sent says may have been acted on. An OSError that is not the standard library's (a caller's own,
         raised by a signal handler) is raised as it is, not as a
         TransportError."""
         data = None
@@ -1402,6 +1414,7 @@ class Client:
         deadline = time.monotonic() + timeout
         for attempt in (0, 1):
             conn, reused = self._conn(max(deadline - time.monotonic(), 0.001))
+            conn.deadline = deadline  # type: ignore[attr-defined]
             written = False
             try:
                 conn.response_class = _bounded_answer(deadline, timeout)  # type: ignore[assignment]
@@ -1502,6 +1515,33 @@ def _bounded_answer(deadline: float, timeout: float) -> Callable[..., http.clien
     many times the timeout (docs/design.md, defect 238)."""
     return lambda sock, *args, **kwargs: http.client.HTTPResponse(
         _BoundedSocket(sock, deadline, timeout), *args, **kwargs)  # type: ignore[arg-type]
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    """An HTTPConnection whose connect, and what follows it, end by the
+    request's deadline (time.monotonic(); set by Client._request before
+    each request)."""
+
+    deadline: Optional[float] = None  # None: the timeout given, for each step
+
+    def connect(self) -> None:
+        if self.deadline is not None:
+            self.timeout = max(self.deadline - time.monotonic(), 0.001)
+        super().connect()
+        # What follows has only what is left: the TLS handshake of an
+        # _HTTPSConnection, whose connect calls this one first, takes the
+        # socket's timeout as its bound as a whole from when it begins, so
+        # it had the request's whole timeout again once the TCP connect
+        # was done (docs/design.md, defect 244); and sending the request.
+        if self.deadline is not None:
+            self.sock.settimeout(max(self.deadline - time.monotonic(), 0.001))
+
+
+class _HTTPSConnection(http.client.HTTPSConnection, _HTTPConnection):
+    """An HTTPSConnection whose TCP connect and TLS handshake end by the
+    request's deadline as a whole: its connect calls _HTTPConnection's
+    (next in the method order) for the TCP connect, then shakes hands in
+    what is left."""
 
 
 class _BoundedSocket:

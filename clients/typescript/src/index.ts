@@ -743,8 +743,13 @@ export class Client {
   /**
    * Take the lock, waiting up to waitMs (default 30 s) for the holder to
    * release it or for its lease to expire. Rejects with HeldError if it is
-   * still held then. A grant answered after its validity ran out (a slow
-   * proxy, a blocked event loop) is released at once and is no grant: the
+   * still held then: when waitMs is over, not before. A 409 that comes with
+   * time left (something in front of fenced answering for it, a fenced
+   * restarting) is asked again after a pause (50 ms doubling to 1 s, never
+   * past the wait's end), with the same waiter, for what is left, as the
+   * Go client does (docs/design.md, defect 242); the HeldError's waitedMs
+   * is the whole call's wait. A grant answered after its validity ran out
+   * (a slow proxy, a blocked event loop) is released at once and is no grant: the
    * call goes on waiting while waitMs has time left, else rejects with
    * TTLTooShortError (a HeldError) saying so (docs/design.md, defect 117).
    * So does fenced's 503 unavailable on ttl_ms, its word for a grant that
@@ -849,8 +854,10 @@ export class Client {
    * max_wait_ms) is asked for in requests of that length, in one place in
    * the queue; the client remembers the maximum. Only the request whose
    * wait is all the call has left is final (gives its place up if it ends
-   * held); if a fair wait ends after a 409 to an earlier one (answered
-   * late, or the back-off ran to the end), one more request, final with
+   * held); a 409 that comes before waitMs is over, a final request's too,
+   * is asked again after a back-off (defect 242); if a fair wait ends
+   * after a 409 to an earlier one (answered late, or the back-off ran to
+   * the end), one more request, final with
    * wait_ms 1, gives the place up, and its grant is returned or its
    * HeldError thrown (docs/design.md, defect 128). A failure without
    * fenced's decision is ridden out until the wait ends (see acquire;
@@ -968,14 +975,17 @@ export class Client {
             continue;
           }
           awayMs = MIN_HELD_BACKOFF_MS; // fenced answered
-          // A grant that came back with no validity left (503 on ttl_ms:
-          // nobody holds the lock) is asked again while the wait has time
-          // left, after the last request too, as the Go client does: a
-          // later grant may be quicker (docs/design.md, defect 182).
-          const again = e instanceof TTLTooShortError && performance.now() < end;
           if (!(e instanceof HeldError)) throw e;
           if (e.position) position = e.position;
-          if ((last && !again) || (!fair && performance.now() >= end)) throw waitOver(e, name, kind, waitMs, began, position); // no request once the wait is over
+          // The wait ends when waitMs is over, not at the last request's
+          // 409: one answered with time left (a proxy that answers for
+          // fenced, a fenced restarting, a server whose wait is shorter
+          // than asked) is asked again below, with the same waiter, for
+          // what is left, as the Go client does (docs/design.md, defect
+          // 241); so is a grant that came back with no validity left (503
+          // on ttl_ms: nobody holds the lock), whose later grant may be
+          // quicker (defect 182).
+          if ((last || !fair) && performance.now() >= end) throw waitOver(e, name, kind, waitMs, began, position); // no request once the wait is over
           // A fair wait may end after a request that was not final: its 409
           // came late (a slow network, a loaded machine), or the back-off
           // below ran to the end. That request's place is kept 3 s for a next

@@ -864,6 +864,55 @@ describe("fenced dev (etcd leases)", () => {
     const locks = list.locks as Record<string, unknown>[];
     assert.deepEqual([locks[0].token, locks[1].token, locks[1].last_token], [9223372036854775807n, 0n, 9007199254740993n]);
   });
+  it("waits on after a 409 that comes before the wait is over", async () => {
+    // Something answers a wait's request 409 held long before the wait is
+    // over (here a proxy at once; a fenced restarting, or one whose wait
+    // is shorter than the client thinks, behind a proxy): the wait ended
+    // at once with HeldError, though most of waitMs was left, where the Go
+    // client backs off and asks again. It now waits on, with the same
+    // waiter, and rejects only once waitMs is over, saying the whole wait
+    // (docs/design.md, defect 242).
+    const cases = [
+      ["lock", "/acquire", (c: Client, n: string, waitMs: number) => c.acquire(n, { ttlMs: 5000, waitMs }), (n: string) => client.acquire(n, { ttlMs: 30_000 })],
+      ["election", "/campaign", (c: Client, n: string, waitMs: number) => c.elect(n, { value: "b", ttlMs: 5000, waitMs }), (n: string) => client.elect(n, { value: "a", ttlMs: 30_000, waitMs: 0 })],
+    ] as const;
+    for (const [what, path, take, hold] of cases) {
+      // Free: the request after the early 409 takes it.
+      let proxy = await startScriptedProxy(daemon.url, { [path]: ["409"] });
+      try {
+        const lease = await take(new Client(proxy.url), unique(), 20_000);
+        await lease.release();
+        assert.deepEqual(proxy.actions(path), ["409", "forward"], what);
+        assert.equal(new Set(proxy.bodies(path).map((b) => b.waiter)).size, 1, `${what}: one waiter for the whole wait`);
+      } finally {
+        await proxy.close();
+      }
+      // Held all along: HeldError once the wait is over, not at the 409.
+      proxy = await startScriptedProxy(daemon.url, { [path]: ["409"] });
+      const name = unique();
+      const holder = await hold(name);
+      try {
+        const started = performance.now();
+        const err = await take(new Client(proxy.url), name, 2000).then(
+          () => assert.fail(`${what}: taken while held`),
+          (e: unknown) => e,
+        );
+        const took = performance.now() - started;
+        assert.ok(err instanceof HeldError, `${what}: ${err}`);
+        assert.ok(took >= 2000, `${what}: HeldError ${took} ms into a 2 s wait: ${proxy.actions(path)}`);
+        assert.ok(err.waitedMs !== undefined && err.waitedMs >= 2000 && err.waitedMs <= took + 1, `${what}: waitedMs ${err.waitedMs}; the call took ${took} ms`);
+        assert.equal(proxy.actions(path)[0], "409");
+        const bodies = proxy.bodies(path);
+        assert.ok(bodies.length > 1, `${what}: not asked again after the early 409`);
+        assert.equal(bodies[bodies.length - 1].final, true, `${what}: the wait ended without a final request: ${JSON.stringify(bodies)}`);
+        assert.equal(new Set(bodies.map((b) => b.waiter)).size, 1, `${what}: one waiter for the whole wait`);
+        if (what === "lock") assert.equal((await client.inspect(name)).waiters, 0, "the wait left its place in the queue");
+      } finally {
+        await holder.release();
+        await proxy.close();
+      }
+    }
+  });
 });
 
 describe("fenced serve (Redis leases, bearer auth)", () => {
