@@ -1830,8 +1830,11 @@ describe("fenced serve (Redis leases, bearer auth)", () => {
     const proxy = await startScriptedProxy(daemon.url, { "/refresh": [...script] });
     try {
       const name = unique();
-      const lease = await new Client(proxy.url, { bearerToken: bearer }).lock(name, { ttlMs: 600 });
-      const err = await within(lease.lost, 1500);
+      // 3 s: four failed refreshes and their pauses (a tenth of the TTL
+      // each) take about three quarters of the TTL; with 600 ms the round
+      // trips of a loaded machine ran past the validity (1 of 8 runs).
+      const lease = await new Client(proxy.url, { bearerToken: bearer }).lock(name, { ttlMs: 3000 });
+      const err = await within(lease.lost, 3000);
       assert.equal(err, "timeout", `lost: ${err === "timeout" ? "" : err.message}; ${JSON.stringify(proxy.seen())}`);
       assert.deepEqual(proxy.actions("/refresh").slice(0, 5), [...script, "forward"]);
       assert.equal((await client.inspect(name)).token, lease.token);
