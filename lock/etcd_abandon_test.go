@@ -81,11 +81,12 @@ type routedKV struct {
 	alt    clientv3.KV
 	route  func(ops []clientv3.Op) bool
 	armed  atomic.Bool
+	once   bool         // disarmed by the first request it routes
 	routed atomic.Int32 // requests sent to alt
 }
 
 func (r *routedKV) pick(ops []clientv3.Op) clientv3.KV {
-	if r.armed.Load() && r.route(ops) {
+	if r.route(ops) && (r.once && r.armed.CompareAndSwap(true, false) || !r.once && r.armed.Load()) {
 		r.routed.Add(1)
 		return r.alt
 	}
