@@ -115,54 +115,91 @@ func TestLongWaitKeepsItsPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		who string
-		l   *lock.Lease
-		err error
-	}
-	got := make(chan result, 2)
-	acquire := func(who string, c *client.Client) {
-		l, err := c.Acquire(ctx, name, 10*time.Second, lock.WithWait(30*time.Second))
-		got <- result{who, l, err}
-	}
-	waiters := func(n int) {
-		t.Helper()
-		for { // polling a condition
-			st, err := other.Inspect(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Waiters == n {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	go acquire("A", long)
-	waiters(1)
-	go acquire("B", other)
-	waiters(2)
+	got := make(chan waited, 2)
+	go waitFor(ctx, got, "A", long, name)
+	f.waiters(t, name, 1)
+	go waitFor(ctx, got, "B", other, name)
+	f.waiters(t, name, 2)
 	for n := f.acquires.Load(); f.acquires.Load() < n+2; { // A asked again after B queued
 		time.Sleep(10 * time.Millisecond) // polling a condition
 	}
-	if err := holder.Release(ctx); err != nil {
+	servedInOrder(t, holder, got, "A", "B")
+}
+
+// TestCutWaitKeepsItsPlace: a wait that fits in one request sends it as
+// the last (final). When the network cuts that request's connection while
+// it waits, the client asks again with the same waiter, and must find its
+// place ahead of a waiter that came after the cut. Before, the server gave
+// the place up with the cut request, and the next one queued behind the
+// later waiter, in all three clients (docs/design.md, defect 241).
+func TestCutWaitKeepsItsPlace(t *testing.T) {
+	f := newFixture(t)
+	p, cut := f.proxied(t)
+	other := newClient(t, f.url)
+	ctx := t.Context()
+	name := testenv.Name(t)
+	holder, err := other.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
-	first := testenv.Next(t, got)
-	if first.err != nil {
-		t.Fatal(first.err)
+	got := make(chan waited, 2)
+	go waitFor(ctx, got, "cut", cut, name)
+	f.waiters(t, name, 1)
+	p.Hold(true) // the request sent again waits in the proxy until the later waiter queued
+	t.Cleanup(func() { p.Hold(false) })
+	p.CutAll()
+	// The holder's acquire and the cut one ended at the server.
+	testenv.WaitUntil(t, 30*time.Second, func() bool { return f.answered.Load() >= 2 })
+	if st, err := f.locks.Inspect(ctx, name); err != nil || st.Waiters != 1 {
+		t.Fatalf("after the request was cut: %d waiters (%v), want its place kept", st.Waiters, err)
 	}
-	if first.who != "A" {
-		t.Fatalf("%s got the lock first; want A, which queued first and kept its place across its requests", first.who)
-	}
-	if err := first.l.Release(ctx); err != nil {
+	go waitFor(ctx, got, "later", other, name)
+	f.waiters(t, name, 2)
+	p.Hold(false)
+	servedInOrder(t, holder, got, "cut", "later")
+}
+
+// waited is the outcome of a waiting acquisition, by who asked.
+type waited struct {
+	who string
+	l   *lock.Lease
+	err error
+}
+
+// waitFor sends the outcome of who's waiting acquisition of name to got.
+func waitFor(ctx context.Context, got chan<- waited, who string, c *client.Client, name string) {
+	l, err := c.Acquire(ctx, name, 10*time.Second, lock.WithWait(20*time.Second))
+	got <- waited{who, l, err}
+}
+
+// waiters waits until name's queue holds n waiters.
+func (f *fixture) waiters(t *testing.T, name string, n int) {
+	t.Helper()
+	testenv.WaitUntil(t, 30*time.Second, func() bool {
+		st, err := f.locks.Inspect(t.Context(), name)
+		return err == nil && st.Waiters == n
+	})
+}
+
+// servedInOrder releases holder and wants the waiters on got served in
+// the order of whos, each releasing the lock to the next.
+func servedInOrder(t *testing.T, holder *lock.Lease, got <-chan waited, whos ...string) {
+	t.Helper()
+	if err := holder.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	second := testenv.Next(t, got)
-	if second.err != nil || second.who != "B" {
-		t.Fatalf("then %s: %v", second.who, second.err)
+	for i, want := range whos {
+		r := testenv.Next(t, got)
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.who, r.err)
+		}
+		if r.who != want {
+			t.Fatalf("%s got the lock at turn %d; want %s: the order of the queue is %q", r.who, i+1, want, whos)
+		}
+		if err := r.l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	second.l.Release(ctx)
 }
 
 // TestLostAnswerFindsItsGrant: the answer to an acquire that the server

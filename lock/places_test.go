@@ -11,6 +11,24 @@ import (
 	"github.com/fenced/fenced/lock"
 )
 
+// heldName is a name held by another holder of c's for 30 s, and a wait
+// until its queue has n waiters.
+func heldName(t *testing.T, c *lock.Client) (name string, holder *lock.Lease, waiters func(n int)) {
+	t.Helper()
+	name = testenv.Name(t)
+	holder, err := c.TryAcquire(t.Context(), name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name, holder, func(n int) {
+		t.Helper()
+		testenv.WaitUntil(t, 30*time.Second, func() bool {
+			st, err := c.Inspect(t.Context(), name)
+			return err == nil && st.Waiters == n
+		})
+	}
+}
+
 // TestWaiterKeepsItsPlaceAcrossCalls: an acquisition made of several
 // calls with one WithWaiter id (a server serving a remote waiter's
 // requests) waits in one place: A's first call ends without the lock, B
@@ -24,18 +42,7 @@ func TestWaiterKeepsItsPlaceAcrossCalls(t *testing.T) {
 			t.Parallel()
 			c := newClient(t, b.store)
 			ctx := t.Context()
-			name := testenv.Name(t)
-			holder, err := c.TryAcquire(ctx, name, 30*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			waiters := func(n int) {
-				t.Helper()
-				testenv.WaitUntil(t, 30*time.Second, func() bool {
-					st, err := c.Inspect(ctx, name)
-					return err == nil && st.Waiters == n
-				})
-			}
+			name, holder, waiters := heldName(t, c)
 			const a = "0123456789abcdef0123456789abcdef"
 			if _, err := c.Acquire(ctx, name, 5*time.Second, lock.WithWaiter(a), lock.WithWait(100*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
 				t.Fatalf("A's first call: %v, want ErrNotAcquired", err)
@@ -100,20 +107,13 @@ func TestFinalCallWhileAnotherWaits(t *testing.T) {
 			t.Parallel()
 			c := newClient(t, b.store)
 			ctx := t.Context()
-			name := testenv.Name(t)
-			holder, err := c.TryAcquire(ctx, name, 30*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
+			name, holder, waiters := heldName(t, c)
 			defer holder.Release(ctx)
 			const w = "0123456789abcdef0123456789abcdef"
 			cut, cancel := context.WithCancel(ctx)
 			defer cancel()
 			first := acquireAsync(cut, c, name, lock.WithWaiter(w), lock.WithWait(30*time.Second))
-			testenv.WaitUntil(t, 10*time.Second, func() bool {
-				st, err := c.Inspect(ctx, name)
-				return err == nil && st.Waiters == 1
-			})
+			waiters(1)
 			if _, err := c.Acquire(ctx, name, 5*time.Second, lock.WithWaiter(w), lock.WithFinal(), lock.WithWait(50*time.Millisecond)); !errors.Is(err, lock.ErrNotAcquired) {
 				t.Fatalf("the final call: %v, want ErrNotAcquired", err)
 			}
@@ -330,18 +330,7 @@ func TestCutFinalCallKeepsItsPlace(t *testing.T) {
 			t.Parallel()
 			c := newClient(t, b.store)
 			ctx := t.Context()
-			name := testenv.Name(t)
-			holder, err := c.TryAcquire(ctx, name, 30*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			waiters := func(n int) {
-				t.Helper()
-				testenv.WaitUntil(t, 30*time.Second, func() bool {
-					st, err := c.Inspect(ctx, name)
-					return err == nil && st.Waiters == n
-				})
-			}
+			name, holder, waiters := heldName(t, c)
 			const a = "0123456789abcdef0123456789abcdef"
 			final := []lock.Option{lock.WithWaiter(a), lock.WithFinal(), lock.WithWait(30 * time.Second)}
 			cut, cancel := context.WithCancel(ctx)
