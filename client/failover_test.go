@@ -237,8 +237,11 @@ func TestFailoverAsksForTheWaitLeft(t *testing.T) {
 		if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
 			t.Fatalf("acquire: %v, want the first server's 503", err)
 		}
-		if n1 != 1 || n2 != 0 {
-			t.Fatalf("requests: %d to the first server, %d to the second (asked to wait %v); want 1 and 0: the budget was over", n1, n2, second)
+		// The second server may get the give-up of the 503's grant, if
+		// any (a request of 1 ms, sent in the background: defect 240),
+		// never a request that waits.
+		if n1 != 1 || n2 > 1 || n2 == 1 && second != time.Millisecond {
+			t.Fatalf("requests: %d to the first server, %d to the second (asked to wait %v); want 1, and none or a give-up of 1ms: the budget was over", n1, n2, second)
 		}
 	})
 }
