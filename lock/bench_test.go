@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,4 +53,101 @@ func benchPairs(b *testing.B, c *lock.Client) {
 			}
 		})
 	})
+}
+
+// BenchmarkHotLockQueue measures the handoffs of one lock that n fair
+// waiters queue for, each holding it 5 ms when its turn comes and then
+// queueing again: ns/op is one handoff, attempts/op the store's acquire
+// attempts per handoff (Redis: a script each; etcd: a Txn each, every one a
+// Raft write), most of them made by waiters behind the head to keep their
+// places (docs/design.md, "Waiting"). Run with a fixed count, for example
+// -benchtime=300x: each run queues its n waiters first.
+func BenchmarkHotLockQueue(b *testing.B) {
+	for _, mk := range []func(testing.TB) backend{redisBackend, etcdBackend} {
+		be := mk(b)
+		for _, n := range []int{8, 64, 256} {
+			b.Run(fmt.Sprintf("%s/waiters=%d", be.name, n), func(b *testing.B) { benchQueue(b, be.store, n) })
+		}
+	}
+}
+
+func benchQueue(b *testing.B, store lock.LeaseStore, n int) {
+	counted := &attemptCounter{LeaseStore: store, ws: map[string]*waiterSeen{}}
+	c := newClient(b, counted)
+	name := fmt.Sprintf("bench-queue-%d-%d", n, b.N)
+	first, err := newClient(b, store).TryAcquire(context.Background(), name, time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		handoffs atomic.Int64
+		wg       sync.WaitGroup
+		errs     = make(chan error, n)
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				l, err := c.Acquire(ctx, name, 10*time.Second)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+						cancel()
+					}
+					return
+				}
+				time.Sleep(5 * time.Millisecond) // the holder's work
+				if handoffs.Add(1) >= int64(b.N) {
+					cancel()
+				}
+				if err := l.Release(context.Background()); err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	for {
+		st, err := c.Inspect(ctx, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st.Waiters == n {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	attempts := func() (sum int) {
+		for _, w := range counted.attempts() {
+			sum += w.n
+		}
+		return sum
+	}
+	txns := func() uint64 {
+		if es, ok := store.(*lock.EtcdStore); ok {
+			return es.Stats().Txns
+		}
+		return 0
+	}
+	a0, t0 := attempts(), txns()
+	b.ResetTimer()
+	if err := first.Release(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	<-ctx.Done()
+	b.StopTimer()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	h := float64(handoffs.Load())
+	b.ReportMetric(float64(attempts()-a0)/h, "attempts/op")
+	if t := txns(); t > 0 {
+		b.ReportMetric(float64(t-t0)/h, "txns/op")
+	}
 }

@@ -202,7 +202,16 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			}
 			continue
 		}
-		if held != nil && held.Remaining > 0 && held.Remaining < d {
+		switch {
+		case held != nil && held.Position > 1:
+			// Behind others in the queue, a waiter cannot take the lock
+			// before the places ahead go, and it is woken when they do
+			// (its name is published, or the place ahead is watched): it
+			// attempts only to keep its place, every third of its life,
+			// not at the strategy's pace, which with hundreds of waiters
+			// was most of the store's load (docs/design.md, "Waiting").
+			d = req.WaiterTTL / 3
+		case held != nil && held.Remaining > 0 && held.Remaining < d:
 			d = held.Remaining
 		}
 		t := time.NewTimer(d)

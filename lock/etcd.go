@@ -2686,12 +2686,15 @@ func (s *EtcdStore) opTxn(op etcdOp, offset uint64) opTxnParts {
 					clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 			}
 		default:
-			// Still waiting: is the place there, and how many are at or
-			// ahead of it.
+			// Still waiting: is the place there, and which are at or
+			// ahead of it. Their keys, not a count: etcd counts a range
+			// before its revision filters, so a count-only range said the
+			// whole queue's length, and the head thought itself last
+			// (etcd-io/etcd#18267; docs/design.md, defect 245).
 			t.cmps = append(t.cmps, s.ks.QueueHeadIs(name, op.waiterRev))
 			t.then = append(t.then, clientv3.OpDelete(op.waiterKey))
 			t.els = append(t.els, clientv3.OpGet(op.waiterKey, clientv3.WithCountOnly()),
-				clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithMaxCreateRev(op.waiterRev)))
+				clientv3.OpGet(s.ks.QueuePrefix(name), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(op.waiterRev)))
 		}
 		if op.holder != "" || op.rejoinAs != "" {
 			// Read the lock when it is held: this holder's to reenter, or
@@ -2777,7 +2780,7 @@ func (s *EtcdStore) heldResult(op etcdOp, resps []*pb.ResponseOp) heldResult {
 	default:
 		hr.placeLost = resps[0].GetResponseRange().GetCount() == 0
 		if !hr.placeLost {
-			hr.position = int(resps[1].GetResponseRange().GetCount())
+			hr.position = len(resps[1].GetResponseRange().GetKvs())
 		}
 		i = 2
 	}

@@ -22,7 +22,7 @@ func TestFairWaitingInArrivalOrder(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newClient(t, b.store)
-			inArrivalOrder(t, c, []*lock.Client{c, c, c, c, c})
+			inArrivalOrder(t, c, []*lock.Client{c, c, c, c, c}, nil)
 		})
 	}
 }
@@ -44,13 +44,13 @@ func TestFairWaitingAcrossStores(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		clients[i] = newClient(t, s)
 	}
-	inArrivalOrder(t, clients[0], clients[1:])
+	inArrivalOrder(t, clients[0], clients[1:], nil)
 }
 
 // inArrivalOrder has holder take a lock, and waiters[i] arrive one after
-// another, each once the one before has its place; the lock must go to
-// them in that order.
-func inArrivalOrder(t *testing.T, holder *lock.Client, waiters []*lock.Client) {
+// another, each once the one before has its place; queued, if not nil,
+// runs then, before the release; the lock must go to them in that order.
+func inArrivalOrder(t *testing.T, holder *lock.Client, waiters []*lock.Client, queued func()) {
 	name := testenv.Name(t)
 	held, err := holder.Acquire(t.Context(), name, 30*time.Second)
 	if err != nil {
@@ -84,6 +84,9 @@ func inArrivalOrder(t *testing.T, holder *lock.Client, waiters []*lock.Client) {
 	if err != nil || st.Waiters != n || st.OldestWait <= 0 {
 		t.Fatalf("inspect with %d waiting: %+v, %v", n, st, err)
 	}
+	if queued != nil {
+		queued()
+	}
 	if err := held.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +102,85 @@ func inArrivalOrder(t *testing.T, holder *lock.Client, waiters []*lock.Client) {
 			t.Fatalf("the lock went to the waiters in the order %v, want arrival order", order)
 		}
 	}
+}
+
+// TestWaitersBehindTheHeadOnlyKeepTheirPlace: with the lock held, a fair
+// waiter behind the head of the queue attempts only to keep its place,
+// every third of the place's life, not at the retry strategy's pace: with
+// hundreds of waiters on one lock those attempts were most of the store's
+// load, on etcd each a Raft write (docs/design.md, "Waiting"). The head
+// keeps the strategy's pace, and the lock still goes in arrival order.
+func TestWaitersBehindTheHeadOnlyKeepTheirPlace(t *testing.T) {
+	t.Parallel()
+	for _, b := range everyStore(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			counted := &attemptCounter{LeaseStore: b.store, ws: map[string]*waiterSeen{}}
+			c := newClient(t, counted)
+			inArrivalOrder(t, newClient(t, b.store), []*lock.Client{c, c, c, c}, func() {
+				// Once past their first rounds (subscribing may take a few),
+				// count the attempts each made while the head, at the
+				// strategy's cap (256 ms), made eight: about two seconds.
+				testenv.WaitUntil(t, 30*time.Second, func() bool { return counted.attempts()[0].n >= 8 })
+				from, began := counted.attempts(), time.Now()
+				testenv.WaitUntil(t, 30*time.Second, func() bool { return counted.attempts()[0].n >= from[0].n+8 })
+				to, took := counted.attempts(), time.Since(began)
+				for i, w := range to {
+					if w.pos != i+1 {
+						t.Fatalf("waiter %d of %d said place %d: %v", i+1, len(to), w.pos, to)
+					}
+					// One attempt a second to keep its place (fewer on a
+					// slow machine), and one the window may cut in two.
+					if n, most := w.n-from[i].n, 2+int(took.Seconds()); i > 0 && n > most {
+						t.Fatalf("waiter %d, behind the head, attempted %d times in %s while the head did 8: more than once a second (%v, %v)", i+1, n, took.Round(time.Millisecond), from, to)
+					}
+				}
+				t.Logf("in %s: attempts so far %v, then %v", took.Round(time.Millisecond), from, to)
+			})
+		})
+	}
+}
+
+// attemptCounter counts each fair waiter's attempts, and keeps the place
+// its last held answer gave.
+type attemptCounter struct {
+	lock.LeaseStore
+	mu    sync.Mutex
+	order []string // the waiters, in the order of their first attempt
+	ws    map[string]*waiterSeen
+}
+
+type waiterSeen struct{ n, pos int }
+
+func (c *attemptCounter) Acquire(ctx context.Context, req lock.AcquireRequest) (lock.Grant, error) {
+	g, err := c.LeaseStore.Acquire(ctx, req)
+	if req.Waiter != "" {
+		c.mu.Lock()
+		w := c.ws[req.Waiter]
+		if w == nil {
+			w = &waiterSeen{}
+			c.ws[req.Waiter] = w
+			c.order = append(c.order, req.Waiter)
+		}
+		w.n++
+		if held := (*lock.HeldError)(nil); errors.As(err, &held) {
+			w.pos = held.Position
+		}
+		c.mu.Unlock()
+	}
+	return g, err
+}
+
+// attempts is what was seen of each waiter so far (attempts, place), in
+// the order of their first attempt.
+func (c *attemptCounter) attempts() []waiterSeen {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ws []waiterSeen
+	for _, id := range c.order {
+		ws = append(ws, *c.ws[id])
+	}
+	return ws
 }
 
 // TestWaiterThatGivesUpLeaves: a waiter that gives up leaves the queue at

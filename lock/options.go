@@ -51,7 +51,10 @@ type acquireOpts struct {
 
 // WithRetry sets the fallback strategy for waiters that miss a release
 // notification. Default for Acquire: ExponentialBackoff(4ms, 256ms) with no
-// limit but the wait budget and the context. Each acquisition starts this
+// limit but the wait budget and the context. A fair waiter behind others in
+// the queue attempts every third of its place's life instead (see
+// DefaultWaiterTTL): it cannot take the lock before those ahead, and is
+// woken when they go. Each acquisition starts this
 // package's strategies afresh, so one value may serve many (see
 // RetryStrategy). Acquire only: TryAcquire makes one attempt, and a fenced
 // server (package client) does the waiting itself.
@@ -145,7 +148,8 @@ const MaxLabelLen = 128
 
 // DefaultWaiterTTL is how long a fair waiter's place lasts without another
 // attempt: a waiter that died leaves the queue within it. Waiters attempt
-// at least every third of it.
+// at least every third of it, and those behind the head of the queue that
+// often and no more.
 const DefaultWaiterTTL = 3 * time.Second
 
 // ErrInvalidOption: an option that does not apply to the call, or an

@@ -316,14 +316,26 @@ func (s *RedlockStore) Acquire(ctx context.Context, req AcquireRequest) (Grant, 
 		// Held somewhere: wait like any waiter. Held nowhere: the nodes
 		// did not answer, which waiting will not fix.
 		var held *HeldError
+		pos := 0 // the waiter's best place on any node, 1 where the lock was its to take
 		for i, err := range o.errs {
 			if errors.Is(err, ErrNotAcquired) && (held == nil || takes[i].held < held.Remaining) {
-				held = &HeldError{Remaining: takes[i].held, Position: takes[i].position}
+				held = &HeldError{Remaining: takes[i].held}
+			}
+			p := takes[i].position
+			if err == nil && req.Waiter != "" {
+				p = 1
+			}
+			if (err == nil || errors.Is(err, ErrNotAcquired)) && p > 0 && (pos == 0 || p < pos) {
+				pos = p
 			}
 		}
 		if held == nil {
 			return Grant{}, s.quorumErr(o)
 		}
+		// A waiter at the head of one node's queue keeps the retry
+		// strategy's pace: heads that disagree are settled by attempts,
+		// not by notifications (see Client.acquire).
+		held.Position = pos
 		return Grant{}, held
 	}
 	tok, err := s.seq.Next(ctx, req.Name)
