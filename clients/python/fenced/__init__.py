@@ -44,6 +44,7 @@ cannot shorten the lease a later refresh extended (OutOfOrderError, 409).
 
 from __future__ import annotations
 
+import functools
 import http.client
 import inspect
 import io
@@ -54,6 +55,7 @@ import random
 import secrets
 import select
 import socket
+import ssl
 import threading
 import time
 import unicodedata
@@ -83,6 +85,7 @@ __all__ = [
     "UnsupportedMediaTypeError",
     "UnavailableError",
     "TransportError",
+    "CertificateError",
     "RedirectError",
     "FENCING_TOKEN_HEADER",
     "MAX_TOKEN",
@@ -268,6 +271,16 @@ class TransportError(FencedError):
     # The request went out whole and its answer did not all come within
     # its timeout (_timed_out_sent).
     _timed_out_sent = False
+
+
+class CertificateError(FencedError):
+    """The TLS handshake failed on the server's certificate: signed by a CA
+    the client does not trust (a private CA not given in ssl_context), or
+    not issued for the host name in base_url. Nothing was sent. Not
+    retryable, and not a TransportError: sent again it fails the same way,
+    and a waiting acquire raises it at once rather than ride it out as a
+    fenced restarting until its wait is over. The message says what to do.
+    """
 
 
 class RedirectError(FencedError):
@@ -553,10 +566,17 @@ class Client:
     ends, not at close(), so short-lived threads leave no socket open
     (as a threading.local's value goes when its thread ends, and only a
     reference cycle through it delays that to a garbage collection).
+    ssl_context: for an https base_url, the ssl.SSLContext of its
+    connections (default None: ssl.create_default_context(), the system's
+    CAs): ssl.create_default_context(cafile="ca.pem") trusts a private CA,
+    and its load_cert_chain(...) sends a client certificate (fenced's
+    --tls-client-ca). A certificate the context does not trust raises
+    CertificateError, at once.
     """
 
     def __init__(self, base_url: str, bearer_token: Optional[str] = None,
-                 timeout: float = 10.0, retries: int = 2):
+                 timeout: float = 10.0, retries: int = 2,
+                 ssl_context: Optional[ssl.SSLContext] = None):
         u = urllib.parse.urlsplit(base_url)
         shown = _redacted(base_url, u)  # the URL in errors, without its password
         if u.scheme not in ("http", "https") or not u.netloc:
@@ -580,6 +600,9 @@ class Client:
             raise ValueError(f"retries {retries!r}: want an int >= 0")
         if bearer_token is not None and bearer_token != "":  # "" sends none, as None does
             _check_bearer_token(bearer_token)
+        if ssl_context is not None and not isinstance(ssl_context, ssl.SSLContext):
+            raise ValueError(f"ssl_context {ssl_context!r}: want an ssl.SSLContext or None")
+        self._ssl_context = ssl_context
         self.base_url = base_url.rstrip("/")
         self._url = u
         # .holder: this thread's _ConnHolder, whose slot has its
@@ -1365,8 +1388,11 @@ class Client:
                     conn = None
             reused = conn is not None
             if conn is None:
-                cls = _HTTPSConnection if self._url.scheme == "https" else _HTTPConnection
-                conn = cls(self._url.hostname or "", self._url.port, timeout=timeout)
+                if self._url.scheme == "https":
+                    conn = _HTTPSConnection(self._url.hostname or "", self._url.port, timeout=timeout,
+                                            context=self._ssl_context)
+                else:
+                    conn = _HTTPConnection(self._url.hostname or "", self._url.port, timeout=timeout)
                 conn._fenced_gen = self._gen  # type: ignore[attr-defined]
                 slot.conn = conn
                 self._conns.add(conn)
@@ -1434,6 +1460,11 @@ class Client:
                         sent.append(time.monotonic())
                     continue
                 raise TransportError(f"{method} {self.base_url}{path}: {e}") from e
+            except ssl.SSLCertVerificationError as e:
+                # No transient failure: every handshake fails the same way
+                # until the client is told to trust the certificate.
+                self._drop()
+                raise _untrusted(method, self.base_url, path, e) from e
             except (OSError, http.client.HTTPException) as e:
                 self._drop()
                 if isinstance(e, OSError) and type(e).__module__ not in _TRANSPORT_MODULES:
@@ -1527,6 +1558,10 @@ class _HTTPConnection(http.client.HTTPConnection):
     def connect(self) -> None:
         if self.deadline is not None:
             self.timeout = max(self.deadline - time.monotonic(), 0.001)
+            # Each address of the host name gets what is left, not the
+            # timeout again: socket.create_connection gave each the whole,
+            # so two that do not answer took twice the request's timeout.
+            self._create_connection = functools.partial(_connect_by, self.deadline)
         super().connect()
         # What follows has only what is left: the TLS handshake of an
         # _HTTPSConnection, whose connect calls this one first, takes the
@@ -1535,6 +1570,34 @@ class _HTTPConnection(http.client.HTTPConnection):
         # was done (docs/design.md, defect 244); and sending the request.
         if self.deadline is not None:
             self.sock.settimeout(max(self.deadline - time.monotonic(), 0.001))
+
+
+def _connect_by(deadline: float, address: tuple[str, int], timeout: Optional[float] = None,
+                source_address: Optional[tuple[str, int]] = None) -> socket.socket:
+    """socket.create_connection, each address of the host name tried with
+    what is left until deadline (time.monotonic()), none after it; timeout
+    (the same deadline, as it was when connect began) is not used."""
+    host, port = address
+    err: Optional[OSError] = None
+    for af, socktype, proto, _, sa in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        left = deadline - time.monotonic()
+        if left <= 0 and err is not None:
+            break
+        sock = None
+        try:
+            sock = socket.socket(af, socktype, proto)
+            sock.settimeout(max(left, 0.001))
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sa)
+            return sock
+        except OSError as e:
+            if sock is not None:
+                sock.close()
+            err = e
+    if err is not None:
+        raise err
+    raise OSError(f"getaddrinfo returned no address for {host!r}")
 
 
 class _HTTPSConnection(http.client.HTTPSConnection, _HTTPConnection):
@@ -1650,6 +1713,16 @@ def _with_wait(path: str, wait_ms: int) -> str:
     q = dict(urllib.parse.parse_qsl(u.query))
     q["wait_ms"] = str(wait_ms)
     return urllib.parse.urlunsplit(u._replace(query=urllib.parse.urlencode(q)))
+
+
+def _untrusted(method: str, base_url: str, path: str, e: ssl.SSLCertVerificationError) -> CertificateError:
+    """The CertificateError of a handshake that failed on the server's
+    certificate, e: OpenSSL's reason, and what an operator does about it."""
+    why = e.verify_message or e.reason or str(e)
+    return CertificateError(
+        f"{method} {base_url}{path}: the server's TLS certificate is not trusted ({why}): give the client the CA "
+        f"that signed it, Client(..., ssl_context=ssl.create_default_context(cafile=\"ca.pem\")), and check that "
+        f"the certificate names the host of {base_url}; not retried")
 
 
 def _lost_answer(e: TransportError) -> bool:
@@ -1824,8 +1897,8 @@ def _maybe_applied(e: BaseException) -> bool:
     exception that is not the API's (docs/design.md, defect 114)."""
     if not isinstance(e, FencedError):
         return True
-    if isinstance(e, (LostError, RedirectError)):
-        return False  # a redirect reached no fenced: nothing was applied
+    if isinstance(e, (LostError, RedirectError, CertificateError)):
+        return False  # a redirect reached no fenced, a failed handshake sent nothing: nothing was applied
     return not (e.code is not None and (e.status == 0 or 400 <= e.status < 500))
 
 

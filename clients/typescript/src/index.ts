@@ -202,6 +202,17 @@ export class TransportError extends FencedError {
 }
 
 /**
+ * The TLS handshake failed on the server's certificate: signed by a CA the
+ * client does not trust (a private CA not in NODE_EXTRA_CA_CERTS nor in the
+ * dispatcher given), or not issued for the host name in the base URL.
+ * Nothing was sent. Not retryable, and not a TransportError: sent again it
+ * fails the same way, and a waiting acquire rejects with it at once rather
+ * than ride it out as a fenced restarting until its wait is over. The
+ * message says what to do; cause is fetch's error.
+ */
+export class CertificateError extends FencedError {}
+
+/**
  * A redirect (3xx), which fenced never sends: something in front of it (an
  * ingress that sends http:// to https://, a moved load balancer) answered,
  * and the client follows no redirect, which for a 301 to 303 would turn a
@@ -557,6 +568,17 @@ export interface ClientOptions {
    * wait ends (docs/design.md, defect 130).
    */
   retries?: number;
+  /**
+   * For an https base URL, the dispatcher fetch sends the requests through
+   * (its RequestInit dispatcher): an undici Agent, `new Agent({ connect: {
+   * ca: readFileSync("ca.pem") } })` from the undici package, trusts a
+   * private CA (and with cert and key sends a client certificate, for
+   * fenced's --tls-client-ca). Default: fetch's own, which trusts the
+   * system's CAs and those in the file NODE_EXTRA_CA_CERTS names when Node
+   * starts. A certificate not trusted rejects with CertificateError, at
+   * once.
+   */
+  dispatcher?: object;
 }
 
 export interface AcquireOptions {
@@ -681,6 +703,7 @@ export class Client {
   /** The least --max-wait a server said (max_wait_ms): a longer wait goes in requests of this length. */
   #maxWaitMs: number | undefined;
   readonly #bearer: string | undefined;
+  readonly #dispatcher: object | undefined;
 
   constructor(baseURL: string, options: ClientOptions = {}) {
     // The URL in errors, without its password (as Go's url.URL.Redacted).
@@ -712,10 +735,15 @@ export class Client {
     if (!(retries >= 0) || !Number.isInteger(retries)) throw new RangeError(`retries ${retries}: want a whole number >= 0`);
     const bearer: unknown = options.bearerToken;
     if (bearer !== undefined && bearer !== "") checkBearerToken(bearer); // "" sends none
+    const dispatcher: unknown = options.dispatcher;
+    if (dispatcher !== undefined && (typeof dispatcher !== "object" || dispatcher === null)) {
+      throw new TypeError(`dispatcher ${String(dispatcher)}: want an undici Dispatcher (an Agent) or none`);
+    }
     this.baseURL = baseURL.replace(/\/+$/, "");
     this.timeoutMs = timeoutMs;
     this.retries = retries;
     this.#bearer = options.bearerToken;
+    this.#dispatcher = options.dispatcher;
   }
 
   /**
@@ -1380,10 +1408,21 @@ export class Client {
         headers,
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+        ...(this.#dispatcher ? ({ dispatcher: this.#dispatcher } as RequestInit) : {}),
       });
       text = await resp.text();
     } catch (e) {
       if (signal?.aborted) throw signal.reason;
+      // No transient failure: every handshake fails the same way until
+      // the client is told to trust the certificate.
+      const bad = !timeout.aborted && untrustedCertificate(e);
+      if (bad) {
+        throw new CertificateError(
+          `${method} ${url}: the server's TLS certificate is not trusted (${bad}): give the client the CA that signed it ` +
+            `(NODE_EXTRA_CA_CERTS=ca.pem, or the dispatcher option: new Agent({ connect: { ca } }) from undici), ` +
+            `and check that the certificate names the host of ${this.baseURL}; not retried`,
+          0, undefined, undefined, { cause: e });
+      }
       const why = timeout.aborted ? `no answer within ${timeoutMs} ms` : String((e as Error)?.cause ?? e);
       const err = new TransportError(`${method} ${url}: ${why}`, 0, undefined, undefined, { cause: e });
       if (timeout.aborted) timedOut.add(err);
@@ -1463,6 +1502,29 @@ const MAX_KEEP_ALIVE_PAUSE_MS = 1000;
  * timeout (the server may still be waiting).
  */
 const LOST_ANSWER_CODES = new Set(["UND_ERR_SOCKET", "ECONNRESET", "EPIPE", "ECONNABORTED"]);
+
+/**
+ * The codes of Node's errors for a server certificate that failed
+ * verification (OpenSSL's X509_V_ERR_* names, and the host name check's).
+ */
+const CERTIFICATE_CODES = new Set([
+  "UNABLE_TO_GET_ISSUER_CERT", "UNABLE_TO_GET_ISSUER_CERT_LOCALLY", "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "DEPTH_ZERO_SELF_SIGNED_CERT", "SELF_SIGNED_CERT_IN_CHAIN", "CERT_UNTRUSTED", "CERT_REJECTED",
+  "CERT_HAS_EXPIRED", "CERT_NOT_YET_VALID", "CERT_SIGNATURE_FAILURE", "UNABLE_TO_DECRYPT_CERT_SIGNATURE",
+  "UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY", "CERT_CHAIN_TOO_LONG", "INVALID_CA", "PATH_LENGTH_EXCEEDED",
+  "INVALID_PURPOSE", "HOSTNAME_MISMATCH", "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+/** Why fetch's error e is a server certificate not trusted (its cause's message), or "" if it is not one. */
+function untrustedCertificate(e: unknown): string {
+  let cause: unknown = e;
+  for (let depth = 0; depth < 5 && typeof cause === "object" && cause !== null; depth++) {
+    const code = (cause as { code?: unknown }).code;
+    if (typeof code === "string" && CERTIFICATE_CODES.has(code)) return String((cause as { message?: unknown }).message ?? code);
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return "";
+}
 
 /** Whether e (a TransportError) is a refused connection: the request never reached the server. */
 function refused(e: TransportError): boolean {
