@@ -22,6 +22,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any, Callable, Optional
+from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
@@ -3134,6 +3135,26 @@ class KeptConnectionTest(unittest.TestCase):
         self.assertEqual(len(accepted), 3)
 
 
+def full_listener(test: unittest.TestCase) -> tuple[socket.socket, int]:
+    """A listener on 127.0.0.1 whose accept queue is full: a connect's SYN
+    is dropped until something accepts, and no filler is left connecting.
+    Closed at the end of test."""
+    ln = socket.socket()
+    test.addCleanup(ln.close)
+    ln.bind(("127.0.0.1", 0))
+    ln.listen(0)
+    port = ln.getsockname()[1]
+    while True:
+        f = socket.socket()
+        test.addCleanup(f.close)
+        f.settimeout(0.3)
+        try:
+            f.connect(("127.0.0.1", port))
+        except OSError:
+            f.close()
+            return ln, port
+
+
 class HandshakeDeadlineTest(unittest.TestCase):
     """An https server slow to connect to and whose TLS handshake never
     ends: the request's timeout bounds both as a whole."""
@@ -3148,20 +3169,7 @@ class HandshakeDeadlineTest(unittest.TestCase):
         # a handshake never answered, a call with timeout=5 took 5 s plus
         # the connect's 2 s. The handshake now has what is left
         # (docs/design.md, defect 244).
-        ln = socket.socket()
-        self.addCleanup(ln.close)
-        ln.bind(("127.0.0.1", 0))
-        ln.listen(0)
-        port = ln.getsockname()[1]
-        while True:  # fill the accept queue, leaving no filler connecting
-            f = socket.socket()
-            self.addCleanup(f.close)
-            f.settimeout(0.3)
-            try:
-                f.connect(("127.0.0.1", port))
-            except OSError:
-                f.close()
-                break
+        ln, port = full_listener(self)
         retried = threading.Event()
         accepted: list[tuple[float, socket.socket]] = []
 
@@ -3212,6 +3220,38 @@ class ValidityTest(unittest.TestCase):
         self.assertAlmostEqual(fenced.validity(1000, 10.0, 10.0), 0.988)
         self.assertAlmostEqual(fenced.validity(1000, 10.0, 10.5), 0.488)
         self.assertLess(fenced.validity(100, 0.0, 0.2), 0)
+
+
+class MultiAddressDeadlineTest(unittest.TestCase):
+    """A host name with several addresses, none of which answers the
+    connect: the request's timeout bounds all of them together."""
+
+    def test_connect_to_every_address_ends_by_the_deadline(self) -> None:
+        # socket.create_connection gives each address the timeout it is
+        # given: the request's whole timeout (what was left of it) to the
+        # first, and again to the second, so a name with two addresses
+        # that do not answer (localhost as ::1 and 127.0.0.1, a server
+        # whose accept queue is full) took twice the timeout.
+        _, port = full_listener(self)
+        real = socket.getaddrinfo
+        asked = []
+
+        def two_addresses(host, port_, *args, **kwargs):
+            if host != "fenced.test":
+                return real(host, port_, *args, **kwargs)
+            asked.append(host)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))] * 2
+
+        timeout = 2.0
+        c = fenced.Client(f"http://fenced.test:{port}", timeout=timeout, retries=0)
+        self.addCleanup(c.close)
+        began = time.monotonic()
+        with mock.patch("socket.getaddrinfo", two_addresses):
+            with self.assertRaises(fenced.TransportError) as cm:
+                c.inspect("x")
+        took = time.monotonic() - began
+        self.assertTrue(asked)
+        self.assertLess(took, timeout * 1.5, f"a request with timeout={timeout:g} took {took:.1f} s: {cm.exception}")
 
 
 if __name__ == "__main__":
