@@ -3,6 +3,7 @@ package main_test
 import (
 	"bufio"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -382,9 +383,10 @@ func TestDashboardAndAlertsMetrics(t *testing.T) {
 	}
 
 	// What fenced exports, with leases in Redis so that every backend's
-	// metrics have samples.
-	_, url := startDev(t, nil, "--redis-addr", testenv.RedisAddr(), "--redis-prefix", testenv.Name(t)+":")
-	a := newAPI(t, url)
+	// metrics have samples, and TLS for its certificate's.
+	p := newPKI(t)
+	_, url := startDev(t, nil, "--redis-addr", testenv.RedisAddr(), "--redis-prefix", testenv.Name(t)+":", "--tls-cert", p.certFile, "--tls-key", p.keyFile)
+	a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.pool})
 	name := testenv.Name(t)
 	l := a.acquire(name, 1000)
 	a.must(200, "POST", "/v1/locks/"+name+"/refresh", `{"lease_id":"`+l.id+`"}`)

@@ -32,8 +32,8 @@ type httpFlags struct {
 	shutdownGrace                time.Duration
 
 	// Loaded by load.
-	tlsConfig *tls.Config
-	tokens    *server.Tokens
+	served *servedTLS // nil without --tls-cert
+	tokens *server.Tokens
 
 	hup chan os.Signal // SIGHUP, caught since catchHUP; nil before
 }
@@ -127,7 +127,7 @@ func (h *httpFlags) validate(cmd string) error {
 
 // load reads the files the flags name: TLS certificate and key, client
 // CA, auth tokens. Errors name the flag.
-func (h *httpFlags) load() error {
+func (h *httpFlags) load(log *slog.Logger) error {
 	if h.authTokenFile != "" {
 		t, err := server.LoadTokens(h.authTokenFile)
 		if err != nil {
@@ -136,11 +136,11 @@ func (h *httpFlags) load() error {
 		h.tokens = t
 	}
 	if h.tls.cert != "" {
-		c, err := h.tls.server()
+		s, err := newServedTLS(h.tls, log)
 		if err != nil {
 			return err
 		}
-		h.tlsConfig = c
+		h.served = s
 	}
 	return nil
 }
@@ -222,9 +222,9 @@ func checkBackends(ctx context.Context, log *slog.Logger, ready func(context.Con
 	}
 }
 
-// reloadOnHUP reloads --auth-token-file on every SIGHUP until stop is
-// called. A file that does not load leaves the tokens in force as they
-// were, and the log says why. Without --auth-token-file, SIGHUP is logged
+// reloadOnHUP reloads --auth-token-file and the TLS certificate on every
+// SIGHUP until stop is called. A file that does not load leaves what was
+// in force as it was, and the log says why. With neither, SIGHUP is logged
 // and otherwise ignored (it does not end fenced).
 func (h *httpFlags) reloadOnHUP(log *slog.Logger, srv *server.Server) (stop func()) {
 	hup := h.hup // caught since the start, and a SIGHUP then is in it
@@ -243,8 +243,14 @@ func (h *httpFlags) reloadOnHUP(log *slog.Logger, srv *server.Server) (stop func
 				return
 			case <-hup:
 			}
+			if h.authTokenFile == "" && h.served == nil {
+				log.Info("SIGHUP: nothing to reload (no --auth-token-file, no --tls-cert)")
+				continue
+			}
+			if h.served != nil {
+				_ = h.served.reload("SIGHUP") // logged either way
+			}
 			if h.authTokenFile == "" {
-				log.Info("SIGHUP: nothing to reload (no --auth-token-file)")
 				continue
 			}
 			t, err := server.LoadTokens(h.authTokenFile)
@@ -285,8 +291,8 @@ func listen(h *httpFlags, handler http.Handler, log *slog.Logger) (*api, error) 
 		return nil, fmt.Errorf("--listen %s: %w", h.listen, err)
 	}
 	scheme := "http"
-	if h.tlsConfig != nil {
-		ln, scheme = tls.NewListener(ln, h.tlsConfig), "https"
+	if h.served != nil {
+		ln, scheme = tls.NewListener(ln, h.served.listener()), "https"
 	}
 	a := &api{
 		ln: ln, url: scheme + "://" + ln.Addr().String(), errc: make(chan error, 1), log: log, h: h,
@@ -384,11 +390,17 @@ func (h *httpFlags) begin(lf *logFlags, stderr io.Writer) (*slog.Logger, *daemon
 	log := lf.logger(stderr)
 	c := &closer{log: log}
 	c.add("SIGHUP handler", func() error { stopHUP(); return nil })
-	if err := h.load(); err != nil {
+	if err := h.load(log); err != nil {
 		c.close()
 		return nil, nil, nil, err
 	}
 	m, err := newDaemonMetrics()
+	if err == nil && h.served != nil {
+		err = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fenced_tls_certificate_expiry_timestamp_seconds",
+			Help: "When the TLS certificate in force (--tls-cert) expires, in Unix seconds: alert well before; fenced reloads it when its files change, and on SIGHUP.",
+		}, func() float64 { return float64(h.served.notAfter().Unix()) }))
+	}
 	if err != nil {
 		c.close()
 		return nil, nil, nil, err

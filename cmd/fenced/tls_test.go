@@ -8,10 +8,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,55 +27,60 @@ type pki struct {
 	caFile, certFile, keyFile, clientCert, clientKey string
 	pool                                             *x509.CertPool
 	client                                           tls.Certificate
+
+	dir   string
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
 }
 
 func newPKI(t *testing.T) *pki {
 	t.Helper()
-	dir := t.TempDir()
-	caKey := newKey(t)
+	p := &pki{dir: t.TempDir(), caKey: newKey(t), pool: x509.NewCertPool()}
 	caTmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fenced test CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &p.caKey.PublicKey, p.caKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
+	if p.ca, err = x509.ParseCertificate(caDER); err != nil {
 		t.Fatal(err)
 	}
-	p := &pki{caFile: filepath.Join(dir, "ca.pem"), pool: x509.NewCertPool()}
-	p.pool.AddCert(ca)
+	p.caFile = filepath.Join(p.dir, "ca.pem")
+	p.pool.AddCert(p.ca)
 	writePEM(t, p.caFile, "CERTIFICATE", caDER)
-	issue := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) (string, string, tls.Certificate) {
-		key := newKey(t)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cf, kf := filepath.Join(dir, cn+".pem"), filepath.Join(dir, cn+"-key.pem")
-		writePEM(t, cf, "CERTIFICATE", der)
-		writePEM(t, kf, "EC PRIVATE KEY", kder)
-		pair, err := tls.LoadX509KeyPair(cf, kf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cf, kf, pair
-	}
-	p.certFile, p.keyFile, _ = issue(2, "server", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
-	p.clientCert, p.clientKey, p.client = issue(3, "client", x509.ExtKeyUsageClientAuth, nil)
+	p.certFile, p.keyFile, _ = p.issue(t, 2, "server", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
+	p.clientCert, p.clientKey, p.client = p.issue(t, 3, "client", x509.ExtKeyUsageClientAuth, nil)
 	return p
+}
+
+// issue signs a certificate valid for the hour around now, and writes it
+// and its key as cn.pem and cn-key.pem.
+func (p *pki) issue(t *testing.T, serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) (certFile, keyFile string, pair tls.Certificate) {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(p.dir, cn+".pem"), filepath.Join(p.dir, cn+"-key.pem")
+	writePEM(t, certFile, "CERTIFICATE", der)
+	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
+	if pair, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, pair
 }
 
 func newKey(t *testing.T) *ecdsa.PrivateKey {
@@ -150,4 +158,79 @@ func TestTLSAndAuth(t *testing.T) {
 			t.Fatalf("fenced exec with a client certificate: exit %d\n%s", code, stderr)
 		}
 	})
+}
+
+// TestTLSCertificateReloads: the served certificate is replaced without a
+// restart, on SIGHUP and, within tlsLookEvery (10 s), when its files
+// change; files that do not load leave the one in force; /metrics says
+// when the one in force expires. Before, a rotated certificate (cert-manager,
+// an ACME client) took a restart, which ended every waiting request.
+func TestTLSCertificateReloads(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t)
+	certFile, keyFile := filepath.Join(t.TempDir(), "tls.pem"), filepath.Join(t.TempDir(), "tls-key.pem")
+	install := func(serial int64) time.Time {
+		t.Helper()
+		cf, kf, pair := p.issue(t, serial, fmt.Sprint("server-", serial), x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
+		for _, c := range [][2]string{{cf, certFile}, {kf, keyFile}} {
+			b, err := os.ReadFile(c[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(c[1], b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return pair.Leaf.NotAfter
+	}
+	install(10)
+	proc, url := startDev(t, nil, "--tls-cert", certFile, "--tls-key", keyFile)
+	served := func() int64 { // the serial a new connection is served
+		t.Helper()
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(url, "https://"), &tls.Config{RootCAs: p.pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	if s := served(); s != 10 {
+		t.Fatalf("serial %d served, want 10", s)
+	}
+	a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.pool})
+
+	// SIGHUP: at once.
+	expires := install(11)
+	proc.signal(syscall.SIGHUP)
+	eventually(t, 20*time.Second, "the reload in the log", func() bool {
+		return strings.Contains(proc.stderr.String(), "TLS certificate reloaded (SIGHUP)")
+	})
+	if s := served(); s != 11 {
+		t.Fatalf("after SIGHUP, serial %d served, want 11", s)
+	}
+	a.acquire(testenv.Name(t), 1000)
+	a.hc.CloseIdleConnections() // the metrics below on a new connection too
+	_, body := a.text("/metrics")
+	if want := fmt.Sprintf("fenced_tls_certificate_expiry_timestamp_seconds %g", float64(expires.Unix())); !strings.Contains(body, want) {
+		t.Fatalf("/metrics lacks %q:\n%s", want, body)
+	}
+
+	// Files that do not load: the certificate in force stays, the log says why.
+	if err := os.WriteFile(certFile, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	proc.signal(syscall.SIGHUP)
+	eventually(t, 20*time.Second, "the failed reload in the log", func() bool {
+		return strings.Contains(proc.stderr.String(), "TLS certificate not reloaded (SIGHUP)")
+	})
+	if s := served(); s != 11 {
+		t.Fatalf("after a reload that failed, serial %d served, want 11", s)
+	}
+
+	// No signal: a handshake finds the files changed.
+	install(12)
+	eventually(t, 60*time.Second, "the new certificate served without a signal", func() bool { return served() == 12 })
+	if !strings.Contains(proc.stderr.String(), "TLS certificate reloaded (its files changed)") {
+		t.Fatalf("no reload in the log:\n%s", proc.stderr.String())
+	}
 }

@@ -611,8 +611,9 @@ type ClientInterface interface {
 	// fenced_http_request_duration_seconds{route},
 	// fenced_auth_refused_total{code}, and the Go and process collectors.
 	// The fenced daemon adds fenced_build_info{version,goversion},
-	// fenced_etcd_request_duration_seconds{method} and
-	// fenced_redis_command_duration_seconds{command}. Needs the metrics
+	// fenced_etcd_request_duration_seconds{method},
+	// fenced_redis_command_duration_seconds{command} and, with --tls-cert,
+	// fenced_tls_certificate_expiry_timestamp_seconds. Needs the metrics
 	// permission when tokens are configured.
 	//
 	// Corresponds with GET /metrics (the `Metrics` operationId).
@@ -889,8 +890,9 @@ func (c *Client) HealthzHead(ctx context.Context, reqEditors ...RequestEditorFn)
 // fenced_http_request_duration_seconds{route},
 // fenced_auth_refused_total{code}, and the Go and process collectors.
 // The fenced daemon adds fenced_build_info{version,goversion},
-// fenced_etcd_request_duration_seconds{method} and
-// fenced_redis_command_duration_seconds{command}. Needs the metrics
+// fenced_etcd_request_duration_seconds{method},
+// fenced_redis_command_duration_seconds{command} and, with --tls-cert,
+// fenced_tls_certificate_expiry_timestamp_seconds. Needs the metrics
 // permission when tokens are configured.
 //
 // Corresponds with GET /metrics (the `Metrics` operationId).
@@ -2149,8 +2151,9 @@ type ClientWithResponsesInterface interface {
 	// fenced_http_request_duration_seconds{route},
 	// fenced_auth_refused_total{code}, and the Go and process collectors.
 	// The fenced daemon adds fenced_build_info{version,goversion},
-	// fenced_etcd_request_duration_seconds{method} and
-	// fenced_redis_command_duration_seconds{command}. Needs the metrics
+	// fenced_etcd_request_duration_seconds{method},
+	// fenced_redis_command_duration_seconds{command} and, with --tls-cert,
+	// fenced_tls_certificate_expiry_timestamp_seconds. Needs the metrics
 	// permission when tokens are configured.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4026,8 +4029,9 @@ func (c *ClientWithResponses) HealthzHeadWithResponse(ctx context.Context, reqEd
 // fenced_http_request_duration_seconds{route},
 // fenced_auth_refused_total{code}, and the Go and process collectors.
 // The fenced daemon adds fenced_build_info{version,goversion},
-// fenced_etcd_request_duration_seconds{method} and
-// fenced_redis_command_duration_seconds{command}. Needs the metrics
+// fenced_etcd_request_duration_seconds{method},
+// fenced_redis_command_duration_seconds{command} and, with --tls-cert,
+// fenced_tls_certificate_expiry_timestamp_seconds. Needs the metrics
 // permission when tokens are configured.
 //
 // Returns a wrapper object for the known response body format(s).
