@@ -142,7 +142,8 @@ func checkBearerToken(tok string) error {
 // WithTLSConfig sets the TLS configuration of the default transport: a
 // RootCAs pool for a server certificate signed by a private CA, and
 // Certificates for mutual TLS. Default: the system's roots, no client
-// certificate.
+// certificate. A server certificate it does not trust fails the call at
+// once (ErrCertificate).
 func WithTLSConfig(cfg *tls.Config) Option {
 	return func(c *config) error {
 		if cfg == nil {
@@ -669,10 +670,15 @@ func (c *Client) refusedWait(err error, asked time.Duration) bool {
 
 // unanswered reports whether a request failed without the server's
 // decision: it could not be sent, its answer was lost, or the answer was
-// not a decision (undecidedAnswer).
+// not a decision (undecidedAnswer). A certificate the client does not
+// trust (ErrCertificate) is no such failure: asked again, every server
+// fails the handshake again, until the client is given the CA.
 func unanswered(err error) bool {
 	var ae *APIError
-	return !errors.As(err, &ae) || undecidedAnswer(ae)
+	if errors.As(err, &ae) {
+		return undecidedAnswer(ae)
+	}
+	return !errors.Is(err, ErrCertificate)
 }
 
 // undecidedAnswer reports whether an error answer may not be fenced's decision:
@@ -975,6 +981,13 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 	var (
 		errs []error
 		last error
+		// untrusted: every server failed on its certificate, which the
+		// client does not trust (ErrCertificate). Each handshake fails
+		// alike until the client is given the CA, so that is no failure
+		// to send again, or to wait out; one server's is passed over, as
+		// one that cannot be reached is: nothing reached it.
+		untrusted = true
+		certs     []*certificateError
 	)
 	for i := range n {
 		at := attempt{body: in}
@@ -1038,14 +1051,27 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 			}
 			return false, err
 		}
+		ce, _ := err.(*certificateError)
 		if n == 1 {
-			return true, err
+			return ce == nil, err
+		}
+		if ce != nil {
+			certs = append(certs, ce)
+		} else {
+			untrusted = false
 		}
 		last = &ServerError{URL: c.urls[k], Err: err}
 		errs = append(errs, last)
 		c.cur.CompareAndSwap(int32(k), int32((k+1)%n)) // prefer the next from now on
 	}
-	return true, fmt.Errorf("client: none of %d fenced servers answered %s %s: %w", n, method, path, errors.Join(errs...))
+	if !untrusted {
+		// Another server failed otherwise, and may answer when asked
+		// again: the round is no certificate failure.
+		for _, ce := range certs {
+			ce.passed = true
+		}
+	}
+	return !untrusted, fmt.Errorf("client: none of %d fenced servers answered %s %s: %w", n, method, path, errors.Join(errs...))
 }
 
 // send sends one request to the server at base. sent says whether the
@@ -1074,6 +1100,9 @@ func (c *Client) send(ctx context.Context, base, method, path string, body []byt
 	if err != nil {
 		if ctx.Err() != nil {
 			return wrote.Load(), ctx.Err()
+		}
+		if ce := untrustedCertificate(err, method, base, path); ce != nil {
+			return false, ce // the handshake failed: nothing was written
 		}
 		return wrote.Load(), fmt.Errorf("client: %w", err)
 	}

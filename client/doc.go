@@ -182,5 +182,11 @@
 // GET (a force-release into an inspect, that reported success). Its
 // APIError has no code and names the URL to point the client at; nothing
 // was applied, and the request is sent neither again nor to the next
-// server. When the context ends, the error matches ctx.Err().
+// server. A server certificate the client does not trust (signed by a CA
+// not given with [WithTLSConfig], or not issued for the URL's host) fails
+// at the first handshake with an error matching [ErrCertificate] that says
+// so and what to do: every handshake would fail alike, so it is neither
+// sent again nor waited out, and nothing was applied; with several
+// servers that one is passed over, as one that cannot be reached. When the
+// context ends, the error matches ctx.Err().
 package client

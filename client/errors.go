@@ -1,6 +1,8 @@
 package client
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
@@ -124,3 +126,68 @@ func (e *ServerError) Error() string { return e.URL + ": " + e.Err.Error() }
 
 // Unwrap returns the cause.
 func (e *ServerError) Unwrap() error { return e.Err }
+
+// ErrCertificate: the TLS handshake failed on the server's certificate,
+// which the client does not trust: signed by a CA it was not given
+// (WithTLSConfig's RootCAs, else the system's roots), or not issued for the
+// host of the URL. Every handshake fails alike until the client is given
+// the CA (or a URL the certificate names), so it is no transient failure:
+// nothing reached the server, and the request is not sent again, nor waited
+// out by an Acquire's WithWait. With several servers, one whose
+// certificate is not trusted is passed over as one that cannot be reached,
+// and the error matches ErrCertificate only when every server's was not
+// trusted. The error also holds the crypto/tls one
+// (*tls.CertificateVerificationError, with the x509 reason).
+var ErrCertificate = errors.New("client: the server's TLS certificate is not trusted")
+
+// certificateError is the failure of a request whose handshake failed on
+// the server's certificate: it says so and what to do, and matches
+// ErrCertificate unless passed over (round: another server may answer).
+type certificateError struct {
+	method, base, path string
+	reason             string // the verification's own words
+	hostname           bool   // signed by a trusted CA, but not for the URL's host
+	err                error  // the HTTP client's error
+	passed             bool
+}
+
+func (e *certificateError) Error() string {
+	do := fmt.Sprintf("give the client the CA that signed it (WithTLSConfig, a tls.Config whose RootCAs holds it), and check that the certificate names the host of %s", e.base)
+	if e.hostname {
+		do = fmt.Sprintf("it was not issued for the host of %s: point the client at a name or address the certificate holds", e.base)
+	}
+	return fmt.Sprintf("client: %s %s%s: the server's TLS certificate is not trusted (%s): %s", e.method, e.base, e.path, e.reason, do)
+}
+
+func (e *certificateError) Unwrap() []error {
+	if e.passed {
+		return []error{e.err}
+	}
+	return []error{ErrCertificate, e.err}
+}
+
+// untrustedCertificate returns the certificateError of err, the HTTP
+// client's failure of a request to base, if its handshake failed on the
+// server's certificate, else nil.
+func untrustedCertificate(err error, method, base, path string) *certificateError {
+	var (
+		cve *tls.CertificateVerificationError
+		uae x509.UnknownAuthorityError
+		he  x509.HostnameError
+		cie x509.CertificateInvalidError
+	)
+	var reason error
+	switch {
+	case errors.As(err, &cve): // crypto/tls's own verification
+		reason = cve.Err
+	case errors.As(err, &uae): // a tls.Config's VerifyPeerCertificate or VerifyConnection
+		reason = uae
+	case errors.As(err, &he):
+		reason = he
+	case errors.As(err, &cie):
+		reason = cie
+	default:
+		return nil
+	}
+	return &certificateError{method: method, base: base, path: path, reason: reason.Error(), hostname: errors.As(reason, &he), err: err}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -97,4 +98,29 @@ func (o *clientOpts) client(cmdName string) (*client.Client, error) {
 		return nil, usagef(cmdName, "%s: %v", tokenFrom, err)
 	}
 	return c, nil
+}
+
+// explainCertificate adds to the error of a server certificate the client
+// does not trust (client.ErrCertificate) what to do in the flags' terms:
+// the client's own words name client.WithTLSConfig, which the command's
+// user cannot reach. Every command that talks to a server defers it on its
+// error.
+func (o *clientOpts) explainCertificate(err *error) {
+	if !errors.Is(*err, client.ErrCertificate) {
+		return
+	}
+	var he x509.HostnameError
+	hint := "give fenced the CA that signed the server's certificate: --client-tls-ca FILE (or FENCED_CLIENT_TLS_CA)"
+	switch {
+	case errors.As(*err, &he):
+		hint = "give --url a host name or address that the server's certificate holds"
+	case o.tls.ca != "":
+		hint = fmt.Sprintf("--client-tls-ca %s does not hold the CA that signed the server's certificate: give the file of that CA", o.tls.ca)
+	}
+	var ee *ExitError
+	if errors.As(*err, &ee) && ee.Err != nil {
+		ee.Err = fmt.Errorf("%w; %s", ee.Err, hint)
+		return
+	}
+	*err = fmt.Errorf("%w; %s", *err, hint)
 }

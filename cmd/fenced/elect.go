@@ -65,6 +65,7 @@ func newElectCommand() (*command, *electOpts) {
 func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	cmd, o := newElectCommand()
 	defer cmd.explainEnv(&err)
+	defer o.clientOpts.explainCertificate(&err)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}

@@ -172,6 +172,7 @@ func childEnv(env []string, l *client.Lease) []string {
 func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	cmd, o := newExecCommand()
 	defer cmd.explainEnv(&err)
+	defer o.clientOpts.explainCertificate(&err)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}
@@ -434,8 +435,9 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 	// refused connection, a 503 while it restarts), as the wait rides out
 	// one that goes away during it; before, the first attempt's error ended
 	// the command at once (docs/design.md, defect 144). fenced's own
-	// refusals (a 4xx with its code) still end it.
-	away := err != nil && !held && !noAnswer && o.wait > 0 && ctx.Err() == nil && !refusal(err)
+	// refusals (a 4xx with its code) still end it, and so does a server
+	// certificate the client does not trust: every handshake fails alike.
+	away := err != nil && !held && !noAnswer && o.wait > 0 && ctx.Err() == nil && !refusal(err) && !errors.Is(err, client.ErrCertificate)
 	if (held || away) && !o.try {
 		until := "until it is free (interrupt to give up)"
 		var opts []lock.Option

@@ -101,6 +101,7 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return usagef("fenced locks", "unknown subcommand %q: want %s", sub, strings.Join(locksCommands, ", "))
 	}
 	defer cmd.explainEnv(&err) // list, get and release
+	defer o.clientOpts.explainCertificate(&err)
 	if err := cmd.parse(args, stdout); err != nil {
 		return err
 	}

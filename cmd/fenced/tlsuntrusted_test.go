@@ -1,0 +1,55 @@
+package main_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/internal/testenv"
+)
+
+// TestUntrustedCertificateNamesTheFlag: a server certificate the client
+// does not trust fails fenced exec, elect and locks at once (fenced exec
+// --wait 20s rode it out for 20 s before), and the message says what to do
+// in the command's terms: the flag that gives the CA, or that the one
+// given does not hold it, or --url for a host the certificate does not
+// name.
+func TestUntrustedCertificateNamesTheFlag(t *testing.T) {
+	t.Parallel()
+	p, other := newPKI(t), newPKI(t)
+	_, url := startDev(t, nil, "--tls-cert", p.certFile, "--tls-key", p.keyFile)
+	_, port, _ := strings.Cut(strings.TrimPrefix(url, "https://"), ":")
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"ExecNoCA", []string{"exec", "--url", url, "--wait", "20s", "NAME", "--", "true"}, "--client-tls-ca FILE (or FENCED_CLIENT_TLS_CA)"},
+		{"ExecOtherCA", []string{"exec", "--url", url, "--client-tls-ca", other.caFile, "--wait", "20s", "NAME", "--", "true"},
+			"--client-tls-ca " + other.caFile + " does not hold the CA"},
+		{"ExecHostName", []string{"exec", "--url", "https://localhost:" + port, "--client-tls-ca", p.caFile, "--wait", "20s", "NAME", "--", "true"},
+			"give --url a host name or address"},
+		{"Elect", []string{"elect", "--url", url, "--wait", "20s", "NAME", "--", "true"}, "--client-tls-ca FILE"},
+		{"Observe", []string{"elect", "--url", url, "--observe", "NAME"}, "--client-tls-ca FILE"},
+		{"LocksGet", []string{"locks", "get", "--url", url, "NAME"}, "--client-tls-ca FILE"},
+		{"LocksRelease", []string{"locks", "release", "--url", url, "NAME"}, "--client-tls-ca FILE"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			args := slices.Clone(c.args)
+			args[slices.Index(args, "NAME")] = testenv.Name(t)
+			began := time.Now()
+			code, _, stderr := run(t, nil, args...)
+			if took := time.Since(began); took > 10*time.Second {
+				t.Fatalf("fenced %s took %s: it rode out a certificate not trusted\n%s", c.name, took.Round(time.Millisecond), stderr)
+			}
+			if code != 1 || !strings.Contains(stderr, "certificate is not trusted") || !strings.Contains(stderr, c.want) {
+				t.Fatalf("exit %d\n%s\nwant exit 1 and a message that says the certificate is not trusted and %q", code, stderr, c.want)
+			}
+			if strings.Contains(stderr, "trying again") || strings.Contains(stderr, "may have") {
+				t.Fatalf("%s\nwant no retry and no doubt: nothing reached the server", stderr)
+			}
+		})
+	}
+}
