@@ -141,6 +141,81 @@ func TestWaitersBehindTheHeadOnlyKeepTheirPlace(t *testing.T) {
 	}
 }
 
+// TestNewHeadIsToldItIsNext: a waiter behind the head attempts only every
+// third of its place's life, so it must be told when it becomes the head
+// while the lock is held: the head before it took the lock, or left. Then
+// an expiry that nobody publishes (a holder that died) finds it awake, at
+// the strategy's pace. On Redis nothing told it (etcd's waiters watch the
+// place ahead), and the lock, free, waited for its next attempt: about
+// 700 ms after the expiry here (docs/design.md, defect 250).
+func TestNewHeadIsToldItIsNext(t *testing.T) {
+	t.Parallel()
+	for _, b := range everyStore(t) {
+		for _, how := range []string{"the head takes the lock", "the head leaves"} {
+			t.Run(b.name+"/"+how, func(t *testing.T) {
+				t.Parallel()
+				s, name, ctx := b.store, testenv.Name(t), t.Context()
+				holder, head := newID(t), newID(t)
+				if _, err := s.Acquire(ctx, lock.AcquireRequest{Name: name, LeaseID: holder, TTL: 30 * time.Second}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Acquire(ctx, lock.AcquireRequest{Name: name, LeaseID: newID(t), TTL: time.Second, Waiter: head, WaiterTTL: 10 * time.Second}); !errors.Is(err, lock.ErrNotAcquired) {
+					t.Fatalf("the head joins: %v", err)
+				}
+				counted := &attemptCounter{LeaseStore: s, ws: map[string]*waiterSeen{}}
+				got := make(chan time.Time, 1)
+				go func() {
+					l, err := newClient(t, counted).Acquire(context.Background(), name, 5*time.Second, lock.WithWait(30*time.Second))
+					got <- time.Now()
+					if err != nil {
+						t.Errorf("the waiter behind: %v", err)
+						return
+					}
+					_ = l.Release(context.Background())
+				}()
+				// Settled behind the head, at the pace of a waiter there;
+				// what follows comes just after one of its attempts.
+				testenv.WaitUntil(t, 30*time.Second, func() bool { ws := counted.attempts(); return len(ws) == 1 && ws[0].n >= 3 && ws[0].pos == 2 })
+				n := counted.attempts()[0].n
+				testenv.WaitUntil(t, 10*time.Second, func() bool { return counted.attempts()[0].n > n })
+				ttl := max(b.ttl, 300*time.Millisecond) // the lease that will expire, its holder gone
+				began := time.Now()
+				if how == "the head takes the lock" {
+					if err := s.Release(ctx, name, holder, ""); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := s.Acquire(ctx, lock.AcquireRequest{Name: name, LeaseID: newID(t), TTL: ttl, Waiter: head, WaiterTTL: 10 * time.Second}); err != nil {
+						t.Fatalf("the head takes the lock: %v", err)
+					}
+				} else {
+					if err := s.Leave(ctx, name, head); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := s.Refresh(ctx, name, holder, ttl, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				expired := began.Add(ttl)
+				select {
+				case at := <-got:
+					// Woken, it attempts at the strategy's pace (256 ms at
+					// most), capped at the holder's remaining TTL.
+					late := at.Sub(expired)
+					t.Logf("the waiter got the lock %s after the expiry", late.Round(time.Millisecond))
+					if late < 0 {
+						t.Fatalf("the waiter got the lock %s before its holder's lease expired", -late.Round(time.Millisecond))
+					}
+					if late > 400*time.Millisecond {
+						t.Fatalf("the lock, free since its holder's lease expired, went to the waiter now at the head %s later", late.Round(time.Millisecond))
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("the waiter never got the lock")
+				}
+			})
+		}
+	}
+}
+
 // attemptCounter counts each fair waiter's attempts, and keeps the place
 // its last held answer gave.
 type attemptCounter struct {

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,10 +156,13 @@ func (n *notifier) dispatch(msgs <-chan interface{}) {
 
 // wake signals the waiters of a release that names next, the waiter at the
 // head of the queue: it, and every unfair waiter. A release that names
-// nobody wakes all.
+// nobody wakes all. "next:<id>" (leave_queue in prelude.lua) is no release:
+// the queue moved while the lock is held, and only its new head, <id>,
+// need look.
 func wake(sub *subscription, next string) {
+	only, moved := strings.CutPrefix(next, "next:")
 	for ch, waiter := range sub.waiters {
-		if next != "" && waiter != "" && waiter != next {
+		if moved && waiter != only || !moved && next != "" && waiter != "" && waiter != next {
 			continue
 		}
 		select {

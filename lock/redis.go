@@ -239,7 +239,7 @@ func (s *RedisStore) take(ctx context.Context, req AcquireRequest) (taken, error
 		keys = append(keys, s.epochKey, s.horizonKey)
 	}
 	v, err := s.run(ctx, acquireScript, keys, req.LeaseID, req.TTL.Milliseconds(),
-		req.Waiter, req.WaiterTTL.Milliseconds(), req.Holder, req.Rejoin).Slice()
+		req.Waiter, req.WaiterTTL.Milliseconds(), req.Holder, req.Rejoin, s.channel(req.Name)).Slice()
 	if err != nil {
 		return taken{}, err
 	}

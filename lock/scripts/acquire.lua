@@ -6,7 +6,9 @@
 -- ARGV: 1 lease id, 2 ttl ms, 3 waiter ('' takes a free lock whatever the
 --       queue: unfair), 4 a place's ttl ms, 5 holder ('' not reentrant),
 --       6 the id of a remote acquisition ('' for none; a fair one's is its
---       waiter), which its grant records (confirm.lua).
+--       waiter), which its grant records (confirm.lua), 7 the release
+--       channel, where a waiter that leaves the head of the queue names the
+--       next (leave_queue).
 -- Returns {0} when this lease id now holds the lease (to be confirmed);
 -- {1, lease id, token, count} when the holder already held it (reentry,
 -- the lease extended to ttl ms unless it had longer);
@@ -96,8 +98,7 @@ if cur and ARGV[6] ~= '' then
   end
   if g[1] == cur .. ' ' .. ARGV[6] and g[2] then
     if ARGV[3] ~= '' then
-      redis.call('ZREM', KEYS[3], ARGV[3])
-      redis.call('ZREM', KEYS[4], ARGV[3])
+      leave_queue(KEYS[3], KEYS[4], ARGV[3], ARGV[7])
     end
     -- Handed to this request: the request that made the grant, whose
     -- client went away, may no longer release it (release.lua, defect 153).
@@ -138,8 +139,7 @@ if cur and ARGV[5] ~= '' then
       record(KEYS[2], h[4], 'h' .. op)
     end
     if ARGV[3] ~= '' then
-      redis.call('ZREM', KEYS[3], ARGV[3])
-      redis.call('ZREM', KEYS[4], ARGV[3])
+      leave_queue(KEYS[3], KEYS[4], ARGV[3], ARGV[7])
     end
     local ttl = math.max(tonumber(ARGV[2]), redis.call('PTTL', KEYS[1]))
     redis.call('PEXPIRE', KEYS[1], ttl)
@@ -153,8 +153,7 @@ if not cur then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     taken()
     if ARGV[3] ~= '' then
-      redis.call('ZREM', KEYS[3], ARGV[3])
-      redis.call('ZREM', KEYS[4], ARGV[3])
+      leave_queue(KEYS[3], KEYS[4], ARGV[3], ARGV[7])
     end
     return {0}
   end

@@ -32,6 +32,23 @@ local function publish_head(queue, places, channel)
   redis.call('PUBLISH', channel, head)
 end
 
+-- leave_queue takes waiter's place out of the queue. If it was the head,
+-- the waiter now at the head is told so, with the payload 'next:<id>',
+-- which wakes that waiter alone (the lock is not free: no unfair waiter
+-- need look): it may be where the lock goes next, by its holder's release
+-- or expiry, and a waiter behind the head attempts only every third of its
+-- place's life, so that an expiry nobody publishes found the new head
+-- asleep for up to a second (docs/design.md, defect 250).
+local function leave_queue(queue, places, waiter, channel)
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  redis.call('ZREM', queue, waiter)
+  redis.call('ZREM', places, waiter)
+  if head ~= waiter or channel == '' or redis.call('EXISTS', queue) == 0 then return end
+  drop_expired(queue, places, now_ms())
+  local next = redis.call('ZRANGE', queue, 0, 0)[1]
+  if next then redis.call('PUBLISH', channel, 'next:' .. next) end
+end
+
 -- A call that changes a reentrant lock's count (a reentry, a release that
 -- counts down) carries an id drawn afresh for it, and the token hash's
 -- 'ops' field keeps the last few. go-redis sends a script again after a
