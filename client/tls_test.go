@@ -1,16 +1,11 @@
 package client_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -34,40 +29,9 @@ type testCA struct {
 
 func newTestCA(t *testing.T) testCA {
 	t.Helper()
-	key := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	caKey, srvKey := key(), key()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fenced client test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "fenced"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testCA{pool: x509.NewCertPool(), cert: tls.Certificate{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}}
-	p.pool.AddCert(ca)
-	return p
+	ca := testenv.NewCA(t, "fenced client test CA")
+	_, _, cert := ca.Issue(t, 2, "fenced", x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1))
+	return testCA{pool: ca.Pool, cert: cert}
 }
 
 // tlsServer is an HTTPS fenced API server over f's locks.

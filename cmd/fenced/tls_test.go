@@ -1,15 +1,9 @@
 package main_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,79 +18,19 @@ import (
 // pki is a test CA with a server certificate for 127.0.0.1 and a client
 // certificate, all written as PEM files.
 type pki struct {
+	*testenv.CA
 	caFile, certFile, keyFile, clientCert, clientKey string
 	pool                                             *x509.CertPool
 	client                                           tls.Certificate
-
-	dir   string
-	ca    *x509.Certificate
-	caKey *ecdsa.PrivateKey
 }
 
 func newPKI(t *testing.T) *pki {
 	t.Helper()
-	p := &pki{dir: t.TempDir(), caKey: newKey(t), pool: x509.NewCertPool()}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fenced test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &p.caKey.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.ca, err = x509.ParseCertificate(caDER); err != nil {
-		t.Fatal(err)
-	}
-	p.caFile = filepath.Join(p.dir, "ca.pem")
-	p.pool.AddCert(p.ca)
-	writePEM(t, p.caFile, "CERTIFICATE", caDER)
-	p.certFile, p.keyFile, _ = p.issue(t, 2, "server", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
-	p.clientCert, p.clientKey, p.client = p.issue(t, 3, "client", x509.ExtKeyUsageClientAuth, nil)
+	ca := testenv.NewCA(t, "fenced test CA")
+	p := &pki{CA: ca, caFile: ca.File, pool: ca.Pool}
+	p.certFile, p.keyFile, _ = ca.Issue(t, 2, "server", x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1))
+	p.clientCert, p.clientKey, p.client = ca.Issue(t, 3, "client", x509.ExtKeyUsageClientAuth)
 	return p
-}
-
-// issue signs a certificate valid for the hour around now, and writes it
-// and its key as cn.pem and cn-key.pem.
-func (p *pki) issue(t *testing.T, serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) (certFile, keyFile string, pair tls.Certificate) {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(p.dir, cn+".pem"), filepath.Join(p.dir, cn+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
-	if pair, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile, pair
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 }
 
 const testToken = "test-token-0123456789abcdef"
@@ -171,7 +105,7 @@ func TestTLSCertificateReloads(t *testing.T) {
 	certFile, keyFile := filepath.Join(t.TempDir(), "tls.pem"), filepath.Join(t.TempDir(), "tls-key.pem")
 	install := func(serial int64) time.Time {
 		t.Helper()
-		cf, kf, pair := p.issue(t, serial, fmt.Sprint("server-", serial), x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
+		cf, kf, pair := p.Issue(t, serial, fmt.Sprint("server-", serial), x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1))
 		for _, c := range [][2]string{{cf, certFile}, {kf, keyFile}} {
 			b, err := os.ReadFile(c[0])
 			if err != nil {
