@@ -216,7 +216,15 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		}
 		t := time.NewTimer(d)
 		select {
-		case <-notify:
+		case _, open := <-notify:
+			if !open {
+				// The subscription ended by itself (etcd lost its
+				// leader): the next round subscribes again, or a waiter
+				// behind the head would never be woken again in this
+				// acquisition (docs/design.md, defect 251).
+				stopWait()
+				notify, stopWait = nil, nil
+			}
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()

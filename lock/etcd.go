@@ -1957,7 +1957,9 @@ func (s *EtcdStore) Watch(ctx context.Context, name, waiter string) (<-chan stru
 	wg.Add(1)
 	go func() { // owned by stop
 		defer wg.Done()
-		defer signal() // the watch ended (etcd lost its leader, or stop): let the waiter look for itself
+		// The watch ended (etcd lost its leader, or stop): the waiter looks
+		// for itself, and subscribes again (docs/design.md, defect 251).
+		defer close(ch)
 		lockKey := s.ks.LockKey(name)
 		for {
 			gone := !exists // went before the watch began

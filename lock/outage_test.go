@@ -252,3 +252,76 @@ func TestLostJoinLeavesTheQueue(t *testing.T) {
 	}
 	next.Release(ctx)
 }
+
+// TestEtcdWatchEndedByAnElectionIsRenewed: a waiter's etcd watch ends when
+// etcd loses its leader (the watch requires one). The waiter must then
+// subscribe again: behind the head it attempts only once a second, and
+// with its watch gone nothing woke it when the place ahead went and the
+// lock was released; it found the free lock at its next attempt, up to a
+// second later (docs/design.md, defect 251).
+func TestEtcdWatchEndedByAnElectionIsRenewed(t *testing.T) {
+	t.Parallel() // a quorum to lose and regain: a few seconds
+	members := testenv.EtcdCluster(t, 3)
+	cli := testenv.EtcdClient(t, members[0].ClientURL())
+	s := newEtcdStore(t, cli, lock.WithEtcdPrefix("/"+testenv.Name(t)+"/"))
+	name, ctx := testenv.Name(t), t.Context()
+	holder, head := newID(t), newID(t)
+	if _, err := s.Acquire(ctx, lock.AcquireRequest{Name: name, LeaseID: holder, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, lock.AcquireRequest{Name: name, LeaseID: newID(t), TTL: time.Second, Waiter: head, WaiterTTL: lock.DefaultWaiterTTL}); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("the head joins: %v", err)
+	}
+	counted := &attemptCounter{LeaseStore: s, ws: map[string]*waiterSeen{}}
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := newClient(t, counted).Acquire(context.Background(), name, 5*time.Second, lock.WithWait(time.Minute))
+		got <- time.Now()
+		if err != nil {
+			t.Errorf("the waiter behind: %v", err)
+			return
+		}
+		_ = l.Release(context.Background())
+	}()
+	behind := func() bool { ws := counted.attempts(); return len(ws) == 1 && ws[0].n >= 3 && ws[0].pos == 2 }
+	testenv.WaitUntil(t, 30*time.Second, behind)
+
+	// An election: etcd ends the watches that require a leader once it
+	// has had none for a few election timeouts (a probe of its own shows
+	// when); then it has one again.
+	probe, stopProbe, err := s.Watch(ctx, name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopProbe()
+	members[1].Close()
+	members[2].Close()
+	select {
+	case <-probe:
+	case <-time.After(60 * time.Second):
+		t.Fatal("etcd without a leader for a minute kept the watches that require one")
+	}
+	testenv.Restart(t, members, 1)
+	n := counted.attempts()[0].n
+	testenv.WaitUntil(t, 30*time.Second, func() bool { return counted.attempts()[0].n > n && behind() })
+
+	// Just after one of its attempts, the head leaves and the lock is
+	// released: each woke the waiter at once through its watch.
+	n = counted.attempts()[0].n
+	testenv.WaitUntil(t, 10*time.Second, func() bool { return counted.attempts()[0].n > n })
+	if err := s.Leave(ctx, name, head); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	if err := s.Release(ctx, name, holder, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		if late := at.Sub(released); late > 500*time.Millisecond {
+			t.Fatalf("the waiter got the lock %s after its release: its watch, ended by the election, was not renewed", late.Round(time.Millisecond))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter never got the lock")
+	}
+}

@@ -22,7 +22,8 @@ type LeaseStore interface {
 	// Watch returns a channel that receives a value when the lease of name
 	// may have become free for waiter ("" for an unfair waiter, which any
 	// release wakes). The subscription is active when Watch returns. stop
-	// ends it.
+	// ends it. The channel is closed if the subscription ends by itself
+	// (etcd lost its leader): the caller subscribes again.
 	Watch(ctx context.Context, name, waiter string) (ch <-chan struct{}, stop func(), err error)
 	// Leave gives up waiter's place in name's queue.
 	Leave(ctx context.Context, name, waiter string) error
