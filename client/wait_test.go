@@ -554,10 +554,22 @@ func TestUnansweredAcquireReleasesItsGrant(t *testing.T) {
 	for _, tc := range []struct {
 		how  string
 		call acquireCall
+		// giveUp tells the give-up's request from the call's own: the
+		// give-up starts as the call returns, and on a loaded machine it
+		// may reach the proxy before the test has marked the call
+		// returned. n is how many acquires came before, began when the
+		// call began.
+		giveUp func(req api.AcquireRequest, n int, began time.Time) bool
 	}{
-		{"TryAcquire", tryAcquire30s},
+		{"TryAcquire", tryAcquire30s, func(_ api.AcquireRequest, n int, _ time.Time) bool {
+			return n >= 1 // WithRetries(0): the call sends one
+		}},
 		{"Acquire with a wait", func(ctx context.Context, c *client.Client, name string) (*client.Lease, error) {
 			return c.Acquire(ctx, name, 30*time.Second, lock.WithWait(300*time.Millisecond))
+		}, func(req api.AcquireRequest, _ int, began time.Time) bool {
+			// Final, of 1 ms, once the wait is over: the call's own are
+			// all sent before.
+			return req.Final && req.WaitMs != nil && *req.WaitMs <= 1 && time.Since(began) >= 300*time.Millisecond
 		}},
 	} {
 		t.Run(tc.how, func(t *testing.T) {
@@ -565,6 +577,7 @@ func TestUnansweredAcquireReleasesItsGrant(t *testing.T) {
 			var (
 				mu       sync.Mutex
 				returned bool // the call returned: what comes now is the give-up
+				began    time.Time
 				during   []api.AcquireRequest
 				after    []api.AcquireRequest
 			)
@@ -577,7 +590,7 @@ func TestUnansweredAcquireReleasesItsGrant(t *testing.T) {
 				var req api.AcquireRequest
 				acquire := strings.HasSuffix(r.URL.Path, "/acquire") && json.Unmarshal(body, &req) == nil
 				mu.Lock()
-				done := returned
+				done := returned || acquire && tc.giveUp(req, len(during), began)
 				switch {
 				case acquire && done:
 					after = append(after, req)
@@ -595,6 +608,7 @@ func TestUnansweredAcquireReleasesItsGrant(t *testing.T) {
 				io.WriteString(w, "<html>502 Bad Gateway</html>")
 			})
 			c := newClient(t, front, client.WithRetries(0))
+			began = time.Now()
 			l, err := tc.call(t.Context(), c, name)
 			mu.Lock()
 			returned = true
