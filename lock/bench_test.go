@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
 )
 
@@ -111,16 +112,7 @@ func benchQueue(b *testing.B, store lock.LeaseStore, n int) {
 			}
 		}()
 	}
-	for {
-		st, err := c.Inspect(ctx, name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if st.Waiters == n {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.WaitUntil(b, 30*time.Second, func() bool { st, err := c.Inspect(ctx, name); return err == nil && st.Waiters == n })
 	attempts := func() (sum int) {
 		for _, w := range counted.attempts() {
 			sum += w.n

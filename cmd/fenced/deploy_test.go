@@ -386,7 +386,7 @@ func TestDashboardAndAlertsMetrics(t *testing.T) {
 	// metrics have samples, and TLS for its certificate's.
 	p := newPKI(t)
 	_, url := startDev(t, nil, "--redis-addr", testenv.RedisAddr(), "--redis-prefix", testenv.Name(t)+":", "--tls-cert", p.certFile, "--tls-key", p.keyFile)
-	a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.pool})
+	a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.Pool})
 	name := testenv.Name(t)
 	l := a.acquire(name, 1000)
 	a.must(200, "POST", "/v1/locks/"+name+"/refresh", `{"lease_id":"`+l.id+`"}`)

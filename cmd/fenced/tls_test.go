@@ -18,16 +18,15 @@ import (
 // pki is a test CA with a server certificate for 127.0.0.1 and a client
 // certificate, all written as PEM files.
 type pki struct {
-	*testenv.CA
-	caFile, certFile, keyFile, clientCert, clientKey string
-	pool                                             *x509.CertPool
-	client                                           tls.Certificate
+	*testenv.CA                              // File, Pool
+	certFile, keyFile, clientCert, clientKey string
+	client                                   tls.Certificate
 }
 
 func newPKI(t *testing.T) *pki {
 	t.Helper()
 	ca := testenv.NewCA(t, "fenced test CA")
-	p := &pki{CA: ca, caFile: ca.File, pool: ca.Pool}
+	p := &pki{CA: ca}
 	p.certFile, p.keyFile, _ = ca.Issue(t, 2, "server", x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1))
 	p.clientCert, p.clientKey, p.client = ca.Issue(t, 3, "client", x509.ExtKeyUsageClientAuth)
 	return p
@@ -52,7 +51,7 @@ func TestTLSAndAuth(t *testing.T) {
 		if url[:8] != "https://" {
 			t.Fatalf("URL %s, want https", url)
 		}
-		a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.pool})
+		a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.Pool})
 		name := testenv.Name(t)
 		for _, c := range []struct {
 			tok  string
@@ -70,25 +69,25 @@ func TestTLSAndAuth(t *testing.T) {
 			t.Fatal("a client without the CA was served")
 		}
 		// fenced exec with the CA and a token file.
-		if code, _, stderr := run(t, nil, "exec", "--url", url, "--client-tls-ca", p.caFile, "--client-token-file", tokens, testenv.Name(t), "--", "true"); code != 0 {
+		if code, _, stderr := run(t, nil, "exec", "--url", url, "--client-tls-ca", p.File, "--client-token-file", tokens, testenv.Name(t), "--", "true"); code != 0 {
 			t.Fatalf("fenced exec over TLS: exit %d\n%s", code, stderr)
 		}
-		if code, _, _ := run(t, nil, "exec", "--url", url, "--client-tls-ca", p.caFile, testenv.Name(t), "--", "true"); code != 1 {
+		if code, _, _ := run(t, nil, "exec", "--url", url, "--client-tls-ca", p.File, testenv.Name(t), "--", "true"); code != 1 {
 			t.Fatalf("fenced exec without a token: exit %d, want 1", code)
 		}
 	})
 
 	t.Run("MutualTLS", func(t *testing.T) {
 		t.Parallel()
-		_, url := startDev(t, nil, "--tls-cert", p.certFile, "--tls-key", p.keyFile, "--tls-client-ca", p.caFile)
-		if _, _, err := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.pool}).do("GET", "/healthz", ""); err == nil {
+		_, url := startDev(t, nil, "--tls-cert", p.certFile, "--tls-key", p.keyFile, "--tls-client-ca", p.File)
+		if _, _, err := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.Pool}).do("GET", "/healthz", ""); err == nil {
 			t.Fatal("a client without a certificate was served")
 		}
-		a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}})
+		a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.Pool, Certificates: []tls.Certificate{p.client}})
 		a.must(200, "GET", "/healthz", "")
 		a.acquire(testenv.Name(t), 5000)
 		if code, _, stderr := run(t, []string{"FENCED_CLIENT_TLS_CERT=" + p.clientCert, "FENCED_CLIENT_TLS_KEY=" + p.clientKey},
-			"exec", "--url", url, "--client-tls-ca", p.caFile, testenv.Name(t), "--", "true"); code != 0 {
+			"exec", "--url", url, "--client-tls-ca", p.File, testenv.Name(t), "--", "true"); code != 0 {
 			t.Fatalf("fenced exec with a client certificate: exit %d\n%s", code, stderr)
 		}
 	})
@@ -121,7 +120,7 @@ func TestTLSCertificateReloads(t *testing.T) {
 	proc, url := startDev(t, nil, "--tls-cert", certFile, "--tls-key", keyFile)
 	served := func() int64 { // the serial a new connection is served
 		t.Helper()
-		conn, err := tls.Dial("tcp", strings.TrimPrefix(url, "https://"), &tls.Config{RootCAs: p.pool})
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(url, "https://"), &tls.Config{RootCAs: p.Pool})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +130,7 @@ func TestTLSCertificateReloads(t *testing.T) {
 	if s := served(); s != 10 {
 		t.Fatalf("serial %d served, want 10", s)
 	}
-	a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.pool})
+	a := newAPI(t, url).withTLS(&tls.Config{RootCAs: p.Pool})
 
 	// SIGHUP: at once.
 	expires := install(11)

@@ -29,13 +29,14 @@ type servedTLS struct {
 	log   *slog.Logger
 	cur   atomic.Pointer[tls.Config]
 
-	mu     sync.Mutex // guards looked and stamp; held while loading
-	looked time.Time  // the last look at the files
-	stamp  string     // the files as they were at the last load tried
+	looked atomic.Int64 // the last look at the files, Unix ns: handshakes between looks take no lock
+	mu     sync.Mutex   // guards stamp; held while looking and loading
+	stamp  string       // the files as they were at the last load tried
 }
 
 func newServedTLS(files tlsFiles, log *slog.Logger) (*servedTLS, error) {
-	s := &servedTLS{files: files, log: log, stamp: files.stamp(), looked: time.Now()}
+	s := &servedTLS{files: files, log: log, stamp: files.stamp()}
+	s.looked.Store(time.Now().UnixNano())
 	c, err := files.server()
 	if err != nil {
 		return nil, err
@@ -51,14 +52,13 @@ func (s *servedTLS) listener() *tls.Config {
 }
 
 func (s *servedTLS) forClient(*tls.ClientHelloInfo) (*tls.Config, error) {
-	s.mu.Lock()
-	if time.Since(s.looked) >= tlsLookEvery {
-		s.looked = time.Now()
+	if l := s.looked.Load(); time.Now().UnixNano()-l >= int64(tlsLookEvery) && s.looked.CompareAndSwap(l, time.Now().UnixNano()) {
+		s.mu.Lock() // this handshake looks; the others go on with the one in force
 		if st := s.files.stamp(); st != s.stamp {
 			_ = s.reloadLocked("its files changed", st)
 		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	return s.cur.Load(), nil
 }
 
@@ -66,7 +66,7 @@ func (s *servedTLS) forClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 func (s *servedTLS) reload(why string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.looked = time.Now()
+	s.looked.Store(time.Now().UnixNano())
 	return s.reloadLocked(why, s.files.stamp())
 }
 

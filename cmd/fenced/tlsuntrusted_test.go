@@ -26,9 +26,9 @@ func TestUntrustedCertificateNamesTheFlag(t *testing.T) {
 		want string
 	}{
 		{"ExecNoCA", []string{"exec", "--url", url, "--wait", "20s", "NAME", "--", "true"}, "--client-tls-ca FILE (or FENCED_CLIENT_TLS_CA)"},
-		{"ExecOtherCA", []string{"exec", "--url", url, "--client-tls-ca", other.caFile, "--wait", "20s", "NAME", "--", "true"},
-			"--client-tls-ca " + other.caFile + " does not hold the CA"},
-		{"ExecHostName", []string{"exec", "--url", "https://localhost:" + port, "--client-tls-ca", p.caFile, "--wait", "20s", "NAME", "--", "true"},
+		{"ExecOtherCA", []string{"exec", "--url", url, "--client-tls-ca", other.File, "--wait", "20s", "NAME", "--", "true"},
+			"--client-tls-ca " + other.File + " does not hold the CA"},
+		{"ExecHostName", []string{"exec", "--url", "https://localhost:" + port, "--client-tls-ca", p.File, "--wait", "20s", "NAME", "--", "true"},
 			"give --url a host name or address"},
 		{"Elect", []string{"elect", "--url", url, "--wait", "20s", "NAME", "--", "true"}, "--client-tls-ca FILE"},
 		{"Observe", []string{"elect", "--url", url, "--observe", "NAME"}, "--client-tls-ca FILE"},
