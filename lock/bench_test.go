@@ -59,9 +59,11 @@ func benchPairs(b *testing.B, c *lock.Client) {
 // BenchmarkHotLockQueue measures the handoffs of one lock that n fair
 // waiters queue for, each holding it 5 ms when its turn comes and then
 // queueing again: ns/op is one handoff, attempts/op the store's acquire
-// attempts per handoff (Redis: a script each; etcd: a Txn each, every one a
-// Raft write), most of them made by waiters behind the head to keep their
-// places (docs/design.md, "Waiting"). Run with a fixed count, for example
+// attempts per handoff (Redis: a script each; etcd: a create Txn, a Raft
+// write, or for a waiter behind the head a read-only Txn), most of them
+// made by waiters behind the head to keep their places (docs/design.md,
+// "Waiting"); with etcd, txns/op and reads/op say which. Run with a fixed
+// count, for example
 // -benchtime=300x: each run queues its n waiters first.
 func BenchmarkHotLockQueue(b *testing.B) {
 	for _, mk := range []func(testing.TB) backend{redisBackend, etcdBackend} {
@@ -119,13 +121,13 @@ func benchQueue(b *testing.B, store lock.LeaseStore, n int) {
 		}
 		return sum
 	}
-	txns := func() uint64 {
+	etcdStats := func() lock.EtcdStats {
 		if es, ok := store.(*lock.EtcdStore); ok {
-			return es.Stats().Txns
+			return es.Stats()
 		}
-		return 0
+		return lock.EtcdStats{}
 	}
-	a0, t0 := attempts(), txns()
+	a0, e0 := attempts(), etcdStats()
 	b.ResetTimer()
 	if err := first.Release(context.Background()); err != nil {
 		b.Fatal(err)
@@ -139,7 +141,8 @@ func benchQueue(b *testing.B, store lock.LeaseStore, n int) {
 	}
 	h := float64(handoffs.Load())
 	b.ReportMetric(float64(attempts()-a0)/h, "attempts/op")
-	if t := txns(); t > 0 {
-		b.ReportMetric(float64(t-t0)/h, "txns/op")
+	if e := etcdStats(); e.Txns > 0 {
+		b.ReportMetric(float64(e.Txns-e0.Txns)/h, "txns/op")
+		b.ReportMetric(float64(e.Reads-e0.Reads)/h, "reads/op")
 	}
 }

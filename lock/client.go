@@ -108,14 +108,23 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 	var (
 		notify   <-chan struct{}
 		stopWait func()
-		busy     error // the last answer's reason it did not get the lease
-		down     error // the last attempt's transient backend error, if it had no answer
-		acquired bool
+		// A subscription being made: its Watch's answer, and what ends it.
+		subscribing     chan subscribed
+		stopSubscribing context.CancelFunc
+		busy            error // the last answer's reason it did not get the lease
+		down            error // the last attempt's transient backend error, if it had no answer
+		acquired        bool
 	)
 	if kept {
 		c.places.begin(name, req.Waiter)
 	}
 	defer func() {
+		if subscribing != nil {
+			stopSubscribing()
+			if w := <-subscribing; w.err == nil {
+				w.stop()
+			}
+		}
 		if stopWait != nil {
 			stopWait()
 		}
@@ -180,30 +189,28 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 		if d <= 0 {
 			return nil, notAcquired(name, busy)
 		}
-		if notify == nil {
-			// Subscribe, then try once more at once: a release between the
-			// attempt and the subscription would otherwise be missed. The
-			// subscription may take no longer than this round's backoff: a
-			// backend that cannot confirm it now (a pub/sub connection being
-			// re-established) leaves the waiter to the retry strategy, and
-			// the next round subscribes again (docs/design.md, defect 2).
-			wctx, cancel := context.WithTimeout(ctx, d)
-			notify, stopWait, err = c.store.Watch(wctx, name, req.Waiter)
-			if err != nil {
-				if errors.Is(err, ErrClosed) {
-					cancel()
-					return nil, c.fail(ctx, name, err, busy, began)
-				}
-				<-wctx.Done() // the rest of this round's backoff: never a busy loop
-			}
-			cancel()
-			if ctx.Err() != nil {
-				return nil, c.fail(ctx, name, ctx.Err(), busy, began)
-			}
-			continue
+		if notify == nil && subscribing == nil {
+			// Subscribe, and once the subscription is confirmed try once
+			// more at once: a release between the attempt and the
+			// subscription would otherwise be missed. Until it is, the
+			// waiter keeps the retry strategy's pace, so a free lock is
+			// taken within the strategy's bound, notifications or not (a
+			// pub/sub connection being re-established: docs/design.md,
+			// defect 2). The subscription is not cut at a round's end:
+			// etcd confirms a client's watches one at a time, and
+			// waiters that gave up theirs after a 4 ms backoff and asked
+			// again queued ever more of them, 80 to 200 ms each (defect
+			// 252).
+			sctx, cancel := context.WithCancel(ctx)
+			ch := make(chan subscribed, 1)
+			go func() { // owned by this call: ended and awaited as it returns
+				n, stop, err := c.store.Watch(sctx, name, req.Waiter)
+				ch <- subscribed{n, stop, err}
+			}()
+			subscribing, stopSubscribing = ch, cancel
 		}
 		switch {
-		case held != nil && held.Position > 1:
+		case held != nil && held.Position > 1 && notify != nil:
 			// Behind others in the queue, a waiter cannot take the lock
 			// before the places ahead go, and it is woken when they do
 			// (its name is published, or the place ahead is watched): it
@@ -215,23 +222,47 @@ func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o 
 			d = held.Remaining
 		}
 		t := time.NewTimer(d)
-		select {
-		case _, open := <-notify:
-			if !open {
-				// The subscription ended by itself (etcd lost its
-				// leader): the next round subscribes again, or a waiter
-				// behind the head would never be woken again in this
-				// acquisition (docs/design.md, defect 251).
-				stopWait()
-				notify, stopWait = nil, nil
+	round:
+		for {
+			select {
+			case w := <-subscribing:
+				subscribing = nil
+				stopSubscribing()
+				if w.err != nil {
+					if errors.Is(w.err, ErrClosed) {
+						t.Stop()
+						return nil, c.fail(ctx, name, w.err, busy, began)
+					}
+					continue // the rest of this round: never a busy loop; the next subscribes again
+				}
+				notify, stopWait = w.ch, w.stop
+				break round // confirmed: try once more at once
+			case _, open := <-notify:
+				if !open {
+					// The subscription ended by itself (etcd lost its
+					// leader): the next round subscribes again, or a
+					// waiter behind the head would never be woken again
+					// in this acquisition (docs/design.md, defect 251).
+					stopWait()
+					notify, stopWait = nil, nil
+				}
+				break round
+			case <-t.C:
+				break round
+			case <-ctx.Done():
+				t.Stop()
+				return nil, c.fail(ctx, name, ctx.Err(), busy, began)
 			}
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, c.fail(ctx, name, ctx.Err(), busy, began)
 		}
 		t.Stop()
 	}
+}
+
+// subscribed is what a store's Watch answered.
+type subscribed struct {
+	ch   <-chan struct{}
+	stop func()
+	err  error
 }
 
 // attemptFloor is the least time an attempt has to finish, whatever is
