@@ -44,13 +44,16 @@ cannot shorten the lease a later refresh extended (OutOfOrderError, 409).
 
 from __future__ import annotations
 
+import copy
 import functools
 import http.client
 import inspect
 import io
+import ipaddress
 import json
 import logging
 import math
+import os
 import random
 import secrets
 import select
@@ -548,11 +551,11 @@ class Client:
     "Authorization: Bearer ..." when the server requires one (default None
     or "": none); at least 16 bytes of printable ASCII without spaces, as
     a server's token file holds them. Bad arguments here raise ValueError.
-    timeout: seconds a request may take as a whole, connecting (and the
-    TLS handshake), sending and reading all of its answer, on top of an
-    acquire's wait_ms (default 10). retries: how often a 503 unavailable
-    answer is retried, after the answer's Retry-After (at most 1 s) or
-    100 ms, 200 ms, ...
+    timeout: seconds a request may take as a whole, the host name's
+    lookup, connecting (and the TLS handshake), sending and reading all of
+    its answer, on top of an acquire's wait_ms (default 10). retries: how
+    often a 503 unavailable answer is retried, after the answer's
+    Retry-After (at most 1 s) or 100 ms, 200 ms, ...
     (default 2; 0 disables); a one-attempt acquire, a refresh or release
     (and a force-release with a token) also retries, within the same count,
     a request whose answer was lost or was not fenced's decision, such as a
@@ -1574,12 +1577,13 @@ class _HTTPConnection(http.client.HTTPConnection):
 
 def _connect_by(deadline: float, address: tuple[str, int], timeout: Optional[float] = None,
                 source_address: Optional[tuple[str, int]] = None) -> socket.socket:
-    """socket.create_connection, each address of the host name tried with
-    what is left until deadline (time.monotonic()), none after it; timeout
-    (the same deadline, as it was when connect began) is not used."""
+    """socket.create_connection, the host name looked up (_resolve) and
+    each of its addresses tried with what is left until deadline
+    (time.monotonic()), none after it; timeout (the same deadline, as it
+    was when connect began) is not used."""
     host, port = address
     err: Optional[OSError] = None
-    for af, socktype, proto, _, sa in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+    for af, socktype, proto, _, sa in _resolve(host, port, deadline):
         left = deadline - time.monotonic()
         if left <= 0 and err is not None:
             break
@@ -1598,6 +1602,84 @@ def _connect_by(deadline: float, address: tuple[str, int], timeout: Optional[flo
     if err is not None:
         raise err
     raise OSError(f"getaddrinfo returned no address for {host!r}")
+
+
+def _resolve(host: str, port: int, deadline: float) -> list[Any]:
+    """socket.getaddrinfo(host, port, 0, SOCK_STREAM), waited for until
+    deadline (time.monotonic()) and no longer: a socket.timeout that says
+    the name did not resolve in time, the lookup left to end in its own
+    thread. getaddrinfo cannot be interrupted, and the system resolver
+    waits its own timeouts for DNS servers that do not answer (5 s a
+    server, per attempt, by default), so a request with timeout=2 took
+    10 s or more; a deadline passed during the lookup did not end it
+    either (docs/design.md, defect 253). An IP address is no lookup: asked
+    here, at once. Every request for one name and port waits on the same
+    lookup while it is in flight (_Lookup), so a DNS server that does not
+    answer costs one thread, not one per request sent again."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    with _Lookup.mu:
+        lookup = _Lookup.in_flight.get((host, port))
+        if lookup is None:
+            lookup = _Lookup.in_flight[(host, port)] = _Lookup(host, port)
+    left = deadline - time.monotonic()
+    if not lookup.done.wait(max(left, 0.0)):
+        waited = time.monotonic() - lookup.began
+        raise socket.timeout(
+            f"the host name {host!r} did not resolve within the request's timeout (no answer from the system "
+            f"resolver {waited:.1f} s after the lookup began): check that the DNS servers this host uses "
+            f"(/etc/resolv.conf) answer for it, or give the base URL an IP address")
+    if lookup.error is not None:
+        # A copy: the same exception raised in several threads would
+        # gather each one's traceback.
+        raise copy.copy(lookup.error)
+    return lookup.addresses
+
+
+class _Lookup:
+    """One socket.getaddrinfo of a host name and port, in a daemon thread
+    of its own, that every request for them waits on while it runs
+    (_resolve); it leaves in_flight as it ends, so the next request looks
+    the name up again (the resolver, not the client, caches)."""
+
+    mu = threading.Lock()
+    in_flight: dict[tuple[str, int], "_Lookup"] = {}
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.began = time.monotonic()
+        self.done = threading.Event()
+        self.addresses: list[Any] = []
+        self.error: Optional[BaseException] = None
+        threading.Thread(target=self._run, name=f"fenced lookup {host}", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.addresses = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+        except BaseException as e:  # raised in the requests that wait (gaierror, UnicodeError, ...)
+            self.error = e
+        finally:
+            with _Lookup.mu:
+                if _Lookup.in_flight.get((self.host, self.port)) is self:
+                    del _Lookup.in_flight[(self.host, self.port)]
+            self.done.set()
+
+    @classmethod
+    def _forget(cls) -> None:
+        """In the child of a fork: no lookup's thread came along, so none
+        is in flight (a request would wait on it until its deadline, each
+        one, for ever), and mu may have been held by a thread that did
+        not come along either."""
+        cls.mu = threading.Lock()
+        cls.in_flight = {}
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_Lookup._forget)
 
 
 class _HTTPSConnection(http.client.HTTPSConnection, _HTTPConnection):
