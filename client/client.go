@@ -143,7 +143,8 @@ func checkBearerToken(tok string) error {
 // RootCAs pool for a server certificate signed by a private CA, and
 // Certificates for mutual TLS. Default: the system's roots, no client
 // certificate. A server certificate it does not trust fails the call at
-// once (ErrCertificate).
+// once (ErrCertificate), and so does a server that refuses the client's
+// certificate, or its lack of one (ErrClientCertificate).
 func WithTLSConfig(cfg *tls.Config) Option {
 	return func(c *config) error {
 		if cfg == nil {
@@ -671,14 +672,16 @@ func (c *Client) refusedWait(err error, asked time.Duration) bool {
 // unanswered reports whether a request failed without the server's
 // decision: it could not be sent, its answer was lost, or the answer was
 // not a decision (undecidedAnswer). A certificate the client does not
-// trust (ErrCertificate) is no such failure: asked again, every server
-// fails the handshake again, until the client is given the CA.
+// trust (ErrCertificate), or a server that refuses the client's
+// (ErrClientCertificate), is no such failure: asked again, every server
+// fails the handshake again, until the client is given the CA or its
+// certificate.
 func unanswered(err error) bool {
 	var ae *APIError
 	if errors.As(err, &ae) {
 		return undecidedAnswer(ae)
 	}
-	return !errors.Is(err, ErrCertificate)
+	return !certificateFailure(err)
 }
 
 // undecidedAnswer reports whether an error answer may not be fenced's decision:
@@ -982,10 +985,12 @@ func (c *Client) round(ctx context.Context, method, path string, in, out any, mo
 		errs []error
 		last error
 		// untrusted: every server failed on its certificate, which the
-		// client does not trust (ErrCertificate). Each handshake fails
-		// alike until the client is given the CA, so that is no failure
-		// to send again, or to wait out; one server's is passed over, as
-		// one that cannot be reached is: nothing reached it.
+		// client does not trust (ErrCertificate), or refused the
+		// client's (ErrClientCertificate). Each handshake fails alike
+		// until the client is given the CA or its certificate, so that
+		// is no failure to send again, or to wait out; one server's is
+		// passed over, as one that cannot be reached is: nothing
+		// reached it.
 		untrusted = true
 		certs     []*certificateError
 	)
@@ -1102,7 +1107,11 @@ func (c *Client) send(ctx context.Context, base, method, path string, body []byt
 			return wrote.Load(), ctx.Err()
 		}
 		if ce := untrustedCertificate(err, method, base, path); ce != nil {
-			return false, ce // the handshake failed: nothing was written
+			// The handshake failed: nothing was read. Under TLS 1.3 the
+			// server refuses the client's certificate after the client's
+			// side of the handshake is over, and the request may have
+			// been written by then, but the server read none of it.
+			return false, ce
 		}
 		return wrote.Load(), fmt.Errorf("client: %w", err)
 	}

@@ -162,7 +162,12 @@
 // lost, or the deadline passes without a successful refresh, [Lease.Done]
 // closes and [Lease.Context] is cancelled, once; [Lease.Err] says why. A
 // refresh that fails for another reason (network, 503 from every server)
-// is retried until the deadline.
+// is retried until the deadline; but not one that fails on a TLS
+// certificate ([ErrCertificate], [ErrClientCertificate], at every
+// server): no refresh can get through before the deadline, and the lease
+// is lost at once, its Err matching [lock.ErrLost] and the certificate's
+// error, saying that the server holds the lock until its TTL runs out. A
+// Release that fails so says the same: nothing reached the server.
 //
 // # Errors
 //
@@ -187,6 +192,14 @@
 // at the first handshake with an error matching [ErrCertificate] that says
 // so and what to do: every handshake would fail alike, so it is neither
 // sent again nor waited out, and nothing was applied; with several
-// servers that one is passed over, as one that cannot be reached. When the
-// context ends, the error matches ctx.Err().
+// servers that one is passed over, as one that cannot be reached. So is a
+// server that requires a client certificate (mutual TLS, fenced serve
+// --tls-client-ca) and refuses the client's, or its lack of one: an error
+// matching [ErrClientCertificate] that says to give the client a
+// certificate the server accepts (WithTLSConfig, a tls.Config whose
+// Certificates holds it with its key). Under TLS 1.3 the server's refusal
+// comes after the request was written, but the server read none of it:
+// nothing was applied. Both errors match [lock.ErrCannotSend], by which a
+// lease's keep-alive knows to give up. When the context ends, the error
+// matches ctx.Err().
 package client

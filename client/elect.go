@@ -53,8 +53,9 @@ func (c *Client) Elect(ctx context.Context, name, value string, ttl time.Duratio
 // Any other 4xx answer
 // (401, 403, 404, …), or a redirect (3xx), is taken as final: sending it again would be refused
 // again, and the channel would show a leader that may be long gone. So is
-// a server certificate the client does not trust (ErrCertificate), which
-// fails every handshake alike.
+// a server certificate the client does not trust (ErrCertificate), or a
+// server that refuses the client's (ErrClientCertificate), which fails
+// every handshake alike.
 //
 // The channel is closed when ctx ends or the client closes, and also,
 // while ctx lives, after such a final refusal. A consumer that finds the
@@ -156,15 +157,16 @@ func (c *Client) leader(ctx context.Context, name string, after *fence.Token, wa
 
 // final reports whether err is an answer that the same request would get
 // again: a redirect, or a 4xx other than 408 and 429; or a server
-// certificate the client does not trust, which fails every handshake
-// alike until the client is given the CA.
+// certificate the client does not trust, or a client certificate the
+// server refuses, which fails every handshake alike until the client is
+// given the CA or its certificate.
 func final(err error) bool {
 	var ae *APIError
 	if errors.As(err, &ae) {
 		return ae.Status >= 300 && ae.Status < 500 && // a redirect too: it would come again
 			ae.Status != http.StatusRequestTimeout && ae.Status != http.StatusTooManyRequests
 	}
-	return errors.Is(err, ErrCertificate)
+	return certificateFailure(err)
 }
 
 // storeRefused makes the server's refusal of elections on Redis leases (a

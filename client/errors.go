@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"reflect"
 	"time"
 
 	"github.com/fenced/fenced/api"
@@ -133,25 +135,58 @@ func (e *ServerError) Unwrap() error { return e.Err }
 // host of the URL. Every handshake fails alike until the client is given
 // the CA (or a URL the certificate names), so it is no transient failure:
 // nothing reached the server, and the request is not sent again, nor waited
-// out by an Acquire's WithWait. With several servers, one whose
+// out by an Acquire's WithWait; a lease's keep-alive refresh that fails so
+// loses the lease at once (it also matches lock.ErrCannotSend). With several servers, one whose
 // certificate is not trusted is passed over as one that cannot be reached,
 // and the error matches ErrCertificate only when every server's was not
 // trusted. The error also holds the crypto/tls one
 // (*tls.CertificateVerificationError, with the x509 reason).
 var ErrCertificate = errors.New("client: the server's TLS certificate is not trusted")
 
+// ErrClientCertificate: the server refused the TLS handshake over the
+// client's own certificate (mutual TLS, fenced serve --tls-client-ca): the
+// client presented none, or one the server does not trust (signed by
+// another CA, expired, not for client authentication). The server says so
+// with a TLS alert (certificate required, unknown CA, bad certificate,
+// certificate expired, ...; a TLS 1.2 server that got no certificate
+// answers a handshake failure, which counts too), under TLS 1.3 after the
+// client's side of the handshake is over, when the request was already
+// written: it was not read. Like ErrCertificate it is no transient
+// failure and is handled as one (not sent again, nor waited out; a
+// keep-alive loses its lease at once; another server is tried), but it is
+// a sibling, not the same error: it is the other side's certificate, and
+// the remedy differs, a certificate and key in WithTLSConfig's
+// Certificates rather than a CA in its RootCAs. A Go client sends only a
+// certificate of a CA that the server's request names, and none else: a
+// certificate of the wrong CA is mostly refused as none at all
+// ("certificate required"). The error also holds the crypto/tls one.
+var ErrClientCertificate = errors.New("client: the server refused the client's TLS certificate")
+
+// certificateFailure reports whether err is a handshake that failed on a
+// certificate, the server's or the client's, at every server asked.
+func certificateFailure(err error) bool {
+	return errors.Is(err, ErrCertificate) || errors.Is(err, ErrClientCertificate)
+}
+
 // certificateError is the failure of a request whose handshake failed on
-// the server's certificate: it says so and what to do, and matches
-// ErrCertificate unless passed over (round: another server may answer).
+// the server's certificate (or, client, on the client's): it says so and
+// what to do, and matches ErrCertificate (ErrClientCertificate) and
+// lock.ErrCannotSend unless passed over (round: another server may
+// answer).
 type certificateError struct {
 	method, base, path string
-	reason             string // the verification's own words
+	reason             string // the verification's own words, or the server's alert
 	hostname           bool   // signed by a trusted CA, but not for the URL's host
+	client             bool   // the server refused the client's certificate
+	alert              uint8  // its alert, if client
 	err                error  // the HTTP client's error
 	passed             bool
 }
 
 func (e *certificateError) Error() string {
+	if e.client {
+		return fmt.Sprintf("client: %s %s%s: the server refused the client's TLS certificate (%s): %s", e.method, e.base, e.path, e.reason, clientCertificateAdvice(e.alert))
+	}
 	do := fmt.Sprintf("give the client the CA that signed it (WithTLSConfig, a tls.Config whose RootCAs holds it), and check that the certificate names the host of %s", e.base)
 	if e.hostname {
 		do = fmt.Sprintf("it was not issued for the host of %s: point the client at a name or address the certificate holds", e.base)
@@ -159,16 +194,35 @@ func (e *certificateError) Error() string {
 	return fmt.Sprintf("client: %s %s%s: the server's TLS certificate is not trusted (%s): %s", e.method, e.base, e.path, e.reason, do)
 }
 
-func (e *certificateError) Unwrap() []error {
-	if e.passed {
-		return []error{e.err}
+// clientCertificateAdvice is what to do about a client certificate the
+// server refused with alert a.
+func clientCertificateAdvice(a uint8) string {
+	switch a {
+	case alertCertificateRequired:
+		return "the server requires a client certificate (mutual TLS) and got none: give the client a certificate signed by a CA the server trusts, with its key (WithTLSConfig, a tls.Config whose Certificates holds it); one signed by another CA is not sent"
+	case alertHandshakeFailure:
+		return "if the server requires a client certificate (mutual TLS), as a TLS 1.2 server says when it got none, give the client a certificate signed by a CA the server trusts, with its key (WithTLSConfig, a tls.Config whose Certificates holds it); one signed by another CA is not sent"
+	case alertCertificateExpired:
+		return "the client's certificate has expired or is not valid yet: give the client a certificate valid now (WithTLSConfig's Certificates)"
+	case alertUnknownCA:
+		return "the server does not trust the CA that signed the client's certificate: give the client a certificate signed by a CA the server trusts (WithTLSConfig's Certificates)"
 	}
-	return []error{ErrCertificate, e.err}
+	return "give the client a certificate the server accepts (WithTLSConfig's Certificates): signed by a CA the server trusts, valid now, issued for client authentication"
+}
+
+func (e *certificateError) Unwrap() []error {
+	switch {
+	case e.passed:
+		return []error{e.err}
+	case e.client:
+		return []error{ErrClientCertificate, lock.ErrCannotSend, e.err}
+	}
+	return []error{ErrCertificate, lock.ErrCannotSend, e.err}
 }
 
 // untrustedCertificate returns the certificateError of err, the HTTP
 // client's failure of a request to base, if its handshake failed on the
-// server's certificate, else nil.
+// server's certificate, or the server refused the client's, else nil.
 func untrustedCertificate(err error, method, base, path string) *certificateError {
 	var (
 		cve *tls.CertificateVerificationError
@@ -187,7 +241,48 @@ func untrustedCertificate(err error, method, base, path string) *certificateErro
 	case errors.As(err, &cie):
 		reason = cie
 	default:
+		if a, words, ok := refusedCertificate(err); ok {
+			return &certificateError{method: method, base: base, path: path, reason: words, client: true, alert: a, err: err}
+		}
 		return nil
 	}
 	return &certificateError{method: method, base: base, path: path, reason: reason.Error(), hostname: errors.As(reason, &he), err: err}
+}
+
+// The TLS alerts (RFC 8446, 6.2) by which a server refuses the client's
+// certificate. From a server, each is about the certificate the client
+// sent, or did not send: a TLS 1.2 server that requires one answers
+// handshake_failure when it got none (TLS 1.3 has certificate_required).
+const (
+	alertHandshakeFailure       = 40
+	alertBadCertificate         = 42
+	alertUnsupportedCertificate = 43
+	alertCertificateRevoked     = 44
+	alertCertificateExpired     = 45
+	alertCertificateUnknown     = 46
+	alertUnknownCA              = 48
+	alertCertificateRequired    = 116
+)
+
+// refusedCertificate reports the alert of err, and its words, if it is a
+// TLS alert from the server (a "remote error") that refuses the client's
+// certificate. crypto/tls reports an alert it received as a *net.OpError
+// whose Err is its unexported alert type, a uint8: the alert is read by
+// its code, never by its text. (A tls.AlertError, over QUIC, is one the
+// client sent, not one it received.)
+func refusedCertificate(err error) (code uint8, words string, ok bool) {
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "remote error" || oe.Err == nil {
+		return 0, "", false
+	}
+	v := reflect.ValueOf(oe.Err)
+	if v.Kind() != reflect.Uint8 || v.Type().PkgPath() != "crypto/tls" {
+		return 0, "", false
+	}
+	switch code = uint8(v.Uint()); code {
+	case alertHandshakeFailure, alertBadCertificate, alertUnsupportedCertificate, alertCertificateRevoked,
+		alertCertificateExpired, alertCertificateUnknown, alertUnknownCA, alertCertificateRequired:
+		return code, oe.Error(), true
+	}
+	return 0, "", false
 }

@@ -40,6 +40,10 @@ type tlsServer struct {
 	hs    *httptest.Server
 	conns atomic.Int64                    // connections accepted: a handshake each
 	cert  atomic.Pointer[tls.Certificate] // the certificate it presents now
+	// Mutual TLS, when set: the CAs a client's certificate must be
+	// signed by. maxVersion, when set, caps the TLS version.
+	clientCAs  atomic.Pointer[x509.CertPool]
+	maxVersion atomic.Uint32
 }
 
 func serveTLS(t *testing.T, f *fixture, cert tls.Certificate) *tlsServer {
@@ -54,7 +58,11 @@ func serveTLS(t *testing.T, f *fixture, cert tls.Certificate) *tlsServer {
 	// server name, and then the first of Certificates, which StartTLS
 	// fills with its own, is presented instead.
 	s.hs.TLS = &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		return &tls.Config{Certificates: []tls.Certificate{*s.cert.Load()}}, nil
+		tc := &tls.Config{Certificates: []tls.Certificate{*s.cert.Load()}, MaxVersion: uint16(s.maxVersion.Load())}
+		if pool := s.clientCAs.Load(); pool != nil {
+			tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		}
+		return tc, nil
 	}}
 	s.hs.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateNew {
@@ -80,6 +88,8 @@ func untrusted(t *testing.T, what string, err error, do string, handshakes int64
 		t.Fatalf("%s: %v; want an error matching client.ErrCertificate", what, err)
 	case !errors.As(err, &cve):
 		t.Fatalf("%s: %v; want the *tls.CertificateVerificationError inside", what, err)
+	case !errors.Is(err, lock.ErrCannotSend):
+		t.Fatalf("%s: %v; want an error matching lock.ErrCannotSend: a lease's keep-alive gives up on it", what, err)
 	case errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrLost), errors.Is(err, lock.ErrMaybeReleased),
 		errors.Is(err, lock.ErrSentAgain), errors.Is(err, client.ErrNoAnswer):
 		t.Fatalf("%s: %v; want no other mark: nothing reached a server", what, err)
@@ -174,7 +184,12 @@ func TestUntrustedCertificateFailsAtOnce(t *testing.T) {
 // changes to one the client does not trust (a rotation to another CA)
 // while a lease is held. The refresh and the release fail at once, once,
 // and say why; the release does not say it may have released the lease:
-// nothing reached the server.
+// nothing reached the server, and says that the lock stays held until its
+// TTL. Nor does the release count as one that may have been applied: when
+// the certificate is trusted again, a release answered "lost, maybe
+// released" (the lock force-released meanwhile, and the store's memory of
+// released lease ids full) is a loss, not the answer to its own release
+// (before, Release returned nil for it).
 func TestUntrustedCertificateAfterTheGrant(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -182,7 +197,8 @@ func TestUntrustedCertificateAfterTheGrant(t *testing.T) {
 	srv := serveTLS(t, f, ca.cert)
 	cl := newClient(t, srv.url, client.WithTLSConfig(&tls.Config{RootCAs: ca.pool}))
 	ctx := t.Context()
-	l, err := cl.TryAcquire(ctx, testenv.Name(t), 10*time.Second)
+	name := testenv.Name(t)
+	l, err := cl.TryAcquire(ctx, name, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +207,28 @@ func TestUntrustedCertificateAfterTheGrant(t *testing.T) {
 	before := srv.conns.Load()
 	untrusted(t, "Refresh", l.Refresh(ctx, 0), giveTheCA, srv.conns.Load()-before)
 	before = srv.conns.Load()
-	untrusted(t, "Release", l.Release(ctx), giveTheCA, srv.conns.Load()-before)
+	err = l.Release(ctx)
+	untrusted(t, "Release", err, giveTheCA, srv.conns.Load()-before)
+	if !strings.Contains(err.Error(), "stays held in the store until its TTL runs out") {
+		t.Errorf("Release: %q; want it to say that the lock stays held until its TTL", err) // and go on
+	}
+
+	srv.cert.Store(&ca.cert)
+	if _, err := f.locks.ForceRelease(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	for range 16 { // the Redis store remembers the last 16 released lease ids
+		o, err := f.locks.TryAcquire(ctx, name, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Release(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Fatalf("Release after a force-release: %v; want ErrLost: the release before reached no server", err)
+	}
 }
 
 // TestUntrustedCertificateOfOneServer: with several servers, one whose

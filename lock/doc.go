@@ -40,7 +40,10 @@
 // cost the lease. When a refresh finds the lease
 // taken or gone, or the deadline passes without a successful refresh,
 // [Lease.Done] closes and [Lease.Context] is cancelled, once; [Lease.Err]
-// says why ([ErrLost], [ErrExpired]). [Lease.Release] closes them with
+// says why ([ErrLost], [ErrExpired]). A refresh whose [LeaseKeeper] says it
+// cannot be sent ([ErrCannotSend]: package client's, on a TLS certificate
+// refused) is not tried again: the lease is lost at once, with that error,
+// though the store holds it until its TTL runs out. [Lease.Release] closes them with
 // [ErrReleased].
 //
 // # Options

@@ -49,6 +49,18 @@ var (
 	// defects 173, 190). A LeaseKeeper of another kind marks its unsure
 	// ErrLost so too.
 	ErrMaybeReleased = errors.New("lock: the store cannot tell whether an earlier release of this lease freed it")
+	// ErrCannotSend marks an error of a LeaseKeeper's Refresh or Release
+	// whose request did not reach the store and will not if sent again,
+	// until something outside the lease changes: package client's when
+	// the TLS handshake with the fenced server fails on a certificate
+	// (client.ErrCertificate, client.ErrClientCertificate). Nothing was
+	// applied. A keep-alive refresh that fails so gives the lease up at
+	// once, before its deadline, rather than trying again until then: its
+	// Err matches ErrLost and the keeper's error, and says the lock stays
+	// held in the store until its TTL runs out. Lease.Release that fails
+	// so says the same, and does not count as an attempt that may have
+	// been applied (docs/design.md, "Keep-alive").
+	ErrCannotSend = errors.New("lock: the request cannot be sent to the store")
 	// ErrOutOfOrder: the store did not apply a refresh because it had
 	// applied a later one of the same lease first (a higher sequence
 	// number): the lease stays as the later refresh left it, still held.

@@ -15,8 +15,9 @@ import (
 // resource, not the lease, is what stops a late writer.
 //
 // The lease is valid until Deadline. Done is closed, and Context cancelled,
-// once, when the lease is lost (a refresh finds it taken or gone, or the
-// deadline passes without a refresh) or released. Err says which, and is
+// once, when the lease is lost (a refresh finds it taken or gone, the
+// deadline passes without a refresh, or keep-alive's refresh cannot be
+// sent: ErrCannotSend) or released. Err says which, and is
 // the check to make right before a write: it reads the clock, where Done
 // waits for the lease's timer (see Err).
 type Lease struct {
@@ -299,7 +300,9 @@ func (l *Lease) grantedLocked(start time.Time, ttl time.Duration) {
 // again (by the lease id, which is safe). Its "lost" then counts as
 // released before the deadline only when the store cannot tell it from the
 // answer to the earlier call's release (ErrMaybeReleased): a lease lost
-// before, to a Redis restart say, is still ErrLost. Once a release was
+// before, to a Redis restart say, is still ErrLost. A release that cannot
+// be sent (ErrCannotSend) says the lock stays held until its TTL runs out,
+// and is no attempt that may have been applied. Once a release was
 // decided, a later one returns nil.
 func (l *Lease) Release(ctx context.Context) error {
 	l.releasing.Lock()
@@ -340,7 +343,15 @@ func (l *Lease) Release(ctx context.Context) error {
 		// defect 190).
 		err = nil
 	}
-	l.unanswered = l.unanswered || err != nil && !errors.Is(err, ErrLost)
+	notSent := errors.Is(err, ErrCannotSend)
+	if notSent && !l.unanswered {
+		// Nothing reached the store, now or before: the lock is held
+		// there, by nobody, until its TTL runs out.
+		err = fmt.Errorf("lock: %q not released: the release cannot be sent, and the lock stays held in the store until its TTL runs out: %w", l.name, err)
+	}
+	// A release that was not sent was not applied: it is no attempt whose
+	// "lost" answer, later, may be its own doing.
+	l.unanswered = l.unanswered || err != nil && !errors.Is(err, ErrLost) && !notSent
 	l.lose(ErrReleased)
 	l.set.forget(l)
 	if lb := l.lostBefore; lb != nil && !errors.Is(lb, ErrReleased) {
@@ -352,6 +363,18 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 func (l *Lease) lose(cause error) { l.cancel(cause) }
+
+// cannotRefreshError is the loss of a keep-alive lease whose refresh
+// cannot be sent (ErrCannotSend): it matches ErrLost and the keeper's
+// error, and says that the store still holds the lock.
+type cannotRefreshError struct{ err error }
+
+func (e *cannotRefreshError) Error() string {
+	return "lock: lease lost: the keep-alive gave it up before its deadline, as its refresh cannot be sent (" + e.err.Error() +
+		"); the lock stays held in the store until its TTL runs out"
+}
+
+func (e *cannotRefreshError) Unwrap() []error { return []error{ErrLost, e.err} }
 
 // errLostMaybeReleased is ErrLost with ErrMaybeReleased.
 var errLostMaybeReleased = fmt.Errorf("%w (%w)", ErrLost, ErrMaybeReleased)
@@ -475,8 +498,10 @@ func (l *Lease) tick() {
 // step declares the lease lost when its deadline has passed, and refreshes
 // it when keep-alive is on and a refresh is due. A refresh that fails for
 // another reason than loss (network) is tried again soon, until the
-// deadline, as Consul's monitorLock does. It reports whether the lease
-// still needs its timer.
+// deadline, as Consul's monitorLock does; one that cannot be sent
+// (ErrCannotSend: no refresh will be, whatever the time left) loses the
+// lease at once, as Consul's does after an error it cannot retry. It
+// reports whether the lease still needs its timer.
 func (l *Lease) step() bool {
 	if l.Err() != nil {
 		return false
@@ -525,6 +550,13 @@ func (l *Lease) step() bool {
 	switch {
 	case err == nil: // Refresh moved the schedule
 	case l.Err() != nil:
+		return false
+	case errors.Is(err, ErrCannotSend):
+		// Not sent, and no refresh will be until something outside the
+		// lease changes (a certificate): tried again until the deadline,
+		// it only hid from the holder, until then, that its lease was
+		// over. Given up now: the holder stops sooner, never later.
+		l.lose(&cannotRefreshError{err: err})
 		return false
 	case abandoned:
 		// Unanswered in its time: at once, in the half left.

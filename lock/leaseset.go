@@ -27,6 +27,10 @@ type LeaseKeeper interface {
 	// hold, where one without could free a lock another hold still has.
 	// An ErrLost the keeper cannot tell from the answer to a release of
 	// the lease applied earlier carries ErrMaybeReleased.
+	//
+	// An error of either that marks ErrCannotSend says that the request
+	// did not reach the store and will not if sent again: a keep-alive
+	// gives its lease up at once, and Release counts it as not applied.
 	Release(ctx context.Context, name, leaseID, op string) error
 }
 

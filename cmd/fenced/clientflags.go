@@ -101,21 +101,32 @@ func (o *clientOpts) client(cmdName string) (*client.Client, error) {
 }
 
 // explainCertificate adds to the error of a server certificate the client
-// does not trust (client.ErrCertificate) what to do in the flags' terms:
+// does not trust (client.ErrCertificate), or of a server that refuses the
+// client's (client.ErrClientCertificate), what to do in the flags' terms:
 // the client's own words name client.WithTLSConfig, which the command's
 // user cannot reach. Every command that talks to a server defers it on its
 // error.
 func (o *clientOpts) explainCertificate(err *error) {
-	if !errors.Is(*err, client.ErrCertificate) {
-		return
-	}
-	var he x509.HostnameError
-	hint := "give fenced the CA that signed the server's certificate: --client-tls-ca FILE (or FENCED_CLIENT_TLS_CA)"
+	var hint string
 	switch {
-	case errors.As(*err, &he):
-		hint = "give --url a host name or address that the server's certificate holds"
-	case o.tls.ca != "":
-		hint = fmt.Sprintf("--client-tls-ca %s does not hold the CA that signed the server's certificate: give the file of that CA", o.tls.ca)
+	case errors.Is(*err, client.ErrCertificate):
+		var he x509.HostnameError
+		hint = "give fenced the CA that signed the server's certificate: --client-tls-ca FILE (or FENCED_CLIENT_TLS_CA)"
+		switch {
+		case errors.As(*err, &he):
+			hint = "give --url a host name or address that the server's certificate holds"
+		case o.tls.ca != "":
+			hint = fmt.Sprintf("--client-tls-ca %s does not hold the CA that signed the server's certificate: give the file of that CA", o.tls.ca)
+		}
+	case errors.Is(*err, client.ErrClientCertificate):
+		// The server requires a client certificate (its --tls-client-ca).
+		// An expired one does not get this far: client() refuses it.
+		hint = "the server requires a client certificate (mutual TLS): give fenced one signed by a CA the server trusts (its --tls-client-ca): --client-tls-cert FILE --client-tls-key FILE (or FENCED_CLIENT_TLS_CERT and FENCED_CLIENT_TLS_KEY)"
+		if o.tls.cert != "" {
+			hint = fmt.Sprintf("--client-tls-cert %s is not a certificate the server accepts: give one signed by a CA the server trusts (its --tls-client-ca), for client authentication", o.tls.cert)
+		}
+	default:
+		return
 	}
 	var ee *ExitError
 	if errors.As(*err, &ee) && ee.Err != nil {

@@ -436,8 +436,10 @@ func acquireForExec(ctx context.Context, c *client.Client, name string, o *execO
 	// one that goes away during it; before, the first attempt's error ended
 	// the command at once (docs/design.md, defect 144). fenced's own
 	// refusals (a 4xx with its code) still end it, and so does a server
-	// certificate the client does not trust: every handshake fails alike.
-	away := err != nil && !held && !noAnswer && o.wait > 0 && ctx.Err() == nil && !refusal(err) && !errors.Is(err, client.ErrCertificate)
+	// certificate the client does not trust, or a server that refuses the
+	// client's: every handshake fails alike.
+	away := err != nil && !held && !noAnswer && o.wait > 0 && ctx.Err() == nil && !refusal(err) &&
+		!errors.Is(err, client.ErrCertificate) && !errors.Is(err, client.ErrClientCertificate)
 	if (held || away) && !o.try {
 		until := "until it is free (interrupt to give up)"
 		var opts []lock.Option

@@ -53,3 +53,46 @@ func TestUntrustedCertificateNamesTheFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedClientCertificateNamesTheFlags: a server that requires a
+// client certificate (--tls-client-ca) and refuses the client's, or its
+// lack of one, fails fenced exec, elect and locks at once (fenced exec
+// --wait 20s rode it out for 20 s before), and the message says what to
+// do in the command's terms: the flags that give a client certificate, or
+// that the one given is not one the server accepts.
+func TestRefusedClientCertificateNamesTheFlags(t *testing.T) {
+	t.Parallel()
+	p, other := newPKI(t), newPKI(t)
+	_, url := startDev(t, nil, "--tls-cert", p.certFile, "--tls-key", p.keyFile, "--tls-client-ca", p.File)
+	const give = "--client-tls-cert FILE --client-tls-key FILE (or FENCED_CLIENT_TLS_CERT and FENCED_CLIENT_TLS_KEY)"
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"ExecNone", []string{"exec", "--url", url, "--client-tls-ca", p.File, "--wait", "20s", "NAME", "--", "true"}, give},
+		{"ExecOtherCA", []string{"exec", "--url", url, "--client-tls-ca", p.File, "--client-tls-cert", other.clientCert, "--client-tls-key", other.clientKey,
+			"--wait", "20s", "NAME", "--", "true"}, "--client-tls-cert " + other.clientCert + " is not a certificate the server accepts"},
+		{"Elect", []string{"elect", "--url", url, "--client-tls-ca", p.File, "--wait", "20s", "NAME", "--", "true"}, give},
+		{"Observe", []string{"elect", "--url", url, "--client-tls-ca", p.File, "--observe", "NAME"}, give},
+		{"LocksGet", []string{"locks", "get", "--url", url, "--client-tls-ca", p.File, "NAME"}, give},
+		{"LocksRelease", []string{"locks", "release", "--url", url, "--client-tls-ca", p.File, "NAME"}, give},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			args := slices.Clone(c.args)
+			args[slices.Index(args, "NAME")] = testenv.Name(t)
+			began := time.Now()
+			code, _, stderr := run(t, nil, args...)
+			if took := time.Since(began); took > 10*time.Second {
+				t.Fatalf("fenced %s took %s: it rode out a client certificate refused\n%s", c.name, took.Round(time.Millisecond), stderr)
+			}
+			if code != 1 || !strings.Contains(stderr, "the server refused the client's TLS certificate") || !strings.Contains(stderr, c.want) {
+				t.Fatalf("exit %d\n%s\nwant exit 1 and a message that says the server refused the client's certificate and %q", code, stderr, c.want)
+			}
+			if strings.Contains(stderr, "trying again") || strings.Contains(stderr, "may have") {
+				t.Fatalf("%s\nwant no retry and no doubt: nothing reached the server", stderr)
+			}
+		})
+	}
+}

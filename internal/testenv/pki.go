@@ -54,10 +54,17 @@ func NewCA(t testing.TB, cn string) *CA {
 // the CA's directory.
 func (ca *CA) Issue(t testing.TB, serial int64, cn string, usage x509.ExtKeyUsage, ips ...net.IP) (certFile, keyFile string, pair tls.Certificate) {
 	t.Helper()
+	return ca.IssueValid(t, serial, cn, usage, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), ips...)
+}
+
+// IssueValid is Issue of a certificate valid from notBefore to notAfter
+// (an expired one, say).
+func (ca *CA) IssueValid(t testing.TB, serial int64, cn string, usage x509.ExtKeyUsage, notBefore, notAfter time.Time, ips ...net.IP) (certFile, keyFile string, pair tls.Certificate) {
+	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		NotBefore: notBefore, NotAfter: notAfter,
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
