@@ -61,7 +61,6 @@ func TestRefusedClientCertificateFailsAtOnce(t *testing.T) {
 	_, _, ofATwin := testenv.NewCA(t, "fenced client test CA").Issue(t, 3, "client", x509.ExtKeyUsageClientAuth)
 	srv := serveTLS(t, f, serverCert)
 	srv.clientCAs.Store(ca.Pool)
-	ctx := t.Context()
 
 	const none = "requires a client certificate (mutual TLS) and got none: give the client a certificate signed by a CA the server trusts, with its key (WithTLSConfig, a tls.Config whose Certificates holds it)"
 	for _, c := range []struct {
@@ -85,46 +84,14 @@ func TestRefusedClientCertificateFailsAtOnce(t *testing.T) {
 				tc.Certificates = []tls.Certificate{*c.cert}
 			}
 			cl := newClient(t, srv.url, client.WithTLSConfig(tc))
-			name := testenv.Name(t)
-			// Each call is measured alone: subtests do not run in parallel.
-			measure := func(what string, call func() error) {
-				t.Helper()
-				before := srv.conns.Load()
-				began := time.Now()
-				err := call()
-				if took := time.Since(began); took > 10*time.Second {
-					t.Fatalf("%s took %s: the client rode out a certificate refused (%v)", what, took.Round(time.Millisecond), err)
-				}
-				refused(t, what, err, c.do, srv.conns.Load()-before)
-			}
-			measure("Acquire WithWait(20s)", func() error {
-				_, err := cl.Acquire(ctx, name, 5*time.Second, lock.WithWait(20*time.Second))
-				return err
+			everyCall(t, cl, srv, "a certificate refused", func(what string, err error, handshakes int64) {
+				refused(t, what, err, c.do, handshakes)
 			})
-			measure("TryAcquire", func() error { _, err := cl.TryAcquire(ctx, name, 5*time.Second); return err })
-			measure("Inspect", func() error { _, err := cl.Inspect(ctx, name); return err })
-			measure("List", func() error { _, err := cl.List(ctx, "", 10, ""); return err })
-			measure("ForceRelease", func() error { _, err := cl.ForceRelease(ctx, name); return err })
-			measure("ForceRelease IfToken", func() error { _, err := cl.ForceRelease(ctx, name, lock.IfToken(1)); return err })
-			measure("Elect WithWait(20s)", func() error {
-				_, err := cl.Elect(ctx, name, "v", 5*time.Second, lock.WithWait(20*time.Second))
-				return err
-			})
-			measure("Observe", func() error { _, err := cl.Observe(ctx, name); return err })
 		})
 	}
 	// Given a certificate the server accepts: acquire, refresh, release.
 	cl := newClient(t, srv.url, client.WithTLSConfig(&tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{good}}))
-	l, err := cl.Acquire(ctx, testenv.Name(t), 5*time.Second, lock.WithWait(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Refresh(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	works(t, cl)
 }
 
 // TestKeepAliveEndsOnACertificateRefused: a lease kept alive through a

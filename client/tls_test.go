@@ -120,7 +120,6 @@ func TestUntrustedCertificateFailsAtOnce(t *testing.T) {
 	ca := newTestCA(t)
 	srv := serveTLS(t, f, ca.cert)
 	port := srv.url[strings.LastIndex(srv.url, ":")+1:]
-	ctx := t.Context()
 
 	for _, c := range []struct {
 		name string
@@ -138,46 +137,14 @@ func TestUntrustedCertificateFailsAtOnce(t *testing.T) {
 				opts = append(opts, client.WithTLSConfig(c.tc))
 			}
 			cl := newClient(t, c.url, opts...)
-			name := testenv.Name(t)
-			// Each call is measured alone: subtests do not run in parallel.
-			measure := func(what string, call func() error) {
-				t.Helper()
-				before := srv.conns.Load()
-				began := time.Now()
-				err := call()
-				if took := time.Since(began); took > 10*time.Second {
-					t.Fatalf("%s took %s: the client rode out a certificate not trusted (%v)", what, took.Round(time.Millisecond), err)
-				}
-				untrusted(t, what, err, c.do, srv.conns.Load()-before)
-			}
-			measure("Acquire WithWait(20s)", func() error {
-				_, err := cl.Acquire(ctx, name, 5*time.Second, lock.WithWait(20*time.Second))
-				return err
+			everyCall(t, cl, srv, "a certificate not trusted", func(what string, err error, handshakes int64) {
+				untrusted(t, what, err, c.do, handshakes)
 			})
-			measure("TryAcquire", func() error { _, err := cl.TryAcquire(ctx, name, 5*time.Second); return err })
-			measure("Inspect", func() error { _, err := cl.Inspect(ctx, name); return err })
-			measure("List", func() error { _, err := cl.List(ctx, "", 10, ""); return err })
-			measure("ForceRelease", func() error { _, err := cl.ForceRelease(ctx, name); return err })
-			measure("ForceRelease IfToken", func() error { _, err := cl.ForceRelease(ctx, name, lock.IfToken(1)); return err })
-			measure("Elect WithWait(20s)", func() error {
-				_, err := cl.Elect(ctx, name, "v", 5*time.Second, lock.WithWait(20*time.Second))
-				return err
-			})
-			measure("Observe", func() error { _, err := cl.Observe(ctx, name); return err })
 		})
 	}
 	// Given the CA, the same client settings work: acquire, refresh, release.
 	cl := newClient(t, srv.url, client.WithTLSConfig(&tls.Config{RootCAs: ca.pool}))
-	l, err := cl.Acquire(ctx, testenv.Name(t), 5*time.Second, lock.WithWait(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Refresh(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	works(t, cl)
 }
 
 // TestUntrustedCertificateAfterTheGrant: a server whose certificate
@@ -317,4 +284,52 @@ func TestObserveEndsOnAnUntrustedCertificate(t *testing.T) {
 	before := srv.conns.Load()
 	_, err = cl.Observe(ctx, name)
 	untrusted(t, "Observe again", err, giveTheCA, srv.conns.Load()-before)
+}
+
+// everyCall makes each kind of call of cl once, alone, and hands check its
+// error and the handshakes it made; one that took over 10 s rode out the
+// failure (what).
+func everyCall(t *testing.T, cl *client.Client, srv *tlsServer, what string, check func(call string, err error, handshakes int64)) {
+	t.Helper()
+	ctx, name := t.Context(), testenv.Name(t)
+	measure := func(call string, do func() error) {
+		t.Helper()
+		before := srv.conns.Load()
+		began := time.Now()
+		err := do()
+		if took := time.Since(began); took > 10*time.Second {
+			t.Fatalf("%s took %s: the client rode out %s (%v)", call, took.Round(time.Millisecond), what, err)
+		}
+		check(call, err, srv.conns.Load()-before)
+	}
+	measure("Acquire WithWait(20s)", func() error {
+		_, err := cl.Acquire(ctx, name, 5*time.Second, lock.WithWait(20*time.Second))
+		return err
+	})
+	measure("TryAcquire", func() error { _, err := cl.TryAcquire(ctx, name, 5*time.Second); return err })
+	measure("Inspect", func() error { _, err := cl.Inspect(ctx, name); return err })
+	measure("List", func() error { _, err := cl.List(ctx, "", 10, ""); return err })
+	measure("ForceRelease", func() error { _, err := cl.ForceRelease(ctx, name); return err })
+	measure("ForceRelease IfToken", func() error { _, err := cl.ForceRelease(ctx, name, lock.IfToken(1)); return err })
+	measure("Elect WithWait(20s)", func() error {
+		_, err := cl.Elect(ctx, name, "v", 5*time.Second, lock.WithWait(20*time.Second))
+		return err
+	})
+	measure("Observe", func() error { _, err := cl.Observe(ctx, name); return err })
+}
+
+// works fails t unless cl acquires, refreshes and releases a lock.
+func works(t *testing.T, cl *client.Client) {
+	t.Helper()
+	ctx := t.Context()
+	l, err := cl.Acquire(ctx, testenv.Name(t), 5*time.Second, lock.WithWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refresh(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

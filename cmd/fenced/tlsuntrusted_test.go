@@ -37,19 +37,7 @@ func TestUntrustedCertificateNamesTheFlag(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			args := slices.Clone(c.args)
-			args[slices.Index(args, "NAME")] = testenv.Name(t)
-			began := time.Now()
-			code, _, stderr := run(t, nil, args...)
-			if took := time.Since(began); took > 10*time.Second {
-				t.Fatalf("fenced %s took %s: it rode out a certificate not trusted\n%s", c.name, took.Round(time.Millisecond), stderr)
-			}
-			if code != 1 || !strings.Contains(stderr, "certificate is not trusted") || !strings.Contains(stderr, c.want) {
-				t.Fatalf("exit %d\n%s\nwant exit 1 and a message that says the certificate is not trusted and %q", code, stderr, c.want)
-			}
-			if strings.Contains(stderr, "trying again") || strings.Contains(stderr, "may have") {
-				t.Fatalf("%s\nwant no retry and no doubt: nothing reached the server", stderr)
-			}
+			failsAtOnce(t, c.args, "a certificate not trusted", "certificate is not trusted", c.want)
 		})
 	}
 }
@@ -80,19 +68,28 @@ func TestRefusedClientCertificateNamesTheFlags(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			args := slices.Clone(c.args)
-			args[slices.Index(args, "NAME")] = testenv.Name(t)
-			began := time.Now()
-			code, _, stderr := run(t, nil, args...)
-			if took := time.Since(began); took > 10*time.Second {
-				t.Fatalf("fenced %s took %s: it rode out a client certificate refused\n%s", c.name, took.Round(time.Millisecond), stderr)
-			}
-			if code != 1 || !strings.Contains(stderr, "the server refused the client's TLS certificate") || !strings.Contains(stderr, c.want) {
-				t.Fatalf("exit %d\n%s\nwant exit 1 and a message that says the server refused the client's certificate and %q", code, stderr, c.want)
-			}
-			if strings.Contains(stderr, "trying again") || strings.Contains(stderr, "may have") {
-				t.Fatalf("%s\nwant no retry and no doubt: nothing reached the server", stderr)
-			}
+			failsAtOnce(t, c.args, "a client certificate refused", "the server refused the client's TLS certificate", c.want)
 		})
+	}
+}
+
+// failsAtOnce runs fenced with args (NAME replaced by a lock name) and
+// fails t unless it exits 1 within 10 s (it did not ride out what), its
+// message holds says and want, and it neither tried again nor doubted:
+// nothing reached the server.
+func failsAtOnce(t *testing.T, args []string, what, says, want string) {
+	t.Helper()
+	args = slices.Clone(args)
+	args[slices.Index(args, "NAME")] = testenv.Name(t)
+	began := time.Now()
+	code, _, stderr := run(t, nil, args...)
+	if took := time.Since(began); took > 10*time.Second {
+		t.Fatalf("fenced %s took %s: it rode out %s\n%s", strings.Join(args, " "), took.Round(time.Millisecond), what, stderr)
+	}
+	if code != 1 || !strings.Contains(stderr, says) || !strings.Contains(stderr, want) {
+		t.Fatalf("exit %d\n%s\nwant exit 1 and a message that says %q and %q", code, stderr, says, want)
+	}
+	if strings.Contains(stderr, "trying again") || strings.Contains(stderr, "may have") {
+		t.Fatalf("%s\nwant no retry and no doubt: nothing reached the server", stderr)
 	}
 }
