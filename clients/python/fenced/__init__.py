@@ -89,6 +89,7 @@ __all__ = [
     "UnavailableError",
     "TransportError",
     "CertificateError",
+    "ClientCertificateError",
     "RedirectError",
     "FENCING_TOKEN_HEADER",
     "MAX_TOKEN",
@@ -283,6 +284,27 @@ class CertificateError(FencedError):
     retryable, and not a TransportError: sent again it fails the same way,
     and a waiting acquire raises it at once rather than ride it out as a
     fenced restarting until its wait is over. The message says what to do.
+    A keep-alive whose refresh fails so gives the lease up at once (its
+    LostError's __cause__ is this error): no refresh will get through.
+    """
+
+
+class ClientCertificateError(FencedError):
+    """The server refused the TLS handshake over the client's own
+    certificate (mutual TLS, fenced serve --tls-client-ca): the client
+    presented none (ssl_context without load_cert_chain), or one the server
+    does not trust (signed by another CA, expired, not for client
+    authentication). The server says so with a TLS alert (certificate
+    required, unknown CA, bad certificate, certificate expired, ...; a TLS
+    1.2 server that got none answers a handshake failure, which counts
+    too), under TLS 1.3 after the client's side of the handshake is over,
+    when the request was already written: the server did not read it, so
+    nothing was applied. Handled as CertificateError is (not retryable, not
+    a TransportError, not sent again nor waited out, a keep-alive gives its
+    lease up at once), but a sibling, not a subclass: it is the client's
+    certificate, not the server's, and the remedy differs (a certificate
+    and key in ssl_context's load_cert_chain, not a CA in its cafile). The
+    message says what to do; __cause__ is the ssl.SSLError with the alert.
     """
 
 
@@ -574,7 +596,8 @@ class Client:
     CAs): ssl.create_default_context(cafile="ca.pem") trusts a private CA,
     and its load_cert_chain(...) sends a client certificate (fenced's
     --tls-client-ca). A certificate the context does not trust raises
-    CertificateError, at once.
+    CertificateError, at once; a client certificate the server refuses
+    (none, or one it does not trust) ClientCertificateError, at once.
     """
 
     def __init__(self, base_url: str, bearer_token: Optional[str] = None,
@@ -1456,8 +1479,11 @@ class Client:
                     self._drop()
                 break
             except (http.client.RemoteDisconnected, BrokenPipeError) as e:
-                # The server closed a kept connection as the request went out.
+                refusal = None if reused else _refusal(conn, e, deadline)
                 self._drop()
+                if refusal is not None:
+                    raise _refused(method, self.base_url, path, refusal) from refusal
+                # The server closed a kept connection as the request went out.
                 if reused and attempt == 0 and resend:
                     if sent is not None:
                         sent.append(time.monotonic())
@@ -1469,7 +1495,12 @@ class Client:
                 self._drop()
                 raise _untrusted(method, self.base_url, path, e) from e
             except (OSError, http.client.HTTPException) as e:
+                # The server refused the client's certificate (mutual TLS):
+                # as a certificate not trusted, no transient failure.
+                refusal = _refusal(conn, e, deadline) if not reused or _alert(e) else None
                 self._drop()
+                if refusal is not None:
+                    raise _refused(method, self.base_url, path, refusal) from refusal
                 if isinstance(e, OSError) and type(e).__module__ not in _TRANSPORT_MODULES:
                     # Not the request's failure but the caller's own (a
                     # TimeoutError of its own, raised by a signal handler
@@ -1807,6 +1838,78 @@ def _untrusted(method: str, base_url: str, path: str, e: ssl.SSLCertVerification
         f"the certificate names the host of {base_url}; not retried")
 
 
+# The OpenSSL reasons of the TLS alerts (RFC 8446, 6.2) by which a server
+# refuses the client's certificate, received from it (OpenSSL names an alert
+# it sent otherwise), and what to do about each: read by the reason's name,
+# never by the message's text. A TLS 1.2 server that requires a certificate
+# answers handshake_failure when it got none (TLS 1.3 has
+# certificate_required); the alert can also mean no cipher suite or
+# version in common, as permanent, so its advice is hedged.
+_NO_CLIENT_CERTIFICATE = ("give the client a certificate signed by a CA the server trusts (its --tls-client-ca), with "
+                          "its key: ctx.load_cert_chain(\"client.pem\", \"client.key\") on the Client's ssl_context")
+_CLIENT_CERTIFICATE_ALERTS = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED":
+        "the server requires a client certificate (mutual TLS) and got none: " + _NO_CLIENT_CERTIFICATE,
+    "SSLV3_ALERT_HANDSHAKE_FAILURE":
+        "if the server requires a client certificate (mutual TLS), as a TLS 1.2 server says when it got none, "
+        + _NO_CLIENT_CERTIFICATE + " (the alert can also mean no TLS version or cipher suite in common)",
+    "TLSV1_ALERT_UNKNOWN_CA":
+        "the server does not trust the CA that signed the client's certificate: give the client a certificate "
+        "signed by a CA the server trusts (its --tls-client-ca), with its key (ssl_context's load_cert_chain)",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED":
+        "the client's certificate has expired or is not valid yet: give the client a certificate valid now "
+        "(ssl_context's load_cert_chain)",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "",
+    "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE": "",
+    "SSLV3_ALERT_CERTIFICATE_REVOKED": "",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "",
+}
+
+
+def _alert(e: BaseException) -> bool:
+    """Whether e is an ssl.SSLError for a TLS alert by which the server
+    refused the client's certificate (_CLIENT_CERTIFICATE_ALERTS)."""
+    return isinstance(e, ssl.SSLError) and getattr(e, "reason", None) in _CLIENT_CERTIFICATE_ALERTS
+
+
+def _refusal(conn: http.client.HTTPConnection, e: BaseException, deadline: float) -> Optional[ssl.SSLError]:
+    """The server's TLS alert refusing the client's certificate that e, the
+    failure of a request on conn, a connection made for it, was, or None.
+    Under TLS 1.3 the alert comes after the client's side of the handshake,
+    so the request is written and its read raises it; but the write can
+    fail first on the server's close (an SSLEOFError or a broken pipe: 1 in
+    20 on loopback, more often with a body), the alert unread: read then,
+    it is there."""
+    if _alert(e):
+        return e  # type: ignore[return-value]
+    sock = conn.sock
+    if not isinstance(sock, ssl.SSLSocket) or not isinstance(
+            e, (ssl.SSLEOFError, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+        return None
+    try:
+        sock.settimeout(max(min(deadline - time.monotonic(), 1.0), 0.001))  # a closed connection answers at once
+        sock.recv(1)
+    except ssl.SSLError as alert:
+        if _alert(alert):
+            return alert
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _refused(method: str, base_url: str, path: str, e: ssl.SSLError) -> ClientCertificateError:
+    """The ClientCertificateError of a handshake the server refused over the
+    client's certificate with the alert of e, and what to do about it."""
+    reason = str(getattr(e, "reason", "") or "")
+    do = _CLIENT_CERTIFICATE_ALERTS.get(reason) or (
+        "give the client a certificate the server accepts (ssl_context's load_cert_chain): signed by a CA the "
+        "server trusts (its --tls-client-ca), valid now, issued for client authentication (extendedKeyUsage "
+        "clientAuth)")
+    return ClientCertificateError(
+        f"{method} {base_url}{path}: the server refused the client's TLS certificate "
+        f"({reason.lower().replace('_', ' ')}): {do}; not retried")
+
+
 def _lost_answer(e: TransportError) -> bool:
     """Whether e is a request sent (or being sent) whose answer never came:
     not a refused connection, a timeout, or a bad answer."""
@@ -1968,6 +2071,15 @@ def _redirected(method: str, base: str, path: str, status: int, location: str) -
     return e
 
 
+def _cannot_refresh(name: str, e: FencedError) -> LostError:
+    """The loss of a kept-alive lease whose refresh cannot be sent (e, a
+    CertificateError or ClientCertificateError, is its __cause__)."""
+    err = LostError(f"lease of {name!r} lost: the keep-alive gave it up before its deadline, as its refresh cannot be "
+                    f"sent ({e.message}); the lock stays held on the server until its TTL runs out", 0)
+    err.__cause__ = e
+    return err
+
+
 def _maybe_applied(e: BaseException) -> bool:
     """Whether a refresh or release that failed with e may have been
     applied all the same. Not when fenced itself refused it: a 4xx answer
@@ -1979,8 +2091,11 @@ def _maybe_applied(e: BaseException) -> bool:
     exception that is not the API's (docs/design.md, defect 114)."""
     if not isinstance(e, FencedError):
         return True
-    if isinstance(e, (LostError, RedirectError, CertificateError)):
-        return False  # a redirect reached no fenced, a failed handshake sent nothing: nothing was applied
+    if isinstance(e, (LostError, RedirectError, CertificateError, ClientCertificateError)):
+        # A redirect reached no fenced, a failed handshake sent nothing (a
+        # request written before the server refused the client's
+        # certificate was not read): nothing was applied.
+        return False
     return not (e.code is not None and (e.status == 0 or 400 <= e.status < 500))
 
 
@@ -2371,6 +2486,13 @@ class Lease:
                     # after fenced released it): see LostError above
                     # (docs/design.md, defect 114).
                     self._unanswered = True
+                unanswered = self._unanswered
+            if isinstance(e, (CertificateError, ClientCertificateError)) and not unanswered:
+                # Nothing reached the server, now or before: it holds the
+                # lock, for nobody, until its TTL runs out. Said, as the
+                # Go client's Release says it.
+                raise type(e)(f"{e.message}: {self.name!r} not released: the release cannot be sent, and the lock "
+                              "stays held on the server until its TTL runs out", e.status) from e.__cause__
             raise
         self._release_done = True
         if lost_before is not None:
@@ -2401,7 +2523,12 @@ class Lease:
         Retry-After, but never later than a third of the validity left,
         and never sooner than min(ttl/10, 1 s), as the Go client's
         keep-alive: no answer makes it a busy loop (a Retry-After of 0
-        counts as none; docs/design.md, defects 115 and 116). An on_lost
+        counts as none; docs/design.md, defects 115 and 116). But a
+        refresh whose TLS handshake fails on a certificate
+        (CertificateError, ClientCertificateError) fails so until someone
+        changes one, and was not sent: the lease is lost at once, with a
+        LostError whose __cause__ is that error, and which says the server
+        holds the lock until its TTL runs out. An on_lost
         that raises is logged (logger "fenced"). on_lost is called, not
         awaited: an async def one is not run, and its coroutine is closed
         and logged as an error (defect 136). The first refresh is a
@@ -2475,6 +2602,16 @@ class Lease:
                 last_err = self._last_err = None
             except LostError:
                 return  # refresh signalled it
+            except (CertificateError, ClientCertificateError) as e:
+                # The handshake failed on a certificate, the server's or
+                # the client's: every refresh fails so until someone
+                # changes one, and nothing was sent. Retried until the
+                # deadline (as defect 115 retries any error), it told the
+                # holder only then; it gives the lease up now, as the Go
+                # client's keep-alive does (lock.ErrCannotSend). The
+                # server still holds the lock, until its TTL runs out.
+                self._signal_lost(_cannot_refresh(self.name, e))
+                return
             except Exception as e:
                 # Any answer but lost leaves the lease held as far as
                 # anyone knows: a proxy's 502 or 504, a 500, a 401 or 403

@@ -4,6 +4,8 @@ certificate signed by a CA the test makes with the openssl command)."""
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import ssl
 import subprocess
 import tempfile
@@ -33,6 +35,50 @@ def make_certs(d: str) -> tuple[str, str, str]:
     ):
         subprocess.run(["openssl", *cmd], check=True, capture_output=True)
     return ca, cert, key
+
+
+def make_ca(d: str, name: str) -> tuple[str, str]:
+    """A CA named name, valid for two days, in d: (name.pem, name.key)."""
+    ca, key = os.path.join(d, name + ".pem"), os.path.join(d, name + ".key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", key, "-out", ca, "-days", "2", "-subj", f"/CN=fenced test {name}",
+                    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"],
+                   check=True, capture_output=True)
+    return ca, key
+
+
+def issue(d: str, ca: tuple[str, str], name: str, ext: str, days: int = 2) -> tuple[str, str]:
+    """A certificate of a new key that ca signed with the extensions ext,
+    valid for days from now (-1: expired a day ago), in d: (name.pem,
+    name.key)."""
+    cert, key, csr, extfile = (os.path.join(d, name + x) for x in (".pem", ".key", ".csr", ".ext"))
+    with open(extfile, "w") as f:
+        f.write(ext)
+    for cmd in (
+        ["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", csr,
+         "-subj", f"/CN={name}"],
+        ["x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1], "-CAcreateserial", "-out", cert,
+         "-days", str(days), "-extfile", extfile],
+    ):
+        subprocess.run(["openssl", *cmd], check=True, capture_output=True)
+    return cert, key
+
+
+CLIENT_EXT = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n"
+SERVER_EXT = "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+
+
+def count_handshakes() -> tuple[list[object], mock._patch]:
+    """A list that gets each https connection made (in any thread) while
+    the patch returned is in force."""
+    made: list[object] = []
+    connect = fenced._HTTPSConnection.connect
+
+    def counted(conn: fenced._HTTPSConnection) -> None:
+        made.append(conn)
+        connect(conn)
+
+    return made, mock.patch.object(fenced._HTTPSConnection, "connect", counted)
 
 
 class TLSTest(unittest.TestCase):
@@ -127,6 +173,162 @@ class TLSTest(unittest.TestCase):
         self.assertIn("not trusted", str(cm.exception))
         self.assertIn("localhost", str(cm.exception))
 
+
+class MutualTLSTest(unittest.TestCase):
+    """fenced serve --tls-cert --tls-client-ca: the server requires a client
+    certificate signed by a CA in client-ca.pem (a copy of the server's CA,
+    which a test may swap for another's and reload with SIGHUP)."""
+
+    daemon: Daemon
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = tempfile.TemporaryDirectory()
+        d = cls.tmp.name
+        cls.ca_pem, cls.ca_key = make_ca(d, "ca")
+        cls.other = make_ca(d, "other-ca")
+        ca = (cls.ca_pem, cls.ca_key)
+        cls.server = issue(d, ca, "server", SERVER_EXT)
+        cls.other_server = issue(d, cls.other, "other-server", SERVER_EXT)
+        cls.client_cert = issue(d, ca, "client", CLIENT_EXT)
+        cls.other_client = issue(d, cls.other, "other-client", CLIENT_EXT)
+        cls.expired_client = issue(d, ca, "expired-client", CLIENT_EXT, days=-1)
+        # The files fenced serves, which tests swap.
+        cls.cert, cls.key, cls.client_ca = (os.path.join(d, n) for n in ("served.pem", "served.key", "client-ca.pem"))
+        cls._serve(cls.server, cls.ca_pem)
+        cls.daemon = Daemon("serve", "--lease-store", "etcd", "--etcd-data-dir", os.path.join(d, "etcd"),
+                            "--etcd-unsafe-no-fsync", "--tls-cert", cls.cert, "--tls-key", cls.key,
+                            "--tls-client-ca", cls.client_ca)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.daemon.stop()
+        cls.tmp.cleanup()
+
+    @classmethod
+    def _serve(cls, server: tuple[str, str], client_ca: str) -> None:
+        shutil.copyfile(server[0], cls.cert)
+        shutil.copyfile(server[1], cls.key)
+        shutil.copyfile(client_ca, cls.client_ca)
+
+    def _reload(self, server: tuple[str, str], client_ca: str) -> None:
+        """Serve server's certificate and require client certificates of
+        client_ca, from the next handshake on (SIGHUP, then its log line)."""
+        self._serve(server, client_ca)
+        before = self.daemon.log().count("TLS certificate reloaded (SIGHUP)")
+        self.daemon.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while self.daemon.log().count("TLS certificate reloaded (SIGHUP)") <= before:
+            self.assertLess(time.monotonic(), deadline, "fenced did not reload its certificate on SIGHUP")
+            time.sleep(0.02)  # polling the log, with a deadline
+
+    def context(self, cert: tuple[str, str] | None = None, tls12: bool = False,
+                cafile: str | None = None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=cafile or self.ca_pem)
+        if cert is not None:
+            ctx.load_cert_chain(*cert)
+        if tls12:
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        return ctx
+
+    def client(self, ctx: ssl.SSLContext) -> fenced.Client:
+        c = fenced.Client(self.daemon.url, ssl_context=ctx)
+        self.addCleanup(c.close)
+        return c
+
+    def test_refused_client_certificate_fails_at_once_and_says_why(self) -> None:
+        # A server that refuses the client's certificate refuses every
+        # handshake alike. Under TLS 1.3 its alert comes at the first read,
+        # the request written: it was a TransportError, ridden out by a
+        # waiting acquire until its wait was over, sent 3 times by the
+        # others, and said nothing of a client certificate.
+        cases = [
+            ("none", self.context(), "tlsv13 alert certificate required", "got none"),
+            ("another CA's", self.context(self.other_client), "tlsv1 alert unknown ca", "does not trust the CA"),
+            ("expired", self.context(self.expired_client), "sslv3 alert certificate expired", "valid now"),
+            ("for servers", self.context(self.server), "sslv3 alert bad certificate", "client authentication"),
+            ("none, TLS 1.2", self.context(tls12=True), "sslv3 alert handshake failure", "TLS 1.2"),
+        ]
+        for label, ctx, alert, advice in cases:
+            with self.subTest(label):
+                c = self.client(ctx)
+                handshakes, patch = count_handshakes()
+                began = time.monotonic()
+                with patch, self.assertRaises(fenced.ClientCertificateError) as cm:
+                    c.acquire(unique(), wait_ms=20_000)
+                took = time.monotonic() - began
+                e = cm.exception
+                self.assertLess(took, 10, f"the wait rode out a refused client certificate: {e}")
+                self.assertEqual(len(handshakes), 1, f"a refused client certificate was tried again: {e}")
+                self.assertFalse(e.retryable)
+                self.assertNotIsInstance(e, fenced.TransportError)
+                self.assertNotIsInstance(e, fenced.CertificateError)  # the server's certificate was trusted
+                self.assertIsInstance(e.__cause__, ssl.SSLError)
+                msg = str(e)
+                self.assertIn("the server refused the client's TLS certificate", msg)
+                self.assertIn(alert, msg)
+                self.assertIn(advice, msg)
+                self.assertIn("load_cert_chain", msg)  # what to do
+                self.assertIn(self.daemon.url, msg)
+                for call in (lambda: c.try_acquire(unique()), lambda: c.refresh_id(unique(), "0" * 32),
+                             lambda: c.release_id(unique(), "0" * 32), lambda: c.inspect(unique()),
+                             lambda: c.force_release(unique(), 1), lambda: c.force_release(unique())):
+                    handshakes.clear()
+                    with patch, self.assertRaises(fenced.ClientCertificateError) as cm:
+                        call()
+                    self.assertEqual(len(handshakes), 1, f"a refused client certificate was tried again: {cm.exception}")
+                    self.assertNotIn("may have", str(cm.exception))
+        # A certificate the server accepts.
+        c = self.client(self.context(self.client_cert))
+        name = unique()
+        lease = c.acquire(name, ttl_ms=3000, wait_ms=1000)
+        lease.refresh(3000)
+        lease.release()
+        self.assertFalse(c.inspect(name).held)
+
+    def test_keep_alive_ends_on_a_certificate_refused(self) -> None:
+        # A kept-alive lease whose refresh fails on a certificate (the
+        # server's rotated to another CA, or the client's no longer
+        # accepted) is given up at the first refresh, not retried until its
+        # deadline: no refresh will get through. The lock stays held on the
+        # server until its TTL, and the loss says so.
+        for label, server, client_ca, want in (
+            ("server certificate rotated to another CA", self.other_server, self.ca_pem, fenced.CertificateError),
+            ("client certificate no longer accepted", self.server, self.other[0], fenced.ClientCertificateError),
+        ):
+            with self.subTest(label):
+                c = self.client(self.context(self.client_cert))
+                name = unique()
+                lease = c.acquire(name, ttl_ms=6000, wait_ms=1000)
+                try:
+                    self._keep_alive_refused(c, lease, server, client_ca, want)
+                finally:
+                    self._reload(self.server, self.ca_pem)
+                self.assertTrue(c.inspect(name).held, "the lock is not held on the server, as the loss said")
+                with self.assertRaises(fenced.LostError):  # released now, but it was lost before
+                    lease.release()
+                self.assertFalse(c.inspect(name).held)
+
+    def _keep_alive_refused(self, c: fenced.Client, lease: fenced.Lease, server: tuple[str, str], client_ca: str,
+                            want: type[fenced.FencedError]) -> None:
+        self._reload(server, client_ca)
+        c.close()  # this thread's connection too makes a new handshake
+        handshakes, patch = count_handshakes()
+        with patch:
+            lease.keep_alive()  # its first refresh: 2 s after the grant, on a connection of its own
+            self.assertTrue(lease.lost.wait(20), "the lease was not lost")
+            lost_at = time.monotonic()
+            lost = lease.lost_reason
+            self.assertIsInstance(lost, fenced.LostError)
+            self.assertLess(lost_at, lease.deadline, f"lost at the deadline, not at the first refresh refused "
+                                                     f"({len(handshakes)} handshakes): {lost}")
+            self.assertIsInstance(lost.__cause__, want, str(lost))
+            self.assertIn("stays held on the server until its TTL runs out", str(lost))
+            self.assertEqual(len(handshakes), 1, f"the keep-alive tried again: {lost}")
+            with self.assertRaises(want) as cm:  # still refused: nothing sent
+                lease.release()
+            self.assertIn("not released", str(cm.exception))
+            self.assertIn("stays held on the server until its TTL runs out", str(cm.exception))
 
 if __name__ == "__main__":
     unittest.main()

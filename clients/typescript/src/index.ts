@@ -42,6 +42,7 @@
  */
 
 import { randomBytes } from "node:crypto";
+import { subscribe } from "node:diagnostics_channel";
 import { setTimeout as sleep } from "node:timers/promises";
 
 /** The HTTP header that carries a fencing token to a protected resource, in decimal (docs/fencing-token-http.md). */
@@ -208,9 +209,30 @@ export class TransportError extends FencedError {
  * Nothing was sent. Not retryable, and not a TransportError: sent again it
  * fails the same way, and a waiting acquire rejects with it at once rather
  * than ride it out as a fenced restarting until its wait is over. The
- * message says what to do; cause is fetch's error.
+ * message says what to do; cause is fetch's error. A keep-alive whose
+ * refresh fails so gives the lease up at once (its LostError's cause is
+ * this error): no refresh will get through.
  */
 export class CertificateError extends FencedError {}
+
+/**
+ * The server refused the TLS handshake over the client's own certificate
+ * (mutual TLS, fenced serve --tls-client-ca): the client presented none (a
+ * dispatcher without connect cert and key), or one the server does not
+ * trust (signed by another CA, expired, not for client authentication).
+ * The server says so with a TLS alert (certificate required, unknown CA,
+ * bad certificate, certificate expired, …; a TLS 1.2 server that got none
+ * answers a handshake failure, which counts too), under TLS 1.3 after the
+ * client's side of the handshake is over, when the request was already
+ * written: the server did not read it, so nothing was applied. Handled as
+ * CertificateError is (not retryable, not a TransportError, not sent again
+ * nor waited out, a keep-alive gives its lease up at once), but a sibling,
+ * not a subclass: it is the client's certificate, not the server's, and
+ * the remedy differs (cert and key in the dispatcher's connect options, not
+ * a CA). The message says what to do; cause is the TLS error with the
+ * alert (or fetch's error, when that names it).
+ */
+export class ClientCertificateError extends FencedError {}
 
 /**
  * A redirect (3xx), which fenced never sends: something in front of it (an
@@ -576,7 +598,8 @@ export interface ClientOptions {
    * fenced's --tls-client-ca). Default: fetch's own, which trusts the
    * system's CAs and those in the file NODE_EXTRA_CA_CERTS names when Node
    * starts. A certificate not trusted rejects with CertificateError, at
-   * once.
+   * once; a client certificate the server refuses (none, or one it does
+   * not trust) with ClientCertificateError, at once.
    */
   dispatcher?: object;
 }
@@ -744,6 +767,7 @@ export class Client {
     this.retries = retries;
     this.#bearer = options.bearerToken;
     this.#dispatcher = options.dispatcher;
+    if (u.protocol === "https:") watchRefusals();
   }
 
   /**
@@ -1413,6 +1437,16 @@ export class Client {
       text = await resp.text();
     } catch (e) {
       if (signal?.aborted) throw signal.reason;
+      // The server refused the client's certificate (mutual TLS): as a
+      // certificate not trusted, no transient failure, and nothing applied.
+      const refusal = timeout.aborted ? undefined : refusedClientCertificate(e);
+      if (refusal) {
+        const reason = refusal.code.slice("ERR_SSL_".length).toLowerCase().replaceAll("_", " ");
+        throw new ClientCertificateError(
+          `${method} ${url}: the server refused the client's TLS certificate (${reason}): ` +
+            `${CLIENT_CERTIFICATE_ALERTS.get(refusal.code) || OTHER_CLIENT_CERTIFICATE_REFUSAL}; not retried`,
+          0, undefined, undefined, { cause: refusal });
+      }
       // No transient failure: every handshake fails the same way until
       // the client is told to trust the certificate.
       const bad = !timeout.aborted && untrustedCertificate(e);
@@ -1526,6 +1560,102 @@ function untrustedCertificate(e: unknown): string {
   return "";
 }
 
+const NO_CLIENT_CERTIFICATE =
+  "give the client a certificate signed by a CA the server trusts (its --tls-client-ca), with its key: the dispatcher " +
+  "option, new Agent({ connect: { ca, cert, key } }) from undici";
+
+/**
+ * Node's codes (ERR_SSL_ and OpenSSL's reason) of the TLS alerts, received
+ * from the server (OpenSSL names an alert it sent otherwise), by which a
+ * server refuses the client's certificate, and what to do about each. A
+ * TLS 1.2 server that requires a certificate answers handshake_failure
+ * when it got none (TLS 1.3 has certificate_required); that alert can also
+ * mean no cipher suite or version in common, as permanent, so its advice
+ * is hedged.
+ */
+const CLIENT_CERTIFICATE_ALERTS = new Map([
+  ["ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED", `the server requires a client certificate (mutual TLS) and got none: ${NO_CLIENT_CERTIFICATE}`],
+  ["ERR_SSL_SSLV3_ALERT_HANDSHAKE_FAILURE",
+    "if the server requires a client certificate (mutual TLS), as a TLS 1.2 server says when it got none, " +
+      `${NO_CLIENT_CERTIFICATE} (the alert can also mean no TLS version or cipher suite in common)`],
+  ["ERR_SSL_TLSV1_ALERT_UNKNOWN_CA",
+    "the server does not trust the CA that signed the client's certificate: give the client a certificate signed " +
+      "by a CA the server trusts (its --tls-client-ca), with its key (the dispatcher's connect cert and key)"],
+  ["ERR_SSL_SSLV3_ALERT_CERTIFICATE_EXPIRED",
+    "the client's certificate has expired or is not valid yet: give the client a certificate valid now (the " +
+      "dispatcher's connect cert and key)"],
+  ["ERR_SSL_SSLV3_ALERT_BAD_CERTIFICATE", ""],
+  ["ERR_SSL_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE", ""],
+  ["ERR_SSL_SSLV3_ALERT_CERTIFICATE_REVOKED", ""],
+  ["ERR_SSL_SSLV3_ALERT_CERTIFICATE_UNKNOWN", ""],
+]);
+const OTHER_CLIENT_CERTIFICATE_REFUSAL =
+  "give the client a certificate the server accepts (the dispatcher's connect cert and key): signed by a CA the " +
+  "server trusts (its --tls-client-ca), valid now, issued for client authentication (extendedKeyUsage clientAuth)";
+
+/**
+ * The alerts refusing the client's certificate that TLS connections of
+ * fetch (undici) got, by the connection's addresses, until the request that
+ * failed on it takes its own. Under TLS 1.3 the alert comes after the
+ * client's side of the handshake, the request written; the connection
+ * emits it as an error, but undici then ends the request with its own
+ * error for the close that follows ("other side closed", UND_ERR_SOCKET,
+ * which names the connection's addresses and not the alert), read as an
+ * answer lost: the alert is told only to listeners of the connection, which
+ * undici's diagnostics channel "undici:client:connected" hands over (Node's
+ * fetch and the undici package alike). At most 64 kept: those of requests
+ * not this client's (the channel sees every connection of the process) go.
+ */
+const refusals = new Map<string, Error & { code: string }>();
+let watchingRefusals = false;
+
+function watchRefusals(): void {
+  if (watchingRefusals) return;
+  watchingRefusals = true;
+  subscribe("undici:client:connected", (message: unknown) => {
+    const socket = (message as { socket?: unknown } | null)?.socket as
+      | { on?: unknown; localAddress?: string; localPort?: number; remoteAddress?: string; remotePort?: number }
+      | undefined;
+    if (typeof socket?.on !== "function") return;
+    const key = connectionKey(socket); // now: a socket's addresses are gone once it is closed
+    (socket.on as (event: string, f: (e: unknown) => void) => void).call(socket, "error", (e: unknown) => {
+      const code = (e as { code?: unknown } | null)?.code;
+      if (typeof code !== "string" || !CLIENT_CERTIFICATE_ALERTS.has(code) || refusals.has(key)) return;
+      refusals.set(key, e as Error & { code: string });
+      if (refusals.size > 64) refusals.delete(refusals.keys().next().value as string);
+    });
+  });
+}
+
+/** The key of a connection in refusals: its addresses, as a socket and undici's socket info name them. */
+function connectionKey(s: { localAddress?: string; localPort?: number; remoteAddress?: string; remotePort?: number }): string {
+  return `${s.localAddress}:${s.localPort}>${s.remoteAddress}:${s.remotePort}`;
+}
+
+/**
+ * The TLS error of the server's alert refusing the client's certificate
+ * that fetch's error e was, or undefined: named in e's causes (a handshake
+ * that failed, TLS 1.2), or got by the connection that undici's "other
+ * side closed" names (TLS 1.3: see refusals).
+ */
+function refusedClientCertificate(e: unknown): (Error & { code: string }) | undefined {
+  let cause: unknown = e;
+  for (let depth = 0; depth < 5 && typeof cause === "object" && cause !== null; depth++) {
+    const c = cause as { code?: unknown; socket?: unknown; cause?: unknown };
+    if (typeof c.code === "string" && CLIENT_CERTIFICATE_ALERTS.has(c.code)) return cause as Error & { code: string };
+    if (c.code === "UND_ERR_SOCKET" && typeof c.socket === "object" && c.socket !== null) {
+      const key = connectionKey(c.socket as Parameters<typeof connectionKey>[0]);
+      const alert = refusals.get(key);
+      if (alert) {
+        refusals.delete(key);
+        return alert;
+      }
+    }
+    cause = c.cause;
+  }
+  return undefined;
+}
+
 /** Whether e (a TransportError) is a refused connection: the request never reached the server. */
 function refused(e: TransportError): boolean {
   let cause: unknown = e.cause;
@@ -1563,6 +1693,9 @@ function maybeApplied(e: unknown): boolean {
   if (!(e instanceof FencedError)) return true; // the call's abort, or a fault on the way: perhaps sent
   if (e instanceof TransportError) return true;
   if (e instanceof RedirectError) return false; // reached no fenced: nothing was applied
+  // A failed handshake sent nothing; a request written before the server
+  // refused the client's certificate was not read: nothing was applied.
+  if (e instanceof CertificateError || e instanceof ClientCertificateError) return false;
   if (e instanceof TTLTooShortError) return false; // fenced's decision, though a 503: released, not acquired
   if (e.status === 0) return false; // refused by the client itself: nothing was sent
   return !(e.status >= 400 && e.status < 500 && e.code !== undefined);
@@ -2061,6 +2194,15 @@ export class Lease {
           // and maybe released: see above. Any failure but a refusal by
           // fenced, a proxy's 502 too (docs/design.md, defect 114).
           if (maybeApplied(e)) this.#unanswered = true;
+          else if ((e instanceof CertificateError || e instanceof ClientCertificateError) && !this.#unanswered) {
+            // Nothing reached the server, now or before: it holds the lock,
+            // for nobody, until its TTL runs out. Said, as the Go client's
+            // Release says it.
+            const Class = e.constructor as typeof CertificateError;
+            throw new Class(
+              `${e.message}: ${JSON.stringify(this.name)} not released: the release cannot be sent, and the lock stays ` +
+                "held on the server until its TTL runs out", 0, undefined, undefined, { cause: e.cause });
+          }
         }
         throw e;
       }
@@ -2083,8 +2225,12 @@ export class Lease {
    * Go client's keep-alive does (docs/design.md, defect 115): after its
    * Retry-After, up to a third of the validity left, and never sooner than
    * min(ttl/10, 1 s) after the failure, so that no answer makes it a busy
-   * loop (a Retry-After of 0 counts as none). An onLost
-   * that throws, or an async one whose promise rejects, is reported with
+   * loop (a Retry-After of 0 counts as none). But a refresh whose TLS
+   * handshake fails on a certificate (CertificateError,
+   * ClientCertificateError) fails so until someone changes one, and was not
+   * sent: the lease is lost at once, with a LostError whose cause is that
+   * error, and which says the server holds the lock until its TTL runs out.
+   * An onLost that throws, or an async one whose promise rejects, is reported with
    * console.error and otherwise ignored (defect 133).
    * release() or stopKeepAlive() stops it.
    */
@@ -2142,6 +2288,20 @@ export class Lease {
         await this.#oneAtATime(() => this.#refresh(this.#ttlMs, { retries: 0, signal: stop }, true)); // this loop retries, within the validity
       } catch (e) {
         if (stop.aborted || e instanceof LostError) return;
+        if (e instanceof CertificateError || e instanceof ClientCertificateError) {
+          // The handshake failed on a certificate, the server's or the
+          // client's: every refresh fails so until someone changes one, and
+          // nothing was sent. Retried until the deadline (as defect 115
+          // retries any error), it told the holder only then; it gives the
+          // lease up now, as the Go client's keep-alive does
+          // (lock.ErrCannotSend). The server still holds the lock, until
+          // its TTL runs out.
+          this.#signalLost(new LostError(
+            `lease of ${JSON.stringify(this.name)} lost: the keep-alive gave it up before its deadline, as its refresh ` +
+              `cannot be sent (${e.message}); the lock stays held on the server until its TTL runs out`,
+            0, undefined, undefined, { cause: e }));
+          return;
+        }
         // Any other error is retried until the deadline, as the Go
         // client's keep-alive does: a proxy's 502 or 504, a 500, a 401 or
         // 403 while fenced reloads its token file, a 404 or a page that is

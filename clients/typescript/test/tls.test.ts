@@ -4,7 +4,7 @@
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, execFile } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync, readFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -12,7 +12,7 @@ import { promisify } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import tls from "node:tls";
 
-import { Client, CertificateError, TransportError } from "../src/index.js";
+import { Client, CertificateError, ClientCertificateError, LostError, TransportError } from "../src/index.js";
 import { Daemon, unique } from "./daemon.js";
 
 /** A CA and a server certificate it signed for 127.0.0.1 (not localhost), valid for two days, in dir. */
@@ -36,17 +36,50 @@ function makeCerts(dir: string): { ca: string; cert: string; key: string } {
   return { ca, cert, key };
 }
 
+/** A CA named name, valid for two days, in dir: its certificate and key files. */
+function makeCA(dir: string, name: string): { cert: string; key: string } {
+  const cert = join(dir, `${name}.pem`);
+  const key = join(dir, `${name}.key`);
+  execFileSync("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key,
+    "-out", cert, "-days", "2", "-subj", `/CN=fenced test ${name}`,
+    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"], { stdio: "ignore" });
+  return { cert, key };
+}
+
+/** A certificate of a new key that ca signed with the extensions ext, valid for days from now (-1: expired a day ago), in dir. */
+function issue(dir: string, ca: { cert: string; key: string }, name: string, ext: string, days = 2): { cert: string; key: string } {
+  const cert = join(dir, `${name}.pem`);
+  const key = join(dir, `${name}.key`);
+  const csr = join(dir, `${name}.csr`);
+  const extFile = join(dir, `${name}.ext`);
+  writeFileSync(extFile, ext);
+  execFileSync("openssl", ["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key,
+    "-out", csr, "-subj", `/CN=${name}`], { stdio: "ignore" });
+  execFileSync("openssl", ["x509", "-req", "-in", csr, "-CA", ca.cert, "-CAkey", ca.key, "-CAcreateserial", "-out", cert,
+    "-days", String(days), "-extfile", extFile], { stdio: "ignore" });
+  return { cert, key };
+}
+
+const CLIENT_EXT = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+const SERVER_EXT = "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n";
+
 /**
- * An undici Agent (a fetch dispatcher) that trusts ca, as a user makes one
- * with `new Agent({ connect: { ca } })` from the undici package. The test
- * adds no dependency: it takes the Agent class of Node's own fetch, from
- * its global dispatcher, there once fetch has been used.
+ * An undici Agent (a fetch dispatcher) with these connect options (and
+ * Agent options), as a user makes one with `new Agent({ connect: { ca,
+ * cert, key } })` from the undici package. The test adds no dependency: it
+ * takes the Agent class of Node's own fetch, from its global dispatcher,
+ * there once fetch has been used.
  */
-async function agentTrusting(ca: string): Promise<object> {
+async function agentWith(connect: object, options: object = {}): Promise<object> {
   await fetch("http://127.0.0.1:1/").catch(() => {}); // loads Node's undici, which sets its global dispatcher
   const global = (globalThis as Record<symbol, unknown>)[Symbol.for("undici.globalDispatcher.1")] as object;
   const Agent = global.constructor as new (o: object) => object;
-  return new Agent({ connect: { ca: readFileSync(ca) } });
+  return new Agent({ ...options, connect });
+}
+
+/** An undici Agent that trusts ca (see agentWith). */
+async function agentTrusting(ca: string): Promise<object> {
+  return agentWith({ ca: readFileSync(ca) });
 }
 
 /** Counts the TLS connections made while f runs (Node's fetch calls tls.connect for each). */
@@ -163,5 +196,152 @@ describe("https (fenced serve --tls-cert)", () => {
       assert.match(e.message, /localhost/);
       return true;
     });
+  });
+});
+
+describe("mutual TLS (fenced serve --tls-client-ca)", () => {
+  let daemon: Daemon;
+  let dir: string;
+  let ca: { cert: string; key: string };
+  let other: { cert: string; key: string };
+  let server: { cert: string; key: string };
+  let otherServer: { cert: string; key: string };
+  let clientCert: { cert: string; key: string };
+  // The files fenced serves, which a test swaps (and reloads with SIGHUP).
+  let served: { cert: string; key: string; clientCA: string };
+
+  function serve(cert: { cert: string; key: string }, clientCA: string): void {
+    copyFileSync(cert.cert, served.cert);
+    copyFileSync(cert.key, served.key);
+    copyFileSync(clientCA, served.clientCA);
+  }
+
+  /** Serve cert and require client certificates of clientCA from the next handshake on (SIGHUP, then its log line). */
+  async function reload(cert: { cert: string; key: string }, clientCA: string): Promise<void> {
+    serve(cert, clientCA);
+    const count = () => daemon.stderr.split("TLS certificate reloaded (SIGHUP)").length;
+    const before = count();
+    daemon.proc.kill("SIGHUP");
+    const deadline = performance.now() + 20_000;
+    while (count() <= before) {
+      assert.ok(performance.now() < deadline, "fenced did not reload its certificate on SIGHUP");
+      await sleep(20); // polling the log, with a deadline
+    }
+  }
+
+  /** An Agent that trusts ca and presents cert, if given. */
+  async function agent(cert?: { cert: string; key: string }, tls?: object, options?: object): Promise<object> {
+    return agentWith({ ca: readFileSync(ca.cert), ...(cert ? { cert: readFileSync(cert.cert), key: readFileSync(cert.key) } : {}), ...tls }, options);
+  }
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), "fenced-ts-mtls-"));
+    ca = makeCA(dir, "ca");
+    other = makeCA(dir, "other-ca");
+    server = issue(dir, ca, "server", SERVER_EXT);
+    otherServer = issue(dir, other, "other-server", SERVER_EXT);
+    clientCert = issue(dir, ca, "client", CLIENT_EXT);
+    served = { cert: join(dir, "served.pem"), key: join(dir, "served.key"), clientCA: join(dir, "client-ca.pem") };
+    serve(server, ca.cert);
+    daemon = await Daemon.start("serve", "--lease-store", "etcd", "--etcd-data-dir", join(dir, "etcd"), "--etcd-unsafe-no-fsync",
+      "--tls-cert", served.cert, "--tls-key", served.key, "--tls-client-ca", served.clientCA);
+  });
+  after(async () => {
+    await daemon?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("a client certificate the server refuses fails at once, not retried, saying why and what to do", async () => {
+    // A server that refuses the client's certificate refuses every
+    // handshake alike. Under TLS 1.3 its alert comes after the request
+    // was written, and fetch said "other side closed": a TransportError
+    // taken for an answer lost, ridden out by a waiting acquire until its
+    // wait was over, sent 3 times by the others, naming no certificate.
+    const cases: [string, () => Promise<object>, RegExp, RegExp][] = [
+      ["none", () => agent(), /tlsv13 alert certificate required/, /got none/],
+      ["another CA's", () => agent(issue(dir, other, "other-client", CLIENT_EXT)), /tlsv1 alert unknown ca/, /does not trust the CA/],
+      ["expired", () => agent(issue(dir, ca, "expired-client", CLIENT_EXT, -1)), /sslv3 alert certificate expired/, /valid now/],
+      ["for servers", () => agent(server), /sslv3 alert bad certificate/, /client authentication/],
+      ["none, TLS 1.2", () => agent(undefined, { maxVersion: "TLSv1.2" }), /sslv3 alert handshake failure/, /TLS 1\.2/],
+    ];
+    for (const [label, dispatcher, alert, advice] of cases) {
+      const client = new Client(daemon.url, { dispatcher: await dispatcher() });
+      const began = performance.now();
+      const { n, err } = await countHandshakes(() => client.acquire(unique(), { waitMs: 20_000 }));
+      const took = performance.now() - began;
+      assert.ok(err instanceof ClientCertificateError, `${label}: want a ClientCertificateError, got ${String(err)}`);
+      assert.ok(!(err instanceof TransportError) && !(err instanceof CertificateError), label);
+      assert.equal(err.retryable, false);
+      assert.ok(took < 10_000, `${label}: the wait rode out a refused client certificate: ${took} ms`);
+      // The alert may reach the connection after undici ended the request
+      // (1 in 100 or fewer): then one more attempt gets it.
+      assert.ok(n <= 2, `${label}: a refused client certificate was tried ${n} times`);
+      assert.match(err.message, /the server refused the client's TLS certificate/);
+      assert.match(err.message, alert, label);
+      assert.match(err.message, advice, label);
+      assert.match(err.message, /dispatcher/); // what to do
+      assert.ok(err.message.includes(daemon.url), err.message);
+      for (const call of [
+        () => client.tryAcquire(unique()),
+        () => client.refreshID(unique(), "0".repeat(32)),
+        () => client.releaseID(unique(), "0".repeat(32)),
+        () => client.inspect(unique()),
+        () => client.forceRelease(unique(), { token: 1n }),
+        () => client.forceRelease(unique()),
+      ]) {
+        const r = await countHandshakes(call);
+        assert.ok(r.err instanceof ClientCertificateError, `${label}: want a ClientCertificateError, got ${String(r.err)}`);
+        assert.ok(r.n <= 2, `${label}: a refused client certificate was tried ${r.n} times`);
+        assert.doesNotMatch(r.err.message, /may have/);
+      }
+    }
+    // A certificate the server accepts.
+    const client = new Client(daemon.url, { dispatcher: await agent(clientCert) });
+    const name = unique();
+    const lease = await client.acquire(name, { ttlMs: 3000, waitMs: 1000 });
+    await lease.refresh(3000);
+    await lease.release();
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
+  it("gives a kept-alive lease up at the first refresh refused on a certificate, saying the lock stays held", async () => {
+    // The server's certificate rotated to another CA, or the client's no
+    // longer accepted: no refresh will get through, and the keep-alive
+    // retried until the lease's deadline, which it then said alone.
+    for (const [label, cert, clientCA, want] of [
+      ["server certificate rotated to another CA", () => otherServer, () => ca.cert, CertificateError],
+      ["client certificate no longer accepted", () => server, () => other.cert, ClientCertificateError],
+    ] as const) {
+      // A connection a request (no keep-alive connections), and no TLS
+      // session resumed (which skips the certificates): each refresh
+      // after the change makes a whole handshake.
+      const client = new Client(daemon.url, { dispatcher: await agent(clientCert, { maxCachedSessions: 0 }, { pipelining: 0 }) });
+      const name = unique();
+      const lease = await client.acquire(name, { ttlMs: 6000, waitMs: 1000 });
+      try {
+        await reload(cert(), clientCA());
+        let lost: unknown;
+        const { n } = await countHandshakes(async () => {
+          lease.keepAlive(); // its first refresh: 2 s after the grant
+          const giveUp = new AbortController();
+          lost = await Promise.race([lease.lost, sleep(20_000, undefined, { signal: giveUp.signal }).catch(() => undefined)]);
+          giveUp.abort();
+        });
+        assert.ok(lost instanceof LostError, `${label}: the lease was not lost (${String(lost)})`);
+        assert.ok(lost.cause instanceof want, `${label}: lost at the deadline, not at the first refresh refused (${n} handshakes): ${lost.message}`);
+        assert.match(lost.message, /stays held on the server until its TTL runs out/);
+        assert.equal(n, 1, `${label}: the keep-alive tried again: ${lost.message}`);
+        await assert.rejects(lease.release(), (e: unknown) => {
+          assert.ok(e instanceof want, `${label}: release: ${String(e)}`);
+          assert.match(e.message, /not released: the release cannot be sent/);
+          return true;
+        });
+      } finally {
+        await reload(server, ca.cert);
+      }
+      assert.equal((await client.inspect(name)).held, true, `${label}: the lock is not held on the server, as the loss said`);
+      await assert.rejects(lease.release(), LostError); // released now, but it was lost before
+      assert.equal((await client.inspect(name)).held, false);
+    }
   });
 });
