@@ -940,9 +940,21 @@ func (c *Client) doNoting(ctx context.Context, method, path string, in, out any,
 	if mode == resendAlways {
 		retries = 0
 	}
+	var sent bool // a round's request may have reached a server
 	for tries := 1; ; tries++ {
-		undecided, err := c.round(ctx, method, path, in, out, mode, unanswered)
+		sentBefore := sent
+		undecided, err := c.round(ctx, method, path, in, out, mode, &sent)
+		if unanswered != nil && sent {
+			*unanswered = true
+		}
 		if err == nil || !undecided || tries > retries {
+			if sentBefore {
+				// A certificate refused now says nothing of the request an
+				// earlier round sent: it may have been applied, so the
+				// error is no lock.ErrCannotSend (docs/design.md, defect
+				// 258).
+				sentAgain(err)
+			}
 			if err != nil && tries > 1 {
 				err = fmt.Errorf("%w (tried %d times)", err, tries)
 			}

@@ -200,6 +200,8 @@
 // Certificates holds it with its key). Under TLS 1.3 the server's refusal
 // comes after the request was written, but the server read none of it:
 // nothing was applied. Both errors match [lock.ErrCannotSend], by which a
-// lease's keep-alive knows to give up. When the context ends, the error
+// lease's keep-alive knows to give up, unless an earlier attempt of the
+// same request may have reached a server (its answer lost): then it may
+// have been applied. When the context ends, the error
 // matches ctx.Err().
 package client

@@ -172,7 +172,8 @@ func certificateFailure(err error) bool {
 // the server's certificate (or, client, on the client's): it says so and
 // what to do, and matches ErrCertificate (ErrClientCertificate) and
 // lock.ErrCannotSend unless passed over (round: another server may
-// answer).
+// answer) or sent before (doNoting: an earlier round's request may have
+// been applied).
 type certificateError struct {
 	method, base, path string
 	reason             string // the verification's own words, or the server's alert
@@ -181,6 +182,7 @@ type certificateError struct {
 	alert              uint8  // its alert, if client
 	err                error  // the HTTP client's error
 	passed             bool
+	sentBefore         bool // an earlier round sent the request: it may have been applied
 }
 
 func (e *certificateError) Error() string {
@@ -211,13 +213,32 @@ func clientCertificateAdvice(a uint8) string {
 }
 
 func (e *certificateError) Unwrap() []error {
+	which := ErrCertificate
+	if e.client {
+		which = ErrClientCertificate
+	}
 	switch {
 	case e.passed:
 		return []error{e.err}
-	case e.client:
-		return []error{ErrClientCertificate, lock.ErrCannotSend, e.err}
+	case e.sentBefore:
+		return []error{which, e.err}
 	}
-	return []error{ErrCertificate, lock.ErrCannotSend, e.err}
+	return []error{which, lock.ErrCannotSend, e.err}
+}
+
+// sentAgain marks the certificate errors in err as those of a request an
+// earlier round sent, which may have been applied: not lock.ErrCannotSend.
+func sentAgain(err error) {
+	switch e := err.(type) {
+	case *certificateError:
+		e.sentBefore = true
+	case interface{ Unwrap() error }:
+		sentAgain(e.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, u := range e.Unwrap() {
+			sentAgain(u)
+		}
+	}
 }
 
 // untrustedCertificate returns the certificateError of err, the HTTP

@@ -792,7 +792,13 @@ func (s *EtcdStore) pollBehind(ctx context.Context, req AcquireRequest, pk place
 	}
 	s.mu.Lock()
 	p, ok := s.places[pk]
+	closed := s.closed
 	s.mu.Unlock()
+	if closed {
+		// The create's way says so (sessionFor); the read would not: etcd
+		// answers a closed store (docs/design.md, defect 259).
+		return 0, ErrClosed
+	}
 	if !ok || p.rev == 0 || !p.behind {
 		return 0, nil
 	}

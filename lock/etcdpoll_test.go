@@ -18,7 +18,7 @@ import (
 // answered by a read, not a create: 256 waiters on one lock were 256 Raft
 // writes a second (docs/design.md, "Waiting"). The head's attempts stay
 // creates; a waiter told it is now the head takes the lock once it is free;
-// one whose place is gone joins again.
+// one whose place is gone joins again; a closed store says so.
 func TestEtcdWaitersBehindTheHeadAreAnsweredByReads(t *testing.T) {
 	t.Parallel()
 	_, cli := testenv.Etcd(t)
@@ -93,5 +93,12 @@ func TestEtcdWaitersBehindTheHeadAreAnsweredByReads(t *testing.T) {
 	wantPlace("the waiter joined again, behind", w[2], 2)
 	if s.Stats().Reads != reads+1 {
 		t.Fatal("the waiter joined again behind the head was not answered by a read")
+	}
+
+	// A closed store says so to a waiter behind the head too, though etcd
+	// would answer its read (docs/design.md, defect 259).
+	s.Close()
+	if _, pos, err := attempt(w[2]); !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("the waiter behind, after Close: place %d, %v; want ErrClosed", pos, err)
 	}
 }

@@ -1,0 +1,98 @@
+package client_test
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenced/fenced/client"
+	"github.com/fenced/fenced/internal/testenv"
+	"github.com/fenced/fenced/lock"
+	"github.com/fenced/fenced/server"
+)
+
+// TestCertificateRefusedAfterASendIsNoCannotSend: a release's first round
+// reaches the server, which applies it, and its answer is lost (the
+// connection drops); it is sent again, and that handshake fails on a
+// certificate (the server's rotated meanwhile). That is no
+// lock.ErrCannotSend ("nothing was applied"): the first send may have
+// been, and was. Before, Release said the lock stayed held until its TTL
+// while it was free, and, not counting the first send as unanswered, a
+// later Release answered "lost, maybe released" reported the holder's own
+// release as a loss (docs/design.md, defect 258; found by a review).
+func TestCertificateRefusedAfterASendIsNoCannotSend(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ca, other := newTestCA(t), newTestCA(t)
+	srv, err := server.New(server.Config{Locks: f.locks, MaxTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cert atomic.Pointer[tls.Certificate]
+	cert.Store(&ca.cert)
+	var cut atomic.Bool
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/release") && cut.CompareAndSwap(true, false) {
+			srv.ServeHTTP(httptest.NewRecorder(), r) // applied
+			cert.Store(&other.cert)                  // rotated: the next handshake fails
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				c.Close() // the answer is lost
+			}
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	hs.TLS = &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		return &tls.Config{Certificates: []tls.Certificate{*cert.Load()}}, nil
+	}}
+	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
+	hs.StartTLS()
+	t.Cleanup(hs.Close)
+	cl := newClient(t, hs.URL, client.WithTLSConfig(&tls.Config{RootCAs: ca.pool}))
+	ctx := t.Context()
+	name := testenv.Name(t)
+	l, err := cl.TryAcquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut.Store(true)
+	err = l.Release(ctx)
+	st, ierr := f.locks.Inspect(ctx, name)
+	if ierr != nil {
+		t.Fatal(ierr)
+	}
+	if st.Held || !errors.Is(err, client.ErrCertificate) {
+		t.Fatalf("Release: %v, the lock held: %v; want it free (the first send applied) and the certificate error", err, st.Held)
+	}
+	if errors.Is(err, lock.ErrCannotSend) {
+		t.Fatalf("Release matches lock.ErrCannotSend (nothing reached the store, nothing applied), but its first send was applied: the lock is free")
+	}
+	if strings.Contains(err.Error(), "stays held in the store until its TTL runs out") {
+		t.Fatalf("Release says the lock stays held until its TTL; it is free")
+	}
+
+	// As TestUntrustedCertificateAfterTheGrant: the store forgets the
+	// release ids; the holder calls Release again once the certificate is
+	// fixed.
+	cert.Store(&ca.cert)
+	for range 16 {
+		o, err := f.locks.TryAcquire(ctx, name, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("second Release: %v; want nil: the holder's own first release freed the lock (an attempt that reached the server)", err)
+	}
+}
