@@ -280,7 +280,9 @@ class TransportError(FencedError):
 class CertificateError(FencedError):
     """The TLS handshake failed on the server's certificate: signed by a CA
     the client does not trust (a private CA not given in ssl_context), or
-    not issued for the host name in base_url. Nothing was sent. Not
+    not issued for the host name in base_url. Nothing was sent by the
+    attempt that raised it (a refresh or release sent again after its
+    answer was lost may have been applied by the attempt before). Not
     retryable, and not a TransportError: sent again it fails the same way,
     and a waiting acquire raises it at once rather than ride it out as a
     fenced restarting until its wait is over. The message says what to do.
@@ -2341,6 +2343,10 @@ class Lease:
             self._lose(err, found)
             raise err
 
+        # A time for each request sent (_send): more than one, and an
+        # earlier one may have been applied (defect 260).
+        sent: list[float] = []
+
         def send(body: dict[str, Any]) -> dict[str, Any]:
             timeout = None
             remaining = self.deadline - time.monotonic()
@@ -2354,7 +2360,7 @@ class Lease:
                 limit = min(max(remaining / 2, 0.05), remaining) if half else remaining
                 timeout = min(self._client.timeout, max(limit, 0.001))
             return self._client._call("POST", self.name, "/refresh", body,
-                                      timeout=timeout, retries=retries, resend_lost=True)
+                                      timeout=timeout, retries=retries, resend_lost=True, sent=sent)
         # Drawn once for this refresh, under _refreshing so that the
         # lease's refreshes go out in the order of their seqs, and sent
         # again with it: fenced applies none below the highest it applied,
@@ -2375,6 +2381,7 @@ class Lease:
                 # (docs/design.md, defect 102). Not remembered: the next
                 # refresh carries a seq again, for a server upgraded since.
                 del body["seq"]
+                sent.clear()  # a fenced that refuses seq applied none of those
                 doc = send(body)
             if not (_positive_int(doc.get("token")) and _positive_int(doc.get("ttl_ms"))):
                 # A 200 with {} (a proxy, a wrong base URL): no answer of
@@ -2389,9 +2396,11 @@ class Lease:
             # applied, and a shorter TTL then ends the lease sooner there
             # (defect 100). Only fenced's own refusal (a 4xx with an API
             # error code, out_of_order too) was not applied, and leaves the
-            # validity as it was (docs/design.md, defect 114).
+            # validity as it was (docs/design.md, defect 114), unless an
+            # earlier attempt of it went out and may have been (a handshake
+            # refused on a certificate after one: defect 260).
             with self._mu:
-                if _maybe_applied(e) and ttl_ms is not None:
+                if (_maybe_applied(e) or len(sent) > 1) and ttl_ms is not None:
                     self._deadline = min(self._deadline, started + validity(ttl_ms, started, started))
                 deadline = self._deadline
             if time.monotonic() >= deadline:
@@ -2481,14 +2490,18 @@ class Lease:
         except BaseException as e:
             with self._mu:
                 self._released = False  # maybe still held: a later release() sends again
-                if _maybe_applied(e):
+                if _maybe_applied(e) or len(sent) > 1:
                     # And maybe released (no answer, a 5xx, a proxy's page
                     # after fenced released it): see LostError above
-                    # (docs/design.md, defect 114).
+                    # (docs/design.md, defect 114). So too when this call
+                    # sent it before (sent again only after such a failure:
+                    # _send, _request), whatever the last attempt's error:
+                    # a handshake refused on a certificate now says nothing
+                    # of the attempt that went out before it (defect 260).
                     self._unanswered = True
                 unanswered = self._unanswered
             if isinstance(e, (CertificateError, ClientCertificateError)) and not unanswered:
-                # Nothing reached the server, now or before: it holds the
+                # Nothing reached the server, by this call or before: it holds the
                 # lock, for nobody, until its TTL runs out. Said, as the
                 # Go client's Release says it.
                 raise type(e)(f"{e.message}: {self.name!r} not released: the release cannot be sent, and the lock "

@@ -3,14 +3,19 @@ certificate signed by a CA the test makes with the openssl command)."""
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
+import urllib.parse
 from unittest import mock
 
 import fenced
@@ -329,6 +334,190 @@ class MutualTLSTest(unittest.TestCase):
                 lease.release()
             self.assertIn("not released", str(cm.exception))
             self.assertIn("stays held on the server until its TTL runs out", str(cm.exception))
+
+
+class CertificateSwapFront:
+    """An https front for a fenced at target_url (plain http) that serves
+    cert (a server SSLContext). Once armed, the first request whose path
+    ends with cut_on it gets is passed to fenced (applied), its answer is
+    dropped with the connection,
+    and every handshake from then on gets then (another server context: a
+    certificate of a CA the client does not trust, or one that refuses the
+    client's certificate), until restore(). stop() closes it and its
+    connections and joins its threads."""
+
+    def __init__(self, target_url: str, cert: ssl.SSLContext, then: ssl.SSLContext, cut_on: str = "/release"):
+        u = urllib.parse.urlsplit(target_url)
+        self._cert, self._then, self.ctx = cert, then, cert
+        self.armed = False
+        self.cut = threading.Event()
+        self._mu = threading.Lock()
+        self._conns: list[socket.socket] = []
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                up = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")}
+                    up.request(self.command, self.path, body=body, headers=headers)
+                    resp = up.getresponse()
+                    raw, status, ctype = resp.read(), resp.status, resp.getheader("Content-Type", "")
+                finally:
+                    up.close()
+                with front._mu:
+                    cut = front.armed and self.path.endswith(cut_on)
+                    if cut:
+                        front.armed, front.ctx = False, front._then  # the next handshakes
+                if cut:
+                    front.cut.set()
+                    self.close_connection = True  # fenced applied it; its answer is lost
+                    return
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            do_GET = do_POST = do_DELETE = _any
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def get_request(self) -> tuple[socket.socket, object]:
+                sock, addr = self.socket.accept()
+                sock.settimeout(10)
+                try:
+                    with front._mu:
+                        ctx = front.ctx
+                    tls = ctx.wrap_socket(sock, server_side=True)
+                except OSError:
+                    sock.close()
+                    raise  # a handshake refused: socketserver drops it
+                tls.settimeout(None)
+                with front._mu:
+                    front._conns.append(tls)
+                return tls, addr
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"https://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def restore(self) -> None:
+        with self._mu:
+            self.ctx = self._cert
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._thread.join(timeout=10)
+        with self._mu:
+            conns = list(self._conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._server.server_close()
+
+
+class CertificateAfterASendTest(unittest.TestCase):
+    """A release sent, applied, its answer lost, then sent again on a
+    handshake that fails on a certificate (docs/design.md, defect 260)."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = tempfile.TemporaryDirectory()
+        d = cls.tmp.name
+        cls.ca = make_ca(d, "ca")
+        other = make_ca(d, "other-ca")
+        cls.server = issue(d, cls.ca, "server", SERVER_EXT)
+        cls.other_server = issue(d, other, "other-server", SERVER_EXT)
+        cls.client_cert = issue(d, cls.ca, "client", CLIENT_EXT)
+        cls.other_ca = other[0]
+        cls.daemon = Daemon("dev")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.daemon.stop()
+        cls.tmp.cleanup()
+
+    def serving(self, cert: tuple[str, str], client_ca: str | None = None) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*cert)
+        if client_ca is not None:
+            ctx.load_verify_locations(client_ca)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
+    def test_certificate_refused_after_a_send_is_no_cannot_send(self) -> None:
+        # The release reached fenced, which freed the lock; the answer was
+        # lost and the release sent again, on a handshake that failed on a
+        # certificate. Before, release() said the lock stayed held until its
+        # TTL, and, not counting the first send as unanswered, a later
+        # release() answered "lost, maybe released" raised LostError for
+        # the holder's own release.
+        plain = fenced.Client(self.daemon.url)
+        self.addCleanup(plain.close)
+        for label, then, want, new_conn in (
+            ("server certificate rotated, kept connection", self.serving(self.other_server), fenced.CertificateError,
+             False),
+            ("server certificate rotated, new connection", self.serving(self.other_server), fenced.CertificateError,
+             True),
+            ("client certificate refused", self.serving(self.server, self.other_ca), fenced.ClientCertificateError,
+             True),
+        ):
+            with self.subTest(label):
+                front = CertificateSwapFront(self.daemon.url, self.serving(self.server, self.ca[0]), then)
+                self.addCleanup(front.stop)
+                ctx = ssl.create_default_context(cafile=self.ca[0])
+                ctx.load_cert_chain(*self.client_cert)
+                c = fenced.Client(front.url, ssl_context=ctx)
+                self.addCleanup(c.close)
+                name = unique()
+                lease = c.try_acquire(name, ttl_ms=30_000)
+                if new_conn:
+                    c.close()  # the release's first attempt on a connection of its own: sent again by _send
+                front.armed = True
+                with self.assertRaises(want) as cm:
+                    lease.release()
+                self.assertTrue(front.cut.is_set(), "the release did not reach the front")
+                self.assertFalse(plain.inspect(name).held, "the first send did not free the lock")
+                self.assertNotIn("stays held", str(cm.exception))
+                self.assertNotIn("not released", str(cm.exception))
+                # The server forgets the release id (another holder's
+                # releases since); the holder calls release() again once the
+                # certificate is fixed: its own first send freed the lock.
+                front.restore()
+                for _ in range(16):
+                    plain.try_acquire(name, ttl_ms=10_000).release()
+                lease.release()
+                self.assertFalse(plain.inspect(name).held)
+
+    def test_refresh_refused_on_a_certificate_after_a_send_may_have_been_applied(self) -> None:
+        # A shorter refresh reached fenced, which applied it; its answer was
+        # lost and it was sent again, on a handshake that failed on the
+        # server's certificate. The lease ends as soon as that refresh may
+        # have made it end (defect 114); before, it kept its whole validity.
+        front = CertificateSwapFront(self.daemon.url, self.serving(self.server), self.serving(self.other_server),
+                                     cut_on="/refresh")
+        self.addCleanup(front.stop)
+        c = fenced.Client(front.url, ssl_context=ssl.create_default_context(cafile=self.ca[0]))
+        self.addCleanup(c.close)
+        lease = c.try_acquire(unique(), ttl_ms=30_000)
+        front.armed = True
+        with self.assertRaises(fenced.CertificateError):
+            lease.refresh(2000)
+        self.assertTrue(front.cut.is_set(), "the refresh did not reach the front")
+        self.assertLessEqual(lease.valid_for(), 2.0, "the validity is not what the refresh applied may have left")
+
 
 if __name__ == "__main__":
     unittest.main()

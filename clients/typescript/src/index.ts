@@ -206,7 +206,9 @@ export class TransportError extends FencedError {
  * The TLS handshake failed on the server's certificate: signed by a CA the
  * client does not trust (a private CA not in NODE_EXTRA_CA_CERTS nor in the
  * dispatcher given), or not issued for the host name in the base URL.
- * Nothing was sent. Not retryable, and not a TransportError: sent again it
+ * Nothing was sent by the attempt that rejected with it (a refresh or
+ * release sent again after its answer was lost may have been applied by the
+ * attempt before). Not retryable, and not a TransportError: sent again it
  * fails the same way, and a waiting acquire rejects with it at once rather
  * than ride it out as a fenced restarting until its wait is over. The
  * message says what to do; cause is fetch's error. A keep-alive whose
@@ -2079,10 +2081,13 @@ export class Lease {
     // Drawn once for this refresh, in the order refreshes are sent (one at
     // a time): the client's resends of it carry the same.
     const seq = nextRefreshSeq();
+    // Requests sent: more than one, and an earlier one may have been applied (defect 260).
+    let sends = 0;
+    const onSend = () => sends++;
     let doc: Record<string, unknown>;
     try {
       try {
-        doc = await this.#client.refreshID(this.name, this.leaseID, ttlMs, { ...options, timeoutMs, seq });
+        doc = await this.#client.refreshID(this.name, this.leaseID, ttlMs, { ...options, timeoutMs, seq, onSend });
       } catch (e) {
         // An older fenced refuses the unknown field seq (400
         // invalid_argument, no field; this body is otherwise valid): send
@@ -2090,7 +2095,8 @@ export class Lease {
         // (docs/design.md). Not remembered: the next refresh tries seq
         // again, so a server upgraded meanwhile orders it.
         if (!(e instanceof InvalidArgumentError && e.status === 400 && e.field === undefined)) throw e;
-        doc = await this.#client.refreshID(this.name, this.leaseID, ttlMs, { ...options, timeoutMs });
+        sends = 0; // a fenced that refuses seq applied none of those
+        doc = await this.#client.refreshID(this.name, this.leaseID, ttlMs, { ...options, timeoutMs, onSend });
       }
       if (typeof doc.token !== "bigint" || doc.token <= 0n || typeof doc.ttl_ms !== "number" || !Number.isSafeInteger(doc.ttl_ms) || doc.ttl_ms <= 0) {
         // A 200 with {} (a proxy, a wrong base URL): no answer of fenced's,
@@ -2103,9 +2109,11 @@ export class Lease {
       // No answer, a 5xx or an answer not fenced's: the refresh may have
       // been applied, and a shorter TTL then ends the lease sooner there
       // (docs/design.md, defect 114). A refusal by fenced (a 4xx with its
-      // code, out_of_order too: a later refresh was applied instead) was not.
+      // code, out_of_order too: a later refresh was applied instead) was
+      // not, unless an earlier attempt of it went out and may have been (a
+      // handshake refused on a certificate after one: defect 260).
       else {
-        if (maybeApplied(e) && ttlMs !== undefined) {
+        if ((maybeApplied(e) || sends > 1) && ttlMs !== undefined) {
           this.#deadline = Math.min(this.#deadline, started + validityMs(ttlMs, started, started));
           this.#wakeKeepAlive?.(); // it sees the deadline
         }
@@ -2192,12 +2200,16 @@ export class Lease {
         else {
           this.#released = false; // maybe still held: a later release() sends again
           // and maybe released: see above. Any failure but a refusal by
-          // fenced, a proxy's 502 too (docs/design.md, defect 114).
-          if (maybeApplied(e)) this.#unanswered = true;
+          // fenced, a proxy's 502 too (docs/design.md, defect 114). So too
+          // when this call sent it before (sent again only after such a
+          // failure), whatever the last attempt's error: a handshake
+          // refused on a certificate now says nothing of the attempt that
+          // went out before it (defect 260).
+          if (maybeApplied(e) || sends > 1) this.#unanswered = true;
           else if ((e instanceof CertificateError || e instanceof ClientCertificateError) && !this.#unanswered) {
-            // Nothing reached the server, now or before: it holds the lock,
-            // for nobody, until its TTL runs out. Said, as the Go client's
-            // Release says it.
+            // Nothing reached the server, by this call or before: it holds
+            // the lock, for nobody, until its TTL runs out. Said, as the Go
+            // client's Release says it.
             const Class = e.constructor as typeof CertificateError;
             throw new Class(
               `${e.message}: ${JSON.stringify(this.name)} not released: the release cannot be sent, and the lock stays ` +

@@ -11,6 +11,8 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import tls from "node:tls";
+import https from "node:https";
+import type { AddressInfo } from "node:net";
 
 import { Client, CertificateError, ClientCertificateError, LostError, TransportError } from "../src/index.js";
 import { Daemon, unique } from "./daemon.js";
@@ -342,6 +344,135 @@ describe("mutual TLS (fenced serve --tls-client-ca)", () => {
       assert.equal((await client.inspect(name)).held, true, `${label}: the lock is not held on the server, as the loss said`);
       await assert.rejects(lease.release(), LostError); // released now, but it was lost before
       assert.equal((await client.inspect(name)).held, false);
+    }
+  });
+});
+
+describe("a certificate refused after a send (docs/design.md, defect 260)", () => {
+  let daemon: Daemon;
+  let dir: string;
+  let ca: { cert: string; key: string };
+  let server: { cert: string; key: string };
+  let otherServer: { cert: string; key: string };
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), "fenced-ts-sent-"));
+    ca = makeCA(dir, "ca");
+    server = issue(dir, ca, "server", SERVER_EXT);
+    otherServer = issue(dir, makeCA(dir, "other-ca"), "other-server", SERVER_EXT);
+    daemon = await Daemon.start("dev");
+  });
+  after(async () => {
+    await daemon?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** A server secure context of cert. */
+  function serving(cert: { cert: string; key: string }): tls.SecureContextOptions {
+    return { cert: readFileSync(cert.cert), key: readFileSync(cert.key) };
+  }
+
+  /**
+   * An https front for the daemon (plain http) that serves cert. Once
+   * armed, the first request whose path ends with cutOn it gets is passed
+   * to fenced (applied), its
+   * answer dropped with the connection, and every handshake from then on
+   * gets then (a certificate of a CA the client does not trust), until
+   * restore().
+   */
+  async function front(cert: tls.SecureContextOptions, then: tls.SecureContextOptions, cutOn = "/release") {
+    const state = { armed: false, cut: false };
+    const srv = https.createServer(cert, (req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", async () => {
+        try {
+          const body = chunks.length ? Buffer.concat(chunks) : undefined;
+          const headers: Record<string, string> = {};
+          if (req.headers["content-type"]) headers["Content-Type"] = req.headers["content-type"];
+          const up = await fetch(daemon.url + req.url, { method: req.method, headers, body });
+          const text = await up.text();
+          if (state.armed && req.url?.endsWith(cutOn)) {
+            state.armed = false;
+            state.cut = true;
+            srv.setSecureContext(then); // the next handshakes
+            req.socket.destroy(); // fenced applied it; its answer is lost
+            return;
+          }
+          res.writeHead(up.status, { "Content-Type": up.headers.get("content-type") ?? "" });
+          res.end(text);
+        } catch {
+          req.socket.destroy();
+        }
+      });
+    });
+    await new Promise<void>((resolve) => srv.listen(0, "127.0.0.1", resolve));
+    return {
+      url: `https://127.0.0.1:${(srv.address() as AddressInfo).port}`,
+      state,
+      restore: () => srv.setSecureContext(cert),
+      close: () => {
+        srv.closeAllConnections();
+        return new Promise<void>((resolve) => srv.close(() => resolve()));
+      },
+    };
+  }
+
+  it("a release whose earlier attempt was applied is no release that cannot be sent, and no later loss", async () => {
+    // The release reached fenced, which freed the lock; its answer was
+    // lost and it was sent again, on a handshake that failed on the
+    // server's certificate (rotated to another CA's). Before, release()
+    // said the lock stayed held until its TTL, and, not counting the first
+    // send as unanswered, a later release() answered "lost, maybe
+    // released" rejected with LostError for the holder's own release.
+    // (Only the server's certificate: Node's https server refuses a client
+    // certificate by closing the connection, without the TLS alert fenced
+    // sends, so the client could not tell it from a lost answer. The Python
+    // client's test has that case too.)
+    const plain = new Client(daemon.url);
+    const f = await front(serving(server), serving(otherServer));
+    try {
+      // A connection a request (no keep-alive connections), and no TLS
+      // session resumed (which skips the certificates): the release's
+      // second attempt makes a whole handshake.
+      const dispatcher = await agentWith({ ca: readFileSync(ca.cert), maxCachedSessions: 0 }, { pipelining: 0 });
+      const client = new Client(f.url, { dispatcher });
+      const name = unique();
+      const lease = await client.acquire(name, { ttlMs: 30_000, waitMs: 1000 });
+      f.state.armed = true;
+      await assert.rejects(lease.release(), (e: unknown) => {
+        assert.ok(e instanceof CertificateError, `release: ${String(e)}`);
+        assert.doesNotMatch(e.message, /stays held|not released/);
+        return true;
+      });
+      assert.ok(f.state.cut, "the release did not reach the front");
+      assert.equal((await plain.inspect(name)).held, false, "the first send did not free the lock");
+      // The server forgets the release id (another holder's releases
+      // since); the holder calls release() again once the certificate is
+      // fixed: its own first send freed the lock.
+      f.restore();
+      for (let i = 0; i < 16; i++) await (await plain.acquire(name, { ttlMs: 10_000, waitMs: 1000 })).release();
+      await lease.release();
+      assert.equal((await plain.inspect(name)).held, false);
+    } finally {
+      await f.close();
+    }
+  });
+
+  it("a refresh whose earlier attempt was applied shortens the validity, though its last failed on a certificate", async () => {
+    // A shorter refresh reached fenced, which applied it; its answer was
+    // lost and it was sent again, on a handshake that failed on the
+    // server's certificate. The lease ends as soon as that refresh may have
+    // made it end (defect 114); before, it kept its whole validity.
+    const f = await front(serving(server), serving(otherServer), "/refresh");
+    try {
+      const dispatcher = await agentWith({ ca: readFileSync(ca.cert), maxCachedSessions: 0 }, { pipelining: 0 });
+      const lease = await new Client(f.url, { dispatcher }).acquire(unique(), { ttlMs: 30_000, waitMs: 1000 });
+      f.state.armed = true;
+      await assert.rejects(lease.refresh(2000), CertificateError);
+      assert.ok(f.state.cut, "the refresh did not reach the front");
+      assert.ok(lease.validForMs() <= 2000, `valid for ${lease.validForMs()} ms: not what the refresh applied may have left`);
+    } finally {
+      await f.close();
     }
   });
 });
