@@ -3,8 +3,6 @@ package client_test
 import (
 	"crypto/tls"
 	"errors"
-	"io"
-	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,7 +13,6 @@ import (
 	"github.com/fenced/fenced/client"
 	"github.com/fenced/fenced/internal/testenv"
 	"github.com/fenced/fenced/lock"
-	"github.com/fenced/fenced/server"
 )
 
 // TestCertificateRefusedAfterASendIsNoCannotSend: a release's first round
@@ -31,32 +28,21 @@ func TestCertificateRefusedAfterASendIsNoCannotSend(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ca, other := newTestCA(t), newTestCA(t)
-	srv, err := server.New(server.Config{Locks: f.locks, MaxTTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cert atomic.Pointer[tls.Certificate]
-	cert.Store(&ca.cert)
 	var cut atomic.Bool
-	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/release") && cut.CompareAndSwap(true, false) {
-			srv.ServeHTTP(httptest.NewRecorder(), r) // applied
-			cert.Store(&other.cert)                  // rotated: the next handshake fails
-			c, _, err := w.(http.Hijacker).Hijack()
-			if err == nil {
-				c.Close() // the answer is lost
+	srv := serveTLS(t, f, ca.cert, func(s *tlsServer, api http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/release") && cut.CompareAndSwap(true, false) {
+				api.ServeHTTP(httptest.NewRecorder(), r) // applied
+				s.cert.Store(&other.cert)                // rotated: the next handshake fails
+				if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
+					c.Close() // the answer is lost
+				}
+				return
 			}
-			return
-		}
-		srv.ServeHTTP(w, r)
-	}))
-	hs.TLS = &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		return &tls.Config{Certificates: []tls.Certificate{*cert.Load()}}, nil
-	}}
-	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
-	hs.StartTLS()
-	t.Cleanup(hs.Close)
-	cl := newClient(t, hs.URL, client.WithTLSConfig(&tls.Config{RootCAs: ca.pool}))
+			api.ServeHTTP(w, r)
+		})
+	})
+	cl := newClient(t, srv.url, client.WithTLSConfig(&tls.Config{RootCAs: ca.pool}))
 	ctx := t.Context()
 	name := testenv.Name(t)
 	l, err := cl.TryAcquire(ctx, name, 30*time.Second)
@@ -82,16 +68,8 @@ func TestCertificateRefusedAfterASendIsNoCannotSend(t *testing.T) {
 	// As TestUntrustedCertificateAfterTheGrant: the store forgets the
 	// release ids; the holder calls Release again once the certificate is
 	// fixed.
-	cert.Store(&ca.cert)
-	for range 16 {
-		o, err := f.locks.TryAcquire(ctx, name, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := o.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	srv.cert.Store(&ca.cert)
+	forgetReleases(t, f, name)
 	if err := l.Release(ctx); err != nil {
 		t.Errorf("second Release: %v; want nil: the holder's own first release freed the lock (an attempt that reached the server)", err)
 	}

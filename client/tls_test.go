@@ -55,13 +55,20 @@ type tlsServer struct {
 	maxVersion atomic.Uint32
 }
 
-func serveTLS(t *testing.T, f *fixture, cert tls.Certificate) *tlsServer {
+// serveTLS starts it, presenting cert. wrap, if given, wraps the API's
+// handler (a test that acts between a request and its answer).
+func serveTLS(t *testing.T, f *fixture, cert tls.Certificate, wrap ...func(*tlsServer, http.Handler) http.Handler) *tlsServer {
 	t.Helper()
 	srv, err := server.New(server.Config{Locks: f.locks, MaxTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &tlsServer{hs: httptest.NewUnstartedServer(srv)}
+	s := &tlsServer{}
+	var h http.Handler = srv
+	for _, w := range wrap {
+		h = w(s, h)
+	}
+	s.hs = httptest.NewUnstartedServer(h)
 	s.cert.Store(&cert)
 	// Not GetCertificate: a client that dials an IP address sends no
 	// server name, and then the first of Certificates, which StartTLS
@@ -99,16 +106,12 @@ func untrusted(t *testing.T, what string, err error, do string, handshakes int64
 		t.Fatalf("%s: %v; want the *tls.CertificateVerificationError inside", what, err)
 	case !errors.Is(err, lock.ErrCannotSend):
 		t.Fatalf("%s: %v; want an error matching lock.ErrCannotSend: a lease's keep-alive gives up on it", what, err)
-	case errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrLost), errors.Is(err, lock.ErrMaybeReleased),
-		errors.Is(err, lock.ErrSentAgain), errors.Is(err, client.ErrNoAnswer):
-		t.Fatalf("%s: %v; want no other mark: nothing reached a server", what, err)
 	case !strings.Contains(err.Error(), "certificate is not trusted") || !strings.Contains(err.Error(), do):
 		t.Fatalf("%s: %q; want it to say the certificate is not trusted and what to do", what, err)
-	case strings.Contains(err.Error(), "may have"):
-		t.Fatalf("%s: %q says the request may have been applied: nothing reached a server", what, err)
 	case handshakes != 1:
 		t.Fatalf("%s: %d handshakes, want 1: a certificate not trusted was tried again (%v)", what, handshakes, err)
 	}
+	nothingReachedAServer(t, what, err)
 }
 
 // giveTheCA is what an error says to do about a certificate signed by a CA
@@ -192,15 +195,7 @@ func TestUntrustedCertificateAfterTheGrant(t *testing.T) {
 	if _, err := f.locks.ForceRelease(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	for range 16 { // the Redis store remembers the last 16 released lease ids
-		o, err := f.locks.TryAcquire(ctx, name, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := o.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	forgetReleases(t, f, name)
 	if err := l.Release(ctx); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("Release after a force-release: %v; want ErrLost: the release before reached no server", err)
 	}
@@ -339,5 +334,34 @@ func works(t *testing.T, cl *client.Client) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// nothingReachedAServer fails t if err bears a mark of a request that
+// reached a server, or says it may have been applied.
+func nothingReachedAServer(t *testing.T, what string, err error) {
+	t.Helper()
+	switch {
+	case errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrLost), errors.Is(err, lock.ErrMaybeReleased),
+		errors.Is(err, lock.ErrSentAgain), errors.Is(err, client.ErrNoAnswer):
+		t.Fatalf("%s: %v; want no other mark: nothing reached a server", what, err)
+	case strings.Contains(err.Error(), "may have"):
+		t.Fatalf("%s: %q says the request may have been applied: nothing reached a server", what, err)
+	}
+}
+
+// forgetReleases has other holders take and release name 16 times: the
+// Redis store remembers the last 16 released lease ids, and then no
+// longer knows an earlier release of name.
+func forgetReleases(t *testing.T, f *fixture, name string) {
+	t.Helper()
+	for range 16 {
+		o, err := f.locks.TryAcquire(t.Context(), name, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
